@@ -1,0 +1,57 @@
+// Model configuration read from / written to a Hugging Face `config.json`
+// (Llama / Qwen2 decoder-only architecture).
+//
+// Thread safety: plain values.
+#ifndef SLUICE_MODEL_CONFIG_H_
+#define SLUICE_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "sluice/common/status.h"
+
+namespace sluice::model {
+
+struct ModelConfig {
+  std::string model_type = "llama";   // "llama" or "qwen2"; qwen2 implies attention biases
+  int64_t hidden_size = 128;
+  int64_t num_hidden_layers = 4;
+  int64_t num_attention_heads = 4;
+  int64_t num_key_value_heads = 2;    // grouped-query attention when < num_attention_heads
+  int64_t intermediate_size = 384;
+  int64_t vocab_size = 259;
+  int64_t head_dim = 0;               // 0: hidden_size / num_attention_heads
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  int64_t max_position_embeddings = 512;
+  bool tie_word_embeddings = true;
+  bool attention_bias = false;        // q/k/v projection biases (Qwen2: true)
+  int64_t bos_token_id = -1;          // -1: none
+  int64_t eos_token_id = -1;
+  std::string torch_dtype = "float32";  // dtype the weights are saved in
+
+  int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  // Total parameter count implied by the shapes.
+  int64_t NumParameters() const;
+  // Checks every invariant the model relies on; InvalidArgument naming the key.
+  Status Validate() const;
+};
+
+// Parses config.json text. Required keys: hidden_size, num_hidden_layers,
+// num_attention_heads, intermediate_size, vocab_size. Optional keys fall back
+// to the defaults above (num_key_value_heads to num_attention_heads, as HF does).
+// Errors: InvalidArgument naming the key (missing, wrong type, bad value);
+// Unimplemented naming the key for features the model lacks (rope_scaling,
+// hidden_act other than silu, mlp_bias or use_sliding_window true).
+Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& origin = "config.json");
+Result<ModelConfig> LoadModelConfig(const std::string& path);
+std::string ModelConfigToJson(const ModelConfig& config);
+Status SaveModelConfig(const std::string& path, const ModelConfig& config);
+
+// Built-in presets for demos, tests and benchmarks ("tiny" ~27K, "1m" ~1M,
+// "5m", "20m" parameters), all with the byte-level tokenizer's vocabulary.
+Result<ModelConfig> PresetModelConfig(const std::string& name);
+
+}  // namespace sluice::model
+
+#endif  // SLUICE_MODEL_CONFIG_H_

@@ -1,0 +1,50 @@
+// Tokenizers turn text into token ids and back. The built-in ByteTokenizer
+// maps each UTF-8 byte to its own id (0..255) plus three special tokens; a
+// BPE tokenizer read from `tokenizer.json` can implement the same interface.
+//
+// Thread safety: implementations are immutable after construction; all
+// methods are const and may be called concurrently.
+#ifndef SLUICE_MODEL_TOKENIZER_H_
+#define SLUICE_MODEL_TOKENIZER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/common/status.h"
+
+namespace sluice::model {
+
+using TokenId = int32_t;
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<TokenId> Encode(std::string_view text) const = 0;
+  // Errors: OutOfRange for an id outside the vocabulary.
+  virtual Result<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special = true) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual TokenId bos_id() const = 0;
+  virtual TokenId eos_id() const = 0;
+  virtual TokenId pad_id() const = 0;
+};
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  static constexpr TokenId kPad = 256;
+  static constexpr TokenId kBos = 257;
+  static constexpr TokenId kEos = 258;
+  static constexpr int64_t kVocabSize = 259;
+
+  std::vector<TokenId> Encode(std::string_view text) const override;
+  Result<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special = true) const override;
+  int64_t vocab_size() const override { return kVocabSize; }
+  TokenId bos_id() const override { return kBos; }
+  TokenId eos_id() const override { return kEos; }
+  TokenId pad_id() const override { return kPad; }
+};
+
+}  // namespace sluice::model
+
+#endif  // SLUICE_MODEL_TOKENIZER_H_

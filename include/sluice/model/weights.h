@@ -1,0 +1,54 @@
+// Moving weights between a Transformer and named host buffers (TensorMap), and
+// loading/saving Hugging Face checkpoint directories (config.json +
+// model.safetensors or sharded index).
+//
+// Thread safety: LoadWeights mutates the model and needs exclusive access;
+// the other functions only read it.
+#ifndef SLUICE_MODEL_WEIGHTS_H_
+#define SLUICE_MODEL_WEIGHTS_H_
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "sluice/common/host_tensor.h"
+#include "sluice/common/status.h"
+#include "sluice/model/safetensors.h"
+#include "sluice/model/transformer.h"
+
+namespace sluice::model {
+
+// Wraps a host buffer as a tensor without copying (the tensor keeps the
+// buffer's owner alive). Errors: InvalidArgument for dtypes torch lacks.
+Result<torch::Tensor> ToTorch(const HostTensor& host);
+// Views a contiguous CPU tensor as a HostTensor (no copy; the HostTensor keeps
+// the tensor alive). Other tensors are first made contiguous / copied to CPU.
+Result<HostTensor> FromTorch(const torch::Tensor& tensor);
+
+// Exports the model's parameters by Hugging Face name, converted to `dtype`
+// (F32, BF16 or F16).
+Result<TensorMap> ExportWeights(Transformer& model, DType dtype = DType::kF32);
+
+// Copies `weights` into the model's parameters (converting F32/BF16/F16 to the
+// parameter dtype). Every parameter must be present with its exact shape.
+// Names the model does not have are errors, except lm_head.weight in a tied
+// model and rotary inv_freq buffers, which older exporters write.
+// Errors: NotFound (missing tensor), InvalidArgument (shape, dtype, unknown
+// name). On error the model may be partially updated; callers load into a
+// fresh model and swap on success.
+Status LoadWeights(Transformer& model, const TensorMap& weights);
+
+// Reads config.json and the weights in `dir` into a new model on `device`.
+Result<std::shared_ptr<Transformer>> LoadPretrained(const std::string& dir, torch::Device device = torch::kCPU);
+
+// Writes config.json and the weights (in `dtype`) to `dir`.
+Status SavePretrained(Transformer& model, const std::string& dir, DType dtype = DType::kF32,
+                      const CheckpointWriteOptions& options = {});
+
+// A deep copy on the same device (same config, same weights).
+std::shared_ptr<Transformer> CloneModel(Transformer& model);
+
+}  // namespace sluice::model
+
+#endif  // SLUICE_MODEL_WEIGHTS_H_

@@ -1,0 +1,74 @@
+#include "sluice/common/host_tensor.h"
+
+#include <cstring>
+
+#include "sluice/common/check.h"
+
+namespace sluice {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF64: case DType::kI64: return 8;
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF16: case DType::kBF16: case DType::kI16: return 2;
+    case DType::kI8: case DType::kU8: case DType::kBool: return 1;
+  }
+  return 0;
+}
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF64: return "F64";
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kI64: return "I64";
+    case DType::kI32: return "I32";
+    case DType::kI16: return "I16";
+    case DType::kI8: return "I8";
+    case DType::kU8: return "U8";
+    case DType::kBool: return "BOOL";
+  }
+  return "?";
+}
+
+std::optional<DType> ParseDTypeName(std::string_view name) {
+  for (DType d : {DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kI64, DType::kI32, DType::kI16,
+                  DType::kI8, DType::kU8, DType::kBool}) {
+    if (DTypeName(d) == name) return d;
+  }
+  return std::nullopt;
+}
+
+Result<uint64_t> CheckedNumel(const std::vector<int64_t>& shape, uint64_t limit) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return Status::InvalidArgument("negative dimension " + std::to_string(d) + " in shape");
+    if (d != 0 && n > limit / static_cast<uint64_t>(d)) {
+      return Status::OutOfRange("shape has more than " + std::to_string(limit) + " elements");
+    }
+    n *= static_cast<uint64_t>(d);
+  }
+  return n;
+}
+
+uint64_t HostTensor::numel() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+HostTensor HostTensor::Copy(DType dtype, std::vector<int64_t> shape, const void* bytes, size_t nbytes) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  SLUICE_CHECK_EQ(t.numel() * DTypeSize(dtype), nbytes);
+  auto buffer = std::shared_ptr<std::byte[]>(new std::byte[nbytes > 0 ? nbytes : 1]);
+  if (nbytes > 0) std::memcpy(buffer.get(), bytes, nbytes);
+  t.data = buffer.get();
+  t.nbytes = nbytes;
+  t.owner = std::move(buffer);
+  return t;
+}
+
+}  // namespace sluice

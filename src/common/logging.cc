@@ -1,0 +1,79 @@
+#include "sluice/common/logging.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+namespace sluice {
+namespace {
+
+LogLevel LevelFromEnvironment() {
+  LogLevel level = LogLevel::kINFO;
+  if (const char* env = std::getenv("SLUICE_LOG_LEVEL")) {
+    if (!ParseLogLevel(env, &level)) level = LogLevel::kINFO;
+  }
+  return level;
+}
+
+std::atomic<int>& Threshold() {
+  static std::atomic<int> threshold{static_cast<int>(LevelFromEnvironment())};
+  return threshold;
+}
+
+const char* LevelLetter(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDEBUG: return "D";
+    case LogLevel::kINFO: return "I";
+    case LogLevel::kWARNING: return "W";
+    case LogLevel::kERROR: return "E";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void SetLogLevel(LogLevel level) { Threshold().store(static_cast<int>(level)); }
+LogLevel GetLogLevel() { return static_cast<LogLevel>(Threshold().load(std::memory_order_relaxed)); }
+
+bool ParseLogLevel(std::string_view text, LogLevel* level) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "debug") *level = LogLevel::kDEBUG;
+  else if (lower == "info") *level = LogLevel::kINFO;
+  else if (lower == "warning" || lower == "warn") *level = LogLevel::kWARNING;
+  else if (lower == "error") *level = LogLevel::kERROR;
+  else return false;
+  return true;
+}
+
+namespace internal {
+
+LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(level) {
+  const char* base = std::strrchr(file, '/');
+  auto now = std::chrono::system_clock::now();
+  std::time_t secs = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  localtime_r(&secs, &tm);
+  char when[32];
+  std::strftime(when, sizeof(when), "%H:%M:%S", &tm);
+  stream_ << LevelLetter(level) << ' ' << when << ' ' << (base ? base + 1 : file) << ':' << line << "] ";
+}
+
+LogMessage::~LogMessage() {
+  stream_ << '\n';
+  std::string text = stream_.str();
+  // One write per line keeps concurrent messages whole.
+  ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
+  (void)ignored;
+  (void)level_;
+}
+
+}  // namespace internal
+}  // namespace sluice

@@ -1,0 +1,217 @@
+#include "sluice/model/config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sluice/model/tokenizer.h"
+
+namespace sluice::model {
+
+using nlohmann::json;
+
+int64_t ModelConfig::NumParameters() const {
+  const int64_t hd = resolved_head_dim();
+  const int64_t q = num_attention_heads * hd, kv = num_key_value_heads * hd;
+  int64_t per_layer = 2 * hidden_size                       // two RMSNorms
+                      + hidden_size * (q + 2 * kv)           // q, k, v
+                      + q * hidden_size                      // o
+                      + 3 * hidden_size * intermediate_size;  // gate, up, down
+  if (attention_bias) per_layer += q + 2 * kv;
+  int64_t total = vocab_size * hidden_size + num_hidden_layers * per_layer + hidden_size;
+  if (!tie_word_embeddings) total += vocab_size * hidden_size;
+  return total;
+}
+
+Status ModelConfig::Validate() const {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return Status::InvalidArgument("config key '" + key + "': " + why);
+  };
+  if (model_type != "llama" && model_type != "qwen2") {
+    return bad("model_type", "'" + model_type + "' is not supported (allowed: llama, qwen2)");
+  }
+  for (auto [key, value] : {std::pair<const char*, int64_t>{"hidden_size", hidden_size},
+                            {"num_hidden_layers", num_hidden_layers},
+                            {"num_attention_heads", num_attention_heads},
+                            {"num_key_value_heads", num_key_value_heads},
+                            {"intermediate_size", intermediate_size},
+                            {"vocab_size", vocab_size},
+                            {"max_position_embeddings", max_position_embeddings}}) {
+    if (value <= 0) return bad(key, "must be a positive integer, got " + std::to_string(value));
+  }
+  if (head_dim < 0) return bad("head_dim", "must be positive when given");
+  if (head_dim == 0 && hidden_size % num_attention_heads != 0) {
+    return bad("num_attention_heads", std::to_string(num_attention_heads) + " heads do not divide hidden_size " +
+                                          std::to_string(hidden_size));
+  }
+  if (num_attention_heads % num_key_value_heads != 0) {
+    return bad("num_key_value_heads", std::to_string(num_key_value_heads) + " does not divide num_attention_heads " +
+                                          std::to_string(num_attention_heads));
+  }
+  if (resolved_head_dim() % 2 != 0) {
+    return bad("head_dim", "rotary embeddings need an even head dimension, got " + std::to_string(resolved_head_dim()));
+  }
+  if (!(rms_norm_eps > 0)) return bad("rms_norm_eps", "must be > 0");
+  if (!(rope_theta > 0)) return bad("rope_theta", "must be > 0");
+  if (eos_token_id >= vocab_size) return bad("eos_token_id", "is outside the vocabulary");
+  if (bos_token_id >= vocab_size) return bad("bos_token_id", "is outside the vocabulary");
+  if (torch_dtype != "float32" && torch_dtype != "bfloat16" && torch_dtype != "float16") {
+    return bad("torch_dtype", "'" + torch_dtype + "' is not supported (allowed: float32, bfloat16, float16)");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Reads an integer key; `required` keys must be present.
+Status ReadInt(const json& j, const char* key, bool required, int64_t* out) {
+  if (!j.contains(key) || j[key].is_null()) {
+    return required ? Status::InvalidArgument(std::string("config key '") + key + "' is missing") : Status::Ok();
+  }
+  if (!j[key].is_number_integer()) {
+    return Status::InvalidArgument(std::string("config key '") + key + "' must be an integer, got " + j[key].dump());
+  }
+  *out = j[key].get<int64_t>();
+  return Status::Ok();
+}
+
+Status ReadDouble(const json& j, const char* key, double* out) {
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  if (!j[key].is_number()) {
+    return Status::InvalidArgument(std::string("config key '") + key + "' must be a number, got " + j[key].dump());
+  }
+  *out = j[key].get<double>();
+  return Status::Ok();
+}
+
+Status ReadBool(const json& j, const char* key, bool* out) {
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  if (!j[key].is_boolean()) {
+    return Status::InvalidArgument(std::string("config key '") + key + "' must be true or false, got " + j[key].dump());
+  }
+  *out = j[key].get<bool>();
+  return Status::Ok();
+}
+
+Status ReadString(const json& j, const char* key, std::string* out) {
+  if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+  if (!j[key].is_string()) {
+    return Status::InvalidArgument(std::string("config key '") + key + "' must be a string, got " + j[key].dump());
+  }
+  *out = j[key].get<std::string>();
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& origin) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::InvalidArgument(origin + ": not valid JSON");
+  if (!j.is_object()) return Status::InvalidArgument(origin + ": not a JSON object");
+  ModelConfig c;
+  auto status = [&]() -> Status {
+    SLUICE_RETURN_IF_ERROR(ReadString(j, "model_type", &c.model_type));
+    SLUICE_RETURN_IF_ERROR(ReadInt(j, "hidden_size", true, &c.hidden_size));
+    SLUICE_RETURN_IF_ERROR(ReadInt(j, "num_hidden_layers", true, &c.num_hidden_layers));
+    SLUICE_RETURN_IF_ERROR(ReadInt(j, "num_attention_heads", true, &c.num_attention_heads));
+    c.num_key_value_heads = c.num_attention_heads;
+    SLUICE_RETURN_IF_ERROR(ReadInt(j, "num_key_value_heads", false, &c.num_key_value_heads));
+    SLUICE_RETURN_IF_ERROR(ReadInt(j, "intermediate_size", true, &c.intermediate_size));
+    SLUICE_RETURN_IF_ERROR(ReadInt(j, "vocab_size", true, &c.vocab_size));
+    SLUICE_RETURN_IF_ERROR(ReadInt(j, "head_dim", false, &c.head_dim));
+    SLUICE_RETURN_IF_ERROR(ReadDouble(j, "rms_norm_eps", &c.rms_norm_eps));
+    SLUICE_RETURN_IF_ERROR(ReadDouble(j, "rope_theta", &c.rope_theta));
+    SLUICE_RETURN_IF_ERROR(ReadInt(j, "max_position_embeddings", false, &c.max_position_embeddings));
+    c.tie_word_embeddings = false;  // the Hugging Face default when the key is absent
+    SLUICE_RETURN_IF_ERROR(ReadBool(j, "tie_word_embeddings", &c.tie_word_embeddings));
+    c.attention_bias = c.model_type == "qwen2";
+    SLUICE_RETURN_IF_ERROR(ReadBool(j, "attention_bias", &c.attention_bias));
+    SLUICE_RETURN_IF_ERROR(ReadInt(j, "bos_token_id", false, &c.bos_token_id));
+    SLUICE_RETURN_IF_ERROR(ReadInt(j, "eos_token_id", false, &c.eos_token_id));
+    SLUICE_RETURN_IF_ERROR(ReadString(j, "torch_dtype", &c.torch_dtype));
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+      return Status::Unimplemented("config key 'rope_scaling': scaled rotary embeddings are not supported yet");
+    }
+    // Architecture switches the model does not implement: accepting them would
+    // silently compute something other than what the checkpoint was trained for.
+    std::string hidden_act = "silu";
+    SLUICE_RETURN_IF_ERROR(ReadString(j, "hidden_act", &hidden_act));
+    if (hidden_act != "silu") {
+      return Status::Unimplemented("config key 'hidden_act': '" + hidden_act + "' is not supported (only silu)");
+    }
+    for (const char* key : {"mlp_bias", "use_sliding_window"}) {
+      bool enabled = false;
+      SLUICE_RETURN_IF_ERROR(ReadBool(j, key, &enabled));
+      if (enabled) return Status::Unimplemented(std::string("config key '") + key + "': true is not supported");
+    }
+    return c.Validate();
+  }();
+  if (!status.ok()) return status.WithContext(origin);
+  return c;
+}
+
+Result<ModelConfig> LoadModelConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(path + ": cannot open model config");
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseModelConfig(text.str(), path);
+}
+
+std::string ModelConfigToJson(const ModelConfig& c) {
+  json j = {
+      {"architectures", {c.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", c.model_type},
+      {"hidden_size", c.hidden_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"intermediate_size", c.intermediate_size},
+      {"vocab_size", c.vocab_size},
+      {"head_dim", c.resolved_head_dim()},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"attention_bias", c.attention_bias},
+      {"hidden_act", "silu"},
+      {"torch_dtype", c.torch_dtype},
+  };
+  if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
+  if (c.eos_token_id >= 0) j["eos_token_id"] = c.eos_token_id;
+  return j.dump(2) + "\n";
+}
+
+Status SaveModelConfig(const std::string& path, const ModelConfig& config) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return Status::Unavailable(path + ": cannot write model config");
+  out << ModelConfigToJson(config);
+  out.flush();
+  if (!out) return Status::Unavailable(path + ": write failed");
+  return Status::Ok();
+}
+
+Result<ModelConfig> PresetModelConfig(const std::string& name) {
+  ModelConfig c;
+  c.vocab_size = ByteTokenizer::kVocabSize;
+  c.bos_token_id = ByteTokenizer::kBos;
+  c.eos_token_id = ByteTokenizer::kEos;
+  c.tie_word_embeddings = true;
+  c.max_position_embeddings = 1024;
+  auto set = [&](int64_t hidden, int64_t layers, int64_t heads, int64_t kv, int64_t inter) {
+    c.hidden_size = hidden;
+    c.num_hidden_layers = layers;
+    c.num_attention_heads = heads;
+    c.num_key_value_heads = kv;
+    c.intermediate_size = inter;
+  };
+  if (name == "tiny") set(32, 2, 4, 2, 64);
+  else if (name == "1m") set(128, 5, 4, 2, 384);
+  else if (name == "5m") set(256, 6, 8, 4, 704);
+  else if (name == "20m") set(512, 7, 8, 4, 1408);
+  else return Status::InvalidArgument("unknown model preset '" + name + "' (allowed: tiny, 1m, 5m, 20m)");
+  SLUICE_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+}  // namespace sluice::model

@@ -1,0 +1,230 @@
+#include "sluice/model/transformer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <string>
+
+#include "sluice/common/check.h"
+
+namespace sluice::model {
+namespace {
+
+namespace F = torch::nn::functional;
+using torch::indexing::Slice;
+
+// HF "rotate_half": (x1, x2) -> (-x2, x1) over the two halves of head_dim.
+torch::Tensor RotateHalf(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// x: [B, T, H, D]; cos/sin: [B, T, D].
+torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  auto c = cos.unsqueeze(2), s = sin.unsqueeze(2);
+  return x * c + RotateHalf(x) * s;
+}
+
+torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+}  // namespace
+
+KvCache KvCache::Allocate(const ModelConfig& config, int64_t num_slots, int64_t max_len, torch::Device device,
+                          torch::Dtype dtype) {
+  KvCache cache;
+  cache.num_slots = num_slots;
+  cache.max_len = max_len;
+  auto opts = torch::TensorOptions().device(device).dtype(dtype);
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    cache.keys.push_back(torch::zeros({num_slots, config.num_key_value_heads, max_len, config.resolved_head_dim()}, opts));
+    cache.values.push_back(torch::zeros_like(cache.keys.back()));
+  }
+  return cache;
+}
+
+RmsNorm::RmsNorm(int64_t dim, double eps) : eps_(eps) { weight_ = register_parameter("weight", torch::ones({dim})); }
+
+torch::Tensor RmsNorm::Forward(const torch::Tensor& x) {
+  auto xf = x.to(torch::kFloat32);
+  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight_ * normed.to(x.scalar_type());
+}
+
+Attention::Attention(const ModelConfig& c)
+    : num_heads_(c.num_attention_heads), num_kv_heads_(c.num_key_value_heads), head_dim_(c.resolved_head_dim()) {
+  q_proj_ = register_module("q_proj", MakeLinear(c.hidden_size, num_heads_ * head_dim_, c.attention_bias));
+  k_proj_ = register_module("k_proj", MakeLinear(c.hidden_size, num_kv_heads_ * head_dim_, c.attention_bias));
+  v_proj_ = register_module("v_proj", MakeLinear(c.hidden_size, num_kv_heads_ * head_dim_, c.attention_bias));
+  o_proj_ = register_module("o_proj", MakeLinear(num_heads_ * head_dim_, c.hidden_size, false));
+}
+
+torch::Tensor Attention::Forward(const torch::Tensor& x, const AttentionContext& ctx, int64_t layer) {
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t rep = num_heads_ / num_kv_heads_;
+  auto q = ApplyRope(q_proj_->forward(x).view({B, T, num_heads_, head_dim_}), ctx.cos, ctx.sin);
+  auto k = ApplyRope(k_proj_->forward(x).view({B, T, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
+  auto v = v_proj_->forward(x).view({B, T, num_kv_heads_, head_dim_});
+
+  torch::Tensor keys, values;  // [B, kv, L, D]
+  if (ctx.cache == nullptr) {
+    keys = k.permute({0, 2, 1, 3});
+    values = v.permute({0, 2, 1, 3});
+  } else {
+    torch::Tensor& ck = ctx.cache->keys[layer];
+    torch::Tensor& cv = ctx.cache->values[layer];
+    // Advanced indices around a slice: the indexed view is [B, T, kv, D], k's own layout.
+    ck.index_put_({ctx.rows, Slice(), ctx.positions}, k.to(ck.scalar_type()));
+    cv.index_put_({ctx.rows, Slice(), ctx.positions}, v.to(cv.scalar_type()));
+    if (ctx.slot_begin >= 0) {
+      keys = ck.narrow(0, ctx.slot_begin, B).narrow(2, 0, ctx.attend_len);
+      values = cv.narrow(0, ctx.slot_begin, B).narrow(2, 0, ctx.attend_len);
+    } else {
+      keys = ck.index_select(0, ctx.slots).narrow(2, 0, ctx.attend_len);
+      values = cv.index_select(0, ctx.slots).narrow(2, 0, ctx.attend_len);
+    }
+    keys = keys.to(x.scalar_type());
+    values = values.to(x.scalar_type());
+  }
+  const int64_t L = keys.size(2);
+  // Group the query heads by the kv head they share (head h uses kv head h / rep),
+  // so keys and values are never repeated in memory.
+  auto qg = q.view({B, T, num_kv_heads_, rep, head_dim_})
+                .permute({0, 2, 3, 1, 4})
+                .reshape({B, num_kv_heads_, rep * T, head_dim_});
+  auto scores = torch::matmul(qg, keys.transpose(2, 3)).mul_(1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  auto masked = scores.view({B, num_kv_heads_, rep, T, L})
+                    .masked_fill(ctx.allowed.logical_not().unsqueeze(1).unsqueeze(1),
+                                 -std::numeric_limits<float>::infinity());
+  auto probs = torch::softmax(masked.to(torch::kFloat32), -1).to(x.scalar_type()).view({B, num_kv_heads_, rep * T, L});
+  auto out = torch::matmul(probs, values)  // [B, kv, rep*T, D]
+                 .view({B, num_kv_heads_, rep, T, head_dim_})
+                 .permute({0, 3, 1, 2, 4})
+                 .reshape({B, T, num_heads_ * head_dim_});
+  return o_proj_->forward(out);
+}
+
+Mlp::Mlp(const ModelConfig& c) {
+  gate_proj_ = register_module("gate_proj", MakeLinear(c.hidden_size, c.intermediate_size, false));
+  up_proj_ = register_module("up_proj", MakeLinear(c.hidden_size, c.intermediate_size, false));
+  down_proj_ = register_module("down_proj", MakeLinear(c.intermediate_size, c.hidden_size, false));
+}
+
+torch::Tensor Mlp::Forward(const torch::Tensor& x) {
+  return down_proj_->forward(F::silu(gate_proj_->forward(x)) * up_proj_->forward(x));
+}
+
+DecoderLayer::DecoderLayer(const ModelConfig& c) {
+  input_layernorm_ = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+  self_attn_ = register_module("self_attn", std::make_shared<Attention>(c));
+  post_attention_layernorm_ =
+      register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+  mlp_ = register_module("mlp", std::make_shared<Mlp>(c));
+}
+
+torch::Tensor DecoderLayer::Forward(const torch::Tensor& x, const AttentionContext& ctx, int64_t layer) {
+  auto h = x + self_attn_->Forward(input_layernorm_->Forward(x), ctx, layer);
+  return h + mlp_->Forward(post_attention_layernorm_->Forward(h));
+}
+
+DecoderStack::DecoderStack(const ModelConfig& c) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  // Module names may not contain dots: a holder named "layers" with children
+  // "0", "1", ... yields the HF names "layers.<i>.".
+  auto holder = register_module("layers", std::make_shared<torch::nn::Module>());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers.push_back(holder->register_module(std::to_string(i), std::make_shared<DecoderLayer>(c)));
+  }
+  norm = register_module("norm", std::make_shared<RmsNorm>(c.hidden_size, c.rms_norm_eps));
+}
+
+Transformer::Transformer(const ModelConfig& config, uint64_t seed) : config_(config) {
+  SLUICE_CHECK_OK(config_.Validate());
+  model_ = register_module("model", std::make_shared<DecoderStack>(config_));
+  if (!config_.tie_word_embeddings) {
+    lm_head_ = register_module("lm_head", MakeLinear(config_.hidden_size, config_.vocab_size, false));
+  }
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    torch::Tensor& t = p.value();
+    if (name.ends_with("norm.weight")) {
+      t.fill_(1.0);
+    } else if (name.ends_with(".bias")) {
+      t.zero_();
+    } else {
+      t.normal_(0.0, 0.02, gen);
+    }
+  }
+  // Rotary tables, as HF computes them: inv_freq_i = theta^(-2i/D), angle = pos * inv_freq.
+  const int64_t D = config_.resolved_head_dim();
+  auto inv_freq = torch::pow(config_.rope_theta, -torch::arange(0, D, 2, torch::kFloat64) / static_cast<double>(D));
+  auto pos = torch::arange(config_.max_position_embeddings, torch::kFloat64);
+  auto angles = torch::outer(pos, inv_freq);
+  auto emb = torch::cat({angles, angles}, -1);
+  rope_cos_ = register_buffer("rope_cos", emb.cos().to(torch::kFloat32));
+  rope_sin_ = register_buffer("rope_sin", emb.sin().to(torch::kFloat32));
+}
+
+torch::Tensor Transformer::output_weight() const {
+  return config_.tie_word_embeddings ? model_->embed_tokens->weight : lm_head_->weight;
+}
+
+torch::Tensor Transformer::Run(const torch::Tensor& tokens, const torch::Tensor& positions, AttentionContext& ctx) {
+  const int64_t B = tokens.size(0), T = tokens.size(1), D = config_.resolved_head_dim();
+  auto flat = positions.reshape({-1});
+  ctx.cos = rope_cos_.index_select(0, flat).view({B, T, D});
+  ctx.sin = rope_sin_.index_select(0, flat).view({B, T, D});
+  auto h = model_->embed_tokens->forward(tokens);
+  for (size_t i = 0; i < model_->layers.size(); ++i) h = model_->layers[i]->Forward(h, ctx, static_cast<int64_t>(i));
+  h = model_->norm->Forward(h);
+  return torch::matmul(h, output_weight().t()).to(torch::kFloat32);
+}
+
+torch::Tensor Transformer::Forward(const torch::Tensor& tokens) {
+  SLUICE_CHECK_EQ(tokens.dim(), 2);
+  const int64_t T = tokens.size(1);
+  SLUICE_CHECK_LE(T, config_.max_position_embeddings);
+  auto device = tokens.device();
+  auto positions = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(device)).unsqueeze(0).expand(tokens.sizes());
+  AttentionContext ctx;
+  ctx.allowed = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(device)).tril().unsqueeze(0);
+  return Run(tokens, positions, ctx);
+}
+
+torch::Tensor Transformer::ForwardCached(const torch::Tensor& tokens, const std::vector<int64_t>& slots,
+                                         const std::vector<int64_t>& starts, KvCache* cache) {
+  SLUICE_CHECK(cache != nullptr);
+  SLUICE_CHECK_EQ(tokens.dim(), 2);
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  SLUICE_CHECK_EQ(static_cast<int64_t>(slots.size()), B);
+  SLUICE_CHECK_EQ(static_cast<int64_t>(starts.size()), B);
+  const int64_t limit = std::min(cache->max_len, config_.max_position_embeddings);
+  int64_t max_start = 0;
+  bool consecutive = true;
+  for (int64_t b = 0; b < B; ++b) {
+    SLUICE_CHECK(slots[b] >= 0 && slots[b] < cache->num_slots) << "slot " << slots[b];
+    SLUICE_CHECK(starts[b] >= 0 && starts[b] + T <= limit) << "start " << starts[b] << " + " << T << " > " << limit;
+    max_start = std::max(max_start, starts[b]);
+    consecutive = consecutive && slots[b] == slots[0] + b;
+  }
+  auto device = tokens.device();
+  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  auto starts_t = torch::tensor(starts, i64).to(device);
+  auto slots_t = torch::tensor(slots, i64).to(device);
+  auto positions = starts_t.unsqueeze(1) + torch::arange(T, i64.device(device)).unsqueeze(0);  // [B, T]
+
+  AttentionContext ctx;
+  ctx.cache = cache;
+  ctx.attend_len = max_start + T;
+  ctx.positions = positions;
+  ctx.rows = slots_t.unsqueeze(1).expand({B, T});
+  ctx.slots = slots_t;
+  ctx.slot_begin = consecutive ? slots[0] : -1;
+  auto key_pos = torch::arange(ctx.attend_len, i64.device(device)).view({1, 1, ctx.attend_len});
+  ctx.allowed = key_pos <= positions.unsqueeze(2);  // [B, T, L]
+  return Run(tokens, positions, ctx);
+}
+
+}  // namespace sluice::model

@@ -41,10 +41,16 @@ std::optional<DType> ParseDTypeName(std::string_view name) {
 }
 
 Result<uint64_t> CheckedNumel(const std::vector<int64_t>& shape, uint64_t limit) {
-  uint64_t n = 1;
+  bool empty = false;
   for (int64_t d : shape) {
     if (d < 0) return Status::InvalidArgument("negative dimension " + std::to_string(d) + " in shape");
-    if (d != 0 && n > limit / static_cast<uint64_t>(d)) {
+    empty = empty || d == 0;
+  }
+  // A zero anywhere makes the product 0, however large the other dimensions.
+  if (empty) return uint64_t{0};
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (n > limit / static_cast<uint64_t>(d)) {
       return Status::OutOfRange("shape has more than " + std::to_string(limit) + " elements");
     }
     n *= static_cast<uint64_t>(d);
@@ -62,7 +68,11 @@ HostTensor HostTensor::Copy(DType dtype, std::vector<int64_t> shape, const void*
   HostTensor t;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  SLUICE_CHECK_EQ(t.numel() * DTypeSize(dtype), nbytes);
+  // CheckedNumel, not numel(): a negative or huge dimension must not wrap
+  // around to a product that happens to match nbytes.
+  Result<uint64_t> numel = CheckedNumel(t.shape);
+  SLUICE_CHECK(numel.ok()) << numel.status().ToString();
+  SLUICE_CHECK_EQ(*numel * DTypeSize(dtype), nbytes);
   auto buffer = std::shared_ptr<std::byte[]>(new std::byte[nbytes > 0 ? nbytes : 1]);
   if (nbytes > 0) std::memcpy(buffer.get(), bytes, nbytes);
   t.data = buffer.get();

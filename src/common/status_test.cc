@@ -244,6 +244,15 @@ TEST(CheckedNumelTest, Products) {
   EXPECT_EQ(*empty, 0u);
 }
 
+TEST(CheckedNumelTest, ZeroDimensionWinsOverHugeOnes) {
+  // Regression: the overflow check used to fire before reaching the 0.
+  const int64_t big = int64_t{1} << 40;
+  auto r = CheckedNumel({big, big, 0});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, 0u);
+  EXPECT_EQ(CheckedNumel({0, -1}).status().code(), StatusCode::kInvalidArgument);  // still rejected
+}
+
 TEST(CheckedNumelTest, NegativeDimensionIsInvalidArgument) {
   auto r = CheckedNumel({2, -3});
   ASSERT_FALSE(r.ok());
@@ -301,6 +310,13 @@ TEST(HostTensorDeathTest, CopyWithWrongByteCountAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::vector<uint8_t> bytes(5);
   EXPECT_DEATH(HostTensor::Copy(DType::kF32, {2}, bytes.data(), bytes.size()), "host_tensor\\.cc:[0-9]+: SLUICE_CHECK");
+}
+
+TEST(HostTensorDeathTest, CopyRejectsShapesWhoseProductWraps) {
+  // Regression: numel() wrapped, so these matched nbytes == 0 and were accepted.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(HostTensor::Copy(DType::kF32, {-1, 0}, nullptr, 0), "negative dimension -1");
+  EXPECT_DEATH(HostTensor::Copy(DType::kF32, {int64_t{1} << 62, 4}, nullptr, 0), "OutOfRange");
 }
 
 }  // namespace

@@ -53,8 +53,8 @@ Status ModelConfig::Validate() const {
   }
   if (!(rms_norm_eps > 0)) return bad("rms_norm_eps", "must be > 0");
   if (!(rope_theta > 0)) return bad("rope_theta", "must be > 0");
-  if (eos_token_id >= vocab_size) return bad("eos_token_id", "is outside the vocabulary");
-  if (bos_token_id >= vocab_size) return bad("bos_token_id", "is outside the vocabulary");
+  if (eos_token_id < -1 || eos_token_id >= vocab_size) return bad("eos_token_id", "is outside the vocabulary");
+  if (bos_token_id < -1 || bos_token_id >= vocab_size) return bad("bos_token_id", "is outside the vocabulary");
   if (torch_dtype != "float32" && torch_dtype != "bfloat16" && torch_dtype != "float16") {
     return bad("torch_dtype", "'" + torch_dtype + "' is not supported (allowed: float32, bfloat16, float16)");
   }
@@ -127,7 +127,14 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
     c.attention_bias = c.model_type == "qwen2";
     SLUICE_RETURN_IF_ERROR(ReadBool(j, "attention_bias", &c.attention_bias));
     SLUICE_RETURN_IF_ERROR(ReadInt(j, "bos_token_id", false, &c.bos_token_id));
-    SLUICE_RETURN_IF_ERROR(ReadInt(j, "eos_token_id", false, &c.eos_token_id));
+    // Llama 3 style configs list several end tokens; the engine stops on one,
+    // the first (the others are noted in docs/notes as not yet honoured).
+    if (j.contains("eos_token_id") && j["eos_token_id"].is_array() && !j["eos_token_id"].empty()) {
+      json first = {{"eos_token_id", j["eos_token_id"][0]}};
+      SLUICE_RETURN_IF_ERROR(ReadInt(first, "eos_token_id", false, &c.eos_token_id));
+    } else {
+      SLUICE_RETURN_IF_ERROR(ReadInt(j, "eos_token_id", false, &c.eos_token_id));
+    }
     SLUICE_RETURN_IF_ERROR(ReadString(j, "torch_dtype", &c.torch_dtype));
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
       return Status::Unimplemented("config key 'rope_scaling': scaled rotary embeddings are not supported yet");

@@ -197,7 +197,8 @@ TEST(ParseModelConfigTest, RoundTripKeepsAbsentTokenIdsAbsent) {
 }
 
 TEST(ParseModelConfigTest, MissingRequiredKeyIsNamed) {
-  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"}) {
+  for (const char* key :
+       {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"}) {
     SCOPED_TRACE(key);
     json j = MinimalConfig();
     j.erase(key);
@@ -213,7 +214,7 @@ TEST(ParseModelConfigTest, WrongTypesAreNamed) {
   };
   for (const Case& c : {Case{"hidden_size", "64"}, Case{"hidden_size", 64.5}, Case{"num_key_value_heads", true},
                         Case{"rms_norm_eps", "small"}, Case{"tie_word_embeddings", 1}, Case{"model_type", 7},
-                        Case{"torch_dtype", json::array()}, Case{"eos_token_id", json::array({1, 2})}}) {
+                        Case{"torch_dtype", json::array()}, Case{"eos_token_id", json::array({"1"})}}) {
     SCOPED_TRACE(c.key);
     json j = MinimalConfig();
     j[c.key] = c.value;
@@ -269,10 +270,22 @@ TEST(ParseModelConfigTest, OddHeadDimIsRejected) {
 TEST(ParseModelConfigTest, TokenIdsOutsideVocabularyAreRejected) {
   for (const char* key : {"bos_token_id", "eos_token_id"}) {
     SCOPED_TRACE(key);
-    json j = MinimalConfig();
-    j[key] = 100;  // vocab_size is 100
-    ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {"'" + std::string(key) + "'"});
+    for (int id : {100, -2}) {  // vocab_size is 100; -1 alone means "none"
+      json j = MinimalConfig();
+      j[key] = id;
+      ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {"'" + std::string(key) + "'"});
+    }
   }
+}
+
+TEST(ParseModelConfigTest, ListOfEosTokenIdsUsesTheFirst) {
+  json j = MinimalConfig();
+  j["eos_token_id"] = {7, 9};
+  auto c = ParseModelConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eos_token_id, 7);
+  j["eos_token_id"] = {"x"};
+  ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {"'eos_token_id'"});
 }
 
 TEST(ParseModelConfigTest, UnsupportedModelTypeAndDtype) {

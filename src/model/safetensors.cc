@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
+
+#include "sluice/common/check.h"
 
 namespace sluice::model {
 
@@ -198,6 +201,11 @@ std::string SerializeSafetensors(const TensorMap& tensors, const std::map<std::s
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
+    // Either would make a file that ReadSafetensorsFile rejects.
+    SLUICE_CHECK(name != "__metadata__") << "a tensor may not be named __metadata__";
+    auto numel = CheckedNumel(t.shape);
+    SLUICE_CHECK(numel.ok() && *numel * DTypeSize(t.dtype) == t.nbytes)
+        << "tensor '" << name << "' has " << t.nbytes << " bytes, which does not match its shape and dtype";
     header[name] = {{"dtype", std::string(DTypeName(t.dtype))}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.nbytes}}};
     offset += t.nbytes;
   }
@@ -215,22 +223,34 @@ std::string SerializeSafetensors(const TensorMap& tensors, const std::map<std::s
 namespace {
 
 Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Status::Unavailable(tmp + ": cannot create: " + std::strerror(errno));
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      return Status::Unavailable(tmp + ": write failed (disk full?)");
+  // Unique per process and call, so concurrent writers never share a temporary.
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Unavailable(tmp + ": cannot create: " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::Unavailable(tmp + ": write failed: " + std::strerror(err));
     }
+    done += static_cast<size_t>(n);
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return Status::Unavailable(path + ": cannot rename into place: " + ec.message());
+  // Data reaches the disk before the rename makes it visible: a crash leaves
+  // either the old file or the whole new one.
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::Unavailable(tmp + ": cannot flush: " + std::strerror(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::Unavailable(path + ": cannot rename into place: " + std::strerror(err));
   }
   return Status::Ok();
 }

@@ -39,7 +39,9 @@ std::string Le64(uint64_t value) {
 }
 
 // A file image: length prefix, the header text as given, then `data`.
-std::string Image(const std::string& header, const std::string& data = "") { return Le64(header.size()) + header + data; }
+std::string Image(const std::string& header, const std::string& data = "") {
+  return Le64(header.size()) + header + data;
+}
 
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -169,11 +171,25 @@ TEST_F(SafetensorsFileTest, WriteReadFileRoundTripIsBitExact) {
   for (const auto& entry : fs::directory_iterator(dir_)) ADD_FAILURE() << "leftover " << entry.path();
 }
 
-TEST(SafetensorsTest, EmptyTensorMapRoundTrips) {
+TEST(SafetensorsDeathTest, SerializeRejectsTensorsItCouldNotReadBack) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TensorMap reserved;
+  reserved["__metadata__"] = Make<float>(DType::kF32, {1}, {1.0f});
+  EXPECT_DEATH(SerializeSafetensors(reserved, {}), "__metadata__");
+  TensorMap inconsistent;
+  inconsistent["w"] = Make<float>(DType::kF32, {2}, {1.0f, 2.0f});
+  inconsistent["w"].shape = {3};
+  EXPECT_DEATH(SerializeSafetensors(inconsistent, {}), "'w' has 8 bytes");
+}
+
+TEST(SafetensorsTest, FilesWithoutTensors) {
   auto parsed = ParseImage(SerializeSafetensors({}, {}));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_TRUE(parsed->tensors.empty());
   EXPECT_TRUE(parsed->metadata.empty());
+  auto only_metadata = ParseImage(Image(R"({"__metadata__":{}}  )"));
+  ASSERT_TRUE(only_metadata.ok()) << only_metadata.status().ToString();
+  EXPECT_TRUE(only_metadata->tensors.empty());
 }
 
 // A file written byte by byte from the public spec, not by our writer: tensors
@@ -231,12 +247,6 @@ TEST(SafetensorsTest, ReadsHandBuiltSpecFile) {
   EXPECT_EQ(a[2], -32768);
 }
 
-TEST(SafetensorsTest, HeaderOfOnlyMetadataAndNoData) {
-  auto parsed = ParseImage(Image(R"({"__metadata__":{}}  )"));
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  EXPECT_TRUE(parsed->tensors.empty());
-}
-
 struct BadCase {
   const char* what;
   std::string image;
@@ -244,12 +254,19 @@ struct BadCase {
   std::vector<std::string> needles;
 };
 
-// A one-tensor header for tensor 'w' with the given entry text.
+// Header entry text for one tensor; each part is spliced in verbatim.
+std::string Entry(const std::string& dtype, const std::string& shape, const std::string& offsets) {
+  return R"({"dtype":)" + dtype + R"(,"shape":)" + shape + R"(,"data_offsets":)" + offsets + "}";
+}
+// A header holding tensor 'w' with the given entry text.
 std::string W(const std::string& entry) { return R"({"w":)" + entry + "}"; }
+// A header holding tensors 'a' and 'b'.
+std::string AB(const std::string& a, const std::string& b) { return R"({"a":)" + a + R"(,"b":)" + b + "}"; }
 
 TEST(SafetensorsTest, RejectsMalformedFilesWithClearMessages) {
-  const std::string kData8(8, '\0');
-  const std::string valid = Image(W(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), kData8);
+  const std::string d8(8, '\0');  // an 8-byte data buffer
+  const std::string f32 = "\"F32\"";
+  const std::string valid = Image(W(Entry(f32, "[2]", "[0,8]")), d8);
   ASSERT_TRUE(ParseImage(valid).ok());
   const StatusCode kLoss = StatusCode::kDataLoss;
   const std::vector<BadCase> cases = {
@@ -263,50 +280,28 @@ TEST(SafetensorsTest, RejectsMalformedFilesWithClearMessages) {
       {"header with trailing junk", Image("{} {}"), kLoss, {"not valid JSON"}},
       {"header JSON array", Image("[1, 2]"), kLoss, {"JSON object"}},
       {"entry not an object", Image(W("[]")), kLoss, {"'w'", "not a JSON object"}},
-      {"unknown dtype", Image(W(R"({"dtype":"Q4","shape":[2],"data_offsets":[0,8]})"), kData8), kLoss,
-       {"'w'", "unknown dtype \"Q4\""}},
-      {"dtype not string", Image(W(R"({"dtype":4,"shape":[2],"data_offsets":[0,8]})"), kData8), kLoss,
-       {"'w'", "\"dtype\""}},
-      {"missing dtype", Image(W(R"({"shape":[2],"data_offsets":[0,8]})"), kData8), kLoss,
-       {"'w'", "missing \"dtype\""}},
-      {"missing shape", Image(W(R"({"dtype":"F32","data_offsets":[0,8]})"), kData8), kLoss,
-       {"'w'", "missing \"shape\""}},
-      {"missing data_offsets", Image(W(R"({"dtype":"F32","shape":[2]})"), kData8), kLoss,
+      {"unknown dtype", Image(W(Entry("\"Q4\"", "[2]", "[0,8]")), d8), kLoss, {"'w'", "unknown dtype \"Q4\""}},
+      {"dtype not string", Image(W(Entry("4", "[2]", "[0,8]")), d8), kLoss, {"'w'", "\"dtype\""}},
+      {"missing dtype", Image(W(R"({"shape":[2],"data_offsets":[0,8]})"), d8), kLoss, {"'w'", "missing \"dtype\""}},
+      {"missing shape", Image(W(R"({"dtype":"F32","data_offsets":[0,8]})"), d8), kLoss, {"'w'", "missing \"shape\""}},
+      {"missing data_offsets", Image(W(R"({"dtype":"F32","shape":[2]})"), d8), kLoss,
        {"'w'", "missing \"data_offsets\""}},
-      {"shape not array", Image(W(R"({"dtype":"F32","shape":2,"data_offsets":[0,8]})"), kData8), kLoss,
-       {"'w'", "\"shape\" is not an array"}},
-      {"negative shape", Image(W(R"({"dtype":"F32","shape":[-2],"data_offsets":[0,8]})"), kData8), kLoss,
-       {"'w'", "\"shape\"", "non-negative integer"}},
-      {"fractional shape", Image(W(R"({"dtype":"F32","shape":[2.0],"data_offsets":[0,8]})"), kData8), kLoss,
-       {"'w'", "non-negative integer"}},
-      {"string shape", Image(W(R"({"dtype":"F32","shape":["2"],"data_offsets":[0,8]})"), kData8), kLoss,
-       {"'w'", "non-negative integer"}},
-      {"huge shape", Image(W(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})"), kData8),
-       kLoss, {"'w'"}},
-      {"one offset", Image(W(R"({"dtype":"F32","shape":[2],"data_offsets":[8]})"), kData8), kLoss,
-       {"'w'", "\"data_offsets\""}},
-      {"negative offset", Image(W(R"({"dtype":"F32","shape":[2],"data_offsets":[-8,0]})"), kData8), kLoss,
-       {"'w'", "\"data_offsets\""}},
-      {"begin after end", Image(W(R"({"dtype":"F32","shape":[1],"data_offsets":[8,4]})"), kData8), kLoss,
-       {"'w'", "begin 8 > end 4"}},
-      {"offsets past data", Image(W(R"({"dtype":"F32","shape":[4],"data_offsets":[0,16]})"), kData8), kLoss,
+      {"shape not array", Image(W(Entry(f32, "2", "[0,8]")), d8), kLoss, {"'w'", "\"shape\" is not an array"}},
+      {"negative shape", Image(W(Entry(f32, "[-2]", "[0,8]")), d8), kLoss, {"'w'", "shape", "non-negative integer"}},
+      {"fractional shape", Image(W(Entry(f32, "[2.0]", "[0,8]")), d8), kLoss, {"'w'", "non-negative integer"}},
+      {"string shape", Image(W(Entry(f32, "[\"2\"]", "[0,8]")), d8), kLoss, {"'w'", "non-negative integer"}},
+      {"huge shape", Image(W(Entry(f32, "[4294967296,4294967296]", "[0,8]")), d8), kLoss, {"'w'"}},
+      {"one offset", Image(W(Entry(f32, "[2]", "[8]")), d8), kLoss, {"'w'", "\"data_offsets\""}},
+      {"negative offset", Image(W(Entry(f32, "[2]", "[-8,0]")), d8), kLoss, {"'w'", "\"data_offsets\""}},
+      {"begin after end", Image(W(Entry(f32, "[1]", "[8,4]")), d8), kLoss, {"'w'", "begin 8 > end 4"}},
+      {"offsets past data", Image(W(Entry(f32, "[4]", "[0,16]")), d8), kLoss,
        {"'w'", "end 16", "past the data buffer"}},
-      {"size mismatch", Image(W(R"({"dtype":"F32","shape":[3],"data_offsets":[0,8]})"), kData8), kLoss,
-       {"'w'", "holds 8 bytes", "needs 12"}},
-      {"overlap",
-       Image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-             kData8),
-       kLoss, {"'b'", "overlaps"}},
-      {"aliasing",
-       Image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
-             kData8),
-       kLoss, {"overlaps"}},
-      {"hole",
-       Image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"I16","shape":[1],"data_offsets":[6,8]}})",
-             kData8),
-       kLoss, {"bytes 4..6", "'b'", "belong to no tensor"}},
-      {"hole at start", Image(W(R"({"dtype":"F32","shape":[1],"data_offsets":[4,8]})"), kData8), kLoss,
-       {"bytes 0..4", "belong to no tensor"}},
+      {"size mismatch", Image(W(Entry(f32, "[3]", "[0,8]")), d8), kLoss, {"'w'", "holds 8 bytes", "needs 12"}},
+      {"overlap", Image(AB(Entry(f32, "[2]", "[0,8]"), Entry(f32, "[1]", "[4,8]")), d8), kLoss, {"'b'", "overlaps"}},
+      {"aliasing", Image(AB(Entry(f32, "[2]", "[0,8]"), Entry("\"I64\"", "[1]", "[0,8]")), d8), kLoss, {"overlaps"}},
+      {"hole", Image(AB(Entry(f32, "[1]", "[0,4]"), Entry("\"I16\"", "[1]", "[6,8]")), d8), kLoss,
+       {"bytes 4..6", "'b'", "belong to no tensor"}},
+      {"hole at start", Image(W(Entry(f32, "[1]", "[4,8]")), d8), kLoss, {"bytes 0..4", "belong to no tensor"}},
       {"trailing bytes", valid + "xyz", kLoss, {"3 trailing bytes"}},
       {"metadata not object", Image(R"({"__metadata__":["a"]})"), kLoss, {"\"__metadata__\" is not an object"}},
       {"metadata value not string", Image(R"({"__metadata__":{"step":17}})"), kLoss,
@@ -440,14 +435,13 @@ TEST_F(SafetensorsFileTest, CheckpointShardedLayout) {
 }
 
 TEST_F(SafetensorsFileTest, CheckpointOneShardPerOversizedTensor) {
-  const TensorMap tensors = FourTensors();
-  ASSERT_TRUE(SaveCheckpointTensors(dir_.string(), tensors, {.max_shard_bytes = 10}).ok());
+  ASSERT_TRUE(SaveCheckpointTensors(dir_.string(), FourTensors(), {.max_shard_bytes = 10}).ok());
   for (int i = 1; i <= 4; ++i) {
     EXPECT_TRUE(fs::exists(dir_ / ("model-0000" + std::to_string(i) + "-of-00004.safetensors"))) << i;
   }
   auto loaded = LoadCheckpointTensors(dir_.string());
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  ExpectSameTensors(tensors, *loaded);
+  ExpectSameTensors(FourTensors(), *loaded);
 }
 
 TEST_F(SafetensorsFileTest, CheckpointLayoutSwitchRemovesStaleEntryFile) {

@@ -44,7 +44,9 @@ Result<SafetensorsContents> ParseSafetensors(std::span<const std::byte> bytes, s
 Result<SafetensorsContents> ReadSafetensorsFile(const std::string& path);
 
 // Serializes `tensors` (sorted by name) with `metadata`. Header is padded with
-// spaces to a multiple of 8 bytes so the data is aligned.
+// spaces to a multiple of 8 bytes so the data is aligned. Preconditions
+// (checked; a violation is a bug): no tensor is named "__metadata__", and each
+// tensor's nbytes matches its shape x dtype.
 std::string SerializeSafetensors(const TensorMap& tensors, const std::map<std::string, std::string>& metadata);
 
 // Writes atomically (temporary file, then rename). Errors: Unavailable on I/O.

@@ -1,0 +1,34 @@
+// `sluice <command> [flags]`: the command-line entry point.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sluice/launch/commands.h"
+#include "sluice/launch/process.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: sluice <command> [--flag=value ...]\n"
+    "commands:\n"
+    "  init       write a freshly initialized built-in model as a Hugging Face checkpoint\n"
+    "  generate   generate with the continuous-batching rollout engine\n"
+    "run `sluice <command> --help` for the command's flags\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sluice::launch::EnsurePassiveOpenMp(argv);
+  sluice::launch::TuneAllocator();
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string command = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "init") return sluice::launch::RunInitCommand(args);
+  if (command == "generate") return sluice::launch::RunGenerateCommand(args);
+  std::fprintf(stderr, "unknown command '%s'\n%s", command.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,258 @@
+// Rollout decode throughput on a long-tail length workload
+// (shared/BENCHMARKS.md §4): continuous batching vs static batching vs a plain
+// lockstep decode loop at full batch (the bound), measured in the same run,
+// interleaved and repeated; prints medians, spreads and ratios.
+//
+// Workload: `requests` prompts of `prompt-len` random tokens; response lengths
+// are log-normal with the given median, spread so the longest is exactly
+// `tail` x the median (stratified quantiles, shuffled with the seed). Lengths
+// are fixed up front with forced_length: the model samples every token, only
+// the stop position is chosen. The lockstep bound decodes `slots` sequences
+// for S steps, S chosen so its mean attended context equals the workload's.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sluice/launch/flags.h"
+#include "sluice/launch/process.h"
+#include "sluice/model/transformer.h"
+#include "sluice/rollout/engine.h"
+
+namespace {
+
+using sluice::Result;
+using sluice::Status;
+namespace rollout = sluice::rollout;
+namespace model = sluice::model;
+
+// Inverse standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9).
+double NormalQuantile(double p) {
+  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+                             1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00};
+  static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+                             6.680131188771972e+01, -1.328068155288572e+01};
+  static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+                             -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00};
+  static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00};
+  const double lo = 0.02425;
+  if (p < lo) {
+    double q = std::sqrt(-2 * std::log(p));
+    return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+           ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  }
+  if (p > 1 - lo) return -NormalQuantile(1 - p);
+  double q = p - 0.5, r = q * q;
+  return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+         (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+}
+
+std::vector<int32_t> LongTailLengths(int n, int median, double tail, uint64_t seed) {
+  const double z_max = NormalQuantile((n - 0.5) / n);
+  const double sigma = std::log(tail) / z_max;
+  std::vector<int32_t> lengths;
+  for (int i = 0; i < n; ++i) {
+    double z = NormalQuantile((i + 0.5) / n);
+    lengths.push_back(std::max(1, static_cast<int32_t>(std::lround(median * std::exp(sigma * z)))));
+  }
+  std::shuffle(lengths.begin(), lengths.end(), std::mt19937_64(seed));
+  return lengths;
+}
+
+struct Workload {
+  std::vector<rollout::GenerationRequest> requests;
+  int64_t tokens = 0;
+  int32_t lockstep_steps = 0;
+};
+
+Workload MakeWorkload(int n, int prompt_len, int median, double tail, int64_t vocab, uint64_t seed) {
+  Workload w;
+  std::mt19937_64 rng(seed);
+  auto lengths = LongTailLengths(n, median, tail, seed);
+  double sum = 0, sum_sq = 0;
+  for (int i = 0; i < n; ++i) {
+    rollout::GenerationRequest r;
+    r.id = i;
+    for (int t = 0; t < prompt_len; ++t) r.prompt.push_back(static_cast<rollout::TokenId>(rng() % std::min<int64_t>(vocab, 256)));
+    r.sampling.seed = seed + i;
+    r.sampling.forced_length = lengths[i];
+    r.sampling.max_new_tokens = lengths[i];
+    w.tokens += lengths[i];
+    sum += lengths[i];
+    sum_sq += static_cast<double>(lengths[i]) * lengths[i];
+    w.requests.push_back(std::move(r));
+  }
+  // A token at response index j attends ~prompt + j keys; over the workload
+  // the mean j is sum(L^2)/(2 sum L), which a lockstep run of S steps matches
+  // with S = sum(L^2)/sum(L).
+  w.lockstep_steps = static_cast<int32_t>(std::lround(sum_sq / sum));
+  return w;
+}
+
+struct Sample {
+  double tokens_per_s;
+  double occupancy;
+};
+
+Result<Sample> RunEngine(const rollout::PolicySnapshot& policy, const Workload& w, int32_t slots,
+                         rollout::Scheduling scheduling, int32_t max_seq_len) {
+  rollout::EngineOptions o;
+  o.num_slots = slots;
+  o.scheduling = scheduling;
+  o.max_seq_len = max_seq_len;
+  SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create(policy, o));
+  for (const auto& r : w.requests) SLUICE_RETURN_IF_ERROR(engine->Submit(r));
+  auto start = std::chrono::steady_clock::now();
+  SLUICE_ASSIGN_OR_RETURN(auto results, engine->RunUntilIdle());
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (engine->stats().generated_tokens != w.tokens || results.size() != w.requests.size()) {
+    return Status::Internal("engine generated " + std::to_string(engine->stats().generated_tokens) +
+                            " tokens, the workload has " + std::to_string(w.tokens));
+  }
+  return Sample{w.tokens / secs, engine->stats().occupancy(slots)};
+}
+
+Result<Sample> RunLockstep(const rollout::PolicySnapshot& policy, const Workload& w, int32_t slots, int32_t prompt_len) {
+  auto start = std::chrono::steady_clock::now();
+  SLUICE_ASSIGN_OR_RETURN(int64_t tokens, rollout::RunLockstepDecode(policy, slots, prompt_len, w.lockstep_steps, 1));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return Sample{tokens / secs, 1.0};
+}
+
+struct Stats {
+  double median, min, max;
+};
+Stats Summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return Stats{v[v.size() / 2], v.front(), v.back()};
+}
+
+Status Main(int argc, char** argv) {
+  sluice::launch::FlagSet flags;
+  flags.Add("presets", "1m,20m", "comma-separated model presets");
+  flags.Add("requests", "48", "requests in the workload");
+  flags.Add("slots", "16", "engine slots = lockstep batch");
+  flags.Add("prompt-len", "16", "prompt tokens per request");
+  flags.Add("median", "24", "median response length");
+  flags.Add("tail", "16", "longest response / median");
+  flags.Add("repeats", "3", "interleaved repetitions");
+  flags.Add("threads", "0", "intra-op threads (0 = all cores)");
+  flags.Add("seed", "1", "workload and sampling seed");
+  flags.Add("json", "", "also write results as JSON to this path");
+  SLUICE_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(argv + 1, argv + argc)));
+  if (flags.help_requested()) {
+    std::printf("usage: rollout_bench [flags]\n%s", flags.Usage().c_str());
+    return Status::Ok();
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::string presets, flags.GetString("presets"));
+  SLUICE_ASSIGN_OR_RETURN(int64_t n, flags.GetInt("requests", 1, 100000));
+  SLUICE_ASSIGN_OR_RETURN(int64_t slots, flags.GetInt("slots", 1, 4096));
+  SLUICE_ASSIGN_OR_RETURN(int64_t prompt_len, flags.GetInt("prompt-len", 1, 100000));
+  SLUICE_ASSIGN_OR_RETURN(int64_t median, flags.GetInt("median", 1, 100000));
+  SLUICE_ASSIGN_OR_RETURN(double tail, flags.GetDouble("tail", 1.0, 1000.0));
+  SLUICE_ASSIGN_OR_RETURN(int64_t repeats, flags.GetInt("repeats", 1, 100));
+  SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 0, 1024));
+  SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
+  SLUICE_ASSIGN_OR_RETURN(std::string json_path, flags.GetString("json"));
+  torch::set_num_threads(threads > 0 ? static_cast<int>(threads) : std::max(1u, std::thread::hardware_concurrency()));
+  torch::Device device = torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+
+  std::string table, json = "[";
+  char line[512];
+  std::snprintf(line, sizeof(line), "%-6s %-11s %14s %18s %10s\n", "model", "mode", "tokens/s", "(min..max)", "occupancy");
+  table += line;
+  std::vector<std::string> names;
+  for (size_t pos = 0; pos <= presets.size();) {
+    size_t comma = std::min(presets.find(',', pos), presets.size());
+    names.push_back(presets.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  std::string ratios;
+  for (const std::string& name : names) {
+    SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(name));
+    Workload w = MakeWorkload(static_cast<int>(n), static_cast<int>(prompt_len), static_cast<int>(median), tail,
+                              config.vocab_size, static_cast<uint64_t>(seed));
+    int32_t longest = 0;
+    for (const auto& r : w.requests) longest = std::max(longest, r.sampling.forced_length);
+    const int32_t max_seq_len = static_cast<int32_t>(prompt_len) + std::max(longest, w.lockstep_steps);
+    if (max_seq_len > config.max_position_embeddings) {
+      return Status::InvalidArgument("prompt-len + longest response exceeds the model's context of " +
+                                     std::to_string(config.max_position_embeddings));
+    }
+    auto m = std::make_shared<model::Transformer>(config, 0);
+    m->to(device);
+    rollout::PolicySnapshot policy{m, 0};
+    std::fprintf(stderr, "%s (%.1fM params): %lld requests, %lld tokens, longest %d, median %lld, lockstep %d steps\n",
+                 name.c_str(), config.NumParameters() / 1e6, static_cast<long long>(n), static_cast<long long>(w.tokens),
+                 longest, static_cast<long long>(median), w.lockstep_steps);
+    std::vector<double> cont, stat, lock, cont_occ, stat_occ;
+    for (int64_t rep = 0; rep < repeats; ++rep) {
+      SLUICE_ASSIGN_OR_RETURN(Sample c, RunEngine(policy, w, static_cast<int32_t>(slots), rollout::Scheduling::kContinuous, max_seq_len));
+      SLUICE_ASSIGN_OR_RETURN(Sample s, RunEngine(policy, w, static_cast<int32_t>(slots), rollout::Scheduling::kStatic, max_seq_len));
+      SLUICE_ASSIGN_OR_RETURN(Sample l, RunLockstep(policy, w, static_cast<int32_t>(slots), static_cast<int32_t>(prompt_len)));
+      cont.push_back(c.tokens_per_s);
+      stat.push_back(s.tokens_per_s);
+      lock.push_back(l.tokens_per_s);
+      cont_occ.push_back(c.occupancy);
+      stat_occ.push_back(s.occupancy);
+      std::fprintf(stderr, "  rep %lld: continuous %.0f, static %.0f, lockstep %.0f tokens/s\n",
+                   static_cast<long long>(rep), c.tokens_per_s, s.tokens_per_s, l.tokens_per_s);
+    }
+    struct Row {
+      const char* mode;
+      std::vector<double>* v;
+      double occ;
+    } rows[] = {{"continuous", &cont, Summarize(cont_occ).median},
+                {"static", &stat, Summarize(stat_occ).median},
+                {"lockstep", &lock, 1.0}};
+    for (const Row& r : rows) {
+      Stats st = Summarize(*r.v);
+      std::snprintf(line, sizeof(line), "%-6s %-11s %14.0f %8.0f..%-8.0f %9.0f%%\n", name.c_str(), r.mode, st.median,
+                    st.min, st.max, 100 * r.occ);
+      table += line;
+      json += std::string(json.size() > 1 ? "," : "") + "{\"model\":\"" + name + "\",\"mode\":\"" + r.mode +
+              "\",\"tokens_per_s\":" + std::to_string(st.median) + ",\"min\":" + std::to_string(st.min) +
+              ",\"max\":" + std::to_string(st.max) + ",\"occupancy\":" + std::to_string(r.occ) + "}";
+    }
+    // Ratios per repetition (same-run pairs), then their median.
+    std::vector<double> cs, cl, sl;
+    for (size_t i = 0; i < cont.size(); ++i) {
+      cs.push_back(cont[i] / stat[i]);
+      cl.push_back(cont[i] / lock[i]);
+      sl.push_back(stat[i] / lock[i]);
+    }
+    Stats a = Summarize(cs), b = Summarize(cl), c = Summarize(sl);
+    std::snprintf(line, sizeof(line),
+                  "%-6s continuous/static %.2fx (%.2f..%.2f)   continuous/bound %.0f%% (%.0f..%.0f)   static/bound %.0f%%\n",
+                  name.c_str(), a.median, a.min, a.max, 100 * b.median, 100 * b.min, 100 * b.max, 100 * c.median);
+    ratios += line;
+  }
+  json += "]\n";
+  std::printf("\nlong-tail workload: %lld requests, median %lld tokens, longest %.0fx median, %lld slots, %s, %d threads\n%s\n%s",
+              static_cast<long long>(n), static_cast<long long>(median), tail, static_cast<long long>(slots),
+              device.str().c_str(), torch::get_num_threads(), table.c_str(), ratios.c_str());
+  if (!json_path.empty()) {
+    std::ofstream(json_path) << json;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sluice::launch::EnsurePassiveOpenMp(argv);
+  sluice::launch::TuneAllocator();
+  Status s = Main(argc, argv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  return 0;
+}

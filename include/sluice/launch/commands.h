@@ -1,0 +1,22 @@
+// The `sluice` subcommands. Each takes its arguments (after the subcommand
+// name), prints to stdout/stderr and returns a process exit code:
+// 0 success, 1 runtime failure, 2 bad usage or input.
+#ifndef SLUICE_LAUNCH_COMMANDS_H_
+#define SLUICE_LAUNCH_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+namespace sluice::launch {
+
+// `sluice init`: writes a freshly initialized built-in model (a preset) as a
+// Hugging Face checkpoint directory.
+int RunInitCommand(const std::vector<std::string>& args);
+
+// `sluice generate`: loads a checkpoint (or a preset) and generates with the
+// continuous-batching rollout engine, printing samples and throughput.
+int RunGenerateCommand(const std::vector<std::string>& args);
+
+}  // namespace sluice::launch
+
+#endif  // SLUICE_LAUNCH_COMMANDS_H_

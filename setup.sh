@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Sluice set-up on a bare Debian 12: installs the Debian packages the build and
+# tests need (only those missing), configures and builds, then runs a job.
+#
+#   ./setup.sh demo    install, build, run the main job (the built-in demo)
+#   ./setup.sh test    install, build, run the default test suite
+#   ./setup.sh build   install and build only
+#   ./setup.sh deps    install the packages only
+#
+# Idempotent: packages already present are skipped, builds are incremental
+# (ccache caches compiles across clean checkouts). Works as root without sudo.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+# Exactly what the build, tests and demo use, all from Debian's repositories.
+PACKAGES=(
+  g++ cmake ninja-build ccache pkg-config  # toolchain
+  libtorch-dev                             # model, rollout (CPU libtorch 1.13)
+  libopenblas0-openmp                      # a real BLAS: libtorch is ~20x slower on the reference one
+  nlohmann-json3-dev                       # config.json and safetensors headers
+  libgtest-dev libgmock-dev                # tests
+)
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    if [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" != "installed" ]; then
+      missing+=("$p")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    log "all ${#PACKAGES[@]} packages present"
+    return
+  fi
+  log "installing: ${missing[*]}"
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then
+      sudo=(sudo)
+    else
+      log "not root and no sudo: install these packages first: ${missing[*]}"
+      exit 1
+    fi
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# libtorch settings that matter on CPU (shared/NOTES-libtorch.md): idle OpenMP
+# threads must sleep, not spin.
+export OMP_WAIT_POLICY=PASSIVE
+
+build() {
+  local jobs
+  jobs=$(nproc)
+  log "configuring and building (build/release, $jobs jobs)"
+  cmake --preset release >/dev/null
+  cmake --build --preset release -j "$jobs"
+}
+
+cmd=${1:-demo}
+case "$cmd" in
+  deps) install_packages ;;
+  build) install_packages; build ;;
+  test)
+    install_packages
+    build
+    log "running the default test suite (labels long and gpu excluded)"
+    ctest --preset default
+    ;;
+  demo)
+    install_packages
+    build
+    log "main job: write the built-in 1M-parameter model as a Hugging Face checkpoint, load it back, generate"
+    rm -rf runs/demo
+    build/release/apps/sluice init --preset 1m --seed 0 --out runs/demo/model
+    build/release/apps/sluice generate --model runs/demo/model --num-samples 4 --slots 8 --max-new-tokens 48
+    log "weights are untrained until the trainer lands, so the text is noise; the figures show the engine at work"
+    ;;
+  *)
+    echo "usage: $0 [demo|test|build|deps]" >&2
+    exit 2
+    ;;
+esac

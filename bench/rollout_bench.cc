@@ -137,7 +137,7 @@ Stats Summarize(std::vector<double> v) {
 Status Main(int argc, char** argv) {
   sluice::launch::FlagSet flags;
   flags.Add("presets", "1m,20m", "comma-separated model presets");
-  flags.Add("requests", "48", "requests in the workload");
+  flags.Add("requests", "256", "requests in the workload");
   flags.Add("slots", "16", "engine slots = lockstep batch");
   flags.Add("prompt-len", "16", "prompt tokens per request");
   flags.Add("median", "24", "median response length");

@@ -18,10 +18,9 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// x: [B, T, H, D]; cos/sin: [B, T, D].
+// x: [..., heads, D]; cos/sin broadcast over the heads dimension.
 torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  auto c = cos.unsqueeze(2), s = sin.unsqueeze(2);
-  return x * c + RotateHalf(x) * s;
+  return x * cos + RotateHalf(x) * sin;
 }
 
 torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
@@ -59,49 +58,63 @@ Attention::Attention(const ModelConfig& c)
   o_proj_ = register_module("o_proj", MakeLinear(num_heads_ * head_dim_, c.hidden_size, false));
 }
 
-torch::Tensor Attention::Forward(const torch::Tensor& x, const AttentionContext& ctx, int64_t layer) {
-  const int64_t B = x.size(0), T = x.size(1);
-  const int64_t rep = num_heads_ / num_kv_heads_;
-  auto q = ApplyRope(q_proj_->forward(x).view({B, T, num_heads_, head_dim_}), ctx.cos, ctx.sin);
-  auto k = ApplyRope(k_proj_->forward(x).view({B, T, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
-  auto v = v_proj_->forward(x).view({B, T, num_kv_heads_, head_dim_});
+namespace {
 
-  torch::Tensor keys, values;  // [B, kv, L, D]
-  if (ctx.cache == nullptr) {
-    keys = k.permute({0, 2, 1, 3});
-    values = v.permute({0, 2, 1, 3});
-  } else {
-    torch::Tensor& ck = ctx.cache->keys[layer];
-    torch::Tensor& cv = ctx.cache->values[layer];
-    // Advanced indices around a slice: the indexed view is [B, T, kv, D], k's own layout.
-    ck.index_put_({ctx.rows, Slice(), ctx.positions}, k.to(ck.scalar_type()));
-    cv.index_put_({ctx.rows, Slice(), ctx.positions}, v.to(cv.scalar_type()));
-    if (ctx.slot_begin >= 0) {
-      keys = ck.narrow(0, ctx.slot_begin, B).narrow(2, 0, ctx.attend_len);
-      values = cv.narrow(0, ctx.slot_begin, B).narrow(2, 0, ctx.attend_len);
-    } else {
-      keys = ck.index_select(0, ctx.slots).narrow(2, 0, ctx.attend_len);
-      values = cv.index_select(0, ctx.slots).narrow(2, 0, ctx.attend_len);
-    }
-    keys = keys.to(x.scalar_type());
-    values = values.to(x.scalar_type());
-  }
-  const int64_t L = keys.size(2);
-  // Group the query heads by the kv head they share (head h uses kv head h / rep),
-  // so keys and values are never repeated in memory.
-  auto qg = q.view({B, T, num_kv_heads_, rep, head_dim_})
-                .permute({0, 2, 3, 1, 4})
-                .reshape({B, num_kv_heads_, rep * T, head_dim_});
-  auto scores = torch::matmul(qg, keys.transpose(2, 3)).mul_(1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  auto masked = scores.view({B, num_kv_heads_, rep, T, L})
-                    .masked_fill(ctx.allowed.logical_not().unsqueeze(1).unsqueeze(1),
+// q: [B, T, H, D]; keys/values: [B, KV, L, D]; allowed: [B or 1, T, L].
+// Returns [B, T, H * D]. Query heads are grouped by the kv head they share
+// (head h uses kv head h / (H / KV)), so keys and values are never repeated.
+torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values,
+                     const torch::Tensor& allowed) {
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
+  const int64_t KV = keys.size(1), L = keys.size(2), rep = H / KV;
+  auto qg = q.view({B, T, KV, rep, D}).permute({0, 2, 3, 1, 4}).reshape({B, KV, rep * T, D});
+  auto scores = torch::matmul(qg, keys.transpose(2, 3)).mul_(1.0 / std::sqrt(static_cast<double>(D)));
+  auto masked = scores.view({B, KV, rep, T, L})
+                    .masked_fill(allowed.logical_not().unsqueeze(1).unsqueeze(1),
                                  -std::numeric_limits<float>::infinity());
-  auto probs = torch::softmax(masked.to(torch::kFloat32), -1).to(x.scalar_type()).view({B, num_kv_heads_, rep * T, L});
-  auto out = torch::matmul(probs, values)  // [B, kv, rep*T, D]
-                 .view({B, num_kv_heads_, rep, T, head_dim_})
-                 .permute({0, 3, 1, 2, 4})
-                 .reshape({B, T, num_heads_ * head_dim_});
-  return o_proj_->forward(out);
+  auto probs = torch::softmax(masked.to(torch::kFloat32), -1).to(q.scalar_type()).view({B, KV, rep * T, L});
+  return torch::matmul(probs, values)  // [B, KV, rep*T, D]
+      .view({B, KV, rep, T, D})
+      .permute({0, 3, 1, 2, 4})
+      .reshape({B, T, H * D});
+}
+
+}  // namespace
+
+torch::Tensor Attention::Forward(const torch::Tensor& x, const AttentionContext& ctx, int64_t layer) {
+  if (ctx.cache == nullptr) {
+    const int64_t B = x.size(0), T = x.size(1);
+    auto q = ApplyRope(q_proj_->forward(x).view({B, T, num_heads_, head_dim_}), ctx.cos, ctx.sin);
+    auto k = ApplyRope(k_proj_->forward(x).view({B, T, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
+    auto v = v_proj_->forward(x).view({B, T, num_kv_heads_, head_dim_});
+    return o_proj_->forward(Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), ctx.causal));
+  }
+  const int64_t N = x.size(0);
+  // Packed tokens: [N, heads, D]; rope tables are [N, D].
+  auto q = ApplyRope(q_proj_->forward(x).view({N, num_heads_, head_dim_}), ctx.cos, ctx.sin);
+  auto k = ApplyRope(k_proj_->forward(x).view({N, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
+  auto v = v_proj_->forward(x).view({N, num_kv_heads_, head_dim_});
+  torch::Tensor& ck = ctx.cache->keys[layer];
+  torch::Tensor& cv = ctx.cache->values[layer];
+  // Advanced indices around a slice: the indexed view is [N, kv, D], k's own layout.
+  ck.index_put_({ctx.cache_rows, Slice(), ctx.cache_positions}, k.to(ck.scalar_type()));
+  cv.index_put_({ctx.cache_rows, Slice(), ctx.cache_positions}, v.to(cv.scalar_type()));
+  std::vector<torch::Tensor> outs;
+  outs.reserve(ctx.blocks.size());
+  for (const BlockAttention& b : ctx.blocks) {
+    torch::Tensor keys, values;  // [rows, kv, L, D]
+    if (b.slot_begin >= 0) {
+      keys = ck.narrow(0, b.slot_begin, b.rows).narrow(2, 0, b.attend_len);
+      values = cv.narrow(0, b.slot_begin, b.rows).narrow(2, 0, b.attend_len);
+    } else {
+      keys = ck.index_select(0, b.slots).narrow(2, 0, b.attend_len);
+      values = cv.index_select(0, b.slots).narrow(2, 0, b.attend_len);
+    }
+    auto qb = q.narrow(0, b.token_offset, b.rows * b.length).view({b.rows, b.length, num_heads_, head_dim_});
+    outs.push_back(Attend(qb, keys.to(x.scalar_type()), values.to(x.scalar_type()), b.allowed)
+                       .view({b.rows * b.length, num_heads_ * head_dim_}));
+  }
+  return o_proj_->forward(outs.size() == 1 ? outs[0] : torch::cat(outs, 0));
 }
 
 Mlp::Mlp(const ModelConfig& c) {
@@ -171,15 +184,28 @@ torch::Tensor Transformer::output_weight() const {
   return config_.tie_word_embeddings ? model_->embed_tokens->weight : lm_head_->weight;
 }
 
-torch::Tensor Transformer::Run(const torch::Tensor& tokens, const torch::Tensor& positions, AttentionContext& ctx) {
-  const int64_t B = tokens.size(0), T = tokens.size(1), D = config_.resolved_head_dim();
+torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                  AttentionContext& ctx) {
+  const int64_t D = config_.resolved_head_dim();
+  std::vector<int64_t> table_shape(positions.sizes().begin(), positions.sizes().end());
+  table_shape.push_back(D);
   auto flat = positions.reshape({-1});
-  ctx.cos = rope_cos_.index_select(0, flat).view({B, T, D});
-  ctx.sin = rope_sin_.index_select(0, flat).view({B, T, D});
+  ctx.cos = rope_cos_.index_select(0, flat).view(table_shape);
+  ctx.sin = rope_sin_.index_select(0, flat).view(table_shape);
+  if (ctx.cache != nullptr) {  // packed layout [N, heads, D] broadcasts over heads
+    ctx.cos = ctx.cos.unsqueeze(-2);
+    ctx.sin = ctx.sin.unsqueeze(-2);
+  } else {  // [B, T, heads, D]
+    ctx.cos = ctx.cos.unsqueeze(2);
+    ctx.sin = ctx.sin.unsqueeze(2);
+  }
   auto h = model_->embed_tokens->forward(tokens);
   for (size_t i = 0; i < model_->layers.size(); ++i) h = model_->layers[i]->Forward(h, ctx, static_cast<int64_t>(i));
-  h = model_->norm->Forward(h);
-  return torch::matmul(h, output_weight().t()).to(torch::kFloat32);
+  return model_->norm->Forward(h);
+}
+
+torch::Tensor Transformer::Logits(const torch::Tensor& hidden) {
+  return torch::matmul(hidden, output_weight().t()).to(torch::kFloat32);
 }
 
 torch::Tensor Transformer::Forward(const torch::Tensor& tokens) {
@@ -189,42 +215,71 @@ torch::Tensor Transformer::Forward(const torch::Tensor& tokens) {
   auto device = tokens.device();
   auto positions = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(device)).unsqueeze(0).expand(tokens.sizes());
   AttentionContext ctx;
-  ctx.allowed = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(device)).tril().unsqueeze(0);
-  return Run(tokens, positions, ctx);
+  ctx.causal = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(device)).tril().unsqueeze(0);
+  return Logits(Hidden(tokens, positions, ctx));
+}
+
+torch::Tensor Transformer::ForwardBlocks(const torch::Tensor& tokens, const std::vector<CachedBlock>& blocks,
+                                         KvCache* cache, bool last_only) {
+  SLUICE_CHECK(cache != nullptr);
+  SLUICE_CHECK_EQ(tokens.dim(), 1);
+  const int64_t limit = std::min(cache->max_len, config_.max_position_embeddings);
+  auto device = tokens.device();
+  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  // Host-side geometry: per-token cache rows/positions, per-block masks.
+  std::vector<int64_t> rows, positions, last;
+  std::vector<bool> used(cache->num_slots, false);
+  AttentionContext ctx;
+  ctx.cache = cache;
+  int64_t offset = 0;
+  for (const CachedBlock& block : blocks) {
+    const int64_t B = static_cast<int64_t>(block.slots.size()), T = block.length;
+    SLUICE_CHECK_EQ(static_cast<int64_t>(block.starts.size()), B);
+    SLUICE_CHECK(T >= 1 && B >= 1) << "empty block";
+    BlockAttention attn;
+    attn.token_offset = offset;
+    attn.rows = B;
+    attn.length = T;
+    int64_t max_start = 0;
+    bool consecutive = true;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t slot = block.slots[b], start = block.starts[b];
+      SLUICE_CHECK(slot >= 0 && slot < cache->num_slots) << "slot " << slot;
+      SLUICE_CHECK(!used[slot]) << "slot " << slot << " appears twice in one pass";
+      used[slot] = true;
+      SLUICE_CHECK(start >= 0 && start + T <= limit) << "start " << start << " + " << T << " > " << limit;
+      max_start = std::max(max_start, start);
+      consecutive = consecutive && slot == block.slots[0] + b;
+      for (int64_t t = 0; t < T; ++t) {
+        rows.push_back(slot);
+        positions.push_back(start + t);
+      }
+      last.push_back(offset + (b + 1) * T - 1);
+    }
+    attn.attend_len = max_start + T;
+    attn.slot_begin = consecutive ? block.slots[0] : -1;
+    attn.slots = torch::tensor(block.slots, i64).to(device);
+    auto starts = torch::tensor(block.starts, i64).to(device);
+    auto query_pos = starts.unsqueeze(1) + torch::arange(T, i64.device(device)).unsqueeze(0);  // [B, T]
+    auto key_pos = torch::arange(attn.attend_len, i64.device(device)).view({1, 1, attn.attend_len});
+    attn.allowed = key_pos <= query_pos.unsqueeze(2);  // [B, T, L]
+    ctx.blocks.push_back(std::move(attn));
+    offset += B * T;
+  }
+  SLUICE_CHECK_EQ(tokens.size(0), offset);
+  ctx.cache_rows = torch::tensor(rows, i64).to(device);
+  ctx.cache_positions = torch::tensor(positions, i64).to(device);
+  auto hidden = Hidden(tokens, ctx.cache_positions, ctx);  // [N, hidden]
+  if (last_only) hidden = hidden.index_select(0, torch::tensor(last, i64).to(device));
+  return Logits(hidden);
 }
 
 torch::Tensor Transformer::ForwardCached(const torch::Tensor& tokens, const std::vector<int64_t>& slots,
                                          const std::vector<int64_t>& starts, KvCache* cache) {
-  SLUICE_CHECK(cache != nullptr);
   SLUICE_CHECK_EQ(tokens.dim(), 2);
   const int64_t B = tokens.size(0), T = tokens.size(1);
-  SLUICE_CHECK_EQ(static_cast<int64_t>(slots.size()), B);
-  SLUICE_CHECK_EQ(static_cast<int64_t>(starts.size()), B);
-  const int64_t limit = std::min(cache->max_len, config_.max_position_embeddings);
-  int64_t max_start = 0;
-  bool consecutive = true;
-  for (int64_t b = 0; b < B; ++b) {
-    SLUICE_CHECK(slots[b] >= 0 && slots[b] < cache->num_slots) << "slot " << slots[b];
-    SLUICE_CHECK(starts[b] >= 0 && starts[b] + T <= limit) << "start " << starts[b] << " + " << T << " > " << limit;
-    max_start = std::max(max_start, starts[b]);
-    consecutive = consecutive && slots[b] == slots[0] + b;
-  }
-  auto device = tokens.device();
-  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  auto starts_t = torch::tensor(starts, i64).to(device);
-  auto slots_t = torch::tensor(slots, i64).to(device);
-  auto positions = starts_t.unsqueeze(1) + torch::arange(T, i64.device(device)).unsqueeze(0);  // [B, T]
-
-  AttentionContext ctx;
-  ctx.cache = cache;
-  ctx.attend_len = max_start + T;
-  ctx.positions = positions;
-  ctx.rows = slots_t.unsqueeze(1).expand({B, T});
-  ctx.slots = slots_t;
-  ctx.slot_begin = consecutive ? slots[0] : -1;
-  auto key_pos = torch::arange(ctx.attend_len, i64.device(device)).view({1, 1, ctx.attend_len});
-  ctx.allowed = key_pos <= positions.unsqueeze(2);  // [B, T, L]
-  return Run(tokens, positions, ctx);
+  auto logits = ForwardBlocks(tokens.reshape({-1}), {CachedBlock{slots, starts, T}}, cache, /*last_only=*/false);
+  return logits.view({B, T, -1});
 }
 
 }  // namespace sluice::model

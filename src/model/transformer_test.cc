@@ -112,6 +112,32 @@ TEST_P(TransformerTest, RowsAtDifferentPositionsDecodeIndependently) {
   EXPECT_TRUE(torch::allclose(step[1][0], full_b[0][3], 1e-5, 1e-5));
 }
 
+TEST_P(TransformerTest, PrefillsAndDecodesShareOnePass) {
+  torch::NoGradGuard g;
+  auto a = RandomTokens(1, 9, config_.vocab_size, 6), b = RandomTokens(1, 7, config_.vocab_size, 7),
+       c = RandomTokens(1, 5, config_.vocab_size, 8);
+  auto full_a = model_->Forward(a)[0], full_b = model_->Forward(b)[0], full_c = model_->Forward(c)[0];
+  auto cache = KvCache::Allocate(config_, 4, 16, torch::kCPU);
+  // a (slot 3) and b (slot 0) are mid-decode; c (slot 1) arrives and is prefilled in the same pass.
+  model_->ForwardCached(a.narrow(1, 0, 8), {3}, {0}, &cache);
+  model_->ForwardCached(b.narrow(1, 0, 6), {0}, {0}, &cache);
+  auto packed = torch::cat({a[0].narrow(0, 8, 1), b[0].narrow(0, 6, 1), c[0]});
+  std::vector<CachedBlock> blocks = {CachedBlock{{3, 0}, {8, 6}, 1}, CachedBlock{{1}, {0}, 5}};
+  auto all = model_->ForwardBlocks(packed, blocks, &cache, /*last_only=*/false);
+  ASSERT_EQ(all.size(0), 7);
+  EXPECT_TRUE(torch::allclose(all[0], full_a[8], 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(all[1], full_b[6], 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(all.narrow(0, 2, 5), full_c, 1e-5, 1e-5));
+  // last_only: one row per sequence, the same values.
+  auto cache2 = KvCache::Allocate(config_, 4, 16, torch::kCPU);
+  model_->ForwardCached(a.narrow(1, 0, 8), {3}, {0}, &cache2);
+  model_->ForwardCached(b.narrow(1, 0, 6), {0}, {0}, &cache2);
+  auto last = model_->ForwardBlocks(packed, blocks, &cache2, /*last_only=*/true);
+  ASSERT_EQ(last.size(0), 3);
+  EXPECT_TRUE(torch::allclose(last[2], full_c[4], 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(last[0], full_a[8], 1e-5, 1e-5));
+}
+
 // A naive forward written straight from the Llama equations, one head at a
 // time with explicit repetition of the kv heads, sharing no code with the model.
 torch::Tensor NaiveForward(Transformer& m, const ModelConfig& c, const torch::Tensor& tokens) {

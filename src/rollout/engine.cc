@@ -121,37 +121,30 @@ struct RolloutEngine::Impl {
     return admitted;
   }
 
-  // Logits [A, V] of the last prompt token of each admitted slot.
-  torch::Tensor Prefill(const std::vector<int64_t>& admitted) {
-    int64_t max_len = 0;
-    for (int64_t s : admitted) max_len = std::max(max_len, slots[s]->prompt_len());
-    const int64_t A = static_cast<int64_t>(admitted.size());
-    // Right-padded; pad positions write cache entries that the sequence's own
-    // decode steps overwrite before any query can attend to them.
-    std::vector<int64_t> flat(A * max_len, 0), last(A);
-    for (int64_t a = 0; a < A; ++a) {
-      const auto& prompt = slots[admitted[a]]->request.prompt;
-      std::copy(prompt.begin(), prompt.end(), flat.begin() + a * max_len);
-      last[a] = static_cast<int64_t>(prompt.size()) - 1;
+  // One forward pass for the step: a decode block over the running
+  // sequences (each feeds its last token) and one prefill block per admitted
+  // prompt. Returns logits [running + admitted, V] in that order.
+  torch::Tensor Forward(const std::vector<int64_t>& running, const std::vector<int64_t>& admitted) {
+    std::vector<model::CachedBlock> blocks;
+    std::vector<int64_t> tokens;
+    // Running sequences decode in blocks of consecutive slots: the model reads
+    // a consecutive range of the cache in place, while any other set of slots
+    // would be gathered (copied) in every layer.
+    for (size_t i = 0; i < running.size(); ++i) {
+      if (i == 0 || running[i] != running[i - 1] + 1) blocks.push_back(model::CachedBlock{{}, {}, 1});
+      const Sequence& s = *slots[running[i]];
+      blocks.back().slots.push_back(running[i]);
+      blocks.back().starts.push_back(s.next_position());
+      tokens.push_back(s.result.tokens.back());
+    }
+    for (int64_t slot : admitted) {
+      const auto& prompt = slots[slot]->request.prompt;
+      blocks.push_back(model::CachedBlock{{slot}, {0}, static_cast<int64_t>(prompt.size())});
+      tokens.insert(tokens.end(), prompt.begin(), prompt.end());
       stats.prefill_tokens += static_cast<int64_t>(prompt.size());
     }
-    auto tokens = torch::tensor(flat, torch::kInt64).view({A, max_len}).to(device);
-    auto logits = policy.model->ForwardCached(tokens, admitted, std::vector<int64_t>(A, 0), &cache);
-    auto index = torch::tensor(last, torch::kInt64).to(device).view({A, 1, 1}).expand({A, 1, logits.size(2)});
-    return logits.gather(1, index).squeeze(1);
-  }
-
-  // Logits [R, V] for feeding each running sequence its last token.
-  torch::Tensor Decode(const std::vector<int64_t>& running) {
-    const int64_t R = static_cast<int64_t>(running.size());
-    std::vector<int64_t> tokens(R), starts(R);
-    for (int64_t r = 0; r < R; ++r) {
-      const Sequence& s = *slots[running[r]];
-      tokens[r] = s.result.tokens.back();
-      starts[r] = s.next_position();
-    }
-    auto t = torch::tensor(tokens, torch::kInt64).view({R, 1}).to(device);
-    return policy.model->ForwardCached(t, running, starts, &cache).squeeze(1);
+    auto packed = torch::tensor(tokens, torch::kInt64).to(device);
+    return policy.model->ForwardBlocks(packed, blocks, &cache, /*last_only=*/true);
   }
 
   // Appends one sampled token; returns true when the sequence is done.
@@ -178,11 +171,11 @@ struct RolloutEngine::Impl {
     return false;
   }
 
-  // With nothing left to admit, moves the highest running sequences into the
-  // lowest free slots so the running set stays a consecutive range, which the
-  // model attends in place instead of gathering every step.
+  // When freed slots will not be refilled at the next step (nothing waiting,
+  // or static batching mid-batch), moves the highest running sequences into
+  // the lowest free slots: one consecutive range decodes as a single block.
   void Compact() {
-    if (!waiting.empty()) return;
+    if (!waiting.empty() && options.scheduling == Scheduling::kContinuous) return;
     size_t lo = 0, hi = slots.size();
     while (true) {
       while (lo < slots.size() && slots[lo].has_value()) ++lo;
@@ -209,20 +202,14 @@ struct RolloutEngine::Impl {
     std::vector<int64_t> admitted = Admit(!running.empty());
     if (running.empty() && admitted.empty()) return {};
 
-    std::vector<torch::Tensor> parts;
-    std::vector<int64_t> order;  // slot of each logits row
-    if (!admitted.empty()) {
-      parts.push_back(Prefill(admitted));
-      order.insert(order.end(), admitted.begin(), admitted.end());
-    }
+    std::vector<int64_t> order = running;  // slot of each logits row
+    order.insert(order.end(), admitted.begin(), admitted.end());
     if (!running.empty()) {
-      parts.push_back(Decode(running));
-      order.insert(order.end(), running.begin(), running.end());
       ++stats.decode_steps;
       stats.active_slot_steps += static_cast<int64_t>(running.size());
     }
     ++stats.steps;
-    auto logits = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
+    auto logits = Forward(running, admitted);
     std::vector<SampleRow> rows;
     rows.reserve(order.size());
     for (int64_t s : order) rows.push_back(RowFor(*slots[s]));

@@ -7,9 +7,10 @@
 // Two entry points share one attention implementation:
 //  * Forward(tokens) — full causal forward over a right-padded batch
 //    (training, scoring, reference logits);
-//  * ForwardCached(tokens, slots, starts, cache) — incremental forward that
-//    writes keys/values into a preallocated KvCache at each row's positions
-//    and attends over that row's cached prefix (prefill and decode).
+//  * ForwardBlocks(tokens, blocks, cache) — incremental forward that writes
+//    keys/values into a preallocated KvCache at each row's positions and
+//    attends over that row's cached prefix; prefills and decodes of many
+//    sequences share one pass.
 //
 // Thread safety: a Transformer may run concurrent forwards under NoGradGuard
 // when each uses its own KvCache; mutating the weights (optimizer step, load)
@@ -52,23 +53,41 @@ class RmsNorm : public torch::nn::Module {
   double eps_;
 };
 
-// What one forward pass shares across layers (built once per pass).
+// One rectangular block of a cached forward pass: `slots.size()` sequences,
+// each feeding `length` new tokens starting at its position starts[i].
+// A decode step is one block of length 1; a prompt prefill is a block of one
+// sequence of the prompt's length.
+struct CachedBlock {
+  std::vector<int64_t> slots;
+  std::vector<int64_t> starts;
+  int64_t length = 1;
+};
+
+// Per-block attention geometry, built once per pass (private to the model).
+struct BlockAttention {
+  int64_t token_offset = 0;  // first packed token of the block
+  int64_t rows = 0, length = 0;
+  int64_t slot_begin = -1;   // >= 0: slots are slot_begin.. slot_begin+rows-1 (read in place)
+  torch::Tensor slots;       // [rows] (gathered when not a range)
+  int64_t attend_len = 0;    // L = max(start) + length
+  torch::Tensor allowed;     // [rows, length, L] bool
+};
+
+// What one forward pass shares across layers.
 struct AttentionContext {
-  torch::Tensor cos, sin;   // [B, T, head_dim]
-  torch::Tensor allowed;    // [B or 1, T, L] bool: query t may attend key j
-  KvCache* cache = nullptr; // null: keys are this pass's own tokens
-  torch::Tensor rows;       // [B, T] cache row of each token
-  torch::Tensor positions;  // [B, T] cache position of each token
-  torch::Tensor slots;      // [B] cache rows (gathered when not a range)
-  int64_t slot_begin = -1;  // >= 0: slots are slot_begin.. slot_begin+B-1
-  int64_t attend_len = 0;   // L
+  torch::Tensor cos, sin;   // [..., head_dim], matching the token layout
+  KvCache* cache = nullptr; // null: uncached pass over [B, T] tokens, causal
+  torch::Tensor causal;     // uncached: [1, T, T] bool
+  torch::Tensor cache_rows, cache_positions;  // cached: [N] per packed token
+  std::vector<BlockAttention> blocks;         // cached
 };
 
 class Attention : public torch::nn::Module {
  public:
   explicit Attention(const ModelConfig& config);
-  // x: [B, T, hidden]. With a cache, this pass's keys/values are written at
-  // (rows, positions) of cache layer `layer` before attending.
+  // Uncached: x is [B, T, hidden]. Cached: x is [N, hidden], the packed
+  // tokens of all blocks; their keys/values are written into cache layer
+  // `layer` first, then each block attends over its rows' cached prefixes.
   torch::Tensor Forward(const torch::Tensor& x, const AttentionContext& ctx, int64_t layer);
 
  private:
@@ -117,12 +136,19 @@ class Transformer : public torch::nn::Module {
   // Returns logits [B, T, vocab] (float32).
   torch::Tensor Forward(const torch::Tensor& tokens);
 
-  // tokens: [B, T] int64; slots[b], starts[b]: cache row and first position
-  // of row b. Preconditions (checked): starts[b] + T <= min(cache->max_len,
-  // max_position_embeddings), slots distinct and < cache->num_slots; the
-  // cache already holds positions [0, starts[b]) of each row. When the slots
-  // are consecutive the cache is read in place, otherwise gathered.
-  // Returns logits [B, T, vocab].
+  // One pass over several blocks (see CachedBlock). `tokens` holds the
+  // blocks' tokens packed in order: block by block, row by row ([N] int64).
+  // Projections and MLPs run once over all N tokens; attention runs per block.
+  // Returns logits [N, vocab], or with last_only the logits of each sequence's
+  // last token [sum of rows, vocab] (the output projection then runs on those
+  // rows only). Preconditions (checked): starts[i] + length <=
+  // min(cache->max_len, max_position_embeddings); slots distinct across the
+  // pass and < cache->num_slots; positions [0, starts[i]) of each slot hold
+  // that sequence's earlier keys/values.
+  torch::Tensor ForwardBlocks(const torch::Tensor& tokens, const std::vector<CachedBlock>& blocks, KvCache* cache,
+                              bool last_only);
+
+  // Convenience for one block: tokens [B, T]; returns logits [B, T, vocab].
   torch::Tensor ForwardCached(const torch::Tensor& tokens, const std::vector<int64_t>& slots,
                               const std::vector<int64_t>& starts, KvCache* cache);
 
@@ -130,7 +156,9 @@ class Transformer : public torch::nn::Module {
   torch::Tensor output_weight() const;
 
  private:
-  torch::Tensor Run(const torch::Tensor& tokens, const torch::Tensor& positions, AttentionContext& ctx);
+  // Embeddings -> layers -> final norm: hidden states shaped like `tokens`.
+  torch::Tensor Hidden(const torch::Tensor& tokens, const torch::Tensor& positions, AttentionContext& ctx);
+  torch::Tensor Logits(const torch::Tensor& hidden);
 
   ModelConfig config_;
   std::shared_ptr<DecoderStack> model_;

@@ -5,9 +5,9 @@
 //   1. the weight-swap hook runs; a snapshot it returns serves from now on
 //      (so one forward pass never mixes two weight sets);
 //   2. waiting requests take free slots (continuous mode: any free slot;
-//      static mode: only when every slot is free) and are prefilled, which
-//      samples their first token;
-//   3. one decode step over the sequences that were already running;
+//      static mode: only when every slot is free);
+//   3. one forward pass decodes one token for every running sequence and
+//      prefills the newly admitted prompts (which samples their first token);
 //   4. finished sequences leave their slots, which step 2 refills next time.
 // Every generated token records its log-probability and the policy version
 // that produced it.

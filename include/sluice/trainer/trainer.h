@@ -1,0 +1,127 @@
+// The trainer: RL (GRPO / PPO) and supervised steps on a Transformer, with
+// token-budget micro-batching and gradient accumulation, AdamW, gradient
+// clipping and a learning-rate schedule. Optimizer state saves and loads as
+// safetensors so a run resumes exactly.
+//
+// Thread safety: not thread-safe; one owner thread. The policy model is
+// mutated by each step: callers must not run forwards on it concurrently
+// (the sync loop generates only between steps).
+#ifndef SLUICE_TRAINER_TRAINER_H_
+#define SLUICE_TRAINER_TRAINER_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/common/host_tensor.h"
+#include "sluice/common/status.h"
+#include "sluice/model/tokenizer.h"
+#include "sluice/model/transformer.h"
+#include "sluice/trainer/losses.h"
+
+namespace sluice::trainer {
+
+using model::TokenId;
+
+// One response to one prompt, as rollout and reward produced it.
+struct RolloutSample {
+  uint64_t id = 0;
+  uint64_t group_id = 0;  // samples of one prompt share it (GRPO group)
+  std::vector<TokenId> prompt;
+  std::vector<TokenId> response;
+  std::vector<float> behavior_logprobs;  // one per response token
+  std::vector<int64_t> versions;         // policy version per response token
+  double reward = 0;
+  double advantage = 0;                  // set by the caller (GroupAdvantages)
+};
+
+// A supervised example: the loss is cross-entropy on `target` given `prompt`.
+struct SftExample {
+  std::vector<TokenId> prompt;
+  std::vector<TokenId> target;
+};
+
+struct OptimizerOptions {
+  double lr = 1e-4;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;   // decoupled (AdamW)
+  double max_grad_norm = 1.0;  // <= 0: no clipping
+  int64_t warmup_steps = 0;    // linear warm-up from 0
+  int64_t decay_steps = 0;     // cosine decay to min_lr_ratio * lr over this many steps after warm-up (0: constant)
+  double min_lr_ratio = 0.1;
+};
+
+struct TrainerOptions {
+  OptimizerOptions optimizer;
+  PolicyLossOptions loss;
+  int64_t micro_batch_tokens = 8192;  // padded tokens per forward/backward (>= the longest sequence)
+  int64_t mini_batches = 1;           // optimizer steps per RL batch (per epoch)
+  int64_t ppo_epochs = 1;             // passes over the RL batch
+  bool recompute_old_logprobs = true; // else the behaviour logprobs serve as the proximal policy
+  float temperature = 1.0f;           // logits / temperature, as rollout sampled
+  int32_t pad_token = 0;              // any id: padding is masked
+
+  Status Validate() const;
+};
+
+struct StepMetrics {
+  double loss = 0, pg_loss = 0, kl = 0, entropy = 0, clip_frac = 0, ratio_mean = 0;
+  double grad_norm = 0, lr = 0;
+  int64_t tokens = 0, sequences = 0, micro_batches = 0, optimizer_steps = 0;
+};
+
+class Trainer {
+ public:
+  // `reference` is the frozen policy for the KL penalty; required iff
+  // options.loss.kl_coef > 0. Errors: InvalidArgument for bad options.
+  static Result<std::unique_ptr<Trainer>> Create(std::shared_ptr<model::Transformer> policy,
+                                                 std::shared_ptr<model::Transformer> reference,
+                                                 const TrainerOptions& options);
+
+  // One RL update on `samples` (advantages set): old logprobs recomputed
+  // (if enabled), then ppo_epochs x mini_batches optimizer steps. Errors:
+  // InvalidArgument for empty batches, empty responses, mismatched per-token
+  // vectors, sequences longer than the micro-batch budget or the context.
+  Result<StepMetrics> RlStep(const std::vector<RolloutSample>& samples);
+
+  // One optimizer step of cross-entropy on the targets (token mean).
+  Result<StepMetrics> SftStep(const std::vector<SftExample>& examples);
+
+  // log p(response token | prefix) under `model` with this trainer's
+  // temperature, one vector per sample (no grad).
+  Result<std::vector<std::vector<float>>> ResponseLogprobs(model::Transformer& model,
+                                                           const std::vector<RolloutSample>& samples);
+
+  // Optimizer state (moments, step counts) as named tensors + counters, for
+  // checkpoints. LoadState rejects names or shapes that do not match.
+  TensorMap OptimizerState() const;
+  Status LoadOptimizerState(const TensorMap& state, int64_t optimizer_steps);
+
+  int64_t optimizer_steps() const { return optimizer_steps_; }
+  double CurrentLr() const;
+  const TrainerOptions& options() const { return options_; }
+  model::Transformer& policy() { return *policy_; }
+
+ private:
+  Trainer(std::shared_ptr<model::Transformer> policy, std::shared_ptr<model::Transformer> reference,
+          const TrainerOptions& options);
+  struct Batch;
+  Result<std::vector<Batch>> Pack(const std::vector<RolloutSample>& samples, const std::vector<size_t>& order) const;
+  torch::Tensor TokenLogprobs(model::Transformer& model, const Batch& batch, torch::Tensor* logits_out);
+  double OptimizerStep();  // clip, AdamW update, zero grads; returns the grad norm
+
+  std::shared_ptr<model::Transformer> policy_;
+  std::shared_ptr<model::Transformer> reference_;
+  TrainerOptions options_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;  // by HF name
+  std::map<std::string, torch::Tensor> exp_avg_, exp_avg_sq_;
+  int64_t optimizer_steps_ = 0;
+};
+
+}  // namespace sluice::trainer
+
+#endif  // SLUICE_TRAINER_TRAINER_H_

@@ -1,0 +1,363 @@
+#include "sluice/trainer/trainer.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "sluice/common/check.h"
+#include "sluice/common/logging.h"
+#include "sluice/model/weights.h"
+
+namespace sluice::trainer {
+
+Status TrainerOptions::Validate() const {
+  const OptimizerOptions& o = optimizer;
+  if (!(o.lr >= 0)) return Status::InvalidArgument("trainer lr must be >= 0");
+  if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) {
+    return Status::InvalidArgument("trainer betas must be in [0, 1)");
+  }
+  if (!(o.eps > 0)) return Status::InvalidArgument("trainer eps must be > 0");
+  if (o.warmup_steps < 0 || o.decay_steps < 0) return Status::InvalidArgument("warm-up and decay steps must be >= 0");
+  if (micro_batch_tokens < 1) return Status::InvalidArgument("micro_batch_tokens must be >= 1");
+  if (mini_batches < 1) return Status::InvalidArgument("mini_batches must be >= 1");
+  if (ppo_epochs < 1) return Status::InvalidArgument("ppo_epochs must be >= 1");
+  if (!(temperature > 0)) return Status::InvalidArgument("trainer temperature must be > 0");
+  if (!(loss.clip_low >= 0 && loss.clip_low < 1) || !(loss.clip_high >= 0)) {
+    return Status::InvalidArgument("clip ratios must satisfy 0 <= clip_low < 1 and clip_high >= 0");
+  }
+  if (!(loss.kl_coef >= 0)) return Status::InvalidArgument("kl_coef must be >= 0");
+  return Status::Ok();
+}
+
+// A right-padded micro-batch. Per-token tensors are [B, L-1]: position j holds
+// what predicts token j + 1.
+struct Trainer::Batch {
+  torch::Tensor tokens;      // [B, L] int64
+  torch::Tensor mask;        // 1 where token j + 1 is a response token
+  torch::Tensor advantages;
+  torch::Tensor behavior;
+  torch::Tensor versions;    // int64
+  torch::Tensor old_logprobs, ref_logprobs;
+  std::vector<size_t> samples;
+  std::vector<int64_t> prompt_len, response_len;
+  int64_t sequences() const { return static_cast<int64_t>(samples.size()); }
+};
+
+Trainer::Trainer(std::shared_ptr<model::Transformer> policy, std::shared_ptr<model::Transformer> reference,
+                 const TrainerOptions& options)
+    : policy_(std::move(policy)), reference_(std::move(reference)), options_(options) {
+  for (auto& p : policy_->named_parameters()) {
+    params_.emplace_back(p.key(), p.value());
+    exp_avg_[p.key()] = torch::zeros_like(p.value());
+    exp_avg_sq_[p.key()] = torch::zeros_like(p.value());
+  }
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transformer> policy,
+                                                 std::shared_ptr<model::Transformer> reference,
+                                                 const TrainerOptions& options) {
+  if (!policy) return Status::InvalidArgument("trainer needs a policy model");
+  SLUICE_RETURN_IF_ERROR(options.Validate());
+  if (options.loss.kl_coef > 0 && !reference) {
+    return Status::InvalidArgument("kl_coef > 0 needs a reference model");
+  }
+  return std::unique_ptr<Trainer>(new Trainer(std::move(policy), std::move(reference), options));
+}
+
+Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSample>& samples,
+                                                  const std::vector<size_t>& order) const {
+  const model::ModelConfig& config = policy_->config();
+  const int64_t budget = options_.micro_batch_tokens;
+  for (size_t i : order) {
+    const RolloutSample& s = samples[i];
+    const std::string which = "sample " + std::to_string(s.id);
+    if (s.prompt.empty()) return Status::InvalidArgument(which + ": empty prompt");
+    if (s.response.empty()) return Status::InvalidArgument(which + ": empty response");
+    if (s.behavior_logprobs.size() != s.response.size()) {
+      return Status::InvalidArgument(which + ": " + std::to_string(s.behavior_logprobs.size()) + " logprobs for " +
+                                     std::to_string(s.response.size()) + " response tokens");
+    }
+    if (!s.versions.empty() && s.versions.size() != s.response.size()) {
+      return Status::InvalidArgument(which + ": " + std::to_string(s.versions.size()) + " versions for " +
+                                     std::to_string(s.response.size()) + " response tokens");
+    }
+    const int64_t len = static_cast<int64_t>(s.prompt.size() + s.response.size());
+    if (len > config.max_position_embeddings) {
+      return Status::OutOfRange(which + ": " + std::to_string(len) + " tokens exceed the context of " +
+                                std::to_string(config.max_position_embeddings));
+    }
+    if (len > budget) {
+      return Status::OutOfRange(which + ": " + std::to_string(len) + " tokens exceed micro_batch_tokens " +
+                                std::to_string(budget));
+    }
+    for (const auto* seq : {&s.prompt, &s.response}) {
+      for (TokenId t : *seq) {
+        if (t < 0 || t >= config.vocab_size) {
+          return Status::InvalidArgument(which + ": token " + std::to_string(t) + " is outside the vocabulary");
+        }
+      }
+    }
+  }
+  // Greedy packing in order: a micro-batch grows while rows x longest <= budget.
+  std::vector<std::vector<size_t>> groups;
+  int64_t longest = 0;
+  for (size_t i : order) {
+    const int64_t len = static_cast<int64_t>(samples[i].prompt.size() + samples[i].response.size());
+    const int64_t grown = std::max(longest, len);
+    if (groups.empty() || static_cast<int64_t>(groups.back().size() + 1) * grown > budget) {
+      groups.emplace_back();
+      longest = len;
+    } else {
+      longest = grown;
+    }
+    groups.back().push_back(i);
+  }
+  std::vector<Batch> out;
+  auto device = policy_->parameters().front().device();
+  for (const auto& g : groups) {
+    Batch b;
+    b.samples = g;
+    int64_t L = 0;
+    for (size_t i : g) L = std::max<int64_t>(L, samples[i].prompt.size() + samples[i].response.size());
+    const int64_t B = static_cast<int64_t>(g.size());
+    std::vector<int64_t> tokens(B * L, options_.pad_token), versions(B * (L - 1), 0);
+    std::vector<float> mask(B * (L - 1), 0.f), adv(B * (L - 1), 0.f), behavior(B * (L - 1), 0.f);
+    for (int64_t r = 0; r < B; ++r) {
+      const RolloutSample& s = samples[g[r]];
+      const int64_t P = static_cast<int64_t>(s.prompt.size()), R = static_cast<int64_t>(s.response.size());
+      std::copy(s.prompt.begin(), s.prompt.end(), tokens.begin() + r * L);
+      std::copy(s.response.begin(), s.response.end(), tokens.begin() + r * L + P);
+      for (int64_t j = 0; j < R; ++j) {
+        const int64_t pos = r * (L - 1) + P - 1 + j;
+        mask[pos] = 1.f;
+        adv[pos] = static_cast<float>(s.advantage);
+        behavior[pos] = s.behavior_logprobs[j];
+        versions[pos] = s.versions.empty() ? 0 : s.versions[j];
+      }
+      b.prompt_len.push_back(P);
+      b.response_len.push_back(R);
+    }
+    auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+    b.tokens = torch::tensor(tokens, torch::kInt64).view({B, L}).to(device);
+    b.mask = torch::tensor(mask, f32).view({B, L - 1}).to(device);
+    b.advantages = torch::tensor(adv, f32).view({B, L - 1}).to(device);
+    b.behavior = torch::tensor(behavior, f32).view({B, L - 1}).to(device);
+    b.versions = torch::tensor(versions, torch::kInt64).view({B, L - 1}).to(device);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+torch::Tensor Trainer::TokenLogprobs(model::Transformer& model, const Batch& batch, torch::Tensor* logits_out) {
+  const int64_t L = batch.tokens.size(1);
+  auto logits = model.Forward(batch.tokens).narrow(1, 0, L - 1);
+  if (options_.temperature != 1.0f) logits = logits / options_.temperature;
+  auto logp = torch::log_softmax(logits, -1).gather(2, batch.tokens.narrow(1, 1, L - 1).unsqueeze(2)).squeeze(2);
+  if (logits_out != nullptr) *logits_out = logits;
+  return logp;
+}
+
+double Trainer::CurrentLr() const {
+  const OptimizerOptions& o = options_.optimizer;
+  const int64_t s = optimizer_steps_;
+  if (o.warmup_steps > 0 && s < o.warmup_steps) return o.lr * static_cast<double>(s + 1) / o.warmup_steps;
+  if (o.decay_steps <= 0) return o.lr;
+  const double progress = std::min(1.0, static_cast<double>(s - o.warmup_steps) / o.decay_steps);
+  return o.lr * (o.min_lr_ratio + (1.0 - o.min_lr_ratio) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+double Trainer::OptimizerStep() {
+  torch::NoGradGuard no_grad;
+  const OptimizerOptions& o = options_.optimizer;
+  double sq = 0;
+  for (auto& [name, p] : params_) {
+    if (p.grad().defined()) sq += p.grad().pow(2).sum().item<double>();
+  }
+  const double norm = std::sqrt(sq);
+  if (!std::isfinite(norm)) {
+    SLUICE_LOG(WARNING) << "non-finite gradient norm; skipping this optimizer step";
+    for (auto& [name, p] : params_) {
+      if (p.grad().defined()) p.grad().zero_();
+    }
+    return norm;
+  }
+  const double scale = (o.max_grad_norm > 0 && norm > o.max_grad_norm) ? o.max_grad_norm / (norm + 1e-6) : 1.0;
+  const double lr = CurrentLr();
+  const int64_t t = optimizer_steps_ + 1;
+  const double bc1 = 1.0 - std::pow(o.beta1, t), bc2 = 1.0 - std::pow(o.beta2, t);
+  for (auto& [name, p] : params_) {
+    if (!p.grad().defined()) continue;
+    auto g = p.grad() * scale;
+    torch::Tensor& m = exp_avg_[name];
+    torch::Tensor& v = exp_avg_sq_[name];
+    m.mul_(o.beta1).add_(g, 1.0 - o.beta1);
+    v.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
+    if (o.weight_decay > 0) p.mul_(1.0 - lr * o.weight_decay);
+    p.addcdiv_(m / bc1, (v / bc2).sqrt_().add_(o.eps), -lr);
+    p.grad().zero_();
+  }
+  ++optimizer_steps_;
+  return norm;
+}
+
+Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
+  if (samples.empty()) return Status::InvalidArgument("RL step on an empty batch");
+  const int64_t N = static_cast<int64_t>(samples.size());
+  const int64_t minis = std::min<int64_t>(options_.mini_batches, N);
+  std::vector<std::vector<Batch>> mini_batches;
+  for (int64_t k = 0; k < minis; ++k) {
+    std::vector<size_t> order;
+    for (int64_t i = k * N / minis; i < (k + 1) * N / minis; ++i) order.push_back(static_cast<size_t>(i));
+    SLUICE_ASSIGN_OR_RETURN(auto packed, Pack(samples, order));
+    mini_batches.push_back(std::move(packed));
+  }
+  StepMetrics m;
+  try {
+    {  // The proximal and reference policies, before any update.
+      torch::NoGradGuard no_grad;
+      for (auto& mini : mini_batches) {
+        for (Batch& b : mini) {
+          b.old_logprobs = options_.recompute_old_logprobs ? TokenLogprobs(*policy_, b, nullptr) : b.behavior;
+          if (options_.loss.kl_coef > 0) b.ref_logprobs = TokenLogprobs(*reference_, b, nullptr);
+        }
+      }
+    }
+    double pg = 0, kl = 0, clipped = 0, ratio = 0, tokens = 0, entropy = 0, loss = 0, grad_norm = 0;
+    for (int64_t epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
+      for (auto& mini : mini_batches) {
+        double mini_tokens = 0, mini_seqs = 0;
+        for (const Batch& b : mini) {
+          mini_tokens += b.mask.sum().item<double>();
+          mini_seqs += static_cast<double>(b.sequences());
+        }
+        const double normalizer =
+            options_.loss.aggregation == LossAggregation::kTokenMean ? mini_tokens : mini_seqs;
+        for (const Batch& b : mini) {
+          torch::Tensor logits;
+          auto logp = TokenLogprobs(*policy_, b, &logits);
+          PolicyLossInputs in{logp, b.old_logprobs, b.behavior, b.versions, b.advantages, b.mask, b.ref_logprobs};
+          PolicyLossResult r = PolicyLoss(in, options_.loss, normalizer);
+          r.loss.backward();
+          loss += r.loss.item<double>();
+          pg += r.pg_loss_sum;
+          kl += r.kl_sum;
+          clipped += r.clipped_tokens;
+          ratio += r.ratio_sum;
+          tokens += r.tokens;
+          {
+            torch::NoGradGuard no_grad;
+            entropy += (Entropy(logits.detach()) * b.mask).sum().item<double>();
+          }
+          ++m.micro_batches;
+        }
+        grad_norm = OptimizerStep();
+        ++m.optimizer_steps;
+      }
+    }
+    m.tokens = static_cast<int64_t>(tokens / options_.ppo_epochs);
+    m.sequences = N;
+    tokens = std::max(tokens, 1.0);
+    m.loss = loss / m.optimizer_steps;
+    m.pg_loss = pg / tokens;
+    m.kl = kl / tokens;
+    m.clip_frac = clipped / tokens;
+    m.ratio_mean = ratio / tokens;
+    m.entropy = entropy / tokens;
+    m.grad_norm = grad_norm;
+    m.lr = CurrentLr();
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("RL step failed in libtorch: ") + e.what_without_backtrace());
+  }
+  return m;
+}
+
+Result<StepMetrics> Trainer::SftStep(const std::vector<SftExample>& examples) {
+  if (examples.empty()) return Status::InvalidArgument("SFT step on an empty batch");
+  std::vector<RolloutSample> samples(examples.size());
+  std::vector<size_t> order(examples.size());
+  for (size_t i = 0; i < examples.size(); ++i) {
+    samples[i].id = i;
+    samples[i].prompt = examples[i].prompt;
+    samples[i].response = examples[i].target;
+    samples[i].behavior_logprobs.assign(examples[i].target.size(), 0.f);
+    order[i] = i;
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto batches, Pack(samples, order));
+  StepMetrics m;
+  try {
+    double total = 0;
+    for (const Batch& b : batches) total += b.mask.sum().item<double>();
+    for (const Batch& b : batches) {
+      torch::Tensor logits;
+      auto logp = TokenLogprobs(*policy_, b, &logits);
+      auto loss = -(logp * b.mask).sum() / total;
+      loss.backward();
+      m.loss += loss.item<double>();
+      torch::NoGradGuard no_grad;
+      m.entropy += (Entropy(logits.detach()) * b.mask).sum().item<double>();
+      ++m.micro_batches;
+    }
+    m.entropy /= total;
+    m.tokens = static_cast<int64_t>(total);
+    m.sequences = static_cast<int64_t>(examples.size());
+    m.grad_norm = OptimizerStep();
+    m.optimizer_steps = 1;
+    m.lr = CurrentLr();
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("SFT step failed in libtorch: ") + e.what_without_backtrace());
+  }
+  return m;
+}
+
+Result<std::vector<std::vector<float>>> Trainer::ResponseLogprobs(model::Transformer& model,
+                                                                  const std::vector<RolloutSample>& samples) {
+  std::vector<size_t> order(samples.size());
+  std::iota(order.begin(), order.end(), 0);
+  SLUICE_ASSIGN_OR_RETURN(auto batches, Pack(samples, order));
+  std::vector<std::vector<float>> out(samples.size());
+  torch::NoGradGuard no_grad;
+  for (const Batch& b : batches) {
+    auto logp = TokenLogprobs(model, b, nullptr).to(torch::kCPU).contiguous();
+    const int64_t stride = logp.size(1);
+    const float* data = logp.data_ptr<float>();
+    for (int64_t r = 0; r < b.sequences(); ++r) {
+      const int64_t begin = r * stride + b.prompt_len[r] - 1;
+      out[b.samples[r]].assign(data + begin, data + begin + b.response_len[r]);
+    }
+  }
+  return out;
+}
+
+TensorMap Trainer::OptimizerState() const {
+  TensorMap state;
+  for (const auto& [name, p] : params_) {
+    state.emplace(name + ".exp_avg", *model::FromTorch(exp_avg_.at(name)));
+    state.emplace(name + ".exp_avg_sq", *model::FromTorch(exp_avg_sq_.at(name)));
+  }
+  return state;
+}
+
+Status Trainer::LoadOptimizerState(const TensorMap& state, int64_t optimizer_steps) {
+  if (optimizer_steps < 0) return Status::InvalidArgument("optimizer step count must be >= 0");
+  if (state.size() != 2 * params_.size()) {
+    return Status::InvalidArgument("optimizer state holds " + std::to_string(state.size()) + " tensors, expected " +
+                                   std::to_string(2 * params_.size()));
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : params_) {
+    for (auto* target : {&exp_avg_, &exp_avg_sq_}) {
+      const std::string key = name + (target == &exp_avg_ ? ".exp_avg" : ".exp_avg_sq");
+      auto it = state.find(key);
+      if (it == state.end()) return Status::NotFound("optimizer state lacks '" + key + "'");
+      if (it->second.dtype != DType::kF32 ||
+          !std::equal(it->second.shape.begin(), it->second.shape.end(), p.sizes().begin(), p.sizes().end())) {
+        return Status::InvalidArgument("optimizer state '" + key + "' does not match the parameter's shape or F32");
+      }
+      SLUICE_ASSIGN_OR_RETURN(torch::Tensor src, model::ToTorch(it->second));
+      (*target)[name].copy_(src);
+    }
+  }
+  optimizer_steps_ = optimizer_steps;
+  return Status::Ok();
+}
+
+}  // namespace sluice::trainer

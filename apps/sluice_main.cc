@@ -12,8 +12,10 @@ namespace {
 constexpr const char* kUsage =
     "usage: sluice <command> [--flag=value ...]\n"
     "commands:\n"
-    "  init       write a freshly initialized built-in model as a Hugging Face checkpoint\n"
+    "  train      warm start, then RL on a verifiable task (YAML config + key=value overrides)\n"
+    "  eval       held-out accuracy of a checkpoint on a task\n"
     "  generate   generate with the continuous-batching rollout engine\n"
+    "  init       write a freshly initialized built-in model as a Hugging Face checkpoint\n"
     "run `sluice <command> --help` for the command's flags\n";
 
 }  // namespace
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
   }
   std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "train") return sluice::launch::RunTrainCommand(args);
+  if (command == "eval") return sluice::launch::RunEvalCommand(args);
   if (command == "init") return sluice::launch::RunInitCommand(args);
   if (command == "generate") return sluice::launch::RunGenerateCommand(args);
   std::fprintf(stderr, "unknown command '%s'\n%s", command.c_str(), kUsage);

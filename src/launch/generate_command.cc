@@ -173,7 +173,9 @@ Status Generate(const std::vector<std::string>& args) {
   return Status::Ok();
 }
 
-int Run(Status (*command)(const std::vector<std::string>&), const std::vector<std::string>& args) {
+}  // namespace
+
+int RunCommand(Status (*command)(const std::vector<std::string>&), const std::vector<std::string>& args) {
   try {
     Status s = command(args);
     return s.ok() ? 0 : Fail(s);
@@ -182,9 +184,7 @@ int Run(Status (*command)(const std::vector<std::string>&), const std::vector<st
   }
 }
 
-}  // namespace
-
-int RunInitCommand(const std::vector<std::string>& args) { return Run(Init, args); }
-int RunGenerateCommand(const std::vector<std::string>& args) { return Run(Generate, args); }
+int RunInitCommand(const std::vector<std::string>& args) { return RunCommand(Init, args); }
+int RunGenerateCommand(const std::vector<std::string>& args) { return RunCommand(Generate, args); }
 
 }  // namespace sluice::launch

@@ -64,8 +64,8 @@ class ArithmeticGenerator final : public ProblemGenerator {
 
 Status CheckRange(const char* key, int64_t value, int64_t min, int64_t max) {
   if (value < min || value > max) {
-    return Status::InvalidArgument(std::string("task option '") + key + "' must be in [" + std::to_string(min) +
-                                   ", " + std::to_string(max) + "], got " + std::to_string(value));
+    return Status::InvalidArgument(std::string("task option '") + key + "' must be in [" + std::to_string(min) + ", " +
+                                   std::to_string(max) + "], got " + std::to_string(value));
   }
   return Status::Ok();
 }
@@ -83,6 +83,5 @@ Result<std::unique_ptr<ProblemGenerator>> MakeArithmeticGenerator(const Arithmet
   }
   return std::unique_ptr<ProblemGenerator>(new ArithmeticGenerator(options));
 }
-
 
 }  // namespace sluice::reward::internal

@@ -43,9 +43,8 @@ class GeneratedTask final : public Task {
 
   Result<Example> Get(Split split, uint64_t index) const override {
     if (index >= size(split)) {
-      return Status::OutOfRange(name() + " task: " + std::string(SplitName(split)) + " index " +
-                                std::to_string(index) + " is past the split's " + std::to_string(size(split)) +
-                                " examples");
+      return Status::OutOfRange(name() + " task: " + std::string(SplitName(split)) + " index " + std::to_string(index) +
+                                " is past the split's " + std::to_string(size(split)) + " examples");
     }
     if (split == Split::kEval) return eval_[index];
 
@@ -82,8 +81,8 @@ class GeneratedTask final : public Task {
 
 }  // namespace
 
-std::unique_ptr<Task> MakeGeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed,
-                                        uint64_t train_size, uint64_t eval_size) {
+std::unique_ptr<Task> MakeGeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed, uint64_t train_size,
+                                        uint64_t eval_size) {
   SLUICE_CHECK(generator != nullptr);
   SLUICE_CHECK(train_size >= 1);
   return std::make_unique<GeneratedTask>(std::move(generator), seed, train_size, eval_size);

@@ -26,8 +26,8 @@ class ProblemGenerator {
 
 // Builds the eval split eagerly (eval_size examples) so that train draws can
 // be checked against it. Preconditions: generator non-null, train_size >= 1.
-std::unique_ptr<Task> MakeGeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed,
-                                        uint64_t train_size, uint64_t eval_size);
+std::unique_ptr<Task> MakeGeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed, uint64_t train_size,
+                                        uint64_t eval_size);
 
 Result<std::unique_ptr<ProblemGenerator>> MakeArithmeticGenerator(const ArithmeticOptions& options);
 Result<std::unique_ptr<ProblemGenerator>> MakeSortGenerator(const SortOptions& options);

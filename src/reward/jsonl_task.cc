@@ -16,8 +16,7 @@ using nlohmann::json;
 
 // Reads `key` of `object` into *out. Absent (or null) optional fields leave
 // *out untouched; every other problem is an error naming `where`.
-Status ReadStringField(const json& object, const char* key, bool required, const std::string& where,
-                       std::string* out) {
+Status ReadStringField(const json& object, const char* key, bool required, const std::string& where, std::string* out) {
   auto it = object.find(key);
   if (it == object.end() || it->is_null()) {
     return required ? Status::InvalidArgument(where + "missing \"" + key + "\"") : Status::Ok();
@@ -54,8 +53,8 @@ Result<Example> ParseExample(const std::string& line, const std::string& where) 
                                    "', the final-answer marker; it could never be matched");
   }
   if (!example.solution.empty() && NormalizeAnswer(ExtractFinalAnswer(example.solution)) != answer) {
-    return Status::InvalidArgument(where + "\"solution\" ends in the answer '" +
-                                   ExtractFinalAnswer(example.solution) + "', not '" + example.answer + "'");
+    return Status::InvalidArgument(where + "\"solution\" ends in the answer '" + ExtractFinalAnswer(example.solution) +
+                                   "', not '" + example.answer + "'");
   }
   return example;
 }

@@ -41,9 +41,9 @@ Result<std::unique_ptr<ProblemGenerator>> MakeSortGenerator(const SortOptions& o
                                    std::to_string(options.min_length));
   }
   if (options.max_length < options.min_length || options.max_length > 64) {
-    return Status::InvalidArgument("task option 'sort.max_length' must be in [sort.min_length = " +
-                                   std::to_string(options.min_length) + ", 64], got " +
-                                   std::to_string(options.max_length));
+    return Status::InvalidArgument(
+        "task option 'sort.max_length' must be in [sort.min_length = " + std::to_string(options.min_length) +
+        ", 64], got " + std::to_string(options.max_length));
   }
   return std::unique_ptr<ProblemGenerator>(new SortGenerator(options));
 }

@@ -7,7 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "sluice/common/status.h"
+
 namespace sluice::launch {
+
+// Runs a command body: prints a failing Status as "error: <Code>: <message>"
+// and turns it into the exit code; libtorch exceptions become Internal.
+int RunCommand(Status (*command)(const std::vector<std::string>&), const std::vector<std::string>& args);
 
 // `sluice init`: writes a freshly initialized built-in model (a preset) as a
 // Hugging Face checkpoint directory.
@@ -16,6 +22,13 @@ int RunInitCommand(const std::vector<std::string>& args);
 // `sluice generate`: loads a checkpoint (or a preset) and generates with the
 // continuous-batching rollout engine, printing samples and throughput.
 int RunGenerateCommand(const std::vector<std::string>& args);
+
+// `sluice train`: warm start then synchronous RL on a built-in or JSONL task,
+// configured by a YAML file and key=value overrides.
+int RunTrainCommand(const std::vector<std::string>& args);
+
+// `sluice eval`: held-out accuracy of a checkpoint on a task.
+int RunEvalCommand(const std::vector<std::string>& args);
 
 }  // namespace sluice::launch
 

@@ -119,10 +119,10 @@ class Task {
 };
 
 struct ArithmeticOptions {
-  int max_ops = 10;             // operations per problem, in [1, 64]
-  int max_operand = 9;          // operands are drawn from [1, max_operand], in [1, 999]
-  int max_total = 99;           // running totals stay in [0, max_total]; needs >= 2*max_operand - 1
-  double ops_exponent = 2.0;    // P(k ops) ∝ k^-ops_exponent; in [0, 10], larger = shorter problems
+  int max_ops = 10;           // operations per problem, in [1, 64]
+  int max_operand = 9;        // operands are drawn from [1, max_operand], in [1, 999]
+  int max_total = 99;         // running totals stay in [0, max_total]; needs >= 2*max_operand - 1
+  double ops_exponent = 2.0;  // P(k ops) ∝ k^-ops_exponent; in [0, 10], larger = shorter problems
 };
 
 struct SortOptions {

@@ -1,0 +1,116 @@
+// The synchronous RL loop — the baseline every later speedup is measured
+// against: sample prompts -> generate G answers per prompt with the rollout
+// engine -> score -> GRPO advantages -> train -> the engine serves the new
+// weights (version + 1) -> repeat. Also the supervised warm start and the
+// held-out evaluation, checkpoints in the Hugging Face layout, and resume.
+//
+// Determinism: every random choice is a function of (seed, step, index):
+// prompt order (a seeded permutation per epoch), sampling seeds, model init.
+// A run stopped after a checkpoint and resumed produces the same metrics as an
+// uninterrupted run with the same seed and thread count.
+//
+// Thread safety: not thread-safe; one owner thread runs the loop.
+#ifndef SLUICE_PIPELINE_SYNC_LOOP_H_
+#define SLUICE_PIPELINE_SYNC_LOOP_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/common/status.h"
+#include "sluice/reward/task.h"
+#include "sluice/rollout/engine.h"
+#include "sluice/trainer/trainer.h"
+
+namespace sluice::pipeline {
+
+struct SftOptions {
+  int64_t steps = 0;          // 0: no warm start
+  int64_t batch_size = 64;    // examples per step
+  trainer::OptimizerOptions optimizer;
+};
+
+struct RlOptions {
+  int64_t steps = 100;
+  int64_t prompts_per_step = 16;
+  int64_t group_size = 8;               // answers per prompt (GRPO group), >= 2
+  rollout::SamplingParams sampling;     // temperature etc.; seeds are set per sample
+  int32_t rollout_slots = 64;
+  bool dynamic_sampling = false;        // drop groups whose rewards are all equal
+  bool divide_adv_by_std = true;
+  trainer::TrainerOptions trainer;
+};
+
+struct EvalOptions {
+  int64_t interval = 20;   // RL steps between evaluations (0: only before and after)
+  int64_t size = 200;      // eval examples (<= the task's eval split)
+  int32_t max_new_tokens = 96;
+};
+
+struct LoopOptions {
+  std::string run_dir;      // metrics.jsonl, checkpoints/, sft/, final/
+  uint64_t seed = 0;
+  int64_t checkpoint_interval = 50;  // RL steps between checkpoints (0: only at the end)
+  bool resume = false;      // continue from run_dir/checkpoints/latest when present
+  SftOptions sft;
+  RlOptions rl;
+  EvalOptions eval;
+
+  // InvalidArgument naming the option for bad values (e.g. group_size 1).
+  Status Validate() const;
+};
+
+struct EvalResult {
+  double accuracy = 0;       // fraction of examples with reward 1
+  double mean_reward = 0;
+  double mean_length = 0;    // response tokens
+  int64_t examples = 0;
+};
+
+// One line of metrics.jsonl (also handed to the progress callback).
+struct StepRecord {
+  int64_t step = 0;               // RL step, 1-based
+  int64_t total_steps = 0;
+  double reward_mean = 0, accuracy = 0, response_len_mean = 0;
+  int64_t response_len_max = 0;
+  int64_t groups_kept = 0, samples_trained = 0;
+  int64_t generated_tokens = 0;
+  double gen_seconds = 0, train_seconds = 0, elapsed_seconds = 0;
+  trainer::StepMetrics train;
+  bool has_eval = false;
+  EvalResult eval;
+  std::string ToJson() const;
+};
+
+class SyncLoop {
+ public:
+  using ProgressFn = std::function<void(const std::string& phase, int64_t done, int64_t total, const StepRecord*)>;
+
+  // `policy` is trained in place. Errors: InvalidArgument for bad options
+  // or a task whose vocabulary does not fit the model.
+  static Result<std::unique_ptr<SyncLoop>> Create(std::shared_ptr<model::Transformer> policy,
+                                                  std::shared_ptr<const reward::Task> task, const LoopOptions& options);
+  ~SyncLoop();
+
+  // Warm start: supervised steps on the task's solutions (skipped when
+  // sft.steps == 0, or when resuming and run_dir/sft holds its result).
+  Status WarmStart(const ProgressFn& progress);
+  // Greedy decoding of the first eval.size eval examples.
+  Result<EvalResult> Evaluate();
+  // RL steps until rl.steps (resuming from the latest checkpoint if asked).
+  Status Train(const ProgressFn& progress);
+
+  int64_t step() const;
+  const std::vector<StepRecord>& history() const;
+
+ private:
+  struct State;
+  explicit SyncLoop(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace sluice::pipeline
+
+#endif  // SLUICE_PIPELINE_SYNC_LOOP_H_

@@ -1,0 +1,433 @@
+#include "sluice/pipeline/sync_loop.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "sluice/common/logging.h"
+#include "sluice/model/safetensors.h"
+#include "sluice/model/weights.h"
+
+namespace sluice::pipeline {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+uint64_t Mix(uint64_t a, uint64_t b) { return SplitMix(SplitMix(a) ^ (b + 0x632be59bd9b4e019ULL)); }
+
+// The cursor-th prompt of a seeded sequence of permutations of [0, n): each
+// epoch visits every index once, in an order fixed by (seed, epoch).
+uint64_t PermutedIndex(uint64_t seed, uint64_t cursor, uint64_t n) {
+  if (n <= 1) return 0;
+  const uint64_t epoch = cursor / n, pos = cursor % n;
+  const uint64_t h = Mix(seed, epoch);
+  uint64_t a = 1 + h % (n - 1);
+  while (std::gcd(a, n) != 1) a = a % (n - 1) + 1;
+  const uint64_t b = Mix(h, 1) % n;
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * pos + b) % n);
+}
+
+constexpr uint64_t kSftSalt = 0x5f7;
+
+Status WriteTextAtomically(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return Status::Unavailable(tmp.string() + ": write failed");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Status::Unavailable(path.string() + ": cannot rename into place: " + ec.message());
+  return Status::Ok();
+}
+
+json MetricsJson(const trainer::StepMetrics& m) {
+  return {{"loss", m.loss},         {"pg_loss", m.pg_loss},     {"kl", m.kl},
+          {"entropy", m.entropy},   {"clip_frac", m.clip_frac}, {"ratio_mean", m.ratio_mean},
+          {"grad_norm", m.grad_norm}, {"lr", m.lr},             {"train_tokens", m.tokens}};
+}
+
+}  // namespace
+
+Status LoopOptions::Validate() const {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return Status::InvalidArgument("option " + key + ": " + why);
+  };
+  if (run_dir.empty()) return bad("run.dir", "must be set");
+  if (rl.steps < 0) return bad("rl.steps", "must be >= 0");
+  if (rl.prompts_per_step < 1) return bad("rl.prompts_per_step", "must be >= 1");
+  if (rl.group_size < 2) {
+    return bad("rl.group_size", "must be >= 2: GRPO normalizes rewards within a group of answers to one prompt, got " +
+                                    std::to_string(rl.group_size));
+  }
+  if (rl.rollout_slots < 1) return bad("rl.slots", "must be >= 1");
+  SLUICE_RETURN_IF_ERROR(rl.sampling.Validate());
+  SLUICE_RETURN_IF_ERROR(rl.trainer.Validate());
+  if (sft.steps < 0) return bad("sft.steps", "must be >= 0");
+  if (sft.batch_size < 1) return bad("sft.batch_size", "must be >= 1");
+  if (eval.interval < 0) return bad("eval.interval", "must be >= 0");
+  if (eval.size < 1) return bad("eval.size", "must be >= 1");
+  if (eval.max_new_tokens < 1) return bad("eval.max_new_tokens", "must be >= 1");
+  if (checkpoint_interval < 0) return bad("checkpoint.interval", "must be >= 0");
+  return Status::Ok();
+}
+
+std::string StepRecord::ToJson() const {
+  json j = {{"step", step},
+            {"reward_mean", reward_mean},
+            {"accuracy", accuracy},
+            {"response_len_mean", response_len_mean},
+            {"response_len_max", response_len_max},
+            {"groups_kept", groups_kept},
+            {"samples_trained", samples_trained},
+            {"generated_tokens", generated_tokens},
+            {"gen_seconds", gen_seconds},
+            {"train_seconds", train_seconds},
+            {"elapsed_seconds", elapsed_seconds}};
+  j.update(MetricsJson(train));
+  if (has_eval) {
+    j["eval_accuracy"] = eval.accuracy;
+    j["eval_reward"] = eval.mean_reward;
+    j["eval_response_len"] = eval.mean_length;
+  }
+  return j.dump();
+}
+
+struct SyncLoop::State {
+  std::shared_ptr<model::Transformer> policy;
+  std::shared_ptr<model::Transformer> reference;
+  std::shared_ptr<const reward::Task> task;
+  LoopOptions options;
+  model::ByteTokenizer tokenizer;
+  std::unique_ptr<rollout::RolloutEngine> engine;
+  std::unique_ptr<trainer::Trainer> trainer;
+  rollout::PolicyVersion version = 0;
+  int64_t step = 0;
+  double elapsed_before = 0;
+  std::vector<StepRecord> history;
+
+  std::vector<model::TokenId> EncodePrompt(const std::string& text) const {
+    std::vector<model::TokenId> ids = {tokenizer.bos_id()};
+    for (model::TokenId t : tokenizer.Encode(text)) ids.push_back(t);
+    return ids;
+  }
+
+  fs::path CheckpointRoot() const { return fs::path(options.run_dir) / "checkpoints"; }
+
+  // Greedy or sampled generation of `requests` on the current weights.
+  Result<std::vector<rollout::GenerationResult>> Generate(std::vector<rollout::GenerationRequest> requests) {
+    for (auto& r : requests) SLUICE_RETURN_IF_ERROR(engine->Submit(std::move(r)));
+    SLUICE_ASSIGN_OR_RETURN(auto results, engine->RunUntilIdle());
+    std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    return results;
+  }
+
+  Result<double> Score(const reward::Example& ex, const rollout::GenerationResult& r) const {
+    SLUICE_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(r.tokens));
+    return task->Score(ex, text);
+  }
+
+  Status SaveCheckpoint() {
+    char name[32];
+    std::snprintf(name, sizeof(name), "step_%06lld", static_cast<long long>(step));
+    fs::path dir = CheckpointRoot() / name;
+    SLUICE_RETURN_IF_ERROR(model::SavePretrained(*policy, dir.string()));
+    SLUICE_RETURN_IF_ERROR(model::WriteSafetensorsFile((dir / "optimizer.safetensors").string(), trainer->OptimizerState()));
+    json state = {{"step", step},
+                  {"version", version},
+                  {"optimizer_steps", trainer->optimizer_steps()},
+                  {"seed", options.seed},
+                  {"elapsed_seconds", elapsed_before}};
+    SLUICE_RETURN_IF_ERROR(WriteTextAtomically(dir / "trainer_state.json", state.dump(2) + "\n"));
+    // The pointer moves last: a crash mid-save leaves the previous checkpoint current.
+    return WriteTextAtomically(CheckpointRoot() / "latest", std::string(name) + "\n");
+  }
+
+  Status LoadLatestCheckpoint(bool* loaded) {
+    *loaded = false;
+    std::ifstream latest(CheckpointRoot() / "latest");
+    if (!latest) return Status::Ok();
+    std::string name;
+    std::getline(latest, name);
+    fs::path dir = CheckpointRoot() / name;
+    std::ifstream state_file(dir / "trainer_state.json");
+    json state = json::parse(state_file, nullptr, /*allow_exceptions=*/false);
+    if (state.is_discarded() || !state.contains("step") || !state["step"].is_number_integer()) {
+      return Status::DataLoss((dir / "trainer_state.json").string() + ": missing or corrupt");
+    }
+    if (state.value("seed", uint64_t{0}) != options.seed) {
+      return Status::FailedPrecondition("checkpoint " + dir.string() + " was written with seed " +
+                                        std::to_string(state.value("seed", uint64_t{0})) + ", this run uses " +
+                                        std::to_string(options.seed));
+    }
+    SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::LoadCheckpointTensors(dir.string()));
+    SLUICE_RETURN_IF_ERROR(model::LoadWeights(*policy, weights).WithContext(dir.string()));
+    SLUICE_ASSIGN_OR_RETURN(auto opt, model::ReadSafetensorsFile((dir / "optimizer.safetensors").string()));
+    SLUICE_RETURN_IF_ERROR(trainer->LoadOptimizerState(opt.tensors, state["optimizer_steps"].get<int64_t>()));
+    step = state["step"].get<int64_t>();
+    version = state["version"].get<int64_t>();
+    elapsed_before = state.value("elapsed_seconds", 0.0);
+    // Keep the metrics of the steps the checkpoint covers; drop any later lines.
+    history.clear();
+    fs::path metrics_path = fs::path(options.run_dir) / "metrics.jsonl";
+    std::ifstream metrics(metrics_path);
+    std::string line, kept;
+    while (std::getline(metrics, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.contains("step") || j["step"].get<int64_t>() > step) continue;
+      kept += line + "\n";
+    }
+    SLUICE_RETURN_IF_ERROR(WriteTextAtomically(metrics_path, kept));
+    *loaded = true;
+    SLUICE_LOG(INFO) << "resumed from " << dir.string() << " at step " << step;
+    return Status::Ok();
+  }
+};
+
+SyncLoop::SyncLoop(std::unique_ptr<State> state) : state_(std::move(state)) {}
+SyncLoop::~SyncLoop() = default;
+
+Result<std::unique_ptr<SyncLoop>> SyncLoop::Create(std::shared_ptr<model::Transformer> policy,
+                                                   std::shared_ptr<const reward::Task> task,
+                                                   const LoopOptions& options) {
+  SLUICE_RETURN_IF_ERROR(options.Validate());
+  if (!policy || !task) return Status::InvalidArgument("the loop needs a model and a task");
+  auto s = std::make_unique<State>();
+  if (policy->config().vocab_size < s->tokenizer.vocab_size()) {
+    return Status::InvalidArgument("model vocab_size " + std::to_string(policy->config().vocab_size) +
+                                   " is smaller than the byte tokenizer's " + std::to_string(s->tokenizer.vocab_size()));
+  }
+  if (task->size(reward::Split::kTrain) == 0) return Status::InvalidArgument("task '" + task->name() + "' has no train examples");
+  if (task->size(reward::Split::kEval) == 0) return Status::InvalidArgument("task '" + task->name() + "' has no eval examples");
+  s->policy = std::move(policy);
+  s->task = std::move(task);
+  s->options = options;
+  std::error_code ec;
+  fs::create_directories(options.run_dir, ec);
+  if (ec) return Status::Unavailable(options.run_dir + ": cannot create run directory: " + ec.message());
+  rollout::EngineOptions engine_options;
+  engine_options.num_slots = options.rl.rollout_slots;
+  engine_options.eos_token_id = s->tokenizer.eos_id();
+  SLUICE_ASSIGN_OR_RETURN(s->engine, rollout::RolloutEngine::Create(rollout::PolicySnapshot{s->policy, 0}, engine_options));
+  State* raw = s.get();
+  // Sync mode: the engine is idle while the trainer updates the shared model in
+  // place; at the next step it serves the new version.
+  s->engine->SetWeightSwapHook([raw](rollout::PolicyVersion current) -> std::optional<rollout::PolicySnapshot> {
+    if (raw->version > current) return rollout::PolicySnapshot{raw->policy, raw->version};
+    return std::nullopt;
+  });
+  return std::unique_ptr<SyncLoop>(new SyncLoop(std::move(s)));
+}
+
+Status SyncLoop::WarmStart(const ProgressFn& progress) {
+  State& s = *state_;
+  const SftOptions& sft = s.options.sft;
+  if (sft.steps == 0) return Status::Ok();
+  const fs::path out = fs::path(s.options.run_dir) / "sft";
+  std::error_code ec;
+  if (s.options.resume && fs::exists(out / "config.json", ec)) {
+    SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::LoadCheckpointTensors(out.string()));
+    SLUICE_LOG(INFO) << "warm start: reusing " << out.string();
+    return model::LoadWeights(*s.policy, weights);
+  }
+  if (!s.task->has_solutions()) {
+    return Status::FailedPrecondition("sft.steps > 0 but task '" + s.task->name() + "' provides no solutions");
+  }
+  trainer::TrainerOptions topt = s.options.rl.trainer;
+  topt.optimizer = sft.optimizer;
+  topt.temperature = 1.0f;
+  topt.loss.kl_coef = 0.0;  // plain cross-entropy: no reference needed
+  SLUICE_ASSIGN_OR_RETURN(auto sft_trainer, trainer::Trainer::Create(s.policy, nullptr, topt));
+  const uint64_t n = s.task->size(reward::Split::kTrain);
+  for (int64_t step = 0; step < sft.steps; ++step) {
+    std::vector<trainer::SftExample> batch;
+    for (int64_t i = 0; i < sft.batch_size; ++i) {
+      const uint64_t cursor = static_cast<uint64_t>(step * sft.batch_size + i);
+      SLUICE_ASSIGN_OR_RETURN(reward::Example ex,
+                              s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed ^ kSftSalt, cursor, n)));
+      if (ex.solution.empty()) continue;
+      trainer::SftExample e{s.EncodePrompt(ex.prompt), s.tokenizer.Encode(ex.solution)};
+      e.target.push_back(s.tokenizer.eos_id());
+      batch.push_back(std::move(e));
+    }
+    if (batch.empty()) continue;
+    SLUICE_ASSIGN_OR_RETURN(trainer::StepMetrics m, sft_trainer->SftStep(batch));
+    if (progress) {
+      StepRecord r;
+      r.step = step + 1;
+      r.total_steps = sft.steps;
+      r.train = m;
+      progress("sft", step + 1, sft.steps, &r);
+    }
+  }
+  return model::SavePretrained(*s.policy, out.string());
+}
+
+Result<EvalResult> SyncLoop::Evaluate() {
+  State& s = *state_;
+  const int64_t n = std::min<int64_t>(s.options.eval.size, static_cast<int64_t>(s.task->size(reward::Split::kEval)));
+  std::vector<reward::Example> examples;
+  std::vector<rollout::GenerationRequest> requests;
+  for (int64_t i = 0; i < n; ++i) {
+    SLUICE_ASSIGN_OR_RETURN(reward::Example ex, s.task->Get(reward::Split::kEval, static_cast<uint64_t>(i)));
+    rollout::GenerationRequest r;
+    r.id = static_cast<uint64_t>(i);
+    r.prompt = s.EncodePrompt(ex.prompt);
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_new_tokens = s.options.eval.max_new_tokens;
+    requests.push_back(std::move(r));
+    examples.push_back(std::move(ex));
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto results, s.Generate(std::move(requests)));
+  EvalResult e;
+  e.examples = n;
+  for (int64_t i = 0; i < n; ++i) {
+    SLUICE_ASSIGN_OR_RETURN(double reward, s.Score(examples[i], results[i]));
+    e.mean_reward += reward;
+    e.accuracy += reward >= 1.0 ? 1.0 : 0.0;
+    e.mean_length += static_cast<double>(results[i].tokens.size());
+  }
+  e.mean_reward /= std::max<int64_t>(n, 1);
+  e.accuracy /= std::max<int64_t>(n, 1);
+  e.mean_length /= std::max<int64_t>(n, 1);
+  return e;
+}
+
+Status SyncLoop::Train(const ProgressFn& progress) {
+  State& s = *state_;
+  const RlOptions& rl = s.options.rl;
+  if (s.options.rl.trainer.loss.kl_coef > 0) {
+    // The frozen reference is the policy RL starts from, kept on disk so a
+    // resumed run penalizes against the same weights.
+    const fs::path ref_dir = fs::path(s.options.run_dir) / "reference";
+    std::error_code ec;
+    if (!(s.options.resume && fs::exists(ref_dir / "config.json", ec))) {
+      SLUICE_RETURN_IF_ERROR(model::SavePretrained(*s.policy, ref_dir.string()));
+    }
+    SLUICE_ASSIGN_OR_RETURN(s.reference, model::LoadPretrained(ref_dir.string(), s.policy->parameters().front().device()));
+  }
+  SLUICE_ASSIGN_OR_RETURN(s.trainer, trainer::Trainer::Create(s.policy, s.reference, rl.trainer));
+  if (s.options.resume) {
+    bool loaded = false;
+    SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
+  } else {
+    std::ofstream(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::trunc);
+  }
+  const uint64_t n = s.task->size(reward::Split::kTrain);
+  const auto run_start = Clock::now();
+  std::ofstream metrics(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::app);
+  while (s.step < rl.steps) {
+    StepRecord rec;
+    rec.step = s.step + 1;
+    rec.total_steps = rl.steps;
+    // Rollout: G sampled answers per prompt on the current weights.
+    auto t0 = Clock::now();
+    std::vector<reward::Example> examples;
+    std::vector<rollout::GenerationRequest> requests;
+    for (int64_t k = 0; k < rl.prompts_per_step; ++k) {
+      const uint64_t cursor = static_cast<uint64_t>(s.step * rl.prompts_per_step + k);
+      SLUICE_ASSIGN_OR_RETURN(reward::Example ex,
+                              s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed, cursor, n)));
+      for (int64_t g = 0; g < rl.group_size; ++g) {
+        rollout::GenerationRequest r;
+        r.id = static_cast<uint64_t>(k * rl.group_size + g);
+        r.prompt = s.EncodePrompt(ex.prompt);
+        r.sampling = rl.sampling;
+        r.sampling.seed = Mix(Mix(s.options.seed, static_cast<uint64_t>(s.step)), r.id);
+        requests.push_back(std::move(r));
+      }
+      examples.push_back(std::move(ex));
+    }
+    SLUICE_ASSIGN_OR_RETURN(auto results, s.Generate(std::move(requests)));
+    auto t1 = Clock::now();
+    // Reward, then GRPO groups (optionally dropping groups with no signal).
+    std::vector<trainer::RolloutSample> samples;
+    double reward_sum = 0, correct = 0, len_sum = 0;
+    for (int64_t k = 0; k < rl.prompts_per_step; ++k) {
+      std::vector<trainer::RolloutSample> group;
+      bool all_equal = true;
+      for (int64_t g = 0; g < rl.group_size; ++g) {
+        auto& r = results[k * rl.group_size + g];
+        SLUICE_ASSIGN_OR_RETURN(double reward, s.Score(examples[k], r));
+        reward_sum += reward;
+        correct += reward >= 1.0 ? 1.0 : 0.0;
+        len_sum += static_cast<double>(r.tokens.size());
+        rec.response_len_max = std::max<int64_t>(rec.response_len_max, static_cast<int64_t>(r.tokens.size()));
+        rec.generated_tokens += static_cast<int64_t>(r.tokens.size());
+        trainer::RolloutSample sample;
+        sample.id = static_cast<uint64_t>(s.step) * static_cast<uint64_t>(rl.prompts_per_step * rl.group_size) + r.id;
+        sample.group_id = static_cast<uint64_t>(k);
+        sample.prompt = std::move(r.prompt);
+        sample.response = std::move(r.tokens);
+        sample.behavior_logprobs = std::move(r.logprobs);
+        sample.versions = std::move(r.versions);
+        sample.reward = reward;
+        if (!group.empty() && reward != group.front().reward) all_equal = false;
+        group.push_back(std::move(sample));
+      }
+      if (rl.dynamic_sampling && all_equal) continue;
+      ++rec.groups_kept;
+      for (auto& smp : group) samples.push_back(std::move(smp));
+    }
+    const double total = static_cast<double>(rl.prompts_per_step * rl.group_size);
+    rec.reward_mean = reward_sum / total;
+    rec.accuracy = correct / total;
+    rec.response_len_mean = len_sum / total;
+    if (!samples.empty()) {
+      std::vector<double> rewards;
+      std::vector<uint64_t> groups;
+      for (const auto& smp : samples) {
+        rewards.push_back(smp.reward);
+        groups.push_back(smp.group_id);
+      }
+      SLUICE_ASSIGN_OR_RETURN(auto adv, trainer::GroupAdvantages(rewards, groups, rl.divide_adv_by_std));
+      for (size_t i = 0; i < samples.size(); ++i) samples[i].advantage = adv[i];
+      SLUICE_ASSIGN_OR_RETURN(rec.train, s.trainer->RlStep(samples));
+      rec.samples_trained = static_cast<int64_t>(samples.size());
+    }
+    auto t2 = Clock::now();
+    ++s.step;
+    ++s.version;  // the engine serves the updated weights from the next step on
+    rec.gen_seconds = std::chrono::duration<double>(t1 - t0).count();
+    rec.train_seconds = std::chrono::duration<double>(t2 - t1).count();
+    rec.elapsed_seconds = s.elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
+    const EvalOptions& ev = s.options.eval;
+    if ((ev.interval > 0 && s.step % ev.interval == 0) || s.step == rl.steps) {
+      SLUICE_ASSIGN_OR_RETURN(rec.eval, Evaluate());
+      rec.has_eval = true;
+    }
+    metrics << rec.ToJson() << "\n";
+    metrics.flush();
+    s.history.push_back(rec);
+    if ((s.options.checkpoint_interval > 0 && s.step % s.options.checkpoint_interval == 0) || s.step == rl.steps) {
+      s.elapsed_before = rec.elapsed_seconds;
+      SLUICE_RETURN_IF_ERROR(s.SaveCheckpoint());
+    }
+    if (progress) progress("rl", s.step, rl.steps, &rec);
+  }
+  return Status::Ok();
+}
+
+int64_t SyncLoop::step() const { return state_->step; }
+const std::vector<StepRecord>& SyncLoop::history() const { return state_->history; }
+
+}  // namespace sluice::pipeline

@@ -97,10 +97,16 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
       }
     }
   }
-  // Greedy packing in order: a micro-batch grows while rows x longest <= budget.
+  // Greedy packing by length (stable, so deterministic): similar lengths share
+  // a micro-batch and little compute goes to padding. A micro-batch grows
+  // while rows x longest <= budget.
+  std::vector<size_t> by_length = order;
+  std::stable_sort(by_length.begin(), by_length.end(), [&](size_t a, size_t b) {
+    return samples[a].prompt.size() + samples[a].response.size() < samples[b].prompt.size() + samples[b].response.size();
+  });
   std::vector<std::vector<size_t>> groups;
   int64_t longest = 0;
-  for (size_t i : order) {
+  for (size_t i : by_length) {
     const int64_t len = static_cast<int64_t>(samples[i].prompt.size() + samples[i].response.size());
     const int64_t grown = std::max(longest, len);
     if (groups.empty() || static_cast<int64_t>(groups.back().size() + 1) * grown > budget) {

@@ -42,4 +42,27 @@ cp -r "$tmp/m" "$tmp/badcfg"
 echo '{"hidden_size": 32}' > "$tmp/badcfg/config.json"
 expect bad-config 2 "'num_hidden_layers' is missing" -- "$SLUICE" generate --model "$tmp/badcfg"
 
+# sluice train / eval: a tiny end-to-end run, resume, and config and data errors.
+small=(model.preset=tiny sft.steps=2 sft.batch_size=4 rl.steps=2 rl.prompts_per_step=2 rl.group_size=2
+       rl.max_new_tokens=8 eval.size=4 eval.max_new_tokens=8 run.threads=1 run.progress=lines)
+expect train 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/run" checkpoint.interval=1
+[ -f "$tmp/run/final/model.safetensors" ] && [ -f "$tmp/run/checkpoints/step_000002/optimizer.safetensors" ] \
+  && [ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 2 ] || { echo "FAIL train outputs missing"; failures=$((failures + 1)); }
+expect resume 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/run" run.resume=true rl.steps=3
+[ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 3 ] || { echo "FAIL resume did not continue at step 3"; failures=$((failures + 1)); }
+expect eval 0 "held-out accuracy" -- "$SLUICE" eval --model "$tmp/run/final" eval.size=4 eval.max_new_tokens=8
+expect eval-needs-model 2 "--model is required" -- "$SLUICE" eval
+expect unknown-key 2 "trainer.lr" -- "$SLUICE" train trainer.lrr=1
+expect bad-type 2 "rl.steps" -- "$SLUICE" train rl.steps=many
+expect bad-enum 2 "token-mean" -- "$SLUICE" train trainer.loss_agg=mean
+expect group-of-one 2 "rl.group_size" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/g1" rl.group_size=1
+expect missing-config 2 "nowhere.yaml" -- "$SLUICE" train --config="$tmp/nowhere.yaml"
+printf 'trainer:\n  lr: [1, 2]\n' > "$tmp/bad.yaml"
+expect yaml-sequence 2 "bad.yaml:2" -- "$SLUICE" train --config="$tmp/bad.yaml"
+printf '{"prompt": "1+1=", "answer": "2"}\n{"prompt": 3}\n' > "$tmp/bad.jsonl"
+expect jsonl-line 2 "bad.jsonl:2" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/j" task.name=jsonl task.jsonl.train_path="$tmp/bad.jsonl"
+printf '\n\n' > "$tmp/empty.jsonl"
+expect jsonl-empty 2 "empty.jsonl" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/j" task.name=jsonl task.jsonl.train_path="$tmp/empty.jsonl"
+expect jsonl-missing 2 "missing.jsonl" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/j" task.name=jsonl task.jsonl.train_path="$tmp/missing.jsonl"
+
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

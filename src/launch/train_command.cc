@@ -38,6 +38,8 @@ ConfigSchema TrainSchema() {
   s.AddInt("task.arithmetic.max_operand", 9, 1, 999, "arithmetic: operands are drawn from [1, max_operand]");
   s.AddInt("task.arithmetic.max_total", 99, 1, 1000000, "arithmetic: running totals stay in [0, max_total]");
   s.AddDouble("task.arithmetic.ops_exponent", 2.0, 0.0, 10.0, "arithmetic: P(k ops) ~ k^-exponent (larger = shorter)");
+  s.AddEnum("task.arithmetic.scratchpad", "steps", {"steps", "reduce"},
+            "arithmetic: 'steps' writes a+b=c per operation, 'reduce' rewrites the remaining expression");
   s.AddInt("task.sort.min_length", 2, 1, 64, "sort: shortest list");
   s.AddInt("task.sort.max_length", 8, 1, 64, "sort: longest list");
   s.AddString("task.jsonl.train_path", "", "jsonl: file of {\"prompt\", \"answer\"[, \"solution\"]} lines");
@@ -89,6 +91,7 @@ Result<reward::TaskOptions> TaskOptionsFrom(const Config& c) {
   t.arithmetic.max_operand = static_cast<int>(c.GetInt("task.arithmetic.max_operand"));
   t.arithmetic.max_total = static_cast<int>(c.GetInt("task.arithmetic.max_total"));
   t.arithmetic.ops_exponent = c.GetDouble("task.arithmetic.ops_exponent");
+  t.arithmetic.scratchpad = c.GetString("task.arithmetic.scratchpad");
   t.sort.min_length = static_cast<int>(c.GetInt("task.sort.min_length"));
   t.sort.max_length = static_cast<int>(c.GetInt("task.sort.max_length"));
   t.jsonl.train_path = c.GetString("task.jsonl.train_path");

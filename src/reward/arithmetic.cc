@@ -38,6 +38,8 @@ class ArithmeticGenerator final : public ProblemGenerator {
     Example example;
     int64_t value = rng.Uniform(1, options_.max_operand);
     example.prompt = std::to_string(value);
+    std::vector<std::string> terms;  // "+3", "-5", ... in order
+    std::vector<int64_t> values;     // running total after each operation
     for (int step = 0; step < ops; ++step) {
       const int64_t operand = rng.Uniform(1, options_.max_operand);
       bool plus = rng.Coin();
@@ -46,10 +48,21 @@ class ArithmeticGenerator final : public ProblemGenerator {
       if (plus && value + operand > options_.max_total) plus = false;
       const int64_t next = plus ? value + operand : value - operand;
       const char op = plus ? '+' : '-';
-      example.prompt += op + std::to_string(operand);
-      if (step > 0) example.solution += ',';
-      example.solution += std::to_string(value) + op + std::to_string(operand) + '=' + std::to_string(next);
+      terms.push_back(op + std::to_string(operand));
+      example.prompt += terms.back();
+      if (options_.scratchpad == "steps") {
+        if (step > 0) example.solution += ',';
+        example.solution += std::to_string(value) + terms.back() + '=' + std::to_string(next);
+      }
+      values.push_back(next);
       value = next;
+    }
+    if (options_.scratchpad == "reduce") {
+      for (int step = 0; step < ops; ++step) {
+        if (step > 0) example.solution += '=';
+        example.solution += std::to_string(values[step]);
+        for (int rest = step + 1; rest < ops; ++rest) example.solution += terms[rest];
+      }
     }
     example.prompt += '=';
     example.answer = std::to_string(value);
@@ -77,6 +90,10 @@ Result<std::unique_ptr<ProblemGenerator>> MakeArithmeticGenerator(const Arithmet
   SLUICE_RETURN_IF_ERROR(CheckRange("arithmetic.max_operand", options.max_operand, 1, 999));
   SLUICE_RETURN_IF_ERROR(
       CheckRange("arithmetic.max_total", options.max_total, 2 * int64_t{options.max_operand} - 1, 1000000));
+  if (options.scratchpad != "steps" && options.scratchpad != "reduce") {
+    return Status::InvalidArgument("task option 'arithmetic.scratchpad' must be steps or reduce, got '" +
+                                   options.scratchpad + "'");
+  }
   if (!(options.ops_exponent >= 0 && options.ops_exponent <= 10)) {
     return Status::InvalidArgument("task option 'arithmetic.ops_exponent' must be in [0, 10], got " +
                                    std::to_string(options.ops_exponent));

@@ -205,6 +205,47 @@ TEST(ArithmeticTaskTest, SolutionsFollowTheScratchpadFormatAndScoreOne) {
   }
 }
 
+TEST(ArithmeticTaskTest, ReduceScratchpadRewritesTheRemainingExpression) {
+  TaskOptions options;
+  options.name = "arithmetic";
+  options.seed = 5;
+  options.arithmetic.scratchpad = "reduce";
+  auto task = std::move(MakeTask(options)).value();
+  int multi = 0;
+  for (uint64_t i = 0; i < 300; ++i) {
+    Example e = std::move(task->Get(Split::kTrain, i)).value();
+    ASSERT_EQ(task->Score(e, e.solution), 1.0) << e.solution;
+    // Every '='-separated stage, evaluated left to right, equals the answer;
+    // the last stage is the answer itself and each stage has one term fewer.
+    const std::string work = e.solution.substr(0, e.solution.find('#'));
+    std::vector<std::string> stages;
+    std::istringstream in(work);
+    for (std::string stage; std::getline(in, stage, '=');) stages.push_back(stage);
+    const size_t ops = std::count_if(e.prompt.begin(), e.prompt.end(), [](char c) { return c == '+' || c == '-'; });
+    ASSERT_EQ(stages.size(), ops) << e.prompt << " -> " << e.solution;
+    EXPECT_EQ(stages.back(), e.answer);
+    for (const std::string& stage : stages) {
+      long long total = 0, term = 0;
+      char op = '+';
+      for (size_t j = 0; j <= stage.size(); ++j) {
+        if (j == stage.size() || stage[j] == '+' || stage[j] == '-') {
+          total += op == '+' ? term : -term;
+          if (j < stage.size()) op = stage[j];
+          term = 0;
+        } else {
+          term = term * 10 + (stage[j] - '0');
+        }
+      }
+      EXPECT_EQ(std::to_string(total), e.answer) << stage << " in " << e.solution;
+    }
+    multi += ops > 1;
+  }
+  EXPECT_GT(multi, 50);
+  options.arithmetic.scratchpad = "tree";
+  auto bad = MakeTask(options);
+  EXPECT_NE(bad.status().message().find("arithmetic.scratchpad"), std::string::npos);
+}
+
 TEST(ArithmeticTaskTest, ResponseLengthIsLongTailed) {
   auto task = Make(Arithmetic(13));
   ASSERT_NE(task, nullptr);

@@ -24,6 +24,8 @@
 //    a '-' that would take the running total below 0 becomes '+', and a '+'
 //    that would take it above max_total becomes '-', so every intermediate
 //    value lies in [0, max_total].
+//    With scratchpad "reduce" the solution is "10-5+2=5+2=7#7" instead (the
+//    remaining expression after each operation).
 //    Score: 1.0 iff the response contains '#' and the trimmed text after the
 //    last '#' equals the answer exactly (so "...#7\n" scores 1.0 for answer
 //    "7" but "...#07" scores 0.0); otherwise 0.0.
@@ -123,6 +125,12 @@ struct ArithmeticOptions {
   int max_operand = 9;        // operands are drawn from [1, max_operand], in [1, 999]
   int max_total = 99;         // running totals stay in [0, max_total]; needs >= 2*max_operand - 1
   double ops_exponent = 2.0;  // P(k ops) ∝ k^-ops_exponent; in [0, 10], larger = shorter problems
+  // Scratchpad style: "steps" writes one "a<op>b=c" per operation
+  // ("7+3=10,10-5=5,5+2=7#7"); "reduce" rewrites the remaining expression
+  // after each operation ("10-5+2=5+2=7#7"), so every step reads its operands
+  // right next to where it writes, at the cost of responses that grow
+  // quadratically with the number of operations (a longer tail).
+  std::string scratchpad = "steps";
 };
 
 struct SortOptions {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "sluice/common/logging.h"
+#include "sluice/common/random.h"
 #include "sluice/model/safetensors.h"
 #include "sluice/model/weights.h"
 
@@ -23,23 +24,15 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-uint64_t Mix(uint64_t a, uint64_t b) { return SplitMix(SplitMix(a) ^ (b + 0x632be59bd9b4e019ULL)); }
-
 // The cursor-th prompt of a seeded sequence of permutations of [0, n): each
 // epoch visits every index once, in an order fixed by (seed, epoch).
 uint64_t PermutedIndex(uint64_t seed, uint64_t cursor, uint64_t n) {
   if (n <= 1) return 0;
   const uint64_t epoch = cursor / n, pos = cursor % n;
-  const uint64_t h = Mix(seed, epoch);
+  const uint64_t h = HashCombine(seed, epoch);
   uint64_t a = 1 + h % (n - 1);
   while (std::gcd(a, n) != 1) a = a % (n - 1) + 1;
-  const uint64_t b = Mix(h, 1) % n;
+  const uint64_t b = HashCombine(h, 1) % n;
   return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * pos + b) % n);
 }
 
@@ -352,7 +345,7 @@ Status SyncLoop::Train(const ProgressFn& progress) {
         r.id = static_cast<uint64_t>(k * rl.group_size + g);
         r.prompt = s.EncodePrompt(ex.prompt);
         r.sampling = rl.sampling;
-        r.sampling.seed = Mix(Mix(s.options.seed, static_cast<uint64_t>(s.step)), r.id);
+        r.sampling.seed = HashCombine(HashCombine(s.options.seed, static_cast<uint64_t>(s.step)), r.id);
         requests.push_back(std::move(r));
       }
       examples.push_back(std::move(ex));

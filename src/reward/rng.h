@@ -9,18 +9,11 @@
 #include <cstdint>
 
 #include "sluice/common/check.h"
+#include "sluice/common/random.h"
 
 namespace sluice::reward::internal {
 
-// The SplitMix64 finalizer: a bijective 64-bit mixer.
-inline uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
+using ::sluice::Mix64;
 
 class Rng {
  public:
@@ -46,7 +39,7 @@ class Rng {
   }
 
   // Uniform in [0, 1) with 53 bits of precision.
-  double UniformDouble() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+  double UniformDouble() { return UnitInterval(Next()); }
 
   bool Coin() { return (Next() >> 63) != 0; }
 

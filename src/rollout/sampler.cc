@@ -1,23 +1,10 @@
 #include "sampler.h"
 
 #include "sluice/common/check.h"
+#include "sluice/common/random.h"
 
 namespace sluice::rollout {
-namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
-double StreamUniform(uint64_t seed, uint64_t index) {
-  uint64_t bits = SplitMix64(SplitMix64(seed) ^ SplitMix64(index + 0x632be59bd9b4e019ULL));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;  // 53 random bits in [0, 1)
-}
+double StreamUniform(uint64_t seed, uint64_t index) { return UnitInterval(HashCombine(seed, index)); }
 
 SampledTokens SampleTokens(const torch::Tensor& logits, const std::vector<SampleRow>& rows) {
   SLUICE_CHECK_EQ(logits.dim(), 2);

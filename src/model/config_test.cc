@@ -74,6 +74,13 @@ json MinimalConfig() {
           {"vocab_size", 100}};
 }
 
+// "'key'" (built with append: GCC 12 warns falsely on "literal" + std::string&&).
+std::string Quoted(const std::string& key) {
+  std::string out = "'";
+  out.append(key).append("'");
+  return out;
+}
+
 // Expects `status` to carry `code` and to mention every one of `needles`.
 void ExpectError(const Status& status, StatusCode code, std::initializer_list<std::string> needles) {
   EXPECT_EQ(status.code(), code) << status.ToString();
@@ -203,7 +210,7 @@ TEST(ParseModelConfigTest, MissingRequiredKeyIsNamed) {
     json j = MinimalConfig();
     j.erase(key);
     auto r = ParseModelConfig(j.dump(), "my/config.json");
-    ExpectError(r.status(), StatusCode::kInvalidArgument, {"'" + std::string(key) + "'", "missing", "my/config.json"});
+    ExpectError(r.status(), StatusCode::kInvalidArgument, {Quoted(key), "missing", "my/config.json"});
   }
 }
 
@@ -219,7 +226,7 @@ TEST(ParseModelConfigTest, WrongTypesAreNamed) {
     json j = MinimalConfig();
     j[c.key] = c.value;
     auto r = ParseModelConfig(j.dump());
-    ExpectError(r.status(), StatusCode::kInvalidArgument, {"'" + std::string(c.key) + "'", "must be"});
+    ExpectError(r.status(), StatusCode::kInvalidArgument, {Quoted(c.key), "must be"});
   }
 }
 
@@ -244,14 +251,14 @@ TEST(ParseModelConfigTest, NonPositiveValuesAreNamed) {
       SCOPED_TRACE(std::string(key) + "=" + std::to_string(value));
       json j = MinimalConfig();
       j[key] = value;
-      ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {"'" + std::string(key) + "'"});
+      ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {Quoted(key)});
     }
   }
   for (const char* key : {"rms_norm_eps", "rope_theta"}) {
     SCOPED_TRACE(key);
     json j = MinimalConfig();
     j[key] = 0.0;
-    ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {"'" + std::string(key) + "'"});
+    ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {Quoted(key)});
   }
   json j = MinimalConfig();
   j["head_dim"] = -8;
@@ -273,7 +280,7 @@ TEST(ParseModelConfigTest, TokenIdsOutsideVocabularyAreRejected) {
     for (int id : {100, -2}) {  // vocab_size is 100; -1 alone means "none"
       json j = MinimalConfig();
       j[key] = id;
-      ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {"'" + std::string(key) + "'"});
+      ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {Quoted(key)});
     }
   }
 }
@@ -322,7 +329,7 @@ TEST(ParseModelConfigTest, UnsupportedArchitectureFeaturesAreUnimplemented) {
     SCOPED_TRACE(c.key);
     json j = MinimalConfig();
     j[c.key] = c.value;
-    ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kUnimplemented, {"'" + std::string(c.key) + "'"});
+    ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kUnimplemented, {Quoted(c.key)});
   }
   json ok = MinimalConfig();
   ok["hidden_act"] = "silu";

@@ -18,6 +18,7 @@ PACKAGES=(
   libtorch-dev                             # model, rollout (CPU libtorch 1.13)
   libopenblas0-openmp                      # a real BLAS: libtorch is ~20x slower on the reference one
   nlohmann-json3-dev                       # config.json and safetensors headers
+  libyaml-cpp-dev                          # run configs (sluice train --config)
   libgtest-dev libgmock-dev                # tests
 )
 
@@ -74,11 +75,12 @@ case "$cmd" in
   demo)
     install_packages
     build
-    log "main job: write the built-in 1M-parameter model as a Hugging Face checkpoint, load it back, generate"
-    rm -rf runs/demo
-    build/release/apps/sluice init --preset 1m --seed 0 --out runs/demo/model
-    build/release/apps/sluice generate --model runs/demo/model --num-samples 4 --slots 8 --max-new-tokens 48
-    log "weights are untrained until the trainer lands, so the text is noise; the figures show the engine at work"
+    log "main job: warm start + synchronous GRPO on the built-in arithmetic task (configs/arithmetic.yaml)"
+    rm -rf runs/arithmetic
+    build/release/apps/sluice train --config=configs/arithmetic.yaml
+    log "samples from the trained model:"
+    build/release/apps/sluice generate --model runs/arithmetic/final --prompt "7+3-5+2=" --num-samples 4 \
+      --temperature 0.7 --max-new-tokens 64
     ;;
   *)
     echo "usage: $0 [demo|test|build|deps]" >&2

@@ -325,7 +325,6 @@ Status SaveCheckpointTensors(const std::string& dir, const TensorMap& tensors, c
   fs::create_directories(dir, ec);
   if (ec) return Status::Unavailable(dir + ": cannot create directory: " + ec.message());
   fs::path root(dir);
-  // Stale files from an earlier save of a different layout would shadow this one.
   std::vector<TensorMap> shards(1);
   uint64_t shard_bytes = 0, total = 0;
   for (const auto& [name, t] : tensors) {
@@ -340,6 +339,7 @@ Status SaveCheckpointTensors(const std::string& dir, const TensorMap& tensors, c
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   if (shards.size() == 1) {
     SLUICE_RETURN_IF_ERROR(WriteSafetensorsFile((root / kSingleFile).string(), tensors, metadata));
+    // The loader prefers model.safetensors, so a stale index left beside it is harmless.
     fs::remove(root / kIndexFile, ec);
     return Status::Ok();
   }
@@ -350,7 +350,9 @@ Status SaveCheckpointTensors(const std::string& dir, const TensorMap& tensors, c
     for (const auto& [tensor_name, unused] : shards[i]) index["weight_map"][tensor_name] = name;
   }
   SLUICE_RETURN_IF_ERROR(WriteFileAtomically((root / kIndexFile).string(), index.dump(2) + "\n"));
+  // A stale model.safetensors would shadow the shards the loader should read.
   fs::remove(root / kSingleFile, ec);
+  if (ec) return Status::Unavailable(dir + ": cannot remove the stale model.safetensors: " + ec.message());
   return Status::Ok();
 }
 

@@ -94,22 +94,24 @@ Status LoadWeights(Transformer& model, const TensorMap& weights) {
     bool tolerated = (name == "lm_head.weight" && model.config().tie_word_embeddings) || name.ends_with("rotary_emb.inv_freq");
     if (!tolerated) return Status::InvalidArgument("checkpoint tensor '" + name + "' is not a parameter of this model (wrong architecture or config?)");
   }
+  // Validate every tensor before copying any, so a bad checkpoint leaves the model as it was.
+  for (auto& p : params) {
+    auto it = weights.find(p.key());
+    if (it == weights.end()) return Status::NotFound("checkpoint is missing tensor '" + p.key() + "'");
+    const HostTensor& host = it->second;
+    if (!IsFloat(host.dtype)) {
+      return Status::InvalidArgument("tensor '" + p.key() + "' has dtype " + std::string(DTypeName(host.dtype)) +
+                                     "; weights must be F32, BF16 or F16");
+    }
+    if (!std::equal(host.shape.begin(), host.shape.end(), p.value().sizes().begin(), p.value().sizes().end())) {
+      return Status::InvalidArgument("tensor '" + p.key() + "' has shape " + ShapeString(host.shape) +
+                                     " but the config implies " + ShapeString(p.value().sizes()));
+    }
+  }
   torch::NoGradGuard no_grad;
   try {
     for (auto& p : params) {
-      auto it = weights.find(p.key());
-      if (it == weights.end()) return Status::NotFound("checkpoint is missing tensor '" + p.key() + "'");
-      const HostTensor& host = it->second;
-      if (!IsFloat(host.dtype)) {
-        return Status::InvalidArgument("tensor '" + p.key() + "' has dtype " + std::string(DTypeName(host.dtype)) +
-                                       "; weights must be F32, BF16 or F16");
-      }
-      if (!std::equal(host.shape.begin(), host.shape.end(), p.value().sizes().begin(), p.value().sizes().end())) {
-        std::vector<int64_t> shape = host.shape;
-        return Status::InvalidArgument("tensor '" + p.key() + "' has shape " + ShapeString(shape) +
-                                       " but the config implies " + ShapeString(p.value().sizes()));
-      }
-      SLUICE_ASSIGN_OR_RETURN(torch::Tensor src, ToTorch(host));
+      SLUICE_ASSIGN_OR_RETURN(torch::Tensor src, ToTorch(weights.at(p.key())));
       p.value().copy_(src);
     }
   } catch (const c10::Error& e) {

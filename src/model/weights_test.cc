@@ -94,8 +94,10 @@ TEST_F(WeightsTest, MisShapedTensorIsNamedWithBothShapes) {
   std::vector<float> wrong(10 * 32, 0.0f);
   weights["model.layers.0.self_attn.k_proj.weight"] = HostTensor::Copy(DType::kF32, {10, 32}, wrong.data(), wrong.size() * 4);
   Transformer fresh(config_, 0);
+  auto untouched = CloneModel(fresh);
   Status s = LoadWeights(fresh, weights);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(SameParameters(fresh, *untouched)) << "a rejected checkpoint leaves the model unchanged";
   EXPECT_NE(s.message().find("k_proj.weight"), std::string::npos);
   EXPECT_NE(s.message().find("[10, 32]"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("[16, 32]"), std::string::npos) << s.ToString();

@@ -75,6 +75,11 @@ Status LoopOptions::Validate() const {
   if (rl.rollout_slots < 1) return bad("rl.slots", "must be >= 1");
   SLUICE_RETURN_IF_ERROR(rl.sampling.Validate());
   SLUICE_RETURN_IF_ERROR(rl.trainer.Validate());
+  const float sampled_temperature = rl.sampling.temperature > 0 ? rl.sampling.temperature : 1.0f;
+  if (rl.trainer.temperature != sampled_temperature) {
+    return bad("rl.trainer.temperature", "must equal the rollout temperature (" + std::to_string(sampled_temperature) +
+                                             ") so trainer and rollout logprobs describe the same distribution");
+  }
   if (sft.steps < 0) return bad("sft.steps", "must be >= 0");
   if (sft.batch_size < 1) return bad("sft.batch_size", "must be >= 1");
   if (eval.interval < 0) return bad("eval.interval", "must be >= 0");
@@ -115,7 +120,8 @@ struct SyncLoop::State {
   std::unique_ptr<trainer::Trainer> trainer;
   rollout::PolicyVersion version = 0;
   int64_t step = 0;
-  double elapsed_before = 0;
+  double elapsed_offset = 0;  // training seconds before this process (from the checkpoint)
+  double elapsed_total = 0;   // elapsed_offset + this process's training time so far
   std::vector<StepRecord> history;
 
   std::vector<model::TokenId> EncodePrompt(const std::string& text) const {
@@ -128,7 +134,14 @@ struct SyncLoop::State {
 
   // Greedy or sampled generation of `requests` on the current weights.
   Result<std::vector<rollout::GenerationResult>> Generate(std::vector<rollout::GenerationRequest> requests) {
-    for (auto& r : requests) SLUICE_RETURN_IF_ERROR(engine->Submit(std::move(r)));
+    for (auto& r : requests) {
+      Status submitted = engine->Submit(std::move(r));
+      if (!submitted.ok()) {
+        // Finish and drop what was already queued, so the engine is empty again.
+        auto drained = engine->RunUntilIdle();
+        return drained.ok() ? submitted : drained.status();
+      }
+    }
     SLUICE_ASSIGN_OR_RETURN(auto results, engine->RunUntilIdle());
     std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
     return results;
@@ -149,7 +162,7 @@ struct SyncLoop::State {
                   {"version", version},
                   {"optimizer_steps", trainer->optimizer_steps()},
                   {"seed", options.seed},
-                  {"elapsed_seconds", elapsed_before}};
+                  {"elapsed_seconds", elapsed_total}};
     SLUICE_RETURN_IF_ERROR(WriteTextAtomically(dir / "trainer_state.json", state.dump(2) + "\n"));
     // The pointer moves last: a crash mid-save leaves the previous checkpoint current.
     return WriteTextAtomically(CheckpointRoot() / "latest", std::string(name) + "\n");
@@ -164,21 +177,33 @@ struct SyncLoop::State {
     fs::path dir = CheckpointRoot() / name;
     std::ifstream state_file(dir / "trainer_state.json");
     json state = json::parse(state_file, nullptr, /*allow_exceptions=*/false);
-    if (state.is_discarded() || !state.contains("step") || !state["step"].is_number_integer()) {
-      return Status::DataLoss((dir / "trainer_state.json").string() + ": missing or corrupt");
+    const fs::path state_path = dir / "trainer_state.json";
+    if (state.is_discarded() || !state.is_object()) return Status::DataLoss(state_path.string() + ": missing or not JSON");
+    for (const char* key : {"step", "version", "optimizer_steps", "seed"}) {
+      if (!state.contains(key) || !state[key].is_number_integer()) {
+        return Status::DataLoss(state_path.string() + ": '" + key + "' is missing or not an integer");
+      }
     }
-    if (state.value("seed", uint64_t{0}) != options.seed) {
+    if (state["seed"].get<uint64_t>() != options.seed) {
       return Status::FailedPrecondition("checkpoint " + dir.string() + " was written with seed " +
-                                        std::to_string(state.value("seed", uint64_t{0})) + ", this run uses " +
+                                        std::to_string(state["seed"].get<uint64_t>()) + ", this run uses " +
                                         std::to_string(options.seed));
     }
+    // Both loaders check everything before copying anything, and the weights
+    // are checked against the optimizer state's names first, so a bad
+    // checkpoint leaves the run as it was.
     SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::LoadCheckpointTensors(dir.string()));
-    SLUICE_RETURN_IF_ERROR(model::LoadWeights(*policy, weights).WithContext(dir.string()));
     SLUICE_ASSIGN_OR_RETURN(auto opt, model::ReadSafetensorsFile((dir / "optimizer.safetensors").string()));
+    for (const auto& p : policy->named_parameters()) {
+      if (!weights.count(p.key()) || !opt.tensors.count(p.key() + ".exp_avg")) {
+        return Status::DataLoss(dir.string() + ": checkpoint lacks '" + p.key() + "' or its optimizer state");
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(model::LoadWeights(*policy, weights));
     SLUICE_RETURN_IF_ERROR(trainer->LoadOptimizerState(opt.tensors, state["optimizer_steps"].get<int64_t>()));
     step = state["step"].get<int64_t>();
     version = state["version"].get<int64_t>();
-    elapsed_before = state.value("elapsed_seconds", 0.0);
+    elapsed_offset = elapsed_total = state.value("elapsed_seconds", 0.0);
     // Keep the metrics of the steps the checkpoint covers; drop any later lines.
     history.clear();
     fs::path metrics_path = fs::path(options.run_dir) / "metrics.jsonl";
@@ -186,7 +211,10 @@ struct SyncLoop::State {
     std::string line, kept;
     while (std::getline(metrics, line)) {
       json j = json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.contains("step") || j["step"].get<int64_t>() > step) continue;
+      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
+          j["step"].get<int64_t>() > step) {
+        continue;
+      }
       kept += line + "\n";
     }
     SLUICE_RETURN_IF_ERROR(WriteTextAtomically(metrics_path, kept));
@@ -319,12 +347,9 @@ Status SyncLoop::Train(const ProgressFn& progress) {
     SLUICE_ASSIGN_OR_RETURN(s.reference, model::LoadPretrained(ref_dir.string(), s.policy->parameters().front().device()));
   }
   SLUICE_ASSIGN_OR_RETURN(s.trainer, trainer::Trainer::Create(s.policy, s.reference, rl.trainer));
-  if (s.options.resume) {
-    bool loaded = false;
-    SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
-  } else {
-    std::ofstream(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::trunc);
-  }
+  bool loaded = false;
+  if (s.options.resume) SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
+  if (!loaded) std::ofstream(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::trunc);
   const uint64_t n = s.task->size(reward::Split::kTrain);
   const auto run_start = Clock::now();
   std::ofstream metrics(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::app);
@@ -402,7 +427,8 @@ Status SyncLoop::Train(const ProgressFn& progress) {
     ++s.version;  // the engine serves the updated weights from the next step on
     rec.gen_seconds = std::chrono::duration<double>(t1 - t0).count();
     rec.train_seconds = std::chrono::duration<double>(t2 - t1).count();
-    rec.elapsed_seconds = s.elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
+    s.elapsed_total = s.elapsed_offset + std::chrono::duration<double>(Clock::now() - run_start).count();
+    rec.elapsed_seconds = s.elapsed_total;
     const EvalOptions& ev = s.options.eval;
     if ((ev.interval > 0 && s.step % ev.interval == 0) || s.step == rl.steps) {
       SLUICE_ASSIGN_OR_RETURN(rec.eval, Evaluate());
@@ -412,7 +438,6 @@ Status SyncLoop::Train(const ProgressFn& progress) {
     metrics.flush();
     s.history.push_back(rec);
     if ((s.options.checkpoint_interval > 0 && s.step % s.options.checkpoint_interval == 0) || s.step == rl.steps) {
-      s.elapsed_before = rec.elapsed_seconds;
       SLUICE_RETURN_IF_ERROR(s.SaveCheckpoint());
     }
     if (progress) progress("rl", s.step, rl.steps, &rec);

@@ -124,6 +124,21 @@ TEST_F(SyncLoopTest, ResumedRunReproducesTheUninterruptedRun) {
   EXPECT_TRUE(fs::exists(root_ / "split" / "checkpoints" / "step_000002" / "optimizer.safetensors"));
 }
 
+TEST_F(SyncLoopTest, ResumeWithoutACheckpointStartsFresh) {
+  task_ = std::make_shared<EvenFirstByteTask>();
+  LoopOptions o = Options("fresh", 1);
+  o.sft.steps = 0;
+  o.checkpoint_interval = 0;
+  fs::create_directories(o.run_dir);
+  std::ofstream(fs::path(o.run_dir) / "metrics.jsonl") << "{\"step\": 1}\n{\"step\": 2}\n";
+  o.resume = true;  // but there is no checkpoints/latest
+  auto loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
+  ASSERT_TRUE(loop->Train(nullptr).ok());
+  auto lines = ReadMetrics(o.run_dir);
+  ASSERT_EQ(lines.size(), 1u) << "stale lines of an earlier attempt are not kept";
+  EXPECT_TRUE(lines[0].contains("reward_mean"));
+}
+
 TEST_F(SyncLoopTest, DynamicSamplingDropsGroupsWithoutSignal) {
   // A fresh model never answers correctly: every group is all-zero reward.
   LoopOptions o = Options("dynamic", 2);

@@ -95,6 +95,11 @@ struct RolloutEngine::Impl {
       return Status::FailedPrecondition("weight-swap hook returned version " + std::to_string(next->version) +
                                         ", not newer than the serving version " + std::to_string(policy.version));
     }
+    if (ModelDevice(*next->model) != device) {
+      return Status::FailedPrecondition("weight-swap hook returned version " + std::to_string(next->version) +
+                                        " on device " + ModelDevice(*next->model).str() + ", the engine runs on " +
+                                        device.str());
+    }
     if (!SameArchitecture(next->model->config(), policy.model->config())) {
       return Status::FailedPrecondition("weight-swap hook returned version " + std::to_string(next->version) +
                                         " with a different architecture than the serving model");
@@ -310,6 +315,9 @@ Result<std::vector<GenerationResult>> RolloutEngine::Step() {
     return m.RunStep();
   } catch (const c10::Error& e) {
     m.broken = Status::Internal(std::string("rollout step failed in libtorch: ") + e.what_without_backtrace());
+    return m.broken;
+  } catch (const std::exception& e) {
+    m.broken = Status::Internal(std::string("rollout step failed: ") + e.what());
     return m.broken;
   }
 }

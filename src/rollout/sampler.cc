@@ -42,7 +42,8 @@ SampledTokens SampleTokens(const torch::Tensor& logits, const std::vector<Sample
   auto probs = torch::softmax(sorted.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity()), -1);
   // Nucleus: keep a token while the mass before it is below top_p (the first always stays).
   auto mass_before = probs.cumsum(-1) - probs;
-  keep = keep.logical_and(mass_before < t_topp);
+  // top_p >= 1 means off: float rounding in the cumsum must not cut the tail.
+  keep = keep.logical_and(mass_before < t_topp).logical_or(keep.logical_and(t_topp >= 1.0f));
   auto kept = probs.masked_fill(keep.logical_not(), 0.0).to(torch::kFloat64);
   auto cdf = kept.cumsum(-1);
   auto target = t_unif * cdf.narrow(1, V - 1, 1);

@@ -57,6 +57,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transfor
                                                  const TrainerOptions& options) {
   if (!policy) return Status::InvalidArgument("trainer needs a policy model");
   SLUICE_RETURN_IF_ERROR(options.Validate());
+  if (options.pad_token < 0 || options.pad_token >= policy->config().vocab_size) {
+    return Status::InvalidArgument("trainer pad_token " + std::to_string(options.pad_token) +
+                                   " is outside the vocabulary");
+  }
   if (options.loss.kl_coef > 0 && !reference) {
     return Status::InvalidArgument("kl_coef > 0 needs a reference model");
   }
@@ -171,6 +175,13 @@ double Trainer::CurrentLr() const {
   return o.lr * (o.min_lr_ratio + (1.0 - o.min_lr_ratio) * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
+void Trainer::ZeroGrads() {
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : params_) {
+    if (p.grad().defined()) p.grad().zero_();
+  }
+}
+
 double Trainer::OptimizerStep() {
   torch::NoGradGuard no_grad;
   const OptimizerOptions& o = options_.optimizer;
@@ -181,9 +192,7 @@ double Trainer::OptimizerStep() {
   const double norm = std::sqrt(sq);
   if (!std::isfinite(norm)) {
     SLUICE_LOG(WARNING) << "non-finite gradient norm; skipping this optimizer step";
-    for (auto& [name, p] : params_) {
-      if (p.grad().defined()) p.grad().zero_();
-    }
+    ZeroGrads();
     return norm;
   }
   const double scale = (o.max_grad_norm > 0 && norm > o.max_grad_norm) ? o.max_grad_norm / (norm + 1e-6) : 1.0;
@@ -271,6 +280,7 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
     m.grad_norm = grad_norm;
     m.lr = CurrentLr();
   } catch (const c10::Error& e) {
+    ZeroGrads();
     return Status::Internal(std::string("RL step failed in libtorch: ") + e.what_without_backtrace());
   }
   return m;
@@ -309,6 +319,7 @@ Result<StepMetrics> Trainer::SftStep(const std::vector<SftExample>& examples) {
     m.optimizer_steps = 1;
     m.lr = CurrentLr();
   } catch (const c10::Error& e) {
+    ZeroGrads();
     return Status::Internal(std::string("SFT step failed in libtorch: ") + e.what_without_backtrace());
   }
   return m;
@@ -348,19 +359,25 @@ Status Trainer::LoadOptimizerState(const TensorMap& state, int64_t optimizer_ste
     return Status::InvalidArgument("optimizer state holds " + std::to_string(state.size()) + " tensors, expected " +
                                    std::to_string(2 * params_.size()));
   }
+  // Check every tensor before copying any: a bad file leaves the state as it was.
+  for (auto& [name, p] : params_) {
+    for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
+      auto it = state.find(name + suffix);
+      if (it == state.end()) return Status::NotFound("optimizer state lacks '" + name + suffix + "'");
+      const HostTensor& t = it->second;
+      const bool is_float = t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16;
+      if (!is_float || !std::equal(t.shape.begin(), t.shape.end(), p.sizes().begin(), p.sizes().end())) {
+        return Status::InvalidArgument("optimizer state '" + name + suffix +
+                                       "' does not match the parameter's shape or is not a float tensor");
+      }
+    }
+  }
   torch::NoGradGuard no_grad;
   for (auto& [name, p] : params_) {
-    for (auto* target : {&exp_avg_, &exp_avg_sq_}) {
-      const std::string key = name + (target == &exp_avg_ ? ".exp_avg" : ".exp_avg_sq");
-      auto it = state.find(key);
-      if (it == state.end()) return Status::NotFound("optimizer state lacks '" + key + "'");
-      if (it->second.dtype != DType::kF32 ||
-          !std::equal(it->second.shape.begin(), it->second.shape.end(), p.sizes().begin(), p.sizes().end())) {
-        return Status::InvalidArgument("optimizer state '" + key + "' does not match the parameter's shape or F32");
-      }
-      SLUICE_ASSIGN_OR_RETURN(torch::Tensor src, model::ToTorch(it->second));
-      (*target)[name].copy_(src);
-    }
+    SLUICE_ASSIGN_OR_RETURN(torch::Tensor m, model::ToTorch(state.at(name + ".exp_avg")));
+    SLUICE_ASSIGN_OR_RETURN(torch::Tensor v, model::ToTorch(state.at(name + ".exp_avg_sq")));
+    exp_avg_[name].copy_(m);
+    exp_avg_sq_[name].copy_(v);
   }
   optimizer_steps_ = optimizer_steps;
   return Status::Ok();

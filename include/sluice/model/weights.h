@@ -35,8 +35,8 @@ Result<TensorMap> ExportWeights(Transformer& model, DType dtype = DType::kF32);
 // Names the model does not have are errors, except lm_head.weight in a tied
 // model and rotary inv_freq buffers, which older exporters write.
 // Errors: NotFound (missing tensor), InvalidArgument (shape, dtype, unknown
-// name). On error the model may be partially updated; callers load into a
-// fresh model and swap on success.
+// name); every tensor is checked before any is copied, so on these errors the
+// model is unchanged.
 Status LoadWeights(Transformer& model, const TensorMap& weights);
 
 // Reads config.json and the weights in `dir` into a new model on `device`.

@@ -63,7 +63,7 @@ struct TrainerOptions {
   int64_t ppo_epochs = 1;             // passes over the RL batch
   bool recompute_old_logprobs = true; // else the behaviour logprobs serve as the proximal policy
   float temperature = 1.0f;           // logits / temperature, as rollout sampled
-  int32_t pad_token = 0;              // any id: padding is masked
+  int32_t pad_token = 0;              // any id in the vocabulary: padding is masked
 
   Status Validate() const;
 };
@@ -84,8 +84,11 @@ class Trainer {
 
   // One RL update on `samples` (advantages set): old logprobs recomputed
   // (if enabled), then ppo_epochs x mini_batches optimizer steps. Errors:
-  // InvalidArgument for empty batches, empty responses, mismatched per-token
-  // vectors, sequences longer than the micro-batch budget or the context.
+  // InvalidArgument for empty batches, empty prompts or responses, tokens
+  // outside the vocabulary, mismatched per-token vectors; OutOfRange for a
+  // sequence longer than micro_batch_tokens or the context (all checked before
+  // any update); Internal if libtorch fails midway (gradients are cleared, the
+  // optimizer steps already taken stay applied).
   Result<StepMetrics> RlStep(const std::vector<RolloutSample>& samples);
 
   // One optimizer step of cross-entropy on the targets (token mean).
@@ -96,8 +99,9 @@ class Trainer {
   Result<std::vector<std::vector<float>>> ResponseLogprobs(model::Transformer& model,
                                                            const std::vector<RolloutSample>& samples);
 
-  // Optimizer state (moments, step counts) as named tensors + counters, for
-  // checkpoints. LoadState rejects names or shapes that do not match.
+  // Optimizer state (moments) as named tensors, for checkpoints.
+  // LoadOptimizerState checks every name and shape before copying any
+  // (NotFound / InvalidArgument leave the state unchanged).
   TensorMap OptimizerState() const;
   Status LoadOptimizerState(const TensorMap& state, int64_t optimizer_steps);
 
@@ -113,6 +117,7 @@ class Trainer {
   Result<std::vector<Batch>> Pack(const std::vector<RolloutSample>& samples, const std::vector<size_t>& order) const;
   torch::Tensor TokenLogprobs(model::Transformer& model, const Batch& batch, torch::Tensor* logits_out);
   double OptimizerStep();  // clip, AdamW update, zero grads; returns the grad norm
+  void ZeroGrads();
 
   std::shared_ptr<model::Transformer> policy_;
   std::shared_ptr<model::Transformer> reference_;

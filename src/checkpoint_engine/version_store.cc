@@ -1,0 +1,502 @@
+#include "sluice/checkpoint_engine/version_store.h"
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include "checksum.h"
+#include "sluice/common/check.h"
+#include "sluice/common/mutex.h"
+
+namespace sluice::checkpoint_engine {
+namespace internal {
+
+// One tensor's bytes, owned by staging and then, after a commit, by its
+// Snapshot. A single heap buffer per tensor: the shared-memory transport
+// will swap this for a slice of a mapped segment.
+struct StoredTensor {
+  const TensorSpec* spec = nullptr;
+  std::unique_ptr<std::byte[]> bytes;
+  size_t nbytes = 0;
+  uint64_t checksum = 0;
+};
+
+// An immutable committed version. Readers touch it without the lock: nothing
+// mutates it after Commit, and it is destroyed only once unpinned and
+// superseded.
+struct Snapshot {
+  int64_t version = kNoVersion;
+  std::map<std::string, StoredTensor, std::less<>> tensors;
+  size_t nbytes = 0;
+};
+
+struct Staging {
+  std::map<std::string, StoredTensor, std::less<>> tensors;
+  size_t nbytes = 0;
+};
+
+namespace {
+// The store whose subscribers this thread is notifying, if any: publishing
+// from a callback would self-deadlock on notify_mu, so it is refused instead.
+thread_local const StoreCore* tls_notifying = nullptr;
+}  // namespace
+
+struct StoreCore {
+  struct Entry {
+    std::unique_ptr<Snapshot> snapshot;
+    int64_t pins = 0;
+  };
+
+  VersionStoreOptions options;
+  std::map<std::string, const TensorSpec*, std::less<>> specs;  // into options.layout
+  size_t version_bytes = 0;
+
+  // Lock order: notify_mu before mu.
+  Mutex notify_mu;
+  Mutex mu;
+  CondVar committed_cv;  // signalled (with mu) on every commit
+  std::map<int64_t, Entry> versions SLUICE_GUARDED_BY(mu);
+  int64_t latest SLUICE_GUARDED_BY(mu) = kNoVersion;
+  int64_t staging_version SLUICE_GUARDED_BY(mu) = kNoVersion;
+  size_t staging_bytes SLUICE_GUARDED_BY(mu) = 0;
+  uint64_t commits SLUICE_GUARDED_BY(mu) = 0;
+  uint64_t aborts SLUICE_GUARDED_BY(mu) = 0;
+  std::map<uint64_t, std::function<void(int64_t)>> subscribers SLUICE_GUARDED_BY(mu);
+  uint64_t next_subscriber_id SLUICE_GUARDED_BY(mu) = 1;
+
+  size_t PinnedCountLocked() const SLUICE_REQUIRES(mu) {
+    size_t n = 0;
+    for (const auto& [v, e] : versions) n += e.pins > 0 ? 1 : 0;
+    return n;
+  }
+
+  // Pins `it`'s version and returns a handle on it. Refuses only a first pin
+  // beyond max_pinned_versions.
+  Result<VersionHandle> PinLocked(const std::shared_ptr<StoreCore>& self, std::map<int64_t, Entry>::iterator it)
+      SLUICE_REQUIRES(mu) {
+    if (it->second.pins == 0 && options.max_pinned_versions > 0 &&
+        PinnedCountLocked() >= options.max_pinned_versions) {
+      return Status::ResourceExhausted("cannot pin version " + std::to_string(it->first) + ": " +
+                                       std::to_string(PinnedCountLocked()) +
+                                       " versions are pinned (max_pinned_versions=" +
+                                       std::to_string(options.max_pinned_versions) +
+                                       "); release an older VersionHandle first");
+    }
+    ++it->second.pins;
+    return VersionHandle(self, it->second.snapshot.get());
+  }
+
+  // Adds a pin to a version that is already pinned (handle copy).
+  void AddPin(int64_t version) SLUICE_EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    auto it = versions.find(version);
+    SLUICE_CHECK(it != versions.end() && it->second.pins > 0) << "copying a handle of unpinned version " << version;
+    ++it->second.pins;
+  }
+
+  // Drops a pin; frees the version if it is now unpinned and superseded. The
+  // bytes are released after the lock is dropped.
+  void RemovePin(int64_t version) SLUICE_EXCLUDES(mu) {
+    std::unique_ptr<Snapshot> doomed;
+    {
+      MutexLock lock(&mu);
+      auto it = versions.find(version);
+      SLUICE_CHECK(it != versions.end() && it->second.pins > 0) << "unpinning unpinned version " << version;
+      if (--it->second.pins == 0 && version != latest) {
+        doomed = std::move(it->second.snapshot);
+        versions.erase(it);
+      }
+    }
+  }
+
+  void ReleaseStaging(int64_t version) SLUICE_EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    SLUICE_CHECK_EQ(staging_version, version);
+    staging_version = kNoVersion;
+    staging_bytes = 0;
+    ++aborts;
+  }
+};
+
+}  // namespace internal
+
+using internal::Snapshot;
+using internal::StoreCore;
+using internal::StoredTensor;
+
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+std::string Quoted(std::string_view name) {
+  // Appended piecewise: `"'" + std::string(name)` trips a GCC 12 -Wrestrict false positive.
+  std::string out;
+  out.reserve(name.size() + 2);
+  out.push_back('\'');
+  out.append(name);
+  out.push_back('\'');
+  return out;
+}
+
+Status VerifyTensor(int64_t version, const std::string& name, const StoredTensor& t) {
+  uint64_t now = Checksum64(t.bytes.get(), t.nbytes);
+  if (now != t.checksum) {
+    std::ostringstream msg;
+    msg << "version " << version << ": bytes of tensor " << Quoted(name) << " changed after Put (checksum 0x"
+        << std::hex << t.checksum << " recorded, 0x" << now << " now)";
+    return Status::DataLoss(msg.str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- VersionHandle
+
+VersionHandle::VersionHandle(const VersionHandle& other) : core_(other.core_), snapshot_(other.snapshot_) {
+  if (snapshot_ != nullptr) core_->AddPin(snapshot_->version);
+}
+
+VersionHandle& VersionHandle::operator=(const VersionHandle& other) {
+  if (this != &other) {
+    VersionHandle copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
+VersionHandle::VersionHandle(VersionHandle&& other) noexcept
+    : core_(std::move(other.core_)), snapshot_(std::exchange(other.snapshot_, nullptr)) {}
+
+VersionHandle& VersionHandle::operator=(VersionHandle&& other) noexcept {
+  if (this != &other) {
+    Release();
+    core_ = std::move(other.core_);
+    snapshot_ = std::exchange(other.snapshot_, nullptr);
+  }
+  return *this;
+}
+
+VersionHandle::~VersionHandle() { Release(); }
+
+void VersionHandle::Release() {
+  if (snapshot_ != nullptr) {
+    int64_t version = snapshot_->version;
+    snapshot_ = nullptr;
+    core_->RemovePin(version);
+  }
+  core_.reset();
+}
+
+int64_t VersionHandle::version() const { return snapshot_ ? snapshot_->version : kNoVersion; }
+
+Result<HostTensor> VersionHandle::tensor(std::string_view name) const {
+  if (snapshot_ == nullptr) return Status::FailedPrecondition("tensor(" + Quoted(name) + ") on an empty VersionHandle");
+  auto it = snapshot_->tensors.find(name);
+  if (it == snapshot_->tensors.end()) {
+    return Status::NotFound("version " + std::to_string(snapshot_->version) + " has no tensor " + Quoted(name));
+  }
+  const StoredTensor& stored = it->second;
+  HostTensor view;
+  view.dtype = stored.spec->dtype;
+  view.shape = stored.spec->shape;
+  view.data = stored.bytes.get();
+  view.nbytes = stored.nbytes;
+  // The owner is a pin, not the buffer: a view that outlives its handle keeps
+  // the version counted in stats() and inside the memory bound.
+  view.owner = std::make_shared<const VersionHandle>(*this);
+  return view;
+}
+
+Result<uint64_t> VersionHandle::checksum(std::string_view name) const {
+  if (snapshot_ == nullptr) return Status::FailedPrecondition("checksum(" + Quoted(name) + ") on an empty VersionHandle");
+  auto it = snapshot_->tensors.find(name);
+  if (it == snapshot_->tensors.end()) {
+    return Status::NotFound("version " + std::to_string(snapshot_->version) + " has no tensor " + Quoted(name));
+  }
+  return it->second.checksum;
+}
+
+Status VersionHandle::Verify() const {
+  if (snapshot_ == nullptr) return Status::FailedPrecondition("Verify() on an empty VersionHandle");
+  for (const auto& [name, t] : snapshot_->tensors) SLUICE_RETURN_IF_ERROR(VerifyTensor(snapshot_->version, name, t));
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- PublishHandle
+
+PublishHandle::PublishHandle(std::shared_ptr<StoreCore> core, int64_t version)
+    : core_(std::move(core)), version_(version), staging_(std::make_unique<internal::Staging>()) {}
+
+PublishHandle::~PublishHandle() { Abort(); }
+
+void PublishHandle::Abort() {
+  if (staging_ == nullptr) return;
+  staging_.reset();
+  core_->ReleaseStaging(version_);
+}
+
+Status PublishHandle::Put(std::string_view name, const HostTensor& tensor) {
+  const std::string where = "version " + std::to_string(version_) + ", tensor " + Quoted(name);
+  if (staging_ == nullptr) return Status::FailedPrecondition(where + ": Put after the publish was committed or aborted");
+  auto spec_it = core_->specs.find(name);
+  if (spec_it == core_->specs.end()) {
+    return Status::InvalidArgument(where + ": not in the registered layout");
+  }
+  const TensorSpec& spec = *spec_it->second;
+  if (tensor.nbytes > core_->options.max_tensor_bytes) {
+    return Status::ResourceExhausted(where + ": " + std::to_string(tensor.nbytes) + " bytes exceeds max_tensor_bytes=" +
+                                     std::to_string(core_->options.max_tensor_bytes));
+  }
+  if (tensor.dtype != spec.dtype) {
+    return Status::InvalidArgument(where + ": dtype " + std::string(DTypeName(tensor.dtype)) + ", layout expects " +
+                                   std::string(DTypeName(spec.dtype)));
+  }
+  if (tensor.shape != spec.shape) {
+    return Status::InvalidArgument(where + ": shape " + ShapeString(tensor.shape) + ", layout expects " +
+                                   ShapeString(spec.shape));
+  }
+  // Layout sizes were checked at Create, so this product cannot overflow.
+  const size_t expected = CheckedNumel(spec.shape).value() * DTypeSize(spec.dtype);
+  if (tensor.nbytes != expected) {
+    return Status::InvalidArgument(where + ": nbytes " + std::to_string(tensor.nbytes) + " does not match shape " +
+                                   ShapeString(spec.shape) + " of " + std::string(DTypeName(spec.dtype)) + " (" +
+                                   std::to_string(expected) + " bytes)");
+  }
+  if (tensor.data == nullptr && expected > 0) return Status::InvalidArgument(where + ": data is null");
+  if (staging_->tensors.count(name) > 0) {
+    return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
+  }
+
+  // Copy and checksum without any lock: this is the slow part of a publish.
+  StoredTensor stored;
+  stored.spec = &spec;
+  stored.nbytes = expected;
+  stored.bytes.reset(new std::byte[expected > 0 ? expected : 1]);
+  if (expected > 0) std::memcpy(stored.bytes.get(), tensor.data, expected);
+  stored.checksum = Checksum64(stored.bytes.get(), expected);
+  staging_->tensors.emplace(spec.name, std::move(stored));
+  staging_->nbytes += expected;
+  {
+    MutexLock lock(&core_->mu);
+    core_->staging_bytes = staging_->nbytes;
+  }
+  return Status::Ok();
+}
+
+Status PublishHandle::Commit() {
+  const std::string what = "cannot commit version " + std::to_string(version_);
+  if (staging_ == nullptr) return Status::FailedPrecondition(what + ": the publish was already committed or aborted");
+  if (internal::tls_notifying == core_.get()) {
+    return Status::FailedPrecondition(what + " from a subscriber callback of the same store");
+  }
+  std::string missing;
+  size_t missing_count = 0;
+  for (const TensorSpec& spec : core_->options.layout) {
+    if (staging_->tensors.count(spec.name) == 0) {
+      missing += (missing_count++ ? ", " : "") + Quoted(spec.name);
+    }
+  }
+  if (missing_count > 0) {
+    return Status::FailedPrecondition(what + ": " + std::to_string(missing_count) + " of " +
+                                      std::to_string(core_->options.layout.size()) +
+                                      " layout tensors were not put: " + missing);
+  }
+  // Re-verify every staged byte before it becomes visible: a stray write into
+  // staging must never reach a reader.
+  for (const auto& [name, t] : staging_->tensors) {
+    Status s = VerifyTensor(version_, name, t);
+    if (!s.ok()) {
+      Abort();
+      return s.WithContext(what + " (publish aborted)");
+    }
+  }
+
+  auto snapshot = std::make_unique<Snapshot>();
+  snapshot->version = version_;
+  snapshot->tensors = std::move(staging_->tensors);
+  snapshot->nbytes = staging_->nbytes;
+  staging_.reset();
+
+  // notify_mu is held from before the swap until the last callback returns,
+  // so notifications are delivered in commit order even when the next
+  // publish starts (on another thread) while callbacks are still running.
+  MutexLock notify_lock(&core_->notify_mu);
+  std::unique_ptr<Snapshot> superseded;
+  std::vector<std::function<void(int64_t)>> callbacks;
+  {
+    MutexLock lock(&core_->mu);
+    SLUICE_CHECK_EQ(core_->staging_version, version_);
+    SLUICE_CHECK_LT(core_->latest, version_);
+    auto old = core_->versions.find(core_->latest);
+    if (old != core_->versions.end() && old->second.pins == 0) {
+      superseded = std::move(old->second.snapshot);
+      core_->versions.erase(old);
+    }
+    core_->versions[version_].snapshot = std::move(snapshot);
+    core_->latest = version_;
+    core_->staging_version = kNoVersion;
+    core_->staging_bytes = 0;
+    ++core_->commits;
+    callbacks.reserve(core_->subscribers.size());
+    for (const auto& [id, cb] : core_->subscribers) callbacks.push_back(cb);
+    core_->committed_cv.NotifyAll();
+  }
+  superseded.reset();  // free the old bytes outside mu
+
+  const StoreCore* previous = internal::tls_notifying;
+  internal::tls_notifying = core_.get();
+  for (const auto& cb : callbacks) cb(version_);
+  internal::tls_notifying = previous;
+  return Status::Ok();
+}
+
+std::span<std::byte> PublishHandle::MutableStagedBytesForTesting(std::string_view name) {
+  if (staging_ == nullptr) return {};
+  auto it = staging_->tensors.find(name);
+  if (it == staging_->tensors.end()) return {};
+  return {it->second.bytes.get(), it->second.nbytes};
+}
+
+// ---------------------------------------------------------------- VersionStore
+
+Result<std::unique_ptr<VersionStore>> VersionStore::Create(VersionStoreOptions options) {
+  if (options.layout.empty()) return Status::InvalidArgument("VersionStoreOptions.layout is empty");
+  auto core = std::make_shared<StoreCore>();
+  core->options = std::move(options);
+  for (size_t i = 0; i < core->options.layout.size(); ++i) {
+    const TensorSpec& spec = core->options.layout[i];
+    const std::string where = "layout[" + std::to_string(i) + "] " + Quoted(spec.name);
+    if (spec.name.empty()) return Status::InvalidArgument("layout[" + std::to_string(i) + "] has an empty name");
+    Result<uint64_t> numel = CheckedNumel(spec.shape);
+    if (!numel.ok()) return numel.status().WithContext(where + " shape " + ShapeString(spec.shape));
+    const uint64_t bytes = *numel * DTypeSize(spec.dtype);
+    if (bytes > core->options.max_tensor_bytes) {
+      return Status::InvalidArgument(where + ": " + std::to_string(bytes) + " bytes exceeds max_tensor_bytes=" +
+                                     std::to_string(core->options.max_tensor_bytes));
+    }
+    if (!core->specs.emplace(spec.name, &spec).second) {
+      return Status::InvalidArgument(where + ": duplicate tensor name in the layout");
+    }
+    core->version_bytes += bytes;
+  }
+  return std::unique_ptr<VersionStore>(new VersionStore(std::move(core)));
+}
+
+VersionStore::VersionStore(std::shared_ptr<StoreCore> core) : core_(std::move(core)) {}
+VersionStore::~VersionStore() = default;
+
+Result<std::unique_ptr<PublishHandle>> VersionStore::BeginPublish(int64_t version) {
+  const std::string what = "cannot begin publishing version " + std::to_string(version);
+  if (version < 0) return Status::InvalidArgument(what + ": versions are >= 0");
+  if (internal::tls_notifying == core_.get()) {
+    return Status::FailedPrecondition(what + " from a subscriber callback of the same store");
+  }
+  MutexLock lock(&core_->mu);
+  if (core_->staging_version != kNoVersion) {
+    return Status::FailedPrecondition(what + ": version " + std::to_string(core_->staging_version) +
+                                      " is being staged; commit or abort it first");
+  }
+  if (version == core_->latest) return Status::AlreadyExists(what + ": it is already committed");
+  if (version < core_->latest) {
+    return Status::FailedPrecondition(what + ": it is older than the latest committed version " +
+                                      std::to_string(core_->latest) + "; versions only increase");
+  }
+  core_->staging_version = version;
+  core_->staging_bytes = 0;
+  return std::unique_ptr<PublishHandle>(new PublishHandle(core_, version));
+}
+
+Status VersionStore::Publish(int64_t version, const TensorMap& tensors) {
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<PublishHandle> handle, BeginPublish(version));
+  for (const auto& [name, tensor] : tensors) SLUICE_RETURN_IF_ERROR(handle->Put(name, tensor));
+  return handle->Commit();  // the handle's destructor aborts on any error above
+}
+
+Result<VersionHandle> VersionStore::AcquireLatest() {
+  MutexLock lock(&core_->mu);
+  if (core_->latest == kNoVersion) return Status::NotFound("no version has been committed yet");
+  return core_->PinLocked(core_, core_->versions.find(core_->latest));
+}
+
+Result<VersionHandle> VersionStore::Acquire(int64_t version) {
+  MutexLock lock(&core_->mu);
+  auto it = core_->versions.find(version);
+  if (it == core_->versions.end()) {
+    return Status::NotFound("version " + std::to_string(version) +
+                            " is not in memory (never committed, or superseded and unpinned); latest is " +
+                            std::to_string(core_->latest));
+  }
+  return core_->PinLocked(core_, it);
+}
+
+Result<VersionHandle> VersionStore::WaitForVersion(int64_t at_least, std::chrono::milliseconds timeout) {
+  StoreCore* core = core_.get();
+  MutexLock lock(&core->mu);
+  bool arrived = core->committed_cv.WaitFor(&core->mu, timeout, [core, at_least]() SLUICE_NO_THREAD_SAFETY_ANALYSIS {
+    return core->latest != kNoVersion && core->latest >= at_least;
+  });
+  if (!arrived) {
+    return Status::Timeout("no version >= " + std::to_string(at_least) + " was committed within " +
+                           std::to_string(timeout.count()) + " ms; latest is " + std::to_string(core->latest));
+  }
+  return core->PinLocked(core_, core->versions.find(core->latest));
+}
+
+int64_t VersionStore::latest_version() const {
+  MutexLock lock(&core_->mu);
+  return core_->latest;
+}
+
+VersionStoreStats VersionStore::stats() const {
+  VersionStoreStats s;
+  MutexLock lock(&core_->mu);
+  s.latest_version = core_->latest;
+  for (const auto& [v, e] : core_->versions) {
+    s.versions_in_memory.push_back(v);
+    s.committed_bytes += e.snapshot->nbytes;
+    if (e.pins > 0) s.pinned.push_back({v, e.pins});
+  }
+  s.staging_version = core_->staging_version;
+  s.staging_bytes = core_->staging_bytes;
+  s.bytes_held = s.committed_bytes + s.staging_bytes;
+  s.max_versions_in_memory = s.pinned.size() + 2;
+  s.max_bytes_held = s.max_versions_in_memory * core_->version_bytes;
+  s.commits = core_->commits;
+  s.aborts = core_->aborts;
+  return s;
+}
+
+uint64_t VersionStore::Subscribe(std::function<void(int64_t version)> callback) {
+  MutexLock lock(&core_->mu);
+  uint64_t id = core_->next_subscriber_id++;
+  core_->subscribers.emplace(id, std::move(callback));
+  return id;
+}
+
+Status VersionStore::Unsubscribe(uint64_t id) {
+  // Inside a callback this thread already holds notify_mu; elsewhere taking
+  // it waits out a delivery in progress.
+  std::optional<MutexLock> notify_lock;
+  if (internal::tls_notifying != core_.get()) notify_lock.emplace(&core_->notify_mu);
+  std::function<void(int64_t)> removed;  // destroyed outside mu
+  MutexLock lock(&core_->mu);
+  auto it = core_->subscribers.find(id);
+  if (it == core_->subscribers.end()) return Status::NotFound("subscription " + std::to_string(id) + " does not exist");
+  removed = std::move(it->second);
+  core_->subscribers.erase(it);
+  return Status::Ok();
+}
+
+const Layout& VersionStore::layout() const { return core_->options.layout; }
+size_t VersionStore::version_bytes() const { return core_->version_bytes; }
+
+}  // namespace sluice::checkpoint_engine

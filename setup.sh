@@ -71,6 +71,10 @@ case "$cmd" in
     build
     log "running the default test suite (labels long and gpu excluded)"
     ctest --preset default
+    log "running the torch-free core's tests under ThreadSanitizer"
+    cmake --preset core-tsan >/dev/null
+    cmake --build --preset core-tsan -j "$(nproc)"
+    ctest --preset core-tsan
     ;;
   demo)
     install_packages

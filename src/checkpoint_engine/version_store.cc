@@ -128,14 +128,6 @@ using internal::StoredTensor;
 
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << '[';
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << ']';
-  return out.str();
-}
-
 std::string Quoted(std::string_view name) {
   // Appended piecewise: `"'" + std::string(name)` trips a GCC 12 -Wrestrict false positive.
   std::string out;
@@ -261,14 +253,14 @@ Status PublishHandle::Put(std::string_view name, const HostTensor& tensor) {
                                    std::string(DTypeName(spec.dtype)));
   }
   if (tensor.shape != spec.shape) {
-    return Status::InvalidArgument(where + ": shape " + ShapeString(tensor.shape) + ", layout expects " +
-                                   ShapeString(spec.shape));
+    return Status::InvalidArgument(where + ": shape " + ShapeToString(tensor.shape) + ", layout expects " +
+                                   ShapeToString(spec.shape));
   }
   // Layout sizes were checked at Create, so this product cannot overflow.
   const size_t expected = CheckedNumel(spec.shape).value() * DTypeSize(spec.dtype);
   if (tensor.nbytes != expected) {
     return Status::InvalidArgument(where + ": nbytes " + std::to_string(tensor.nbytes) + " does not match shape " +
-                                   ShapeString(spec.shape) + " of " + std::string(DTypeName(spec.dtype)) + " (" +
+                                   ShapeToString(spec.shape) + " of " + std::string(DTypeName(spec.dtype)) + " (" +
                                    std::to_string(expected) + " bytes)");
   }
   if (tensor.data == nullptr && expected > 0) return Status::InvalidArgument(where + ": data is null");
@@ -377,7 +369,7 @@ Result<std::unique_ptr<VersionStore>> VersionStore::Create(VersionStoreOptions o
     const std::string where = "layout[" + std::to_string(i) + "] " + Quoted(spec.name);
     if (spec.name.empty()) return Status::InvalidArgument("layout[" + std::to_string(i) + "] has an empty name");
     Result<uint64_t> numel = CheckedNumel(spec.shape);
-    if (!numel.ok()) return numel.status().WithContext(where + " shape " + ShapeString(spec.shape));
+    if (!numel.ok()) return numel.status().WithContext(where + " shape " + ShapeToString(spec.shape));
     const uint64_t bytes = *numel * DTypeSize(spec.dtype);
     if (bytes > core->options.max_tensor_bytes) {
       return Status::InvalidArgument(where + ": " + std::to_string(bytes) + " bytes exceeds max_tensor_bytes=" +

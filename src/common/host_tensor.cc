@@ -58,6 +58,15 @@ Result<uint64_t> CheckedNumel(const std::vector<int64_t>& shape, uint64_t limit)
   return n;
 }
 
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
 uint64_t HostTensor::numel() const {
   uint64_t n = 1;
   for (int64_t d : shape) n *= static_cast<uint64_t>(d);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sluice/common/check.h"
+#include "sluice/common/file_util.h"
 
 namespace sluice::model {
 
@@ -221,39 +222,6 @@ std::string SerializeSafetensors(const TensorMap& tensors, const std::map<std::s
 }
 
 namespace {
-
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  // Unique per process and call, so concurrent writers never share a temporary.
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Unavailable(tmp + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::Unavailable(tmp + ": write failed: " + std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  // Data reaches the disk before the rename makes it visible: a crash leaves
-  // either the old file or the whole new one.
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return Status::Unavailable(tmp + ": cannot flush: " + std::strerror(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return Status::Unavailable(path + ": cannot rename into place: " + std::strerror(err));
-  }
-  return Status::Ok();
-}
 
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";

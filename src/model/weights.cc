@@ -40,11 +40,7 @@ std::optional<DType> HostDtype(torch::Dtype d) {
   }
 }
 
-std::string ShapeString(c10::IntArrayRef shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+std::string ShapeString(c10::IntArrayRef shape) { return ShapeToString(std::vector<int64_t>(shape.begin(), shape.end())); }
 
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF64; }
 
@@ -104,7 +100,7 @@ Status LoadWeights(Transformer& model, const TensorMap& weights) {
                                      "; weights must be F32, BF16 or F16");
     }
     if (!std::equal(host.shape.begin(), host.shape.end(), p.value().sizes().begin(), p.value().sizes().end())) {
-      return Status::InvalidArgument("tensor '" + p.key() + "' has shape " + ShapeString(host.shape) +
+      return Status::InvalidArgument("tensor '" + p.key() + "' has shape " + ShapeToString(host.shape) +
                                      " but the config implies " + ShapeString(p.value().sizes()));
     }
   }

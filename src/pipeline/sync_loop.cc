@@ -11,6 +11,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/random.h"
 #include "sluice/model/safetensors.h"
@@ -37,21 +38,6 @@ uint64_t PermutedIndex(uint64_t seed, uint64_t cursor, uint64_t n) {
 }
 
 constexpr uint64_t kSftSalt = 0x5f7;
-
-Status WriteTextAtomically(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return Status::Unavailable(tmp.string() + ": write failed");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return Status::Unavailable(path.string() + ": cannot rename into place: " + ec.message());
-  return Status::Ok();
-}
 
 json MetricsJson(const trainer::StepMetrics& m) {
   return {{"loss", m.loss},         {"pg_loss", m.pg_loss},     {"kl", m.kl},
@@ -163,9 +149,9 @@ struct SyncLoop::State {
                   {"optimizer_steps", trainer->optimizer_steps()},
                   {"seed", options.seed},
                   {"elapsed_seconds", elapsed_total}};
-    SLUICE_RETURN_IF_ERROR(WriteTextAtomically(dir / "trainer_state.json", state.dump(2) + "\n"));
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically((dir / "trainer_state.json").string(), state.dump(2) + "\n"));
     // The pointer moves last: a crash mid-save leaves the previous checkpoint current.
-    return WriteTextAtomically(CheckpointRoot() / "latest", std::string(name) + "\n");
+    return WriteFileAtomically((CheckpointRoot() / "latest").string(), std::string(name) + "\n");
   }
 
   Status LoadLatestCheckpoint(bool* loaded) {
@@ -217,7 +203,7 @@ struct SyncLoop::State {
       }
       kept += line + "\n";
     }
-    SLUICE_RETURN_IF_ERROR(WriteTextAtomically(metrics_path, kept));
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(metrics_path.string(), kept));
     *loaded = true;
     SLUICE_LOG(INFO) << "resumed from " << dir.string() << " at step " << step;
     return Status::Ok();

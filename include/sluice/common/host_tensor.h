@@ -33,6 +33,9 @@ std::optional<DType> ParseDTypeName(std::string_view name);
 // product overflows `limit` elements.
 Result<uint64_t> CheckedNumel(const std::vector<int64_t>& shape, uint64_t limit = (uint64_t{1} << 48));
 
+// "[2, 3]": shapes in error messages.
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
 struct HostTensor {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;

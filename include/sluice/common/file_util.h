@@ -1,0 +1,20 @@
+// Small file helpers shared by checkpoints, run directories and configs.
+#ifndef SLUICE_COMMON_FILE_UTIL_H_
+#define SLUICE_COMMON_FILE_UTIL_H_
+
+#include <string>
+#include <string_view>
+
+#include "sluice/common/status.h"
+
+namespace sluice {
+
+// Writes `bytes` to a temporary file beside `path` (unique per process and
+// call), fsyncs it, then renames it over `path`: a crash leaves either the old
+// file or the whole new one. Errors: Unavailable (create, write, flush or
+// rename failed); the temporary file is removed.
+Status WriteFileAtomically(const std::string& path, std::string_view bytes);
+
+}  // namespace sluice
+
+#endif  // SLUICE_COMMON_FILE_UTIL_H_

@@ -47,13 +47,6 @@ Result<torch::Device> PickDevice(const std::string& name) {
   return cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
 }
 
-Status SetThreads(const FlagSet& flags) {
-  SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 0, 1024));
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  torch::set_num_threads(static_cast<int>(threads));
-  return Status::Ok();
-}
-
 Status PrintUsage(const char* command, const FlagSet& flags) {
   std::printf("usage: sluice %s [flags]\n%s", command, flags.Usage().c_str());
   return Status::Ok();
@@ -96,7 +89,8 @@ Status Generate(const std::vector<std::string>& args) {
   flags.Add("device", "auto", "auto, cpu or cuda");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) return PrintUsage("generate", flags);
-  SLUICE_RETURN_IF_ERROR(SetThreads(flags));
+  SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 0, 1024));
+  SetIntraOpThreads(threads);
   SLUICE_ASSIGN_OR_RETURN(std::string device_name, flags.GetChoice("device", {"auto", "cpu", "cuda"}));
   SLUICE_ASSIGN_OR_RETURN(torch::Device device, PickDevice(device_name));
   SLUICE_ASSIGN_OR_RETURN(std::string model_dir, flags.GetString("model"));
@@ -174,6 +168,10 @@ Status Generate(const std::vector<std::string>& args) {
 }
 
 }  // namespace
+
+void SetIntraOpThreads(int64_t threads) {
+  torch::set_num_threads(threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
 
 int RunCommand(Status (*command)(const std::vector<std::string>&), const std::vector<std::string>& args) {
   try {

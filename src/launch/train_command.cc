@@ -217,11 +217,6 @@ class Progress {
   double gen_s_ = 0, train_s_ = 0, last_eval_ = -1;
 };
 
-Status SetThreads(int64_t threads) {
-  torch::set_num_threads(threads > 0 ? static_cast<int>(threads) : std::max(1u, std::thread::hardware_concurrency()));
-  return Status::Ok();
-}
-
 Result<std::shared_ptr<model::Transformer>> InitialModel(const Config& c) {
   const std::string path = c.GetString("model.path");
   if (!path.empty()) return model::LoadPretrained(path);
@@ -248,7 +243,7 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(Config config, Config::Load(schema, config_path, flags.positional()));
   SLUICE_ASSIGN_OR_RETURN(pipeline::LoopOptions options, LoopOptionsFrom(config));
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
-  SLUICE_RETURN_IF_ERROR(SetThreads(config.GetInt("run.threads")));
+  SetIntraOpThreads(config.GetInt("run.threads"));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
   std::error_code ec;
@@ -299,7 +294,7 @@ Status Eval(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(pipeline::LoopOptions options, LoopOptionsFrom(config));
   options.run_dir = (fs::temp_directory_path() / ("sluice-eval-" + std::to_string(::getpid()))).string();
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
-  SLUICE_RETURN_IF_ERROR(SetThreads(config.GetInt("run.threads")));
+  SetIntraOpThreads(config.GetInt("run.threads"));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, model::LoadPretrained(model_dir));
   SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, std::move(task), options));

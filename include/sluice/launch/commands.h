@@ -4,6 +4,7 @@
 #ifndef SLUICE_LAUNCH_COMMANDS_H_
 #define SLUICE_LAUNCH_COMMANDS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@ namespace sluice::launch {
 // Runs a command body: prints a failing Status as "error: <Code>: <message>"
 // and turns it into the exit code; libtorch exceptions become Internal.
 int RunCommand(Status (*command)(const std::vector<std::string>&), const std::vector<std::string>& args);
+
+// Sets libtorch's intra-op threads: `threads`, or every core when 0.
+void SetIntraOpThreads(int64_t threads);
 
 // `sluice init`: writes a freshly initialized built-in model (a preset) as a
 // Hugging Face checkpoint directory.

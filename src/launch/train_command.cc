@@ -47,6 +47,8 @@ ConfigSchema TrainSchema() {
   s.AddDouble("task.jsonl.eval_fraction", 0.1, 1e-9, 0.999999, "jsonl: share of train_path held out");
   s.AddInt("sft.steps", 0, 0, 10000000, "supervised warm-start steps on the task's solutions (0: none)");
   s.AddInt("sft.batch_size", 64, 1, 1000000, "examples per warm-start step");
+  s.AddDouble("sft.shortcut_fraction", 0.0, 0.0, 1.0,
+              "fraction of warm-start targets that give only the final answer, without the worked solution");
   s.AddDouble("sft.lr", 1e-3, 0.0, 10.0, "warm-start learning rate");
   s.AddInt("sft.warmup_steps", 20, 0, 10000000, "warm-start linear warm-up steps");
   s.AddInt("rl.steps", 100, 0, 10000000, "RL steps (one batch of prompts each)");
@@ -77,6 +79,8 @@ ConfigSchema TrainSchema() {
   s.AddInt("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)");
   s.AddInt("eval.size", 200, 1, 1000000, "held-out examples per evaluation (greedy decoding)");
   s.AddInt("eval.max_new_tokens", 96, 1, 1000000, "held-out response length limit");
+  s.AddInt("eval.samples", 0, 0, 1024,
+           "also sample this many answers per held-out example (RL sampling settings) and report their accuracy");
   s.AddInt("checkpoint.interval", 50, 0, 10000000, "RL steps between checkpoints (0: end only)");
   return s;
 }
@@ -111,6 +115,7 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
   o.checkpoint_interval = c.GetInt("checkpoint.interval");
   o.sft.steps = c.GetInt("sft.steps");
   o.sft.batch_size = c.GetInt("sft.batch_size");
+  o.sft.shortcut_fraction = c.GetDouble("sft.shortcut_fraction");
   o.sft.optimizer.lr = c.GetDouble("sft.lr");
   o.sft.optimizer.warmup_steps = c.GetInt("sft.warmup_steps");
   o.sft.optimizer.decay_steps = std::max<int64_t>(0, o.sft.steps - o.sft.optimizer.warmup_steps);
@@ -147,6 +152,7 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
   o.eval.interval = c.GetInt("eval.interval");
   o.eval.size = c.GetInt("eval.size");
   o.eval.max_new_tokens = static_cast<int32_t>(c.GetInt("eval.max_new_tokens"));
+  o.eval.samples = c.GetInt("eval.samples");
   SLUICE_RETURN_IF_ERROR(o.Validate());
   return o;
 }
@@ -302,9 +308,16 @@ Status Eval(const std::vector<std::string>& args) {
   std::error_code ec;
   fs::remove_all(options.run_dir, ec);
   SLUICE_RETURN_IF_ERROR(result.status());
-  std::printf("held-out accuracy %.1f%%, mean reward %.3f, mean response %.1f tokens (%lld examples)\n",
+  std::printf("held-out accuracy %.1f%%, mean reward %.3f, mean response %.1f tokens (%lld examples, greedy)\n",
               100 * result->accuracy, result->mean_reward, result->mean_length,
               static_cast<long long>(result->examples));
+  if (result->sampled_accuracy >= 0) {
+    std::printf("sampled accuracy %.1f%% (%lld answers per example)\n", 100 * result->sampled_accuracy,
+                static_cast<long long>(options.eval.samples));
+  }
+  if (std::string by = result->DifficultySummary(); !by.empty()) {
+    std::printf("greedy accuracy by difficulty (examples): %s\n", by.c_str());
+  }
   return Status::Ok();
 }
 

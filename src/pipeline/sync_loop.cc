@@ -38,6 +38,7 @@ uint64_t PermutedIndex(uint64_t seed, uint64_t cursor, uint64_t n) {
 }
 
 constexpr uint64_t kSftSalt = 0x5f7;
+constexpr uint64_t kShortcutSalt = 0x5c07;
 
 json MetricsJson(const trainer::StepMetrics& m) {
   return {{"loss", m.loss},         {"pg_loss", m.pg_loss},     {"kl", m.kl},
@@ -68,6 +69,7 @@ Status LoopOptions::Validate() const {
   }
   if (sft.steps < 0) return bad("sft.steps", "must be >= 0");
   if (sft.batch_size < 1) return bad("sft.batch_size", "must be >= 1");
+  if (!(sft.shortcut_fraction >= 0 && sft.shortcut_fraction <= 1)) return bad("sft.shortcut_fraction", "must be in [0, 1]");
   if (eval.interval < 0) return bad("eval.interval", "must be >= 0");
   if (eval.size < 1) return bad("eval.size", "must be >= 1");
   if (eval.max_new_tokens < 1) return bad("eval.max_new_tokens", "must be >= 1");
@@ -92,6 +94,7 @@ std::string StepRecord::ToJson() const {
     j["eval_accuracy"] = eval.accuracy;
     j["eval_reward"] = eval.mean_reward;
     j["eval_response_len"] = eval.mean_length;
+    if (eval.sampled_accuracy >= 0) j["eval_sampled_accuracy"] = eval.sampled_accuracy;
   }
   return j.dump();
 }
@@ -272,7 +275,10 @@ Status SyncLoop::WarmStart(const ProgressFn& progress) {
       SLUICE_ASSIGN_OR_RETURN(reward::Example ex,
                               s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed ^ kSftSalt, cursor, n)));
       if (ex.solution.empty()) continue;
-      trainer::SftExample e{s.EncodePrompt(ex.prompt), s.tokenizer.Encode(ex.solution)};
+      const bool shortcut =
+          sft.shortcut_fraction > 0 && UnitInterval(HashCombine(s.options.seed ^ kShortcutSalt, cursor)) < sft.shortcut_fraction;
+      const std::string target = shortcut ? std::string(1, reward::kAnswerMarker) + ex.answer : ex.solution;
+      trainer::SftExample e{s.EncodePrompt(ex.prompt), s.tokenizer.Encode(target)};
       e.target.push_back(s.tokenizer.eos_id());
       batch.push_back(std::move(e));
     }
@@ -289,33 +295,66 @@ Status SyncLoop::WarmStart(const ProgressFn& progress) {
   return model::SavePretrained(*s.policy, out.string());
 }
 
+std::string EvalResult::DifficultySummary() const {
+  std::string out;
+  for (const auto& [difficulty, bucket] : by_difficulty) {
+    if (difficulty <= 0 || bucket.total == 0) continue;
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%s%d:%.0f%%(%lld)", out.empty() ? "" : " ", difficulty,
+                  100.0 * static_cast<double>(bucket.correct) / static_cast<double>(bucket.total),
+                  static_cast<long long>(bucket.total));
+    out += buf;
+  }
+  return out;
+}
+
 Result<EvalResult> SyncLoop::Evaluate() {
   State& s = *state_;
   const int64_t n = std::min<int64_t>(s.options.eval.size, static_cast<int64_t>(s.task->size(reward::Split::kEval)));
+  const int64_t samples = s.options.eval.samples;
   std::vector<reward::Example> examples;
   std::vector<rollout::GenerationRequest> requests;
   for (int64_t i = 0; i < n; ++i) {
     SLUICE_ASSIGN_OR_RETURN(reward::Example ex, s.task->Get(reward::Split::kEval, static_cast<uint64_t>(i)));
     rollout::GenerationRequest r;
-    r.id = static_cast<uint64_t>(i);
     r.prompt = s.EncodePrompt(ex.prompt);
-    r.sampling.temperature = 0.0f;
-    r.sampling.max_new_tokens = s.options.eval.max_new_tokens;
-    requests.push_back(std::move(r));
+    // Request i * (samples + 1) is the greedy answer, the next `samples` are sampled.
+    for (int64_t k = 0; k <= samples; ++k) {
+      r.id = static_cast<uint64_t>(i * (samples + 1) + k);
+      if (k == 0) {
+        r.sampling.temperature = 0.0f;
+      } else {
+        r.sampling = s.options.rl.sampling;
+        r.sampling.seed = HashCombine(HashCombine(s.options.seed, 0xe7a1), r.id);
+      }
+      r.sampling.max_new_tokens = s.options.eval.max_new_tokens;
+      requests.push_back(r);
+    }
     examples.push_back(std::move(ex));
   }
   SLUICE_ASSIGN_OR_RETURN(auto results, s.Generate(std::move(requests)));
   EvalResult e;
   e.examples = n;
+  double sampled_correct = 0;
   for (int64_t i = 0; i < n; ++i) {
-    SLUICE_ASSIGN_OR_RETURN(double reward, s.Score(examples[i], results[i]));
+    const auto& greedy = results[static_cast<size_t>(i * (samples + 1))];
+    SLUICE_ASSIGN_OR_RETURN(double reward, s.Score(examples[i], greedy));
+    const bool correct = reward >= 1.0;
     e.mean_reward += reward;
-    e.accuracy += reward >= 1.0 ? 1.0 : 0.0;
-    e.mean_length += static_cast<double>(results[i].tokens.size());
+    e.accuracy += correct ? 1.0 : 0.0;
+    e.mean_length += static_cast<double>(greedy.tokens.size());
+    EvalResult::Bucket& bucket = e.by_difficulty[examples[i].difficulty];
+    bucket.total += 1;
+    bucket.correct += correct ? 1 : 0;
+    for (int64_t k = 1; k <= samples; ++k) {
+      SLUICE_ASSIGN_OR_RETURN(double r, s.Score(examples[i], results[static_cast<size_t>(i * (samples + 1) + k)]));
+      sampled_correct += r >= 1.0 ? 1.0 : 0.0;
+    }
   }
   e.mean_reward /= std::max<int64_t>(n, 1);
   e.accuracy /= std::max<int64_t>(n, 1);
   e.mean_length /= std::max<int64_t>(n, 1);
+  if (samples > 0) e.sampled_accuracy = sampled_correct / static_cast<double>(std::max<int64_t>(n * samples, 1));
   return e;
 }
 

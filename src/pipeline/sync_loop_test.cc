@@ -179,6 +179,58 @@ TEST_F(SyncLoopTest, WarmStartWritesACheckpointAndLearnsTheFormat) {
   EXPECT_LT(after->mean_length, before->mean_length);
 }
 
+TEST_F(SyncLoopTest, EvaluationReportsSampledAccuracyAndADifficultyBreakdown) {
+  LoopOptions o = Options("eval", 0);
+  o.eval.size = 12;
+  auto loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
+  auto greedy_only = loop->Evaluate();
+  ASSERT_TRUE(greedy_only.ok()) << greedy_only.status().ToString();
+  EXPECT_EQ(greedy_only->sampled_accuracy, -1);
+
+  o.eval.samples = 3;
+  loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
+  auto e = loop->Evaluate();
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->examples, 12);
+  EXPECT_GE(e->sampled_accuracy, 0);
+  EXPECT_LE(e->sampled_accuracy, 1);
+  // The greedy answers are the same whether or not samples are drawn next to them.
+  EXPECT_EQ(e->accuracy, greedy_only->accuracy);
+  EXPECT_EQ(e->mean_length, greedy_only->mean_length);
+  // Every example lands in the bucket of its difficulty (max_ops = 2: 1 or 2 operations).
+  int64_t total = 0, correct = 0;
+  for (const auto& [difficulty, bucket] : e->by_difficulty) {
+    EXPECT_TRUE(difficulty == 1 || difficulty == 2) << difficulty;
+    total += bucket.total;
+    correct += bucket.correct;
+  }
+  EXPECT_EQ(total, 12);
+  EXPECT_DOUBLE_EQ(static_cast<double>(correct) / 12, e->accuracy);
+  for (uint64_t i = 0; i < 12; ++i) {
+    const int d = task_->Get(reward::Split::kEval, i)->difficulty;
+    EXPECT_TRUE(d == 1 || d == 2) << d;
+  }
+}
+
+TEST_F(SyncLoopTest, ShortcutWarmStartTeachesBareAnswers) {
+  // With every target a bare answer, the warm-started model answers "#..." at
+  // once: much shorter greedy answers than with worked solutions.
+  auto mean_length_after_sft = [&](double shortcut) {
+    LoopOptions o = Options(shortcut > 0 ? "shortcut" : "worked", 0);
+    o.sft.steps = 60;
+    o.sft.batch_size = 32;
+    o.sft.optimizer.lr = 1e-2;
+    o.sft.shortcut_fraction = shortcut;
+    o.eval.max_new_tokens = 40;
+    auto loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
+    EXPECT_TRUE(loop->WarmStart(nullptr).ok());
+    return loop->Evaluate()->mean_length;
+  };
+  const double worked = mean_length_after_sft(0.0);
+  const double bare = mean_length_after_sft(1.0);
+  EXPECT_LT(bare, 0.6 * worked) << "bare " << bare << " worked " << worked;
+}
+
 TEST_F(SyncLoopTest, BadOptionsNameTheKey) {
   LoopOptions o = Options("bad", 1);
   o.rl.group_size = 1;
@@ -188,6 +240,10 @@ TEST_F(SyncLoopTest, BadOptionsNameTheKey) {
   o = Options("bad", 1);
   o.run_dir.clear();
   EXPECT_NE(SyncLoop::Create(FreshModel(), task_, o).status().message().find("run.dir"), std::string::npos);
+  o = Options("bad", 1);
+  o.sft.shortcut_fraction = 1.5;
+  EXPECT_NE(SyncLoop::Create(FreshModel(), task_, o).status().message().find("sft.shortcut_fraction"),
+            std::string::npos);
   o = Options("bad", 1);
   o.rl.sampling.top_p = 2;
   EXPECT_NE(SyncLoop::Create(FreshModel(), task_, o).status().message().find("top_p"), std::string::npos);

@@ -30,6 +30,7 @@ class GeneratedTask final : public Task {
       const int shape = generator_->DrawShape(rng);
       Example example = generator_->Generate(shape, rng);
       example.index = i;
+      example.difficulty = shape;
       eval_prompts_.insert(example.prompt);
       eval_.push_back(std::move(example));
     }
@@ -63,6 +64,7 @@ class GeneratedTask final : public Task {
       example = generator_->Generate(shape, rng);
     }
     example.index = index;
+    example.difficulty = shape;
     return example;
   }
 

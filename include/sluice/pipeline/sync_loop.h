@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,11 @@ namespace sluice::pipeline {
 struct SftOptions {
   int64_t steps = 0;          // 0: no warm start
   int64_t batch_size = 64;    // examples per step
+  // Fraction of warm-start examples whose target is only the final answer
+  // ("#42") instead of the worked solution: a base policy that often answers
+  // without working it out, as pretrained models do. RL can then learn from
+  // reward alone that working it out pays. 0: every target is worked.
+  double shortcut_fraction = 0.0;
   trainer::OptimizerOptions optimizer;
 };
 
@@ -47,6 +53,10 @@ struct EvalOptions {
   int64_t interval = 20;   // RL steps between evaluations (0: only before and after)
   int64_t size = 200;      // eval examples (<= the task's eval split)
   int32_t max_new_tokens = 96;
+  // > 0: also sample this many answers per example with the RL sampling
+  // settings and report their mean accuracy (what the policy does when it
+  // samples, next to what its greedy answer does).
+  int64_t samples = 0;
 };
 
 struct LoopOptions {
@@ -63,10 +73,19 @@ struct LoopOptions {
 };
 
 struct EvalResult {
-  double accuracy = 0;       // fraction of examples with reward 1
+  double accuracy = 0;       // fraction of examples whose greedy answer has reward 1
   double mean_reward = 0;
-  double mean_length = 0;    // response tokens
+  double mean_length = 0;    // response tokens (greedy)
   int64_t examples = 0;
+  // Mean accuracy of eval.samples sampled answers per example; -1 if not measured.
+  double sampled_accuracy = -1;
+  // Greedy accuracy by the example's difficulty (reward::Example::difficulty).
+  struct Bucket {
+    int64_t correct = 0, total = 0;
+  };
+  std::map<int, Bucket> by_difficulty;
+  // "1:95% 2:60% ..." (empty when the task reports no difficulty).
+  std::string DifficultySummary() const;
 };
 
 // One line of metrics.jsonl (also handed to the progress callback).

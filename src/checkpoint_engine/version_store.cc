@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "checksum.h"
+#include "layout_check.h"
 #include "sluice/common/check.h"
 #include "sluice/common/mutex.h"
 
@@ -125,18 +126,9 @@ struct StoreCore {
 using internal::Snapshot;
 using internal::StoreCore;
 using internal::StoredTensor;
+using internal::Quoted;
 
 namespace {
-
-std::string Quoted(std::string_view name) {
-  // Appended piecewise: `"'" + std::string(name)` trips a GCC 12 -Wrestrict false positive.
-  std::string out;
-  out.reserve(name.size() + 2);
-  out.push_back('\'');
-  out.append(name);
-  out.push_back('\'');
-  return out;
-}
 
 Status VerifyTensor(int64_t version, const std::string& name, const StoredTensor& t) {
   uint64_t now = Checksum64(t.bytes.get(), t.nbytes);
@@ -244,26 +236,8 @@ Status PublishHandle::Put(std::string_view name, const HostTensor& tensor) {
     return Status::InvalidArgument(where + ": not in the registered layout");
   }
   const TensorSpec& spec = *spec_it->second;
-  if (tensor.nbytes > core_->options.max_tensor_bytes) {
-    return Status::ResourceExhausted(where + ": " + std::to_string(tensor.nbytes) + " bytes exceeds max_tensor_bytes=" +
-                                     std::to_string(core_->options.max_tensor_bytes));
-  }
-  if (tensor.dtype != spec.dtype) {
-    return Status::InvalidArgument(where + ": dtype " + std::string(DTypeName(tensor.dtype)) + ", layout expects " +
-                                   std::string(DTypeName(spec.dtype)));
-  }
-  if (tensor.shape != spec.shape) {
-    return Status::InvalidArgument(where + ": shape " + ShapeToString(tensor.shape) + ", layout expects " +
-                                   ShapeToString(spec.shape));
-  }
-  // Layout sizes were checked at Create, so this product cannot overflow.
-  const size_t expected = CheckedNumel(spec.shape).value() * DTypeSize(spec.dtype);
-  if (tensor.nbytes != expected) {
-    return Status::InvalidArgument(where + ": nbytes " + std::to_string(tensor.nbytes) + " does not match shape " +
-                                   ShapeToString(spec.shape) + " of " + std::string(DTypeName(spec.dtype)) + " (" +
-                                   std::to_string(expected) + " bytes)");
-  }
-  if (tensor.data == nullptr && expected > 0) return Status::InvalidArgument(where + ": data is null");
+  SLUICE_RETURN_IF_ERROR(internal::CheckTensorMatchesSpec(where, spec, tensor, core_->options.max_tensor_bytes));
+  const size_t expected = tensor.nbytes;
   if (staging_->tensors.count(name) > 0) {
     return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
   }
@@ -361,24 +335,14 @@ std::span<std::byte> PublishHandle::MutableStagedBytesForTesting(std::string_vie
 // ---------------------------------------------------------------- VersionStore
 
 Result<std::unique_ptr<VersionStore>> VersionStore::Create(VersionStoreOptions options) {
-  if (options.layout.empty()) return Status::InvalidArgument("VersionStoreOptions.layout is empty");
+  SLUICE_ASSIGN_OR_RETURN(std::vector<size_t> bytes,
+                          internal::ValidateLayout(options.layout, options.max_tensor_bytes, "VersionStoreOptions"));
   auto core = std::make_shared<StoreCore>();
   core->options = std::move(options);
   for (size_t i = 0; i < core->options.layout.size(); ++i) {
     const TensorSpec& spec = core->options.layout[i];
-    const std::string where = "layout[" + std::to_string(i) + "] " + Quoted(spec.name);
-    if (spec.name.empty()) return Status::InvalidArgument("layout[" + std::to_string(i) + "] has an empty name");
-    Result<uint64_t> numel = CheckedNumel(spec.shape);
-    if (!numel.ok()) return numel.status().WithContext(where + " shape " + ShapeToString(spec.shape));
-    const uint64_t bytes = *numel * DTypeSize(spec.dtype);
-    if (bytes > core->options.max_tensor_bytes) {
-      return Status::InvalidArgument(where + ": " + std::to_string(bytes) + " bytes exceeds max_tensor_bytes=" +
-                                     std::to_string(core->options.max_tensor_bytes));
-    }
-    if (!core->specs.emplace(spec.name, &spec).second) {
-      return Status::InvalidArgument(where + ": duplicate tensor name in the layout");
-    }
-    core->version_bytes += bytes;
+    core->specs.emplace(spec.name, &spec);
+    core->version_bytes += bytes[i];
   }
   return std::unique_ptr<VersionStore>(new VersionStore(std::move(core)));
 }

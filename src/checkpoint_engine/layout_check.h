@@ -1,0 +1,39 @@
+// Layout validation shared by every CheckpointEngine transport, so the
+// in-process and shared-memory stores accept and reject exactly the same
+// layouts and tensors, with the same messages.
+//
+// Thread safety: pure functions.
+#ifndef SLUICE_SRC_CHECKPOINT_ENGINE_LAYOUT_CHECK_H_
+#define SLUICE_SRC_CHECKPOINT_ENGINE_LAYOUT_CHECK_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/checkpoint_engine/version_store.h"
+#include "sluice/common/host_tensor.h"
+#include "sluice/common/status.h"
+
+namespace sluice::checkpoint_engine::internal {
+
+// 'name', for messages.
+std::string Quoted(std::string_view name);
+
+// Byte size of every layout tensor, in layout order. InvalidArgument naming
+// the entry (and `options_name` for an empty layout) if the layout is empty,
+// a name is empty or repeated, a shape is malformed, or a tensor exceeds
+// max_tensor_bytes.
+Result<std::vector<size_t>> ValidateLayout(const Layout& layout, size_t max_tensor_bytes,
+                                           std::string_view options_name);
+
+// Checks a tensor offered for `spec` (Put). `where` prefixes every message.
+//   ResourceExhausted - tensor.nbytes > max_tensor_bytes
+//   InvalidArgument   - dtype or shape differ from the spec; nbytes does not
+//                       match the shape; null data for a non-empty tensor
+Status CheckTensorMatchesSpec(const std::string& where, const TensorSpec& spec, const HostTensor& tensor,
+                              size_t max_tensor_bytes);
+
+}  // namespace sluice::checkpoint_engine::internal
+
+#endif  // SLUICE_SRC_CHECKPOINT_ENGINE_LAYOUT_CHECK_H_

@@ -1,0 +1,381 @@
+// ShmPublisher: attaches as the one writer of a shared-memory store and
+// stages each version in its own segment (protocol: shm_store.h).
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "checksum.h"
+#include "layout_check.h"
+#include "shm_control.h"
+#include "shm_format.h"
+#include "sluice/checkpoint_engine/shm_store.h"
+#include "sluice/common/check.h"
+#include "sluice/common/logging.h"
+#include "sluice/common/mutex.h"
+
+namespace sluice::checkpoint_engine {
+namespace shm {
+
+// Shared by the ShmPublisher and its open ShmPublishHandle; detaches from
+// the store when the last of them goes.
+struct PublisherCore {
+  ShmPublisherOptions options;
+  std::unique_ptr<Control> control;
+  std::map<std::string, size_t, std::less<>> index;  // tensor name -> layout position
+  size_t version_bytes = 0;
+
+  Mutex mu;
+  bool publishing SLUICE_GUARDED_BY(mu) = false;  // a handle is open
+
+  ~PublisherCore() { Detach(); }
+
+  // FailedPrecondition unless this process still owns the store. Lock held.
+  Status CheckOwner(const Control::Locked&, const std::string& what) const {
+    ControlBlock* block = control->block();
+    if (block->destroyed.load(std::memory_order_acquire) != 0) {
+      return Status::FailedPrecondition(what + ": store " + control->names().control() + " was destroyed");
+    }
+    if (Control::Owner(block->publisher) != control->self()) {
+      return Status::FailedPrecondition(what + ": this process is no longer the publisher of " +
+                                        control->names().control());
+    }
+    return Status::Ok();
+  }
+
+  void Detach() {
+    Result<Control::Locked> lock = control->Lock(options.lock_timeout);
+    if (!lock.ok()) {
+      SLUICE_LOG(WARNING) << "cannot detach the publisher cleanly: " << lock.status().ToString()
+                          << "; the next process to attach will retire it";
+      return;
+    }
+    ControlBlock* block = control->block();
+    if (block->destroyed.load(std::memory_order_acquire) != 0) return;
+    if (Control::Owner(block->publisher) == control->self()) block->publisher.pid.store(0, std::memory_order_release);
+    control->Collect(*lock);
+    if (!control->HasLiveParticipant(*lock)) control->Destroy(*lock);
+  }
+};
+
+}  // namespace shm
+
+using shm::Control;
+using shm::ControlBlock;
+using shm::PublisherCore;
+using internal::Quoted;
+
+// The open staging segment of one publish.
+struct ShmPublishHandle::Staging {
+  SharedMemorySegment segment;
+  shm::VersionHeader* header = nullptr;
+  shm::TensorRecord* records = nullptr;
+  std::vector<bool> put;
+  size_t bytes_staged = 0;
+};
+
+// ------------------------------------------------------------- PublishHandle
+
+ShmPublishHandle::ShmPublishHandle(std::shared_ptr<PublisherCore> core, int64_t version,
+                                   std::unique_ptr<Staging> staging)
+    : core_(std::move(core)), version_(version), staging_(std::move(staging)) {}
+
+ShmPublishHandle::~ShmPublishHandle() { Abort(); }
+
+void ShmPublishHandle::Abort() {
+  if (staging_ == nullptr) return;
+  staging_.reset();  // unmap first
+  Control& control = *core_->control;
+  // The staging name is ours (reserved under the lock), so unlinking it
+  // needs no lock; the lock only guards clearing `staging`. If the lock
+  // cannot be taken, the next BeginPublish clears our stale reservation.
+  Status unlinked = SharedMemorySegment::Unlink(control.names().Version(version_));
+  if (!unlinked.ok() && unlinked.code() != StatusCode::kNotFound) SLUICE_LOG(WARNING) << unlinked.ToString();
+  if (Result<Control::Locked> lock = control.Lock(core_->options.lock_timeout); lock.ok()) {
+    ControlBlock* block = control.block();
+    if (block->staging.load(std::memory_order_acquire) == version_ &&
+        Control::Owner(block->publisher) == control.self()) {
+      block->staging.store(kNoVersion, std::memory_order_release);
+      block->aborts.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  MutexLock lock(&core_->mu);
+  core_->publishing = false;
+}
+
+Status ShmPublishHandle::Put(std::string_view name, const HostTensor& tensor) {
+  const std::string where = "version " + std::to_string(version_) + ", tensor " + Quoted(name);
+  if (staging_ == nullptr) return Status::FailedPrecondition(where + ": Put after the publish was committed or aborted");
+  auto it = core_->index.find(name);
+  if (it == core_->index.end()) return Status::InvalidArgument(where + ": not in the registered layout");
+  const size_t t = it->second;
+  const TensorSpec& spec = core_->control->layout()[t];
+  SLUICE_RETURN_IF_ERROR(internal::CheckTensorMatchesSpec(where, spec, tensor, core_->options.max_tensor_bytes));
+  if (staging_->put[t]) return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
+
+  shm::TensorRecord& record = staging_->records[t];
+  std::byte* dst = staging_->segment.data() + record.offset;
+  if (tensor.nbytes > 0) std::memcpy(dst, tensor.data, tensor.nbytes);
+  // Checksum the copy, not the source: what readers will see is what is hashed.
+  record.checksum = Checksum64(dst, tensor.nbytes);
+  staging_->put[t] = true;
+  staging_->bytes_staged += tensor.nbytes;
+  if (core_->options.test_hooks.after_put) core_->options.test_hooks.after_put(version_, staging_->bytes_staged);
+  return Status::Ok();
+}
+
+Status ShmPublishHandle::Commit() {
+  const std::string what = "cannot commit version " + std::to_string(version_);
+  if (staging_ == nullptr) return Status::FailedPrecondition(what + ": the publish was already committed or aborted");
+  const Layout& layout = core_->control->layout();
+  std::string missing;
+  size_t missing_count = 0;
+  for (size_t t = 0; t < layout.size(); ++t) {
+    if (!staging_->put[t]) missing += (missing_count++ ? ", " : "") + Quoted(layout[t].name);
+  }
+  if (missing_count > 0) {
+    return Status::FailedPrecondition(what + ": " + std::to_string(missing_count) + " of " +
+                                      std::to_string(layout.size()) + " layout tensors were not put: " + missing);
+  }
+  // Re-verify every staged byte before it can become visible: a stray write
+  // into the staging segment must never reach a reader.
+  for (size_t t = 0; t < layout.size(); ++t) {
+    const shm::TensorRecord& r = staging_->records[t];
+    const uint64_t now = Checksum64(staging_->segment.data() + r.offset, r.nbytes);
+    if (now != r.checksum) {
+      std::ostringstream msg;
+      msg << what << " (publish aborted): version " << version_ << ": bytes of tensor " << Quoted(layout[t].name)
+          << " changed after Put (checksum 0x" << std::hex << r.checksum << " recorded, 0x" << now << " now)";
+      Abort();
+      return Status::DataLoss(msg.str());
+    }
+  }
+  staging_->header->sealed.store(1, std::memory_order_release);
+
+  Control& control = *core_->control;
+  ControlBlock* block = control.block();
+  Status refused;
+  {
+    Result<Control::Locked> lock = control.Lock(core_->options.lock_timeout);
+    if (!lock.ok()) return lock.status().WithContext(what);
+    refused = core_->CheckOwner(*lock, what);
+    if (refused.ok() && block->staging.load(std::memory_order_acquire) != version_) {
+      refused = Status::FailedPrecondition(what + ": its staging reservation in " + control.names().control() +
+                                           " was cleared by another process");
+    }
+    if (refused.ok()) {
+      shm::VersionEntry* entry = control.FreeEntryOrNull(*lock);
+      // Entries are sized so this cannot happen (see ComputeGeometry).
+      SLUICE_CHECK(entry != nullptr) << "version table of " << control.names().control() << " is full";
+      // Order matters for crash repair: entry, then latest, then staging (see
+      // Control::Collect for how each prefix is repaired).
+      entry->version.store(version_, std::memory_order_release);
+      if (core_->options.test_hooks.inside_commit_lock) core_->options.test_hooks.inside_commit_lock(version_);
+      const int64_t previous = block->latest.load(std::memory_order_acquire);
+      block->latest.store(version_, std::memory_order_release);
+      block->staging.store(kNoVersion, std::memory_order_release);
+      block->commits.fetch_add(1, std::memory_order_relaxed);
+      control.FreeIfUnreachable(*lock, previous);
+      control.Collect(*lock);
+    }
+  }
+  if (!refused.ok()) {
+    Abort();  // takes the lock itself, so only after it was released above
+    return refused;
+  }
+  block->commit_seq.fetch_add(1, std::memory_order_release);
+  ShmFutexWakeAll(&block->commit_seq);
+  staging_.reset();
+  MutexLock lock(&core_->mu);
+  core_->publishing = false;
+  return Status::Ok();
+}
+
+std::span<std::byte> ShmPublishHandle::MutableStagedBytesForTesting(std::string_view name) {
+  if (staging_ == nullptr) return {};
+  auto it = core_->index.find(name);
+  if (it == core_->index.end() || !staging_->put[it->second]) return {};
+  const shm::TensorRecord& r = staging_->records[it->second];
+  return {staging_->segment.data() + r.offset, r.nbytes};
+}
+
+// --------------------------------------------------------------- ShmPublisher
+
+Result<std::unique_ptr<ShmPublisher>> ShmPublisher::Attach(ShmPublisherOptions options) {
+  SLUICE_ASSIGN_OR_RETURN(shm::StoreNames names, shm::StoreNames::Make(options.shm_prefix, options.store_name));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<size_t> bytes,
+                          internal::ValidateLayout(options.layout, options.max_tensor_bytes, "ShmPublisherOptions"));
+  if (options.max_readers < 1 || options.max_readers > 4096) {
+    return Status::InvalidArgument("ShmPublisherOptions.max_readers must be 1..4096, got " +
+                                   std::to_string(options.max_readers));
+  }
+  if (options.max_pins_per_reader < 1 || options.max_pins_per_reader > 64) {
+    return Status::InvalidArgument("ShmPublisherOptions.max_pins_per_reader must be 1..64, got " +
+                                   std::to_string(options.max_pins_per_reader));
+  }
+  const std::string what = "cannot attach a publisher to store " + names.control();
+  std::unique_ptr<Control> control;
+  // Retries are bounded in time: each one means the store was torn down or
+  // created concurrently, or is still being initialized.
+  const auto start = std::chrono::steady_clock::now();
+  const auto init_deadline = start + std::chrono::seconds(2);
+  const auto deadline = start + std::chrono::seconds(5);
+  for (int attempt = 0; control == nullptr; ++attempt) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::Unavailable(what + ": the store kept changing under us for 5 s");
+    }
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    Result<std::unique_ptr<Control>> created = Control::Create(names, options.layout, bytes, options.max_tensor_bytes,
+                                                               options.max_readers, options.max_pins_per_reader);
+    if (created.ok()) {
+      control = std::move(created).value();
+      break;
+    }
+    if (created.status().code() != StatusCode::kAlreadyExists) return created.status().WithContext(what);
+
+    Result<std::unique_ptr<Control>> opened = Control::Open(names);
+    if (opened.status().code() == StatusCode::kNotFound) continue;  // torn down meanwhile
+    if (opened.status().code() == StatusCode::kUnavailable) {
+      // Magic still 0. Initialization takes microseconds; one that is still
+      // unfinished after the deadline was abandoned by a dead creator.
+      if (std::chrono::steady_clock::now() < init_deadline) continue;
+      SLUICE_LOG(WARNING) << names.control() << " was never initialized; removing it";
+      (void)SharedMemorySegment::Unlink(names.control());
+      continue;
+    }
+    if (!opened.ok()) return opened.status().WithContext(what);
+    std::unique_ptr<Control> candidate = std::move(opened).value();
+    const std::string diff = shm::DescribeLayoutDifference(candidate->layout(), options.layout);
+    if (!diff.empty()) {
+      return Status::FailedPrecondition(what + ": its layout differs (" + diff +
+                                        "); use another store name or DestroyShmStore it first");
+    }
+    SLUICE_ASSIGN_OR_RETURN(Control::Locked lock, candidate->Lock(options.lock_timeout));
+    ControlBlock* block = candidate->block();
+    if (block->destroyed.load(std::memory_order_acquire) != 0) continue;  // being torn down: start over
+    const ProcessIdentity previous = Control::Owner(block->publisher);
+    if (previous.pid != 0 && IsProcessAlive(previous)) {
+      return Status::FailedPrecondition(what + ": it already has a live publisher (pid " +
+                                        std::to_string(previous.pid) +
+                                        (previous == candidate->self() ? ", this process" : "") + ")");
+    }
+    // Retires a dead predecessor, removes its staging, frees what it can.
+    candidate->Repair(lock);
+    Control::SetOwner(&block->publisher, candidate->self());
+    if (options.max_readers != candidate->geometry().max_readers ||
+        options.max_pins_per_reader != candidate->geometry().pins_per_reader) {
+      SLUICE_LOG(INFO) << names.control() << " keeps its own limits: max_readers "
+                       << candidate->geometry().max_readers << ", max_pins_per_reader "
+                       << candidate->geometry().pins_per_reader;
+    }
+    control = std::move(candidate);
+  }
+  auto core = std::make_shared<PublisherCore>();
+  core->options = std::move(options);
+  for (size_t t = 0; t < control->layout().size(); ++t) core->index.emplace(control->layout()[t].name, t);
+  for (size_t n : control->geometry().tensor_bytes) core->version_bytes += n;
+  core->control = std::move(control);
+  return std::unique_ptr<ShmPublisher>(new ShmPublisher(std::move(core)));
+}
+
+ShmPublisher::~ShmPublisher() = default;
+
+Result<std::unique_ptr<ShmPublishHandle>> ShmPublisher::BeginPublish(int64_t version) {
+  const std::string what = "cannot begin publishing version " + std::to_string(version);
+  if (version < 0) return Status::InvalidArgument(what + ": versions are >= 0");
+  {
+    MutexLock lock(&core_->mu);
+    if (core_->publishing) return Status::FailedPrecondition(what + ": another publish is open; commit or abort it first");
+    core_->publishing = true;
+  }
+  auto release = [&](Status s) -> Result<std::unique_ptr<ShmPublishHandle>> {
+    MutexLock lock(&core_->mu);
+    core_->publishing = false;
+    return s;
+  };
+  Control& control = *core_->control;
+  ControlBlock* block = control.block();
+  const std::string name = control.names().Version(version);
+  {
+    Result<Control::Locked> lock = control.Lock(core_->options.lock_timeout);
+    if (!lock.ok()) return release(lock.status().WithContext(what));
+    Status owner = core_->CheckOwner(*lock, what);
+    if (!owner.ok()) return release(owner);
+    const int64_t latest = block->latest.load(std::memory_order_acquire);
+    if (version == latest) return release(Status::AlreadyExists(what + ": it is already committed"));
+    if (version < latest) {
+      return release(Status::FailedPrecondition(what + ": it is older than the latest committed version " +
+                                                std::to_string(latest) + "; versions only increase"));
+    }
+    // A reservation left by an abort that could not take the lock is ours.
+    const int64_t stale = block->staging.load(std::memory_order_acquire);
+    if (stale != kNoVersion) {
+      (void)SharedMemorySegment::Unlink(control.names().Version(stale));
+      block->aborts.fetch_add(1, std::memory_order_relaxed);
+    }
+    control.Collect(*lock);
+    block->staging.store(version, std::memory_order_release);
+  }
+  auto unreserve = [&](Status s) {
+    if (Result<Control::Locked> lock = control.Lock(core_->options.lock_timeout); lock.ok()) {
+      block->staging.store(kNoVersion, std::memory_order_release);
+    }
+    return release(s.WithContext(what));
+  };
+
+  const shm::Geometry& g = control.geometry();
+  Result<SharedMemorySegment> segment = SharedMemorySegment::Create(name, g.version_segment_bytes);
+  if (segment.status().code() == StatusCode::kAlreadyExists) {
+    // An orphan of a crashed predecessor; the name is reserved for us now.
+    (void)SharedMemorySegment::Unlink(name);
+    segment = SharedMemorySegment::Create(name, g.version_segment_bytes);
+  }
+  if (!segment.ok()) return unreserve(segment.status());
+
+  auto staging = std::make_unique<ShmPublishHandle::Staging>();
+  staging->segment = std::move(segment).value();
+  auto* header = new (staging->segment.data()) shm::VersionHeader();
+  header->layout_hash = control.layout_hash();
+  header->version = version;
+  header->num_tensors = static_cast<uint32_t>(g.tensor_bytes.size());
+  header->data_offset = g.tensor_offsets.empty() ? g.version_segment_bytes : g.tensor_offsets[0];
+  auto* records = reinterpret_cast<shm::TensorRecord*>(header + 1);
+  for (size_t t = 0; t < g.tensor_bytes.size(); ++t) {
+    records[t] = shm::TensorRecord{g.tensor_offsets[t], g.tensor_bytes[t], 0, 0};
+  }
+  header->preamble.protocol_version = shm::kProtocolVersion;
+  header->preamble.segment_bytes = staging->segment.size();
+  header->preamble.magic.store(shm::kVersionMagic, std::memory_order_release);
+  staging->header = header;
+  staging->records = records;
+  staging->put.assign(g.tensor_bytes.size(), false);
+  return std::unique_ptr<ShmPublishHandle>(new ShmPublishHandle(core_, version, std::move(staging)));
+}
+
+Status ShmPublisher::Publish(int64_t version, const TensorMap& tensors) {
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ShmPublishHandle> handle, BeginPublish(version));
+  for (const auto& [name, tensor] : tensors) SLUICE_RETURN_IF_ERROR(handle->Put(name, tensor));
+  return handle->Commit();  // the handle's destructor aborts on any error above
+}
+
+Status ShmPublisher::Sweep() {
+  SLUICE_ASSIGN_OR_RETURN(Control::Locked lock, core_->control->Lock(core_->options.lock_timeout));
+  SLUICE_RETURN_IF_ERROR(core_->CheckOwner(lock, "cannot sweep"));
+  core_->control->Repair(lock);
+  return Status::Ok();
+}
+
+int64_t ShmPublisher::latest_version() const {
+  return core_->control->block()->latest.load(std::memory_order_acquire);
+}
+
+Result<ShmStoreStats> ShmPublisher::stats() const {
+  SLUICE_ASSIGN_OR_RETURN(Control::Locked lock, core_->control->Lock(core_->options.lock_timeout));
+  return core_->control->Stats(lock);
+}
+
+const Layout& ShmPublisher::layout() const { return core_->control->layout(); }
+size_t ShmPublisher::version_bytes() const { return core_->version_bytes; }
+const std::string& ShmPublisher::control_segment_name() const { return core_->control->names().control(); }
+
+}  // namespace sluice::checkpoint_engine

@@ -79,6 +79,7 @@ struct RolloutEngine::Impl {
   std::vector<std::optional<Sequence>> slots;
   std::unordered_set<uint64_t> ids_in_flight;
   WeightSwapHook hook;
+  std::optional<PolicySnapshot> pending;  // kAtBoundary: validated, waits for the slots to drain
   EngineStats stats;
   Status broken;  // sticky: set when libtorch failed mid-step
 
@@ -87,6 +88,13 @@ struct RolloutEngine::Impl {
   }
 
   Status MaybeSwapWeights() {
+    if (pending) {
+      if (NumRunning() > 0) return Status::Ok();
+      policy = std::move(*pending);
+      pending.reset();
+      ++stats.weight_swaps;
+      return Status::Ok();
+    }
     if (!hook) return Status::Ok();
     std::optional<PolicySnapshot> next = hook(policy.version);
     if (!next) return Status::Ok();
@@ -104,6 +112,10 @@ struct RolloutEngine::Impl {
       return Status::FailedPrecondition("weight-swap hook returned version " + std::to_string(next->version) +
                                         " with a different architecture than the serving model");
     }
+    if (options.switch_policy == SwitchPolicy::kAtBoundary && NumRunning() > 0) {
+      pending = std::move(*next);
+      return Status::Ok();
+    }
     policy = std::move(*next);
     ++stats.weight_swaps;
     return Status::Ok();
@@ -113,6 +125,7 @@ struct RolloutEngine::Impl {
   std::vector<int64_t> Admit(bool any_running) {
     std::vector<int64_t> admitted;
     if (options.scheduling == Scheduling::kStatic && any_running) return admitted;
+    if (pending) return admitted;  // kAtBoundary: drain first, then switch
     int64_t budget = options.max_prefill_tokens > 0 ? options.max_prefill_tokens : INT64_MAX;
     for (size_t i = 0; i < slots.size() && !waiting.empty(); ++i) {
       if (slots[i].has_value()) continue;
@@ -332,6 +345,10 @@ Result<std::vector<GenerationResult>> RolloutEngine::RunUntilIdle() {
 }
 
 void RolloutEngine::SetWeightSwapHook(WeightSwapHook hook) { impl_->hook = std::move(hook); }
+std::optional<PolicyVersion> RolloutEngine::pending_version() const {
+  if (!impl_->pending) return std::nullopt;
+  return impl_->pending->version;
+}
 bool RolloutEngine::idle() const { return impl_->waiting.empty() && impl_->NumRunning() == 0; }
 int32_t RolloutEngine::num_running() const { return impl_->NumRunning(); }
 size_t RolloutEngine::num_waiting() const { return impl_->waiting.size(); }

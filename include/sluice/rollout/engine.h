@@ -84,8 +84,24 @@ struct PolicySnapshot {
 };
 
 // Called between steps with the version being served; returns a newer
-// snapshot to switch to, or nullopt to keep the current one.
+// snapshot to switch to, or nullopt to keep the current one. The engine owns a
+// returned snapshot from then on; with SwitchPolicy::kAtBoundary it may wait
+// (pending) before serving it, and the hook is not called while one is pending.
+// Once the hook sees `current` equal to a snapshot's version, the engine no
+// longer reads the snapshot it replaced.
 using WeightSwapHook = std::function<std::optional<PolicySnapshot>(PolicyVersion current)>;
+
+// When a snapshot handed in by the hook starts serving.
+enum class SwitchPolicy {
+  // At the next step: sequences in flight continue on the new weights (their
+  // later tokens carry the new version; their KV cache was computed by the old
+  // weights). No stall beyond the pointer swap.
+  kInFlight,
+  // Once the sequences in flight have finished on the old weights: while a
+  // snapshot is pending, no waiting request is admitted; when no sequence is
+  // running the snapshot starts serving. Every sequence is one version.
+  kAtBoundary,
+};
 
 enum class Scheduling {
   kContinuous,  // a freed slot is refilled at the next step
@@ -99,6 +115,7 @@ struct EngineOptions {
   // Token that ends a sequence; -1: the model config's eos_token_id (if none, only lengths stop).
   TokenId eos_token_id = -1;
   Scheduling scheduling = Scheduling::kContinuous;
+  SwitchPolicy switch_policy = SwitchPolicy::kInFlight;
   // Upper bound on prompt tokens prefilled in one step (new requests wait
   // beyond it); 0: no bound. Bounds the latency added to running sequences.
   int32_t max_prefill_tokens = 0;
@@ -147,6 +164,9 @@ class RolloutEngine {
   int32_t num_running() const;
   size_t num_waiting() const;
   PolicyVersion policy_version() const;
+  // The version handed in by the hook and waiting for the sequences in flight
+  // to finish (SwitchPolicy::kAtBoundary); nullopt if none.
+  std::optional<PolicyVersion> pending_version() const;
   const EngineOptions& options() const;
   const EngineStats& stats() const;
 

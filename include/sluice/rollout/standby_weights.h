@@ -1,0 +1,109 @@
+// StandbyWeights: the rollout side of the CheckpointEngine.
+//
+// A rollout worker serves one weight version while the next one is copied
+// into a standby copy of the model in the background; at a decode-step
+// boundary the engine's weight-swap hook swaps the two (a pointer swap), so
+// the rollout stall per switch is the swap, not the transfer.
+//
+//   source (VersionStore in process, ShmSubscriber across processes)
+//      │  newer version committed
+//      ▼
+//   filler thread: pins it, copies every tensor into the free buffer
+//      │  ready
+//      ▼
+//   engine hook (between steps): hands the ready buffer to the engine
+//
+// Two model buffers. At any time one is serving (the engine reads it), and the
+// other is free, being filled, ready, or handed to the engine but not serving
+// yet (SwitchPolicy::kAtBoundary keeps it pending until the sequences in
+// flight finish). The filler only writes the free buffer; the buffer the
+// engine stopped serving becomes free once the hook is called with the new
+// version as `current` (the engine's contract, see engine.h). Versions that
+// are superseded before they are copied are skipped: only the newest is
+// filled.
+//
+// Thread safety: the hook is called on the engine's thread; the filler runs on
+// its own thread; stats() and Stop() from any thread.
+#ifndef SLUICE_ROLLOUT_STANDBY_WEIGHTS_H_
+#define SLUICE_ROLLOUT_STANDBY_WEIGHTS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "sluice/common/host_tensor.h"
+#include "sluice/common/status.h"
+#include "sluice/rollout/engine.h"
+
+namespace sluice::checkpoint_engine {
+class VersionStore;
+class ShmSubscriber;
+}  // namespace sluice::checkpoint_engine
+
+namespace sluice::rollout {
+
+// A pinned version: its number and zero-copy views of every tensor (each view
+// keeps the version pinned while it lives).
+struct PinnedWeights {
+  int64_t version = -1;
+  TensorMap tensors;
+};
+
+// Where new versions come from.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // Blocks up to `timeout` until a version >= at_least is committed, then pins
+  // the latest. Timeout if none arrives in time; other errors from the store.
+  virtual Result<PinnedWeights> WaitForVersion(int64_t at_least, std::chrono::milliseconds timeout) = 0;
+};
+
+// Adapters for the CheckpointEngine stores (the store must outlive the source).
+std::unique_ptr<WeightSource> MakeWeightSource(checkpoint_engine::VersionStore& store);
+std::unique_ptr<WeightSource> MakeWeightSource(checkpoint_engine::ShmSubscriber& subscriber);
+
+struct StandbyStats {
+  int64_t fills = 0;             // versions copied into the standby buffer
+  int64_t handed = 0;            // snapshots handed to the engine by the hook
+  int64_t fill_errors = 0;       // versions that could not be loaded (see last_error)
+  int64_t newest_seen = -1;      // newest version the filler pinned
+  int64_t ready_version = -1;    // version filled and not handed yet (-1: none)
+  double last_fill_seconds = 0;  // pin + copy of the last fill
+  double max_hook_seconds = 0;   // longest hook call (the engine's stall per switch)
+  std::string last_error;        // empty if no fill failed
+};
+
+class StandbyWeights {
+ public:
+  // `serving` is the model the engine serves now, as `serving_version`; a
+  // second buffer is cloned from it. The filler thread starts at once and
+  // waits for versions > serving_version. InvalidArgument for a null model.
+  static Result<std::unique_ptr<StandbyWeights>> Create(std::shared_ptr<model::Transformer> serving,
+                                                        PolicyVersion serving_version,
+                                                        std::unique_ptr<WeightSource> source);
+  ~StandbyWeights();  // stops and joins the filler
+  StandbyWeights(const StandbyWeights&) = delete;
+  StandbyWeights& operator=(const StandbyWeights&) = delete;
+
+  // The hook to install with RolloutEngine::SetWeightSwapHook. It only swaps
+  // pointers under a lock, never copies.
+  WeightSwapHook Hook();
+
+  // Waits until a version >= v is ready or handed out (tests, at start-up).
+  Status WaitUntilReady(int64_t v, std::chrono::milliseconds timeout);
+
+  StandbyStats stats() const;
+
+  // Stops the filler (idempotent); the hook keeps working with what is ready.
+  void Stop();
+
+ private:
+  struct State;
+  explicit StandbyWeights(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace sluice::rollout
+
+#endif  // SLUICE_ROLLOUT_STANDBY_WEIGHTS_H_

@@ -75,6 +75,9 @@ ConfigSchema TrainSchema() {
   s.AddEnum("trainer.loss_agg", "token-mean", {"token-mean", "seq-mean"}, "loss aggregation");
   s.AddDouble("trainer.kl_coef", 0.0, 0.0, 1000.0, "KL penalty to the frozen starting policy (0 = off)");
   s.AddEnum("trainer.kl_estimator", "k3", {"k1", "k3"}, "KL estimator");
+  s.AddEnum("trainer.off_policy_correction", "none", {"none", "decoupled", "tis", "seq-tis"},
+            "weight of stale samples by pi_prox/pi_behav: decoupled PPO, truncated IS per token or per sequence");
+  s.AddDouble("trainer.is_cap", 2.0, 1e-6, 1e6, "cap on the behaviour importance weight (decoupled: tokens above are masked)");
   s.AddBool("trainer.recompute_old_logprobs", true, "recompute the proximal logprobs on the trainer");
   s.AddInt("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)");
   s.AddInt("eval.size", 200, 1, 1000000, "held-out examples per evaluation (greedy decoding)");
@@ -147,6 +150,9 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
   SLUICE_ASSIGN_OR_RETURN(t.loss.aggregation, trainer::ParseLossAggregation(c.GetString("trainer.loss_agg")));
   t.loss.kl_coef = c.GetDouble("trainer.kl_coef");
   SLUICE_ASSIGN_OR_RETURN(t.loss.kl_estimator, trainer::ParseKlEstimator(c.GetString("trainer.kl_estimator")));
+  SLUICE_ASSIGN_OR_RETURN(t.loss.correction,
+                          trainer::ParseOffPolicyCorrection(c.GetString("trainer.off_policy_correction")));
+  t.loss.is_cap = c.GetDouble("trainer.is_cap");
   t.recompute_old_logprobs = c.GetBool("trainer.recompute_old_logprobs");
   t.temperature = rl.sampling.temperature > 0 ? rl.sampling.temperature : 1.0f;
   o.eval.interval = c.GetInt("eval.interval");

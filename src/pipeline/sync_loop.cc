@@ -43,7 +43,8 @@ constexpr uint64_t kShortcutSalt = 0x5c07;
 json MetricsJson(const trainer::StepMetrics& m) {
   return {{"loss", m.loss},         {"pg_loss", m.pg_loss},     {"kl", m.kl},
           {"entropy", m.entropy},   {"clip_frac", m.clip_frac}, {"ratio_mean", m.ratio_mean},
-          {"grad_norm", m.grad_norm}, {"lr", m.lr},             {"train_tokens", m.tokens}};
+          {"grad_norm", m.grad_norm}, {"lr", m.lr},             {"train_tokens", m.tokens},
+          {"is_weight_mean", m.is_weight_mean}, {"is_capped_frac", m.is_capped_frac}};
 }
 
 }  // namespace

@@ -55,6 +55,24 @@ Result<KlEstimator> ParseKlEstimator(const std::string& name) {
   return Status::InvalidArgument("KL estimator '" + name + "' is not one of {k1, k3}");
 }
 
+Result<OffPolicyCorrection> ParseOffPolicyCorrection(const std::string& name) {
+  if (name == "none") return OffPolicyCorrection::kNone;
+  if (name == "decoupled") return OffPolicyCorrection::kDecoupled;
+  if (name == "tis") return OffPolicyCorrection::kTokenTis;
+  if (name == "seq-tis") return OffPolicyCorrection::kSequenceTis;
+  return Status::InvalidArgument("off-policy correction '" + name + "' is not one of {none, decoupled, tis, seq-tis}");
+}
+
+std::string OffPolicyCorrectionName(OffPolicyCorrection c) {
+  switch (c) {
+    case OffPolicyCorrection::kNone: return "none";
+    case OffPolicyCorrection::kDecoupled: return "decoupled";
+    case OffPolicyCorrection::kTokenTis: return "tis";
+    case OffPolicyCorrection::kSequenceTis: return "seq-tis";
+  }
+  return "?";
+}
+
 torch::Tensor KlPenalty(const torch::Tensor& logprobs, const torch::Tensor& ref_logprobs, KlEstimator estimator) {
   auto diff = ref_logprobs - logprobs;
   if (estimator == KlEstimator::kK1) return -diff;
@@ -84,6 +102,34 @@ PolicyLossResult PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   auto unclipped = -in.advantages * ratio;
   auto clipped = -in.advantages * ratio.clamp(1.0 - options.clip_low, 1.0 + options.clip_high);
   auto pg = torch::maximum(unclipped, clipped);
+  torch::Tensor is_weight, is_capped, applied;  // detached, [B, T]
+  if (options.correction != OffPolicyCorrection::kNone) {
+    torch::NoGradGuard no_grad;
+    SLUICE_CHECK(in.behavior_logprobs.defined()) << "an off-policy correction needs behaviour logprobs";
+    auto log_w = (in.old_logprobs.detach() - in.behavior_logprobs) * in.mask;
+    switch (options.correction) {
+      case OffPolicyCorrection::kDecoupled:
+        is_weight = torch::exp(log_w.clamp(-20.0, 20.0));
+        is_capped = (is_weight > options.is_cap).to(torch::kFloat32);
+        applied = is_weight * (1.0 - is_capped);
+        break;
+      case OffPolicyCorrection::kTokenTis:
+        is_weight = torch::exp(log_w.clamp(-20.0, 20.0));
+        is_capped = (is_weight > options.is_cap).to(torch::kFloat32);
+        applied = is_weight.clamp_max(options.is_cap);
+        break;
+      case OffPolicyCorrection::kSequenceTis: {
+        auto seq = torch::exp(log_w.sum(1, /*keepdim=*/true).clamp(-20.0, 20.0));  // [B, 1]
+        is_weight = seq.expand_as(log_w);
+        is_capped = (is_weight > options.is_cap).to(torch::kFloat32);
+        applied = is_weight.clamp_max(options.is_cap);
+        break;
+      }
+      case OffPolicyCorrection::kNone:
+        break;
+    }
+  }
+  if (applied.defined()) pg = pg * applied;  // outside the no-grad scope: the weight is a constant factor
   auto per_token = pg;
   torch::Tensor kl;
   if (options.kl_coef > 0) {
@@ -98,6 +144,10 @@ PolicyLossResult PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   r.clipped_tokens = ((clipped > unclipped).to(torch::kFloat32) * in.mask).sum().item<double>();
   r.ratio_sum = (ratio * in.mask).sum().item<double>();
   if (kl.defined()) r.kl_sum = (kl * in.mask).sum().item<double>();
+  if (is_weight.defined()) {
+    r.is_weight_sum = (is_weight * in.mask).sum().item<double>();
+    r.is_capped_tokens = (is_capped * in.mask).sum().item<double>();
+  }
   return r;
 }
 

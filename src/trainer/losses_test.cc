@@ -107,7 +107,47 @@ TEST(EntropyTest, UniformAndPeaked) {
   EXPECT_NEAR(Entropy(peaked).item<double>(), 0.0, 1e-6);
 }
 
+TEST(PolicyLossTest, OffPolicyCorrectionsMatchHandComputation) {
+  // Policy == proximal (r = 1, no clipping), per-token loss before weighting is -A.
+  // Behaviour weights w = pi_prox / pi_behav: 0.5, 4 (above the cap 2), 1.25; token 3 is padding.
+  auto prox = torch::log(torch::tensor({{0.2f, 0.8f, 0.5f, 0.3f}}));
+  auto behav = torch::log(torch::tensor({{0.4f, 0.2f, 0.4f, 0.9f}}));
+  auto adv = torch::tensor({{1.0f, 1.0f, 2.0f, 7.0f}});
+  auto mask = torch::tensor({{1.0f, 1.0f, 1.0f, 0.0f}});
+  PolicyLossInputs in{prox.clone(), prox, behav, torch::zeros({1, 4}, torch::kInt64), adv, mask, {}};
+  PolicyLossOptions o;
+  o.is_cap = 2.0;
+  o.correction = OffPolicyCorrection::kNone;
+  EXPECT_NEAR(PolicyLoss(in, o, 3.0).loss.item<double>(), (-1 - 1 - 2) / 3.0, 1e-5);
+  o.correction = OffPolicyCorrection::kTokenTis;  // min(w, 2): 0.5, 2, 1.25
+  auto tis = PolicyLoss(in, o, 3.0);
+  EXPECT_NEAR(tis.loss.item<double>(), (-0.5 - 2.0 - 2.5) / 3.0, 1e-5);
+  EXPECT_NEAR(tis.is_weight_sum, 0.5 + 4.0 + 1.25, 1e-4);
+  EXPECT_EQ(tis.is_capped_tokens, 1.0);
+  o.correction = OffPolicyCorrection::kDecoupled;  // w, with the token above the cap masked: 0.5, 0, 1.25
+  EXPECT_NEAR(PolicyLoss(in, o, 3.0).loss.item<double>(), (-0.5 - 0.0 - 2.5) / 3.0, 1e-5);
+  o.correction = OffPolicyCorrection::kSequenceTis;  // prod w = 2.5 (padding excluded) -> capped at 2
+  auto seq = PolicyLoss(in, o, 3.0);
+  EXPECT_NEAR(seq.loss.item<double>(), 2.0 * (-1 - 1 - 2) / 3.0, 1e-5);
+  EXPECT_EQ(seq.is_capped_tokens, 3.0);
+  o.is_cap = 10.0;
+  EXPECT_NEAR(PolicyLoss(in, o, 3.0).loss.item<double>(), 2.5 * (-1 - 1 - 2) / 3.0, 1e-4);
+  // The weight is a constant: the gradient is w * the PPO gradient.
+  o.correction = OffPolicyCorrection::kTokenTis;
+  o.is_cap = 2.0;
+  auto logp = prox.clone().requires_grad_(true);
+  PolicyLossInputs g{logp, prox, behav, torch::zeros({1, 4}, torch::kInt64), adv, mask, {}};
+  PolicyLoss(g, o, 3.0).loss.backward();
+  auto grad = logp.grad();
+  EXPECT_NEAR(grad[0][0].item<double>(), -0.5 * 1.0 / 3.0, 1e-5);
+  EXPECT_NEAR(grad[0][1].item<double>(), -2.0 * 1.0 / 3.0, 1e-5);
+  EXPECT_NEAR(grad[0][3].item<double>(), 0.0, 1e-7);
+}
+
 TEST(ParseTest, NamesAndErrors) {
+  EXPECT_EQ(*ParseOffPolicyCorrection("seq-tis"), OffPolicyCorrection::kSequenceTis);
+  EXPECT_EQ(OffPolicyCorrectionName(OffPolicyCorrection::kDecoupled), "decoupled");
+  EXPECT_NE(ParseOffPolicyCorrection("is").status().message().find("none, decoupled, tis, seq-tis"), std::string::npos);
   EXPECT_EQ(*ParseLossAggregation("seq-mean"), LossAggregation::kSequenceMean);
   EXPECT_NE(ParseLossAggregation("mean").status().message().find("token-mean, seq-mean"), std::string::npos);
   EXPECT_EQ(*ParseKlEstimator("k1"), KlEstimator::kK1);

@@ -25,6 +25,7 @@ Status TrainerOptions::Validate() const {
     return Status::InvalidArgument("clip ratios must satisfy 0 <= clip_low < 1 and clip_high >= 0");
   }
   if (!(loss.kl_coef >= 0)) return Status::InvalidArgument("kl_coef must be >= 0");
+  if (!(loss.is_cap > 0)) return Status::InvalidArgument("is_cap must be > 0");
   return Status::Ok();
 }
 
@@ -236,7 +237,7 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
         }
       }
     }
-    double pg = 0, kl = 0, clipped = 0, ratio = 0, tokens = 0, entropy = 0, loss = 0, grad_norm = 0;
+    double pg = 0, kl = 0, clipped = 0, ratio = 0, is_weight = 0, is_capped = 0, tokens = 0, entropy = 0, loss = 0, grad_norm = 0;
     for (int64_t epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
       for (auto& mini : mini_batches) {
         double mini_tokens = 0, mini_seqs = 0;
@@ -257,6 +258,8 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
           kl += r.kl_sum;
           clipped += r.clipped_tokens;
           ratio += r.ratio_sum;
+          is_weight += r.is_weight_sum;
+          is_capped += r.is_capped_tokens;
           tokens += r.tokens;
           {
             torch::NoGradGuard no_grad;
@@ -276,6 +279,8 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
     m.kl = kl / tokens;
     m.clip_frac = clipped / tokens;
     m.ratio_mean = ratio / tokens;
+    m.is_weight_mean = is_weight / tokens;
+    m.is_capped_frac = is_capped / tokens;
     m.entropy = entropy / tokens;
     m.grad_norm = grad_norm;
     m.lr = CurrentLr();

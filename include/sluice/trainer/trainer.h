@@ -71,6 +71,9 @@ struct TrainerOptions {
 struct StepMetrics {
   double loss = 0, pg_loss = 0, kl = 0, entropy = 0, clip_frac = 0, ratio_mean = 0;
   double grad_norm = 0, lr = 0;
+  // Off-policy correction (0 when off): mean behaviour weight pi_prox/pi_behav
+  // and the fraction of tokens whose weight was capped or masked.
+  double is_weight_mean = 0, is_capped_frac = 0;
   int64_t tokens = 0, sequences = 0, micro_batches = 0, optimizer_steps = 0;
 };
 

@@ -1,0 +1,39 @@
+// Input validation shared by the controller, the storage units and the
+// client: every check returns a Status whose message names the bad input.
+//
+// Thread safety: pure functions.
+#ifndef SLUICE_SRC_TRANSFER_QUEUE_VALIDATION_H_
+#define SLUICE_SRC_TRANSFER_QUEUE_VALIDATION_H_
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "sluice/common/status.h"
+#include "sluice/transfer_queue/types.h"
+
+namespace sluice::transfer_queue::internal {
+
+// 'name', for messages.
+std::string Quoted(std::string_view name);
+
+// `what` is "task", "column", "partition", "key": non-empty, at most
+// kMaxNameBytes bytes.
+Status ValidateName(std::string_view what, std::string_view name);
+Status ValidateSchema(const ColumnSchema& schema);
+// The tensor's dtype and shape match the schema (a ragged first dimension
+// takes any length) and nbytes matches the shape. `where` prefixes messages.
+Status ValidateTensorMeta(const ColumnSchema& schema, const TensorMeta& meta, uint64_t max_tensor_bytes,
+                          std::string_view where);
+// nbytes agrees with dtype and shape (no schema involved).
+Status ValidateTensorBytes(const TensorMeta& meta, uint64_t max_tensor_bytes, std::string_view where);
+Status ValidateTags(const RowTags& tags, std::string_view where);
+Status ValidatePatch(const RowTagPatch& patch, std::string_view where);
+Status ValidateTimeout(std::chrono::milliseconds timeout, std::string_view what);
+// now + timeout on the steady clock, saturated instead of overflowing for
+// huge timeouts. Precondition: timeout >= 0.
+std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout);
+
+}  // namespace sluice::transfer_queue::internal
+
+#endif  // SLUICE_SRC_TRANSFER_QUEUE_VALIDATION_H_

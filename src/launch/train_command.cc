@@ -79,6 +79,15 @@ ConfigSchema TrainSchema() {
             "weight of stale samples by pi_prox/pi_behav: decoupled PPO, truncated IS per token or per sequence");
   s.AddDouble("trainer.is_cap", 2.0, 1e-6, 1e6, "cap on the behaviour importance weight (decoupled: tokens above are masked)");
   s.AddBool("trainer.recompute_old_logprobs", true, "recompute the proximal logprobs on the trainer");
+  s.AddEnum("pipeline.mode", "direct", {"direct", "sync", "one_step_off", "async"},
+            "direct: one loop, no hub; sync/one_step_off/async: rollout, reward and trainer roles over the "
+            "TransferQueue with max staleness 0/1/pipeline.max_staleness");
+  s.AddInt("pipeline.max_staleness", 2, 0, 1000, "async: weight versions a sample may lag the trainer");
+  s.AddInt("pipeline.sync_interval", 1, 1, 1000000, "trainer steps per published weight version");
+  s.AddEnum("pipeline.switch", "in_flight", {"in_flight", "at_boundary"},
+            "rollout weight switch: in_flight (sequences continue on new weights) or at_boundary (finish first)");
+  s.AddInt("pipeline.rollout_threads", 0, 0, 1024, "intra-op threads of the rollout role (0: run.threads)");
+  s.AddInt("pipeline.trainer_threads", 0, 0, 1024, "intra-op threads of the trainer role (0: run.threads)");
   s.AddInt("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)");
   s.AddInt("eval.size", 200, 1, 1000000, "held-out examples per evaluation (greedy decoding)");
   s.AddInt("eval.max_new_tokens", 96, 1, 1000000, "held-out response length limit");
@@ -159,6 +168,13 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
   o.eval.size = c.GetInt("eval.size");
   o.eval.max_new_tokens = static_cast<int32_t>(c.GetInt("eval.max_new_tokens"));
   o.eval.samples = c.GetInt("eval.samples");
+  SLUICE_ASSIGN_OR_RETURN(o.pipeline.mode, pipeline::ParsePipelineMode(c.GetString("pipeline.mode")));
+  o.pipeline.max_staleness = c.GetInt("pipeline.max_staleness");
+  o.pipeline.sync_interval = c.GetInt("pipeline.sync_interval");
+  o.pipeline.switch_policy = c.GetString("pipeline.switch") == "at_boundary" ? rollout::SwitchPolicy::kAtBoundary
+                                                                             : rollout::SwitchPolicy::kInFlight;
+  o.pipeline.rollout_threads = static_cast<int32_t>(c.GetInt("pipeline.rollout_threads"));
+  o.pipeline.trainer_threads = static_cast<int32_t>(c.GetInt("pipeline.trainer_threads"));
   SLUICE_RETURN_IF_ERROR(o.Validate());
   return o;
 }

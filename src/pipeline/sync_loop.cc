@@ -1,5 +1,7 @@
 #include "sluice/pipeline/sync_loop.h"
 
+#include "loop_state.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -19,35 +21,8 @@
 
 namespace sluice::pipeline {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
-namespace {
-
-// The cursor-th prompt of a seeded sequence of permutations of [0, n): each
-// epoch visits every index once, in an order fixed by (seed, epoch).
-uint64_t PermutedIndex(uint64_t seed, uint64_t cursor, uint64_t n) {
-  if (n <= 1) return 0;
-  const uint64_t epoch = cursor / n, pos = cursor % n;
-  const uint64_t h = HashCombine(seed, epoch);
-  uint64_t a = 1 + h % (n - 1);
-  while (std::gcd(a, n) != 1) a = a % (n - 1) + 1;
-  const uint64_t b = HashCombine(h, 1) % n;
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * pos + b) % n);
-}
-
-constexpr uint64_t kSftSalt = 0x5f7;
-constexpr uint64_t kShortcutSalt = 0x5c07;
-
-json MetricsJson(const trainer::StepMetrics& m) {
-  return {{"loss", m.loss},         {"pg_loss", m.pg_loss},     {"kl", m.kl},
-          {"entropy", m.entropy},   {"clip_frac", m.clip_frac}, {"ratio_mean", m.ratio_mean},
-          {"grad_norm", m.grad_norm}, {"lr", m.lr},             {"train_tokens", m.tokens},
-          {"is_weight_mean", m.is_weight_mean}, {"is_capped_frac", m.is_capped_frac}};
-}
-
-}  // namespace
 
 Status LoopOptions::Validate() const {
   auto bad = [](const std::string& key, const std::string& why) {
@@ -75,6 +50,11 @@ Status LoopOptions::Validate() const {
   if (eval.size < 1) return bad("eval.size", "must be >= 1");
   if (eval.max_new_tokens < 1) return bad("eval.max_new_tokens", "must be >= 1");
   if (checkpoint_interval < 0) return bad("checkpoint.interval", "must be >= 0");
+  if (pipeline.max_staleness < 0) return bad("pipeline.max_staleness", "must be >= 0");
+  if (pipeline.sync_interval < 1) return bad("pipeline.sync_interval", "must be >= 1");
+  if (pipeline.rollout_threads < 0 || pipeline.trainer_threads < 0) {
+    return bad("pipeline.rollout_threads/trainer_threads", "must be >= 0 (0: the process setting)");
+  }
   return Status::Ok();
 }
 
@@ -91,6 +71,12 @@ std::string StepRecord::ToJson() const {
             {"train_seconds", train_seconds},
             {"elapsed_seconds", elapsed_seconds}};
   j.update(MetricsJson(train));
+  j.update({{"version", version},
+            {"staleness_mean", staleness_mean},
+            {"staleness_max", staleness_max},
+            {"token_staleness_mean", token_staleness_mean},
+            {"wait_seconds", wait_seconds},
+            {"queue_ready", queue_ready}});
   if (has_eval) {
     j["eval_accuracy"] = eval.accuracy;
     j["eval_reward"] = eval.mean_reward;
@@ -100,119 +86,6 @@ std::string StepRecord::ToJson() const {
   return j.dump();
 }
 
-struct SyncLoop::State {
-  std::shared_ptr<model::Transformer> policy;
-  std::shared_ptr<model::Transformer> reference;
-  std::shared_ptr<const reward::Task> task;
-  LoopOptions options;
-  model::ByteTokenizer tokenizer;
-  std::unique_ptr<rollout::RolloutEngine> engine;
-  std::unique_ptr<trainer::Trainer> trainer;
-  rollout::PolicyVersion version = 0;
-  int64_t step = 0;
-  double elapsed_offset = 0;  // training seconds before this process (from the checkpoint)
-  double elapsed_total = 0;   // elapsed_offset + this process's training time so far
-  std::vector<StepRecord> history;
-
-  std::vector<model::TokenId> EncodePrompt(const std::string& text) const {
-    std::vector<model::TokenId> ids = {tokenizer.bos_id()};
-    for (model::TokenId t : tokenizer.Encode(text)) ids.push_back(t);
-    return ids;
-  }
-
-  fs::path CheckpointRoot() const { return fs::path(options.run_dir) / "checkpoints"; }
-
-  // Greedy or sampled generation of `requests` on the current weights.
-  Result<std::vector<rollout::GenerationResult>> Generate(std::vector<rollout::GenerationRequest> requests) {
-    for (auto& r : requests) {
-      Status submitted = engine->Submit(std::move(r));
-      if (!submitted.ok()) {
-        // Finish and drop what was already queued, so the engine is empty again.
-        auto drained = engine->RunUntilIdle();
-        return drained.ok() ? submitted : drained.status();
-      }
-    }
-    SLUICE_ASSIGN_OR_RETURN(auto results, engine->RunUntilIdle());
-    std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-    return results;
-  }
-
-  Result<double> Score(const reward::Example& ex, const rollout::GenerationResult& r) const {
-    SLUICE_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(r.tokens));
-    return task->Score(ex, text);
-  }
-
-  Status SaveCheckpoint() {
-    char name[32];
-    std::snprintf(name, sizeof(name), "step_%06lld", static_cast<long long>(step));
-    fs::path dir = CheckpointRoot() / name;
-    SLUICE_RETURN_IF_ERROR(model::SavePretrained(*policy, dir.string()));
-    SLUICE_RETURN_IF_ERROR(model::WriteSafetensorsFile((dir / "optimizer.safetensors").string(), trainer->OptimizerState()));
-    json state = {{"step", step},
-                  {"version", version},
-                  {"optimizer_steps", trainer->optimizer_steps()},
-                  {"seed", options.seed},
-                  {"elapsed_seconds", elapsed_total}};
-    SLUICE_RETURN_IF_ERROR(WriteFileAtomically((dir / "trainer_state.json").string(), state.dump(2) + "\n"));
-    // The pointer moves last: a crash mid-save leaves the previous checkpoint current.
-    return WriteFileAtomically((CheckpointRoot() / "latest").string(), std::string(name) + "\n");
-  }
-
-  Status LoadLatestCheckpoint(bool* loaded) {
-    *loaded = false;
-    std::ifstream latest(CheckpointRoot() / "latest");
-    if (!latest) return Status::Ok();
-    std::string name;
-    std::getline(latest, name);
-    fs::path dir = CheckpointRoot() / name;
-    std::ifstream state_file(dir / "trainer_state.json");
-    json state = json::parse(state_file, nullptr, /*allow_exceptions=*/false);
-    const fs::path state_path = dir / "trainer_state.json";
-    if (state.is_discarded() || !state.is_object()) return Status::DataLoss(state_path.string() + ": missing or not JSON");
-    for (const char* key : {"step", "version", "optimizer_steps", "seed"}) {
-      if (!state.contains(key) || !state[key].is_number_integer()) {
-        return Status::DataLoss(state_path.string() + ": '" + key + "' is missing or not an integer");
-      }
-    }
-    if (state["seed"].get<uint64_t>() != options.seed) {
-      return Status::FailedPrecondition("checkpoint " + dir.string() + " was written with seed " +
-                                        std::to_string(state["seed"].get<uint64_t>()) + ", this run uses " +
-                                        std::to_string(options.seed));
-    }
-    // Both loaders check everything before copying anything, and the weights
-    // are checked against the optimizer state's names first, so a bad
-    // checkpoint leaves the run as it was.
-    SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::LoadCheckpointTensors(dir.string()));
-    SLUICE_ASSIGN_OR_RETURN(auto opt, model::ReadSafetensorsFile((dir / "optimizer.safetensors").string()));
-    for (const auto& p : policy->named_parameters()) {
-      if (!weights.count(p.key()) || !opt.tensors.count(p.key() + ".exp_avg")) {
-        return Status::DataLoss(dir.string() + ": checkpoint lacks '" + p.key() + "' or its optimizer state");
-      }
-    }
-    SLUICE_RETURN_IF_ERROR(model::LoadWeights(*policy, weights));
-    SLUICE_RETURN_IF_ERROR(trainer->LoadOptimizerState(opt.tensors, state["optimizer_steps"].get<int64_t>()));
-    step = state["step"].get<int64_t>();
-    version = state["version"].get<int64_t>();
-    elapsed_offset = elapsed_total = state.value("elapsed_seconds", 0.0);
-    // Keep the metrics of the steps the checkpoint covers; drop any later lines.
-    history.clear();
-    fs::path metrics_path = fs::path(options.run_dir) / "metrics.jsonl";
-    std::ifstream metrics(metrics_path);
-    std::string line, kept;
-    while (std::getline(metrics, line)) {
-      json j = json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
-          j["step"].get<int64_t>() > step) {
-        continue;
-      }
-      kept += line + "\n";
-    }
-    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(metrics_path.string(), kept));
-    *loaded = true;
-    SLUICE_LOG(INFO) << "resumed from " << dir.string() << " at step " << step;
-    return Status::Ok();
-  }
-};
 
 SyncLoop::SyncLoop(std::unique_ptr<State> state) : state_(std::move(state)) {}
 SyncLoop::~SyncLoop() = default;
@@ -372,10 +245,12 @@ Status SyncLoop::Train(const ProgressFn& progress) {
     }
     SLUICE_ASSIGN_OR_RETURN(s.reference, model::LoadPretrained(ref_dir.string(), s.policy->parameters().front().device()));
   }
+  if (s.options.pipeline.trainer_threads > 0) SetIntraOpThreadsHere(s.options.pipeline.trainer_threads);
   SLUICE_ASSIGN_OR_RETURN(s.trainer, trainer::Trainer::Create(s.policy, s.reference, rl.trainer));
   bool loaded = false;
   if (s.options.resume) SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
   if (!loaded) std::ofstream(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::trunc);
+  if (s.options.pipeline.mode != PipelineMode::kDirect) return TrainStreaming(progress);
   const uint64_t n = s.task->size(reward::Split::kTrain);
   const auto run_start = Clock::now();
   std::ofstream metrics(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::app);
@@ -389,6 +264,7 @@ Status SyncLoop::Train(const ProgressFn& progress) {
     std::vector<rollout::GenerationRequest> requests;
     for (int64_t k = 0; k < rl.prompts_per_step; ++k) {
       const uint64_t cursor = static_cast<uint64_t>(s.step * rl.prompts_per_step + k);
+      rec.prompts.push_back(cursor);
       SLUICE_ASSIGN_OR_RETURN(reward::Example ex,
                               s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed, cursor, n)));
       for (int64_t g = 0; g < rl.group_size; ++g) {
@@ -396,7 +272,7 @@ Status SyncLoop::Train(const ProgressFn& progress) {
         r.id = static_cast<uint64_t>(k * rl.group_size + g);
         r.prompt = s.EncodePrompt(ex.prompt);
         r.sampling = rl.sampling;
-        r.sampling.seed = HashCombine(HashCombine(s.options.seed, static_cast<uint64_t>(s.step)), r.id);
+        r.sampling.seed = AnswerSeed(s.options.seed, rl.prompts_per_step, rl.group_size, cursor, g);
         requests.push_back(std::move(r));
       }
       examples.push_back(std::move(ex));
@@ -470,6 +346,10 @@ Status SyncLoop::Train(const ProgressFn& progress) {
   }
   return Status::Ok();
 }
+
+SyncLoop::StreamSummary SyncLoop::stream_summary() const { return state_->stream_stats; }
+
+void SetIntraOpThreadsHere(int threads) { torch::set_num_threads(threads); }
 
 int64_t SyncLoop::step() const { return state_->step; }
 const std::vector<StepRecord>& SyncLoop::history() const { return state_->history; }

@@ -59,6 +59,29 @@ struct EvalOptions {
   int64_t samples = 0;
 };
 
+// How rollout and training are joined (docs/pipeline.md).
+enum class PipelineMode {
+  kDirect,      // one thread: generate a step's answers, score, train, repeat (no hub)
+  kSync,        // rollout, reward and trainer roles over the TransferQueue, max_staleness 0
+  kOneStepOff,  // the same, max_staleness 1: rollout generates step n+1 while step n trains
+  kAsync,       // the same, max_staleness = pipeline.max_staleness
+};
+Result<PipelineMode> ParsePipelineMode(const std::string& name);  // direct, sync, one_step_off, async
+std::string PipelineModeName(PipelineMode mode);
+
+struct PipelineOptions {
+  PipelineMode mode = PipelineMode::kDirect;
+  int64_t max_staleness = 2;    // kAsync only; >= 0
+  int64_t sync_interval = 1;    // trainer steps per published weight version, >= 1
+  rollout::SwitchPolicy switch_policy = rollout::SwitchPolicy::kInFlight;
+  // Intra-op threads of each role (0: the process setting). Give the roles
+  // the same total in every mode for a fair comparison.
+  int32_t rollout_threads = 0;
+  int32_t trainer_threads = 0;
+  // Versions a sample may lag the weights it is trained with.
+  int64_t EffectiveMaxStaleness() const;
+};
+
 struct LoopOptions {
   std::string run_dir;      // metrics.jsonl, checkpoints/, sft/, final/
   uint64_t seed = 0;
@@ -67,6 +90,7 @@ struct LoopOptions {
   SftOptions sft;
   RlOptions rl;
   EvalOptions eval;
+  PipelineOptions pipeline;
 
   // InvalidArgument naming the option for bad values (e.g. group_size 1).
   Status Validate() const;
@@ -98,6 +122,16 @@ struct StepRecord {
   int64_t generated_tokens = 0;
   double gen_seconds = 0, train_seconds = 0, elapsed_seconds = 0;
   trainer::StepMetrics train;
+  // Streaming modes: weight version trained with, staleness of the trained
+  // samples (trainer version - version of each sample's first token), and how
+  // long the trainer waited for data this step.
+  int64_t version = 0;
+  double staleness_mean = 0;
+  int64_t staleness_max = 0;
+  double token_staleness_mean = 0;
+  double wait_seconds = 0;
+  int64_t queue_ready = 0;  // rows waiting for the trainer when the step began
+  std::vector<uint64_t> prompts;  // prompt cursors consumed by the step (kept or dropped); not in JSON
   bool has_eval = false;
   EvalResult eval;
   std::string ToJson() const;
@@ -121,11 +155,20 @@ class SyncLoop {
   // RL steps until rl.steps (resuming from the latest checkpoint if asked).
   Status Train(const ProgressFn& progress);
 
+  // Streaming modes: what the last Train() measured (zeros in direct mode).
+  struct StreamSummary {
+    double wall_seconds = 0;          // RL wall time
+    double rollout_busy_seconds = 0;  // rollout steps with sequences running
+    int64_t rollout_tokens = 0;       // tokens generated (including ones never trained)
+  };
+  StreamSummary stream_summary() const;
+
   int64_t step() const;
   const std::vector<StepRecord>& history() const;
 
  private:
   struct State;
+  Status TrainStreaming(const ProgressFn& progress);  // stream_train.cc
   explicit SyncLoop(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

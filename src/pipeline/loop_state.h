@@ -1,0 +1,182 @@
+// Private to sluice_pipeline: the loop state shared by the synchronous loop
+// (sync_loop.cc) and the streaming modes over the TransferQueue
+// (stream_train.cc).
+#ifndef SLUICE_PIPELINE_LOOP_STATE_H_
+#define SLUICE_PIPELINE_LOOP_STATE_H_
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "sluice/common/file_util.h"
+#include "sluice/common/logging.h"
+#include "sluice/common/random.h"
+#include "sluice/model/safetensors.h"
+#include "sluice/model/tokenizer.h"
+#include "sluice/model/weights.h"
+#include "sluice/pipeline/sync_loop.h"
+
+namespace sluice::pipeline {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+
+// The cursor-th prompt of a seeded sequence of permutations of [0, n): each
+// epoch visits every index once, in an order fixed by (seed, epoch).
+inline uint64_t PermutedIndex(uint64_t seed, uint64_t cursor, uint64_t n) {
+  if (n <= 1) return 0;
+  const uint64_t epoch = cursor / n, pos = cursor % n;
+  const uint64_t h = HashCombine(seed, epoch);
+  uint64_t a = 1 + h % (n - 1);
+  while (std::gcd(a, n) != 1) a = a % (n - 1) + 1;
+  const uint64_t b = HashCombine(h, 1) % n;
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * pos + b) % n);
+}
+
+constexpr uint64_t kSftSalt = 0x5f7;
+constexpr uint64_t kShortcutSalt = 0x5c07;
+
+inline nlohmann::json MetricsJson(const trainer::StepMetrics& m) {
+  return {{"loss", m.loss},         {"pg_loss", m.pg_loss},     {"kl", m.kl},
+          {"entropy", m.entropy},   {"clip_frac", m.clip_frac}, {"ratio_mean", m.ratio_mean},
+          {"grad_norm", m.grad_norm}, {"lr", m.lr},             {"train_tokens", m.tokens},
+          {"is_weight_mean", m.is_weight_mean}, {"is_capped_frac", m.is_capped_frac}};
+}
+
+
+// The sampling seed of answer g to the prompt at `cursor` (the same in every
+// mode, so sync over the hub reproduces the direct loop).
+inline uint64_t AnswerSeed(uint64_t seed, int64_t prompts_per_step, int64_t group_size, uint64_t cursor, int64_t g) {
+  const uint64_t step = cursor / static_cast<uint64_t>(prompts_per_step);
+  const uint64_t k = cursor % static_cast<uint64_t>(prompts_per_step);
+  return HashCombine(HashCombine(seed, step), k * static_cast<uint64_t>(group_size) + static_cast<uint64_t>(g));
+}
+
+// Sets the intra-op thread count of the calling thread's libtorch/OpenMP
+// parallel regions (each role thread sets its own).
+void SetIntraOpThreadsHere(int threads);
+
+struct SyncLoop::State {
+  std::shared_ptr<model::Transformer> policy;
+  std::shared_ptr<model::Transformer> reference;
+  std::shared_ptr<const reward::Task> task;
+  LoopOptions options;
+  model::ByteTokenizer tokenizer;
+  std::unique_ptr<rollout::RolloutEngine> engine;
+  std::unique_ptr<trainer::Trainer> trainer;
+  rollout::PolicyVersion version = 0;
+  int64_t step = 0;
+  double elapsed_offset = 0;  // training seconds before this process (from the checkpoint)
+  double elapsed_total = 0;   // elapsed_offset + this process's training time so far
+  std::vector<StepRecord> history;
+  StreamSummary stream_stats;
+
+  std::vector<model::TokenId> EncodePrompt(const std::string& text) const {
+    std::vector<model::TokenId> ids = {tokenizer.bos_id()};
+    for (model::TokenId t : tokenizer.Encode(text)) ids.push_back(t);
+    return ids;
+  }
+
+  fs::path CheckpointRoot() const { return fs::path(options.run_dir) / "checkpoints"; }
+
+  // Greedy or sampled generation of `requests` on the current weights.
+  Result<std::vector<rollout::GenerationResult>> Generate(std::vector<rollout::GenerationRequest> requests) {
+    for (auto& r : requests) {
+      Status submitted = engine->Submit(std::move(r));
+      if (!submitted.ok()) {
+        // Finish and drop what was already queued, so the engine is empty again.
+        auto drained = engine->RunUntilIdle();
+        return drained.ok() ? submitted : drained.status();
+      }
+    }
+    SLUICE_ASSIGN_OR_RETURN(auto results, engine->RunUntilIdle());
+    std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    return results;
+  }
+
+  Result<double> Score(const reward::Example& ex, const rollout::GenerationResult& r) const {
+    SLUICE_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(r.tokens));
+    return task->Score(ex, text);
+  }
+
+  Status SaveCheckpoint() {
+    char name[32];
+    std::snprintf(name, sizeof(name), "step_%06lld", static_cast<long long>(step));
+    fs::path dir = CheckpointRoot() / name;
+    SLUICE_RETURN_IF_ERROR(model::SavePretrained(*policy, dir.string()));
+    SLUICE_RETURN_IF_ERROR(model::WriteSafetensorsFile((dir / "optimizer.safetensors").string(), trainer->OptimizerState()));
+    nlohmann::json state = {{"step", step},
+                  {"version", version},
+                  {"optimizer_steps", trainer->optimizer_steps()},
+                  {"seed", options.seed},
+                  {"elapsed_seconds", elapsed_total}};
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically((dir / "trainer_state.json").string(), state.dump(2) + "\n"));
+    // The pointer moves last: a crash mid-save leaves the previous checkpoint current.
+    return WriteFileAtomically((CheckpointRoot() / "latest").string(), std::string(name) + "\n");
+  }
+
+  Status LoadLatestCheckpoint(bool* loaded) {
+    *loaded = false;
+    std::ifstream latest(CheckpointRoot() / "latest");
+    if (!latest) return Status::Ok();
+    std::string name;
+    std::getline(latest, name);
+    fs::path dir = CheckpointRoot() / name;
+    std::ifstream state_file(dir / "trainer_state.json");
+    nlohmann::json state = nlohmann::json::parse(state_file, nullptr, /*allow_exceptions=*/false);
+    const fs::path state_path = dir / "trainer_state.json";
+    if (state.is_discarded() || !state.is_object()) return Status::DataLoss(state_path.string() + ": missing or not JSON");
+    for (const char* key : {"step", "version", "optimizer_steps", "seed"}) {
+      if (!state.contains(key) || !state[key].is_number_integer()) {
+        return Status::DataLoss(state_path.string() + ": '" + key + "' is missing or not an integer");
+      }
+    }
+    if (state["seed"].get<uint64_t>() != options.seed) {
+      return Status::FailedPrecondition("checkpoint " + dir.string() + " was written with seed " +
+                                        std::to_string(state["seed"].get<uint64_t>()) + ", this run uses " +
+                                        std::to_string(options.seed));
+    }
+    // Both loaders check everything before copying anything, and the weights
+    // are checked against the optimizer state's names first, so a bad
+    // checkpoint leaves the run as it was.
+    SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::LoadCheckpointTensors(dir.string()));
+    SLUICE_ASSIGN_OR_RETURN(auto opt, model::ReadSafetensorsFile((dir / "optimizer.safetensors").string()));
+    for (const auto& p : policy->named_parameters()) {
+      if (!weights.count(p.key()) || !opt.tensors.count(p.key() + ".exp_avg")) {
+        return Status::DataLoss(dir.string() + ": checkpoint lacks '" + p.key() + "' or its optimizer state");
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(model::LoadWeights(*policy, weights));
+    SLUICE_RETURN_IF_ERROR(trainer->LoadOptimizerState(opt.tensors, state["optimizer_steps"].get<int64_t>()));
+    step = state["step"].get<int64_t>();
+    version = state["version"].get<int64_t>();
+    elapsed_offset = elapsed_total = state.value("elapsed_seconds", 0.0);
+    // Keep the metrics of the steps the checkpoint covers; drop any later lines.
+    history.clear();
+    fs::path metrics_path = fs::path(options.run_dir) / "metrics.jsonl";
+    std::ifstream metrics(metrics_path);
+    std::string line, kept;
+    while (std::getline(metrics, line)) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
+          j["step"].get<int64_t>() > step) {
+        continue;
+      }
+      kept += line + "\n";
+    }
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(metrics_path.string(), kept));
+    *loaded = true;
+    SLUICE_LOG(INFO) << "resumed from " << dir.string() << " at step " << step;
+    return Status::Ok();
+  }
+};
+
+}  // namespace sluice::pipeline
+
+#endif  // SLUICE_PIPELINE_LOOP_STATE_H_

@@ -76,6 +76,10 @@ case "$cmd" in
     cmake --preset core-tsan >/dev/null
     cmake --build --preset core-tsan -j "$(nproc)"
     ctest --preset core-tsan
+    log "running the torch-free core's tests under AddressSanitizer + UBSan"
+    cmake --preset core-asan >/dev/null
+    cmake --build --preset core-asan -j "$(nproc)"
+    ctest --preset core-asan
     ;;
   demo)
     install_packages

@@ -188,6 +188,7 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
             r.prompt = prompt;
             r.sampling = rl.sampling;
             r.sampling.seed = AnswerSeed(s.options.seed, P, G, cursor, g);
+            if (rl.forced_length) r.sampling.forced_length = rl.forced_length(cursor, g);
             if (Status st = engine->Submit(std::move(r)); !st.ok()) return errors.Set(st);
           }
         }

@@ -273,6 +273,7 @@ Status SyncLoop::Train(const ProgressFn& progress) {
         r.prompt = s.EncodePrompt(ex.prompt);
         r.sampling = rl.sampling;
         r.sampling.seed = AnswerSeed(s.options.seed, rl.prompts_per_step, rl.group_size, cursor, g);
+        if (rl.forced_length) r.sampling.forced_length = rl.forced_length(cursor, g);
         requests.push_back(std::move(r));
       }
       examples.push_back(std::move(ex));

@@ -47,6 +47,10 @@ struct RlOptions {
   bool dynamic_sampling = false;        // drop groups whose rewards are all equal
   bool divide_adv_by_std = true;
   trainer::TrainerOptions trainer;
+  // Benchmarks only (not a config key): when set, answer g to the prompt at
+  // `cursor` is generated to exactly this many tokens (SamplingParams::
+  // forced_length), so every mode sees the same long-tail lengths.
+  std::function<int32_t(uint64_t cursor, int64_t g)> forced_length;
 };
 
 struct EvalOptions {

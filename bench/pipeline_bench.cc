@@ -1,0 +1,259 @@
+// Sync vs one_step_off vs async training throughput (shared/BENCHMARKS.md §1)
+// on the same cores, same seed, same workload, measured in the same run.
+//
+// Workload: GRPO steps of P prompts x G answers on the built-in arithmetic
+// task with a freshly initialised model; every answer's length is fixed up
+// front from a long-tail (log-normal) distribution (SamplingParams::
+// forced_length), identical in every mode, so the modes differ only in how
+// rollout and training overlap. Rewards are irrelevant here (dynamic sampling
+// off: every sample is trained).
+//
+// Threads: `threads` cores in total in every mode. sync gives each role all of
+// them (the roles alternate); one_step_off and async split them between the
+// rollout and trainer roles (--rollout-threads).
+//
+// The ideal bound is the total work of both stages at full occupancy over the
+// same cores: trainer core-seconds (its busy time in a split mode x its
+// threads) plus the core-seconds to decode the workload's tokens at a full
+// batch of `slots` sequences (a lockstep decode on the rollout's threads),
+// divided by the cores. Needs one_step_off or async in --modes.
+#include <torch/torch.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "sluice/launch/flags.h"
+#include "sluice/launch/process.h"
+#include "sluice/model/transformer.h"
+#include "sluice/pipeline/sync_loop.h"
+#include "sluice/reward/task.h"
+#include "sluice/rollout/engine.h"
+
+namespace {
+
+using sluice::Result;
+using sluice::Status;
+namespace model = sluice::model;
+namespace pipeline = sluice::pipeline;
+namespace rollout = sluice::rollout;
+using Clock = std::chrono::steady_clock;
+
+struct ModeResult {
+  std::string name;
+  double wall = 0;           // RL wall seconds (excluding the final evaluation)
+  double samples = 0;        // trained
+  double tokens = 0;         // trained response tokens
+  double train_seconds = 0;  // trainer busy (sum over steps)
+  double trainer_idle = 0;   // fraction of wall the trainer waited for data
+  double rollout_busy = 0;   // fraction of wall the rollout engine had sequences running
+  double staleness = 0;      // mean per sample
+};
+
+Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name, const pipeline::LoopOptions& base,
+                           const model::ModelConfig& config, std::shared_ptr<const sluice::reward::Task> task,
+                           int32_t rollout_threads, int32_t trainer_threads) {
+  pipeline::LoopOptions o = base;
+  o.pipeline.mode = mode;
+  o.pipeline.rollout_threads = rollout_threads;
+  o.pipeline.trainer_threads = trainer_threads;
+  o.run_dir = base.run_dir + "/" + name;
+  auto policy = std::make_shared<model::Transformer>(config, o.seed);
+  SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, task, o));
+  const auto t0 = Clock::now();
+  SLUICE_RETURN_IF_ERROR(loop->Train(nullptr));
+  const double total = std::chrono::duration<double>(Clock::now() - t0).count();
+  ModeResult r;
+  r.name = name;
+  double waits = 0, stale = 0;
+  for (const auto& rec : loop->history()) {
+    r.samples += static_cast<double>(rec.samples_trained);
+    r.tokens += static_cast<double>(rec.generated_tokens);
+    r.train_seconds += rec.train_seconds;
+    waits += rec.wait_seconds;
+    stale += rec.staleness_mean;
+  }
+  const auto& last = loop->history().back();
+  // Wall time up to the end of the last step, before its evaluation.
+  r.wall = last.elapsed_seconds > 0 ? last.elapsed_seconds : total;
+  if (mode == pipeline::PipelineMode::kDirect) {
+    r.trainer_idle = 0;
+  } else {
+    r.trainer_idle = waits / r.wall;
+    r.rollout_busy = loop->stream_summary().rollout_busy_seconds / r.wall;
+  }
+  r.staleness = stale / static_cast<double>(loop->history().size());
+  return r;
+}
+
+Status Main(int argc, char** argv) {
+  sluice::launch::FlagSet flags;
+  flags.Add("preset", "5m", "built-in model: tiny, 1m, 5m, 20m");
+  flags.Add("steps", "8", "RL steps per mode");
+  flags.Add("prompts", "8", "prompts per step");
+  flags.Add("group", "8", "answers per prompt");
+  flags.Add("median", "32", "median answer length (tokens)");
+  flags.Add("tail", "16", "longest answer / median");
+  flags.Add("slots", "64", "rollout engine slots");
+  flags.Add("modes", "sync,one_step_off,async", "modes to run, comma-separated (direct, sync, one_step_off, async)");
+  flags.Add("staleness", "2", "async max_staleness");
+  flags.Add("threads", "2", "cores in total, the same in every mode");
+  flags.Add("rollout-threads", "1", "one_step_off/async: threads of the rollout role (the trainer gets the rest)");
+  flags.Add("correction", "tis", "off-policy correction in one_step_off/async: none, decoupled, tis, seq-tis");
+  flags.Add("seed", "1", "seed of the model, prompts, sampling and lengths");
+  flags.Add("json", "", "also write results as JSON to this path");
+  SLUICE_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(argv + 1, argv + argc)));
+  if (flags.help_requested()) {
+    std::printf("usage: pipeline_bench [flags]\n%s", flags.Usage().c_str());
+    return Status::Ok();
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::string preset, flags.GetString("preset"));
+  SLUICE_ASSIGN_OR_RETURN(int64_t steps, flags.GetInt("steps", 1, 100000));
+  SLUICE_ASSIGN_OR_RETURN(int64_t prompts, flags.GetInt("prompts", 1, 100000));
+  SLUICE_ASSIGN_OR_RETURN(int64_t group, flags.GetInt("group", 2, 1024));
+  SLUICE_ASSIGN_OR_RETURN(int64_t median, flags.GetInt("median", 1, 100000));
+  SLUICE_ASSIGN_OR_RETURN(double tail, flags.GetDouble("tail", 1.0, 1000.0));
+  SLUICE_ASSIGN_OR_RETURN(int64_t slots, flags.GetInt("slots", 1, 4096));
+  SLUICE_ASSIGN_OR_RETURN(std::string modes, flags.GetString("modes"));
+  SLUICE_ASSIGN_OR_RETURN(int64_t staleness, flags.GetInt("staleness", 0, 1000));
+  SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 1, 1024));
+  SLUICE_ASSIGN_OR_RETURN(int64_t rollout_threads, flags.GetInt("rollout-threads", 1, 1024));
+  SLUICE_ASSIGN_OR_RETURN(std::string correction, flags.GetString("correction"));
+  SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
+  SLUICE_ASSIGN_OR_RETURN(std::string json_path, flags.GetString("json"));
+  if (rollout_threads >= threads) return Status::InvalidArgument("--rollout-threads must leave the trainer at least one of --threads");
+  torch::set_num_threads(static_cast<int>(threads));
+
+  SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(preset));
+  const int64_t answers = steps * prompts * group;
+  const std::vector<int32_t> lengths =
+      sluice::bench::LongTailLengths(static_cast<int>(answers), static_cast<int>(median), tail, static_cast<uint64_t>(seed));
+  const int32_t longest = *std::max_element(lengths.begin(), lengths.end());
+  if (longest + 64 > config.max_position_embeddings) {
+    return Status::InvalidArgument("the longest answer (" + std::to_string(longest) + " tokens) does not fit the " +
+                                   preset + " model's context");
+  }
+  const int64_t total_tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+
+  sluice::reward::TaskOptions to;
+  to.name = "arithmetic";
+  to.seed = static_cast<uint64_t>(seed);
+  SLUICE_ASSIGN_OR_RETURN(auto task_ptr, sluice::reward::MakeTask(to));
+  std::shared_ptr<const sluice::reward::Task> task(std::move(task_ptr));
+
+  pipeline::LoopOptions base;
+  base.run_dir = "/tmp/sluice-pipeline-bench-" + std::to_string(::getpid());
+  base.seed = static_cast<uint64_t>(seed);
+  base.checkpoint_interval = 0;
+  base.rl.steps = steps;
+  base.rl.prompts_per_step = prompts;
+  base.rl.group_size = group;
+  base.rl.rollout_slots = static_cast<int32_t>(slots);
+  base.rl.sampling.max_new_tokens = longest;
+  base.rl.dynamic_sampling = false;
+  base.rl.forced_length = [&lengths, group](uint64_t cursor, int64_t g) {
+    return lengths.at(cursor * static_cast<uint64_t>(group) + static_cast<uint64_t>(g));
+  };
+  base.eval.interval = 0;
+  base.eval.size = 1;
+  base.eval.max_new_tokens = 1;
+  base.pipeline.max_staleness = staleness;
+  SLUICE_ASSIGN_OR_RETURN(auto corr, sluice::trainer::ParseOffPolicyCorrection(correction));
+
+  std::fprintf(stderr, "%s (%.1fM params): %lld steps x %lld prompts x %lld answers, %lld tokens (median %lld, longest %d), %lld slots, %lld threads\n",
+               preset.c_str(), config.NumParameters() / 1e6, static_cast<long long>(steps), static_cast<long long>(prompts),
+               static_cast<long long>(group), static_cast<long long>(total_tokens), static_cast<long long>(median), longest,
+               static_cast<long long>(slots), static_cast<long long>(threads));
+
+  std::vector<ModeResult> results;
+  for (size_t pos = 0; pos <= modes.size();) {
+    const size_t comma = std::min(modes.find(',', pos), modes.size());
+    const std::string name = modes.substr(pos, comma - pos);
+    pos = comma + 1;
+    SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(name));
+    const bool split = mode == pipeline::PipelineMode::kOneStepOff || mode == pipeline::PipelineMode::kAsync;
+    pipeline::LoopOptions o = base;
+    o.rl.trainer.loss.correction = split ? corr : sluice::trainer::OffPolicyCorrection::kNone;
+    const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
+    const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
+    SLUICE_ASSIGN_OR_RETURN(ModeResult r, RunMode(mode, name, o, config, task, rt, tt));
+    std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s\n", name.c_str(), r.wall, r.samples / r.wall);
+    results.push_back(r);
+  }
+
+  // The ideal bound: the work of both stages in core-seconds, packed onto
+  // every core with no idle time. Trainer work: its busy time in a split mode
+  // (where it runs on trainer_threads cores) x those cores; decode work: the
+  // workload's tokens decoded at full occupancy (lockstep at `slots`) on
+  // rollout_threads cores, x those cores.
+  double train_core_seconds = -1;
+  for (const auto& r : results) {
+    if (r.name == "one_step_off" || r.name == "async") {
+      train_core_seconds = r.train_seconds * static_cast<double>(threads - rollout_threads);
+      break;
+    }
+  }
+  auto m = std::make_shared<model::Transformer>(config, static_cast<uint64_t>(seed));
+  const int32_t lock_steps = static_cast<int32_t>((total_tokens + slots - 1) / slots);
+  torch::set_num_threads(static_cast<int>(rollout_threads));
+  const auto t0 = Clock::now();
+  SLUICE_RETURN_IF_ERROR(rollout::RunLockstepDecode({m, 0}, static_cast<int32_t>(slots), 16, lock_steps, 1).status());
+  const double decode_core_seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count() * static_cast<double>(rollout_threads);
+  torch::set_num_threads(static_cast<int>(threads));
+  const double ideal =
+      train_core_seconds >= 0 ? (train_core_seconds + decode_core_seconds) / static_cast<double>(threads) : -1;
+
+  std::printf("\npipeline throughput, %s, %lld x %lld x %lld answers, long-tail lengths (median %lld, longest %d), %lld threads\n",
+              preset.c_str(), static_cast<long long>(steps), static_cast<long long>(prompts), static_cast<long long>(group),
+              static_cast<long long>(median), longest, static_cast<long long>(threads));
+  std::printf("%-13s %9s %11s %10s %13s %13s %10s %9s\n", "mode", "wall s", "samples/s", "tokens/s", "trainer idle",
+              "rollout busy", "staleness", "of ideal");
+  const ModeResult* sync = nullptr;
+  std::string json = "[";
+  for (const auto& r : results) {
+    if (r.name == "sync") sync = &r;
+    std::printf("%-13s %9.1f %11.2f %10.0f %12.0f%% %12.0f%% %10.2f %8.0f%%\n", r.name.c_str(), r.wall, r.samples / r.wall,
+                r.tokens / r.wall, 100 * r.trainer_idle, 100 * r.rollout_busy, r.staleness,
+                ideal > 0 ? 100 * ideal / r.wall : 0.0);
+    json += std::string(json.size() > 1 ? "," : "") + "{\"mode\":\"" + r.name + "\",\"wall_seconds\":" +
+            std::to_string(r.wall) + ",\"samples_per_s\":" + std::to_string(r.samples / r.wall) +
+            ",\"tokens_per_s\":" + std::to_string(r.tokens / r.wall) + ",\"trainer_idle\":" +
+            std::to_string(r.trainer_idle) + ",\"rollout_busy\":" + std::to_string(r.rollout_busy) +
+            ",\"staleness\":" + std::to_string(r.staleness) + "}";
+  }
+  json += "]\n";
+  if (ideal > 0) {
+    std::printf("ideal bound: %.1f s = (trainer %.1f + full-occupancy decode %.1f core-seconds) / %lld cores\n", ideal,
+                train_core_seconds, decode_core_seconds, static_cast<long long>(threads));
+  }
+  if (sync) {
+    for (const auto& r : results) {
+      if (&r != sync) std::printf("%s/sync throughput: %.2fx\n", r.name.c_str(), sync->wall / r.wall);
+    }
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << json;
+  std::error_code ec;
+  std::filesystem::remove_all(base.run_dir, ec);
+  return Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sluice::launch::EnsurePassiveOpenMp(argv);
+  sluice::launch::TuneAllocator();
+  Status s = Main(argc, argv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  return 0;
+}

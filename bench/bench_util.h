@@ -9,6 +9,11 @@
 #include <random>
 #include <vector>
 
+#include <cstdio>
+
+#include "sluice/common/status.h"
+#include "sluice/launch/process.h"
+
 namespace sluice::bench {
 
 // Inverse standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9).
@@ -52,6 +57,21 @@ struct Stats {
 inline Stats Summarize(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return Stats{v[v.size() / 2], v.front(), v.back()};
+}
+
+// The main() of every benchmark: passive OpenMP waiting and the allocator
+// settings of shared/NOTES-libtorch.md, then `body`; an error is printed and
+// exits with 2.
+template <typename Body>
+int BenchMain(int argc, char** argv, Body body) {
+  sluice::launch::EnsurePassiveOpenMp(argv);
+  sluice::launch::TuneAllocator();
+  Status s = body(argc, argv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  return 0;
 }
 
 }  // namespace sluice::bench

@@ -211,13 +211,4 @@ Status Main(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  sluice::launch::EnsurePassiveOpenMp(argv);
-  sluice::launch::TuneAllocator();
-  Status s = Main(argc, argv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
-    return 2;
-  }
-  return 0;
-}
+int main(int argc, char** argv) { return sluice::bench::BenchMain(argc, argv, Main); }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "sluice/checkpoint_engine/version_store.h"
+#include "bench_util.h"
 #include "sluice/launch/flags.h"
 #include "sluice/launch/process.h"
 #include "sluice/model/transformer.h"
@@ -199,13 +200,4 @@ Status Main(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  sluice::launch::EnsurePassiveOpenMp(argv);
-  sluice::launch::TuneAllocator();
-  Status s = Main(argc, argv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
-    return 2;
-  }
-  return 0;
-}
+int main(int argc, char** argv) { return sluice::bench::BenchMain(argc, argv, Main); }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
@@ -81,6 +82,42 @@ struct SyncLoop::State {
     std::vector<model::TokenId> ids = {tokenizer.bos_id()};
     for (model::TokenId t : tokenizer.Encode(text)) ids.push_back(t);
     return ids;
+  }
+
+  // GRPO advantages over `samples` (grouped by group_id), then one trainer
+  // update; fills rec->train and rec->samples_trained. No-op when empty.
+  Status TrainOnGroups(std::vector<trainer::RolloutSample>& samples, StepRecord* rec) {
+    if (samples.empty()) return Status::Ok();
+    std::vector<double> rewards;
+    std::vector<uint64_t> group_ids;
+    for (const auto& smp : samples) {
+      rewards.push_back(smp.reward);
+      group_ids.push_back(smp.group_id);
+    }
+    SLUICE_ASSIGN_OR_RETURN(auto adv, trainer::GroupAdvantages(rewards, group_ids, options.rl.divide_adv_by_std));
+    for (size_t i = 0; i < samples.size(); ++i) samples[i].advantage = adv[i];
+    SLUICE_ASSIGN_OR_RETURN(rec->train, trainer->RlStep(samples));
+    rec->samples_trained = static_cast<int64_t>(samples.size());
+    return Status::Ok();
+  }
+
+  // The end of an RL step (s.step already counts it): held-out evaluation
+  // when due, the metrics line, the history, a checkpoint when due, progress.
+  Status FinishStep(StepRecord& rec, std::ofstream& metrics, const std::function<Result<EvalResult>()>& evaluate,
+                    const SyncLoop::ProgressFn& progress) {
+    const EvalOptions& ev = options.eval;
+    if ((ev.interval > 0 && step % ev.interval == 0) || step == options.rl.steps) {
+      SLUICE_ASSIGN_OR_RETURN(rec.eval, evaluate());
+      rec.has_eval = true;
+    }
+    metrics << rec.ToJson() << "\n";
+    metrics.flush();
+    history.push_back(rec);
+    if ((options.checkpoint_interval > 0 && step % options.checkpoint_interval == 0) || step == options.rl.steps) {
+      SLUICE_RETURN_IF_ERROR(SaveCheckpoint());
+    }
+    if (progress) progress("rl", step, options.rl.steps, &rec);
+    return Status::Ok();
   }
 
   fs::path CheckpointRoot() const { return fs::path(options.run_dir) / "checkpoints"; }

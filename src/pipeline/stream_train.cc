@@ -331,21 +331,7 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
     for (auto& [cursor, group] : groups) {
       for (auto& smp : group) samples.push_back(std::move(smp));
     }
-    if (!samples.empty()) {
-      std::vector<double> rewards;
-      std::vector<uint64_t> group_ids;
-      for (const auto& smp : samples) {
-        rewards.push_back(smp.reward);
-        group_ids.push_back(smp.group_id);
-      }
-      auto adv = trainer::GroupAdvantages(rewards, group_ids, rl.divide_adv_by_std);
-      if (!adv.ok()) return fail(adv.status());
-      for (size_t i = 0; i < samples.size(); ++i) samples[i].advantage = (*adv)[i];
-      auto m = s.trainer->RlStep(samples);
-      if (!m.ok()) return fail(m.status());
-      rec.train = *m;
-      rec.samples_trained = static_cast<int64_t>(samples.size());
-    }
+    if (Status st = s.TrainOnGroups(samples, &rec); !st.ok()) return fail(st);
     ++s.step;
     if (s.step % po.sync_interval == 0 || s.step == rl.steps) {
       ++s.version;
@@ -360,20 +346,7 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
     rec.train_seconds = std::chrono::duration<double>(t2 - t1).count();
     s.elapsed_total = s.elapsed_offset + std::chrono::duration<double>(Clock::now() - run_start).count();
     rec.elapsed_seconds = s.elapsed_total;
-    const EvalOptions& ev = s.options.eval;
-    if ((ev.interval > 0 && s.step % ev.interval == 0) || s.step == rl.steps) {
-      auto e = Evaluate();
-      if (!e.ok()) return fail(e.status());
-      rec.eval = *e;
-      rec.has_eval = true;
-    }
-    metrics << rec.ToJson() << "\n";
-    metrics.flush();
-    s.history.push_back(rec);
-    if ((s.options.checkpoint_interval > 0 && s.step % s.options.checkpoint_interval == 0) || s.step == rl.steps) {
-      if (Status st = s.SaveCheckpoint(); !st.ok()) return fail(st);
-    }
-    if (progress) progress("rl", s.step, rl.steps, &rec);
+    if (Status st = s.FinishStep(rec, metrics, [this] { return Evaluate(); }, progress); !st.ok()) return fail(st);
   }
   stop_roles();
   SLUICE_RETURN_IF_ERROR(errors.Get());

@@ -313,18 +313,7 @@ Status SyncLoop::Train(const ProgressFn& progress) {
     rec.reward_mean = reward_sum / total;
     rec.accuracy = correct / total;
     rec.response_len_mean = len_sum / total;
-    if (!samples.empty()) {
-      std::vector<double> rewards;
-      std::vector<uint64_t> groups;
-      for (const auto& smp : samples) {
-        rewards.push_back(smp.reward);
-        groups.push_back(smp.group_id);
-      }
-      SLUICE_ASSIGN_OR_RETURN(auto adv, trainer::GroupAdvantages(rewards, groups, rl.divide_adv_by_std));
-      for (size_t i = 0; i < samples.size(); ++i) samples[i].advantage = adv[i];
-      SLUICE_ASSIGN_OR_RETURN(rec.train, s.trainer->RlStep(samples));
-      rec.samples_trained = static_cast<int64_t>(samples.size());
-    }
+    SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
     auto t2 = Clock::now();
     ++s.step;
     ++s.version;  // the engine serves the updated weights from the next step on
@@ -332,18 +321,7 @@ Status SyncLoop::Train(const ProgressFn& progress) {
     rec.train_seconds = std::chrono::duration<double>(t2 - t1).count();
     s.elapsed_total = s.elapsed_offset + std::chrono::duration<double>(Clock::now() - run_start).count();
     rec.elapsed_seconds = s.elapsed_total;
-    const EvalOptions& ev = s.options.eval;
-    if ((ev.interval > 0 && s.step % ev.interval == 0) || s.step == rl.steps) {
-      SLUICE_ASSIGN_OR_RETURN(rec.eval, Evaluate());
-      rec.has_eval = true;
-    }
-    metrics << rec.ToJson() << "\n";
-    metrics.flush();
-    s.history.push_back(rec);
-    if ((s.options.checkpoint_interval > 0 && s.step % s.options.checkpoint_interval == 0) || s.step == rl.steps) {
-      SLUICE_RETURN_IF_ERROR(s.SaveCheckpoint());
-    }
-    if (progress) progress("rl", s.step, rl.steps, &rec);
+    SLUICE_RETURN_IF_ERROR(s.FinishStep(rec, metrics, [this] { return Evaluate(); }, progress));
   }
   return Status::Ok();
 }

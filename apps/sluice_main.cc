@@ -15,6 +15,7 @@ constexpr const char* kUsage =
     "  train      warm start, then RL on a verifiable task (YAML config + key=value overrides)\n"
     "  eval       held-out accuracy of a checkpoint on a task\n"
     "  generate   generate with the continuous-batching rollout engine\n"
+    "  report     render a run directory's metrics as one HTML page\n"
     "  init       write a freshly initialized built-in model as a Hugging Face checkpoint\n"
     "run `sluice <command> --help` for the command's flags\n";
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   if (command == "eval") return sluice::launch::RunEvalCommand(args);
   if (command == "init") return sluice::launch::RunInitCommand(args);
   if (command == "generate") return sluice::launch::RunGenerateCommand(args);
+  if (command == "report") return sluice::launch::RunReportCommand(args);
   std::fprintf(stderr, "unknown command '%s'\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -51,6 +51,13 @@ expect train 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tm
 expect resume 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/run" run.resume=true rl.steps=3
 [ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 3 ] || { echo "FAIL resume did not continue at step 3"; failures=$((failures + 1)); }
 expect eval 0 "held-out accuracy" -- "$SLUICE" eval --model "$tmp/run/final" eval.size=4 eval.max_new_tokens=8
+[ -f "$tmp/run/report.html" ] || { echo "FAIL train wrote no report.html"; failures=$((failures + 1)); }
+expect report 0 "report.html" -- "$SLUICE" report "$tmp/run"
+expect report-not-a-run 2 "no metrics" -- "$SLUICE" report "$tmp/nowhere"
+expect async 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/async" pipeline.mode=async \
+  pipeline.max_staleness=1 trainer.off_policy_correction=tis
+grep -q '"staleness_max"' "$tmp/async/metrics.jsonl" || { echo "FAIL async run wrote no staleness"; failures=$((failures + 1)); }
+expect bad-mode 2 "pipeline.mode" -- "$SLUICE" train pipeline.mode=fast
 expect eval-needs-model 2 "--model is required" -- "$SLUICE" eval
 expect unknown-key 2 "trainer.lr" -- "$SLUICE" train trainer.lrr=1
 expect bad-type 2 "rl.steps" -- "$SLUICE" train rl.steps=many

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "sluice/launch/commands.h"
+#include "sluice/launch/report.h"
 #include "sluice/launch/config.h"
 #include "sluice/launch/flags.h"
 #include "sluice/model/weights.h"
@@ -300,6 +301,8 @@ Status Train(const std::vector<std::string>& args) {
               100 * before.accuracy, 100 * after.accuracy, static_cast<long long>(after.examples), minutes);
   std::printf("final model: %s   metrics: %s\n", final_dir.c_str(),
               (fs::path(options.run_dir) / "metrics.jsonl").c_str());
+  SLUICE_ASSIGN_OR_RETURN(std::string report_path, WriteRunReport(options.run_dir));
+  std::printf("report: %s\n", report_path.c_str());
   return Status::Ok();
 }
 
@@ -343,9 +346,23 @@ Status Eval(const std::vector<std::string>& args) {
   return Status::Ok();
 }
 
+Status Report(const std::vector<std::string>& args) {
+  FlagSet flags;
+  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested() || flags.positional().size() != 1) {
+    std::printf("usage: sluice report RUN_DIR\n  writes RUN_DIR/report.html: charts of the run's metrics, one "
+                "self-contained page\n");
+    return flags.help_requested() ? Status::Ok() : Status::InvalidArgument("sluice report takes one RUN_DIR");
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::string path, WriteRunReport(flags.positional()[0]));
+  std::printf("%s\n", path.c_str());
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunTrainCommand(const std::vector<std::string>& args) { return RunCommand(Train, args); }
 int RunEvalCommand(const std::vector<std::string>& args) { return RunCommand(Eval, args); }
+int RunReportCommand(const std::vector<std::string>& args) { return RunCommand(Report, args); }
 
 }  // namespace sluice::launch

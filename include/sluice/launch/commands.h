@@ -34,6 +34,9 @@ int RunTrainCommand(const std::vector<std::string>& args);
 // `sluice eval`: held-out accuracy of a checkpoint on a task.
 int RunEvalCommand(const std::vector<std::string>& args);
 
+// `sluice report RUN_DIR`: writes RUN_DIR/report.html (see report.h).
+int RunReportCommand(const std::vector<std::string>& args);
+
 }  // namespace sluice::launch
 
 #endif  // SLUICE_LAUNCH_COMMANDS_H_

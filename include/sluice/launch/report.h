@@ -1,0 +1,23 @@
+// `sluice report RUN_DIR`: renders a run's metrics.jsonl into one
+// self-contained HTML page (inline SVG charts, no scripts, nothing fetched)
+// at RUN_DIR/report.html.
+#ifndef SLUICE_LAUNCH_REPORT_H_
+#define SLUICE_LAUNCH_REPORT_H_
+
+#include <string>
+
+#include "sluice/common/status.h"
+
+namespace sluice::launch {
+
+// Reads run_dir/metrics.jsonl (and run_dir/config.yaml if present) and
+// returns the HTML page. Errors: NotFound (no metrics.jsonl), DataLoss (a
+// line that is not a JSON object, named by line number).
+Result<std::string> RenderRunReport(const std::string& run_dir);
+
+// RenderRunReport, written atomically to run_dir/report.html; returns its path.
+Result<std::string> WriteRunReport(const std::string& run_dir);
+
+}  // namespace sluice::launch
+
+#endif  // SLUICE_LAUNCH_REPORT_H_

@@ -35,6 +35,8 @@ ConfigSchema TrainSchema() {
   s.AddEnum("task.name", "arithmetic", {"arithmetic", "sort", "jsonl"}, "the verifiable task");
   s.AddInt("task.train_size", 100000, 1, 100000000, "generated tasks: train examples");
   s.AddInt("task.eval_size", 200, 1, 1000000, "generated tasks: held-out examples");
+  s.AddDouble("task.eval_fraction", 0.1, 1e-6, 0.5,
+              "generated tasks: share of the problem space held out (by a hash of the prompt)");
   s.AddInt("task.arithmetic.max_ops", 10, 1, 64, "arithmetic: most operations in a problem");
   s.AddInt("task.arithmetic.max_operand", 9, 1, 999, "arithmetic: operands are drawn from [1, max_operand]");
   s.AddInt("task.arithmetic.max_total", 99, 1, 1000000, "arithmetic: running totals stay in [0, max_total]");
@@ -104,6 +106,7 @@ Result<reward::TaskOptions> TaskOptionsFrom(const Config& c) {
   t.seed = static_cast<uint64_t>(c.GetInt("run.seed"));
   t.train_size = static_cast<uint64_t>(c.GetInt("task.train_size"));
   t.eval_size = static_cast<uint64_t>(c.GetInt("task.eval_size"));
+  t.eval_fraction = c.GetDouble("task.eval_fraction");
   t.arithmetic.max_ops = static_cast<int>(c.GetInt("task.arithmetic.max_ops"));
   t.arithmetic.max_operand = static_cast<int>(c.GetInt("task.arithmetic.max_operand"));
   t.arithmetic.max_total = static_cast<int>(c.GetInt("task.arithmetic.max_total"));

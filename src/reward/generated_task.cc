@@ -1,11 +1,11 @@
 #include "generated_task.h"
 
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "sluice/common/check.h"
+#include "sluice/common/random.h"
 
 namespace sluice::reward::internal {
 namespace {
@@ -14,26 +14,37 @@ namespace {
 constexpr uint64_t kTrainStream = 1;
 constexpr uint64_t kEvalStream = 2;
 
-// A train candidate whose prompt is held out is redrawn with the same shape
-// this many times (so held-out prompts do not skew the shape distribution),
-// then with fresh shapes, and finally given up on.
+// A candidate on the wrong side of the split is redrawn with the same shape
+// this many times (so the split does not skew the shape distribution), then
+// with fresh shapes, and finally given up on.
 constexpr uint64_t kSameShapeAttempts = 64;
 constexpr uint64_t kMaxAttempts = 4096;
 
+// 64-bit FNV-1a: a hash of the prompt text that is the same on every platform
+// and library version (std::hash is not), so the split is reproducible.
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
 class GeneratedTask final : public Task {
  public:
-  GeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed, uint64_t train_size, uint64_t eval_size)
-      : generator_(std::move(generator)), seed_(seed), train_size_(train_size) {
+  GeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed, uint64_t train_size, double eval_fraction)
+      : generator_(std::move(generator)), seed_(seed), train_size_(train_size), eval_fraction_(eval_fraction) {}
+
+  // Builds the eval split. FailedPrecondition if the held-out part of the
+  // problem space is empty.
+  Status BuildEval(uint64_t eval_size) {
     eval_.reserve(eval_size);
     for (uint64_t i = 0; i < eval_size; ++i) {
-      Rng rng(seed_, kEvalStream, i, 0);
-      const int shape = generator_->DrawShape(rng);
-      Example example = generator_->Generate(shape, rng);
-      example.index = i;
-      example.difficulty = shape;
-      eval_prompts_.insert(example.prompt);
+      SLUICE_ASSIGN_OR_RETURN(Example example, Draw(Split::kEval, i));
       eval_.push_back(std::move(example));
     }
+    return Status::Ok();
   }
 
   std::string name() const override { return generator_->name(); }
@@ -48,24 +59,7 @@ class GeneratedTask final : public Task {
                                 " is past the split's " + std::to_string(size(split)) + " examples");
     }
     if (split == Split::kEval) return eval_[index];
-
-    Rng first(seed_, kTrainStream, index, 0);
-    int shape = generator_->DrawShape(first);
-    Example example = generator_->Generate(shape, first);
-    for (uint64_t attempt = 1; eval_prompts_.count(example.prompt) != 0; ++attempt) {
-      if (attempt == kMaxAttempts) {
-        return Status::FailedPrecondition(name() + " task: train example " + std::to_string(index) + ": " +
-                                          std::to_string(kMaxAttempts) +
-                                          " candidates all collide with the held-out eval split; lower eval_size "
-                                          "or widen the problem space");
-      }
-      Rng rng(seed_, kTrainStream, index, attempt);
-      if (attempt >= kSameShapeAttempts) shape = generator_->DrawShape(rng);
-      example = generator_->Generate(shape, rng);
-    }
-    example.index = index;
-    example.difficulty = shape;
-    return example;
+    return Draw(Split::kTrain, index);
   }
 
   double Score(const Example& example, std::string_view response) const override {
@@ -74,20 +68,51 @@ class GeneratedTask final : public Task {
   }
 
  private:
+  // Whether a prompt belongs to the held-out part of the problem space.
+  bool HeldOut(const std::string& prompt) const {
+    return UnitInterval(Mix64(Fnv1a(prompt) ^ Mix64(seed_ ^ 0x5e1dull))) < eval_fraction_;
+  }
+
+  // Example `index` of `split`: drawn i.i.d. (shape first), redrawn until its
+  // prompt lies on the split's side of the hash split.
+  Result<Example> Draw(Split split, uint64_t index) const {
+    const bool want_held_out = split == Split::kEval;
+    const uint64_t stream = want_held_out ? kEvalStream : kTrainStream;
+    Rng first(seed_, stream, index, 0);
+    int shape = generator_->DrawShape(first);
+    Example example = generator_->Generate(shape, first);
+    for (uint64_t attempt = 1; HeldOut(example.prompt) != want_held_out; ++attempt) {
+      if (attempt == kMaxAttempts) {
+        return Status::FailedPrecondition(
+            name() + " task: " + std::string(SplitName(split)) + " example " + std::to_string(index) + ": " +
+            std::to_string(kMaxAttempts) + " candidates all fall in the " + (want_held_out ? "train" : "held-out") +
+            " part of the problem space; change eval_fraction or widen the problem space");
+      }
+      Rng rng(seed_, stream, index, attempt);
+      if (attempt >= kSameShapeAttempts) shape = generator_->DrawShape(rng);
+      example = generator_->Generate(shape, rng);
+    }
+    example.index = index;
+    example.difficulty = shape;
+    return example;
+  }
+
   const std::unique_ptr<ProblemGenerator> generator_;
   const uint64_t seed_;
   const uint64_t train_size_;
+  const double eval_fraction_;
   std::vector<Example> eval_;
-  std::unordered_set<std::string> eval_prompts_;
 };
 
 }  // namespace
 
-std::unique_ptr<Task> MakeGeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed, uint64_t train_size,
-                                        uint64_t eval_size) {
+Result<std::unique_ptr<Task>> MakeGeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed,
+                                                uint64_t train_size, uint64_t eval_size, double eval_fraction) {
   SLUICE_CHECK(generator != nullptr);
   SLUICE_CHECK(train_size >= 1);
-  return std::make_unique<GeneratedTask>(std::move(generator), seed, train_size, eval_size);
+  auto task = std::make_unique<GeneratedTask>(std::move(generator), seed, train_size, eval_fraction);
+  SLUICE_RETURN_IF_ERROR(task->BuildEval(eval_size));
+  return std::unique_ptr<Task>(std::move(task));
 }
 
 }  // namespace sluice::reward::internal

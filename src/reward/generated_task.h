@@ -18,7 +18,7 @@ class ProblemGenerator {
   virtual ~ProblemGenerator() = default;
   virtual std::string name() const = 0;
   // Draws the parameter that decides a problem's size (number of
-  // operations, list length). Redraws for a held-out collision keep it.
+  // operations, list length). Redraws across the train/eval split keep it.
   virtual int DrawShape(Rng& rng) const = 0;
   // Draws a problem of that shape; fills prompt, answer and solution.
   virtual Example Generate(int shape, Rng& rng) const = 0;
@@ -26,8 +26,10 @@ class ProblemGenerator {
 
 // Builds the eval split eagerly (eval_size examples) so that train draws can
 // be checked against it. Preconditions: generator non-null, train_size >= 1.
-std::unique_ptr<Task> MakeGeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed, uint64_t train_size,
-                                        uint64_t eval_size);
+// Errors: FailedPrecondition if the held-out part of the problem space
+// (eval_fraction of the prompts, chosen by a hash of the prompt) is empty.
+Result<std::unique_ptr<Task>> MakeGeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed,
+                                                uint64_t train_size, uint64_t eval_size, double eval_fraction);
 
 Result<std::unique_ptr<ProblemGenerator>> MakeArithmeticGenerator(const ArithmeticOptions& options);
 Result<std::unique_ptr<ProblemGenerator>> MakeSortGenerator(const SortOptions& options);

@@ -122,44 +122,61 @@ TEST(GeneratedTaskTest, TrainNeverContainsAnEvalPrompt) {
   }
 }
 
-// A problem space of 10 prompts ("sort:0=" .. "sort:9="): the held-out
-// prompts must be exactly the ones train never produces.
-TEST(GeneratedTaskTest, TrainRedrawsHeldOutPromptsInATinySpace) {
+// A problem space of 10 prompts ("sort:0=" .. "sort:9="): eval and train
+// partition it, and train covers everything that is not held out.
+TEST(GeneratedTaskTest, SplitsPartitionATinySpace) {
   TaskOptions options = Sort(3);
   options.sort.min_length = options.sort.max_length = 1;
-  options.eval_size = 4;
+  options.eval_size = 50;
+  options.eval_fraction = 0.3;
   auto task = Make(options);
   ASSERT_NE(task, nullptr);
   std::set<std::string> eval, train;
-  for (uint64_t i = 0; i < 4; ++i) eval.insert(GetOk(*task, Split::kEval, i).prompt);
+  for (uint64_t i = 0; i < 50; ++i) eval.insert(GetOk(*task, Split::kEval, i).prompt);
   for (uint64_t i = 0; i < 2000; ++i) train.insert(GetOk(*task, Split::kTrain, i).prompt);
+  EXPECT_GE(eval.size(), 1u);
+  EXPECT_GE(train.size(), 5u);
   EXPECT_EQ(eval.size() + train.size(), 10u) << "train covers everything not held out";
   for (const std::string& prompt : train) EXPECT_EQ(eval.count(prompt), 0u) << prompt;
 }
 
-TEST(GeneratedTaskTest, ExhaustedShapeFallsBackToAnotherShape) {
-  TaskOptions options = Sort(5);
-  options.sort.min_length = 1;
-  options.sort.max_length = 2;
-  options.eval_size = 400;  // holds out all ten one-digit lists
+// However large the eval split, every shape keeps most of its prompts for
+// training: the ~126 one-operation arithmetic prompts are not all held out.
+TEST(GeneratedTaskTest, ALargeEvalSplitDoesNotStarveAShape) {
+  TaskOptions options = Arithmetic(11);
+  options.eval_size = 2000;
   auto task = Make(options);
   ASSERT_NE(task, nullptr);
-  std::set<std::string> one_digit_eval;
-  for (uint64_t i = 0; i < 400; ++i) {
+  std::set<std::string> eval_one_op, train_one_op;
+  int64_t train_one_op_draws = 0;
+  for (uint64_t i = 0; i < 2000; ++i) {
     Example e = GetOk(*task, Split::kEval, i);
-    if (e.answer.size() == 1) one_digit_eval.insert(e.prompt);
+    if (e.difficulty == 1) eval_one_op.insert(e.prompt);
   }
-  ASSERT_EQ(one_digit_eval.size(), 10u);
-  for (uint64_t i = 0; i < 500; ++i) EXPECT_EQ(GetOk(*task, Split::kTrain, i).answer.size(), 2u);
+  for (uint64_t i = 0; i < 20000; ++i) {
+    Example e = GetOk(*task, Split::kTrain, i);
+    if (e.difficulty != 1) continue;
+    ++train_one_op_draws;
+    train_one_op.insert(e.prompt);
+  }
+  EXPECT_GT(train_one_op.size(), 3 * eval_one_op.size()) << "train " << train_one_op.size() << " eval " << eval_one_op.size();
+  // The shape distribution of train is unchanged by the split (P(1 op) is the largest).
+  EXPECT_GT(train_one_op_draws, 20000 / 4);
+  for (const std::string& p : eval_one_op) EXPECT_EQ(train_one_op.count(p), 0u) << p;
 }
 
-TEST(GeneratedTaskTest, ExhaustedSpaceIsAFailedPrecondition) {
+TEST(GeneratedTaskTest, AnEmptyHeldOutSpaceIsAFailedPrecondition) {
   TaskOptions options = Sort(5);
-  options.sort.min_length = options.sort.max_length = 1;
-  options.eval_size = 400;
-  auto task = Make(options);
-  ASSERT_NE(task, nullptr);
-  ExpectContains(task->Get(Split::kTrain, 0).status(), StatusCode::kFailedPrecondition, "eval_size");
+  options.sort.min_length = options.sort.max_length = 1;  // 10 prompts
+  options.eval_fraction = 1e-6;                            // none of them held out
+  auto task = MakeTask(options);
+  ExpectContains(task.status(), StatusCode::kFailedPrecondition, "eval_fraction");
+}
+
+TEST(GeneratedTaskTest, EvalFractionIsValidated) {
+  TaskOptions options = Sort(5);
+  options.eval_fraction = 0.9;
+  ExpectContains(MakeTask(options).status(), StatusCode::kInvalidArgument, "eval_fraction");
 }
 
 TEST(ArithmeticTaskTest, SolutionsFollowTheScratchpadFormatAndScoreOne) {

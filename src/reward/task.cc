@@ -17,6 +17,10 @@ Status CheckSizes(const TaskOptions& options) {
     return Status::InvalidArgument("task option 'eval_size' must be <= " + std::to_string(kMaxEvalSize) + ", got " +
                                    std::to_string(options.eval_size));
   }
+  if (!(options.eval_fraction > 0 && options.eval_fraction <= 0.5)) {
+    return Status::InvalidArgument("task option 'eval_fraction' must be in (0, 0.5], got " +
+                                   std::to_string(options.eval_fraction));
+  }
   return Status::Ok();
 }
 
@@ -31,7 +35,8 @@ Result<std::unique_ptr<Task>> MakeTask(const TaskOptions& options) {
     } else {
       SLUICE_ASSIGN_OR_RETURN(generator, internal::MakeSortGenerator(options.sort));
     }
-    return internal::MakeGeneratedTask(std::move(generator), options.seed, options.train_size, options.eval_size);
+    return internal::MakeGeneratedTask(std::move(generator), options.seed, options.train_size, options.eval_size,
+                                       options.eval_fraction);
   }
   if (options.name == "jsonl") return internal::MakeJsonlTask(options.jsonl);
   return Status::InvalidArgument("task option 'name': unknown task '" + options.name +

@@ -52,15 +52,14 @@
 //    '#' is compared whole.
 //
 // Held-out evaluation: no train example ever has the prompt of an eval
-// example. Generated tasks build the eval split first (eval_size examples,
-// drawn i.i.d., duplicates possible) and the train generator redraws any
-// candidate whose prompt is in it: first with the same shape (number of
-// operations / list length), so the train shape distribution is unchanged,
-// then, if that shape is exhausted, with a fresh shape. JSONL tasks drop train
-// lines whose prompt appears in the eval split. Note that with the default
-// arithmetic options the eval split takes a large share of the ~126 distinct
-// one-operation prompts; those facts still appear as steps of longer train
-// problems.
+// example. Generated tasks split the problem space itself: a prompt is
+// held out iff a hash of (prompt, seed) falls below eval_fraction, so every
+// shape (number of operations / list length) keeps about 1 - eval_fraction
+// of its prompts for training however large eval_size is. Examples of both
+// splits are drawn i.i.d. (shape first, duplicates possible) and a candidate
+// on the wrong side of the split is redrawn: first with the same shape, so
+// the shape distribution is unchanged, then with fresh shapes. JSONL tasks
+// drop train lines whose prompt appears in the eval split.
 //
 // Determinism: Get(split, index) depends only on (options, split, index); the
 // generators use their own counter-based PRNG, not <random> distributions, so
@@ -150,6 +149,7 @@ struct TaskOptions {
   uint64_t seed = 0;             // generated tasks: the whole dataset is a function of the seed
   uint64_t train_size = 100000;  // generated tasks: examples in the train split, >= 1
   uint64_t eval_size = 200;      // generated tasks: examples in the eval split, <= 1000000
+  double eval_fraction = 0.1;    // generated tasks: share of the problem space held out, in (0, 0.5]
   ArithmeticOptions arithmetic;
   SortOptions sort;
   JsonlOptions jsonl;

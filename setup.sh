@@ -20,6 +20,7 @@ PACKAGES=(
   nlohmann-json3-dev                       # config.json and safetensors headers
   libyaml-cpp-dev                          # run configs (sluice train --config)
   libzmq3-dev cppzmq-dev                   # TransferQueue/CheckpointEngine network transport
+  libgloo-dev                              # CheckpointEngine cross-host weight broadcast (optional; skipped without)
   libgtest-dev libgmock-dev                # tests
 )
 

@@ -70,7 +70,8 @@ struct ShmPublishHandle::Staging {
   SharedMemorySegment segment;
   shm::VersionHeader* header = nullptr;
   shm::TensorRecord* records = nullptr;
-  std::vector<bool> put;
+  std::vector<bool> put;        // put, or staged in place and sealed
+  std::vector<bool> in_place;   // handed out by StageInPlace
   size_t bytes_staged = 0;
 };
 
@@ -112,6 +113,9 @@ Status ShmPublishHandle::Put(std::string_view name, const HostTensor& tensor) {
   const TensorSpec& spec = core_->control->layout()[t];
   SLUICE_RETURN_IF_ERROR(internal::CheckTensorMatchesSpec(where, spec, tensor, core_->options.max_tensor_bytes));
   if (staging_->put[t]) return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
+  if (staging_->in_place[t]) {
+    return Status::AlreadyExists(where + ": already staged in place; seal it instead of putting it");
+  }
 
   shm::TensorRecord& record = staging_->records[t];
   std::byte* dst = staging_->segment.data() + record.offset;
@@ -124,6 +128,45 @@ Status ShmPublishHandle::Put(std::string_view name, const HostTensor& tensor) {
   return Status::Ok();
 }
 
+Result<std::span<std::byte>> ShmPublishHandle::StageInPlace(std::string_view name) {
+  const std::string where = "version " + std::to_string(version_) + ", tensor " + Quoted(name);
+  if (staging_ == nullptr) {
+    return Status::FailedPrecondition(where + ": StageInPlace after the publish was committed or aborted");
+  }
+  auto it = core_->index.find(name);
+  if (it == core_->index.end()) return Status::InvalidArgument(where + ": not in the registered layout");
+  const size_t t = it->second;
+  if (staging_->put[t]) return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
+  staging_->in_place[t] = true;
+  const shm::TensorRecord& record = staging_->records[t];
+  return std::span<std::byte>(staging_->segment.data() + record.offset, record.nbytes);
+}
+
+Status ShmPublishHandle::SealInPlace(std::string_view name, uint64_t expected_checksum) {
+  const std::string where = "version " + std::to_string(version_) + ", tensor " + Quoted(name);
+  if (staging_ == nullptr) {
+    return Status::FailedPrecondition(where + ": SealInPlace after the publish was committed or aborted");
+  }
+  auto it = core_->index.find(name);
+  if (it == core_->index.end()) return Status::InvalidArgument(where + ": not in the registered layout");
+  const size_t t = it->second;
+  if (staging_->put[t]) return Status::AlreadyExists(where + ": already put or sealed");
+  if (!staging_->in_place[t]) return Status::FailedPrecondition(where + ": not staged in place (call StageInPlace first)");
+  shm::TensorRecord& record = staging_->records[t];
+  const uint64_t actual = Checksum64(staging_->segment.data() + record.offset, record.nbytes);
+  if (actual != expected_checksum) {
+    std::ostringstream msg;
+    msg << where << ": staged bytes do not match the expected checksum (0x" << std::hex << expected_checksum
+        << " expected, 0x" << actual << " staged); the tensor stays unsealed";
+    return Status::DataLoss(msg.str());
+  }
+  record.checksum = actual;
+  staging_->put[t] = true;
+  staging_->bytes_staged += record.nbytes;
+  if (core_->options.test_hooks.after_put) core_->options.test_hooks.after_put(version_, staging_->bytes_staged);
+  return Status::Ok();
+}
+
 Status ShmPublishHandle::Commit() {
   const std::string what = "cannot commit version " + std::to_string(version_);
   if (staging_ == nullptr) return Status::FailedPrecondition(what + ": the publish was already committed or aborted");
@@ -131,7 +174,10 @@ Status ShmPublishHandle::Commit() {
   std::string missing;
   size_t missing_count = 0;
   for (size_t t = 0; t < layout.size(); ++t) {
-    if (!staging_->put[t]) missing += (missing_count++ ? ", " : "") + Quoted(layout[t].name);
+    if (!staging_->put[t]) {
+      missing += (missing_count++ ? ", " : "") + Quoted(layout[t].name) +
+                 (staging_->in_place[t] ? " (staged in place, not sealed)" : "");
+    }
   }
   if (missing_count > 0) {
     return Status::FailedPrecondition(what + ": " + std::to_string(missing_count) + " of " +
@@ -349,6 +395,7 @@ Result<std::unique_ptr<ShmPublishHandle>> ShmPublisher::BeginPublish(int64_t ver
   staging->header = header;
   staging->records = records;
   staging->put.assign(g.tensor_bytes.size(), false);
+  staging->in_place.assign(g.tensor_bytes.size(), false);
   return std::unique_ptr<ShmPublishHandle>(new ShmPublishHandle(core_, version, std::move(staging)));
 }
 

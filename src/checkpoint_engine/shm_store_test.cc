@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "checksum.h"
 #include "shm_format.h"
 #include "shm_test_util.h"
 
@@ -420,6 +421,44 @@ TEST_F(ShmStoreTest, CorruptStagedByteIsDataLossAndTheServingVersionIsUntouched)
   // The version number is free again.
   ASSERT_TRUE(pub->Publish(2, MakeVersion(TestLayout(), 2)).ok());
   ExpectServing(*sub, 2);
+}
+
+TEST_F(ShmStoreTest, StageInPlaceWritesStraightIntoTheSegment) {
+  auto pub = MakePublisher();
+  auto sub = MakeSubscriber();
+  ASSERT_TRUE(pub->Publish(1, MakeVersion(TestLayout(), 1)).ok());
+  const TensorMap v2 = MakeVersion(TestLayout(), 2);
+  auto p = pub->BeginPublish(2);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->StageInPlace("nope").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*p)->SealInPlace("embed", 0).code(), StatusCode::kFailedPrecondition);
+  for (const TensorSpec& spec : TestLayout()) {
+    auto span = (*p)->StageInPlace(spec.name);
+    ASSERT_TRUE(span.ok()) << span.status().ToString();
+    const HostTensor& src = v2.at(spec.name);
+    ASSERT_EQ(span->size(), src.nbytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(span->data()) % shm::kTensorAlignment, 0u);
+    EXPECT_EQ((*p)->Put(spec.name, src).code(), StatusCode::kAlreadyExists);
+    const size_t half = src.nbytes / 2;  // two pieces, as two network buckets
+    std::memcpy(span->data() + half, src.data + half, src.nbytes - half);
+    std::memcpy(span->data(), src.data, half);
+    if (spec.name == "norm") {
+      Status wrong = (*p)->SealInPlace(spec.name, 42);
+      EXPECT_EQ(wrong.code(), StatusCode::kDataLoss);
+      EXPECT_TRUE(Contains(wrong, "'norm'") && Contains(wrong, "unsealed")) << wrong.ToString();
+      Status early = (*p)->Commit();
+      EXPECT_EQ(early.code(), StatusCode::kFailedPrecondition);
+      EXPECT_TRUE(Contains(early, "'norm' (staged in place, not sealed)")) << early.ToString();
+    }
+    ASSERT_TRUE((*p)->SealInPlace(spec.name, Checksum64(src.data, src.nbytes)).ok());
+    EXPECT_EQ((*p)->SealInPlace(spec.name, 0).code(), StatusCode::kAlreadyExists);
+  }
+  ExpectServing(*sub, 1);
+  ASSERT_TRUE((*p)->Commit().ok());
+  ExpectServing(*sub, 2);
+  auto h = sub->AcquireLatest();
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->checksum("embed").value(), Checksum64(v2.at("embed").data, v2.at("embed").nbytes));
 }
 
 TEST_F(ShmStoreTest, OnlyOneLivePublisherAndANewOneContinuesAfterDetach) {

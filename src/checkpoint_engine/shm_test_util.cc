@@ -153,7 +153,8 @@ std::string CheckSnapshot(const ShmVersionHandle& handle, const Layout& layout) 
 
 // ------------------------------------------------------------- ChildProcess
 
-ChildProcess ChildProcess::Spawn(const std::string& mode, const std::map<std::string, std::string>& env) {
+ChildProcess ChildProcess::Spawn(const std::string& mode, const std::map<std::string, std::string>& env,
+                                 const std::string& suite) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     ADD_FAILURE() << "pipe2: " << std::strerror(errno);
@@ -165,7 +166,7 @@ ChildProcess ChildProcess::Spawn(const std::string& mode, const std::map<std::st
   posix_spawn_file_actions_adddup2(&actions, fds[1], 3);
 
   std::vector<std::string> args = {"/proc/self/exe", "--gtest_also_run_disabled_tests",
-                                   "--gtest_filter=ShmChild.DISABLED_" + mode, "--gtest_brief=1"};
+                                   "--gtest_filter=" + suite + ".DISABLED_" + mode, "--gtest_brief=1"};
   std::vector<std::string> vars;
   for (char** e = environ; *e != nullptr; ++e) vars.emplace_back(*e);
   for (const auto& [k, v] : env) vars.push_back(k + "=" + v);

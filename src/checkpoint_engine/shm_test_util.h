@@ -44,13 +44,14 @@ std::string CheckTensorBytes(const TensorSpec& spec, size_t tensor_index, int64_
 // "" if every tensor of the handle is intact version handle.version().
 std::string CheckSnapshot(const ShmVersionHandle& handle, const Layout& layout);
 
-// One child process running ShmChild.DISABLED_<mode> of this binary with
+// One child process running <suite>.DISABLED_<mode> of this binary with
 // `env` added to its environment. The child may write single bytes to fd 3
 // ("I reached the point you wait for"), read by WaitForSignal.
 class ChildProcess {
  public:
   // Aborts the test (returns an invalid child) if spawning fails.
-  static ChildProcess Spawn(const std::string& mode, const std::map<std::string, std::string>& env);
+  static ChildProcess Spawn(const std::string& mode, const std::map<std::string, std::string>& env,
+                            const std::string& suite = "ShmChild");
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&&) = delete;
   ~ChildProcess();  // SIGKILLs and reaps a child still running

@@ -34,8 +34,9 @@ struct Snapshot {
 };
 
 struct Staging {
-  std::map<std::string, StoredTensor, std::less<>> tensors;
-  size_t nbytes = 0;
+  std::map<std::string, StoredTensor, std::less<>> tensors;    // put or sealed
+  std::map<std::string, StoredTensor, std::less<>> in_place;   // staged in place, not sealed yet
+  size_t nbytes = 0;                                           // bytes of both maps
 };
 
 namespace {
@@ -66,6 +67,29 @@ struct StoreCore {
   uint64_t aborts SLUICE_GUARDED_BY(mu) = 0;
   std::map<uint64_t, std::function<void(int64_t)>> subscribers SLUICE_GUARDED_BY(mu);
   uint64_t next_subscriber_id SLUICE_GUARDED_BY(mu) = 1;
+  // reuse_buffers: the buffers of one freed version, by tensor name.
+  std::map<std::string, std::unique_ptr<std::byte[]>, std::less<>> spare SLUICE_GUARDED_BY(mu);
+  size_t spare_bytes SLUICE_GUARDED_BY(mu) = 0;
+
+  // Takes `doomed`'s buffers as the spare if reuse is on and there is none;
+  // whatever is left of it is freed by the caller, outside mu.
+  void KeepAsSpareLocked(Snapshot* doomed) SLUICE_REQUIRES(mu);
+
+  // A buffer for tensor `name` of `nbytes`: the spare one if there is one,
+  // else a fresh allocation (outside mu). Its contents are undefined.
+  std::unique_ptr<std::byte[]> TakeBuffer(std::string_view name, size_t nbytes) SLUICE_EXCLUDES(mu) {
+    {
+      MutexLock lock(&mu);
+      auto it = spare.find(name);
+      if (it != spare.end()) {
+        std::unique_ptr<std::byte[]> reused = std::move(it->second);
+        spare.erase(it);
+        spare_bytes -= nbytes;
+        return reused;
+      }
+    }
+    return std::unique_ptr<std::byte[]>(new std::byte[nbytes > 0 ? nbytes : 1]);
+  }
 
   size_t PinnedCountLocked() const SLUICE_REQUIRES(mu) {
     size_t n = 0;
@@ -108,6 +132,7 @@ struct StoreCore {
       if (--it->second.pins == 0 && version != latest) {
         doomed = std::move(it->second.snapshot);
         versions.erase(it);
+        KeepAsSpareLocked(doomed.get());
       }
     }
   }
@@ -120,6 +145,14 @@ struct StoreCore {
     ++aborts;
   }
 };
+
+void StoreCore::KeepAsSpareLocked(Snapshot* doomed) {
+  if (!options.reuse_buffers || !spare.empty() || doomed == nullptr) return;
+  for (auto& [name, t] : doomed->tensors) {
+    spare_bytes += t.nbytes;
+    spare.emplace(name, std::move(t.bytes));
+  }
+}
 
 }  // namespace internal
 
@@ -241,12 +274,15 @@ Status PublishHandle::Put(std::string_view name, const HostTensor& tensor) {
   if (staging_->tensors.count(name) > 0) {
     return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
   }
+  if (staging_->in_place.count(name) > 0) {
+    return Status::AlreadyExists(where + ": already staged in place; seal it instead of putting it");
+  }
 
   // Copy and checksum without any lock: this is the slow part of a publish.
   StoredTensor stored;
   stored.spec = &spec;
   stored.nbytes = expected;
-  stored.bytes.reset(new std::byte[expected > 0 ? expected : 1]);
+  stored.bytes = core_->TakeBuffer(spec.name, expected);
   if (expected > 0) std::memcpy(stored.bytes.get(), tensor.data, expected);
   stored.checksum = Checksum64(stored.bytes.get(), expected);
   staging_->tensors.emplace(spec.name, std::move(stored));
@@ -255,6 +291,59 @@ Status PublishHandle::Put(std::string_view name, const HostTensor& tensor) {
     MutexLock lock(&core_->mu);
     core_->staging_bytes = staging_->nbytes;
   }
+  return Status::Ok();
+}
+
+Result<std::span<std::byte>> PublishHandle::StageInPlace(std::string_view name) {
+  const std::string where = "version " + std::to_string(version_) + ", tensor " + Quoted(name);
+  if (staging_ == nullptr) {
+    return Status::FailedPrecondition(where + ": StageInPlace after the publish was committed or aborted");
+  }
+  auto spec_it = core_->specs.find(name);
+  if (spec_it == core_->specs.end()) return Status::InvalidArgument(where + ": not in the registered layout");
+  if (staging_->tensors.count(name) > 0) {
+    return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
+  }
+  if (auto it = staging_->in_place.find(name); it != staging_->in_place.end()) {
+    return std::span<std::byte>(it->second.bytes.get(), it->second.nbytes);
+  }
+  const TensorSpec& spec = *spec_it->second;
+  // ValidateLayout at Create guarantees the size is representable and within max_tensor_bytes.
+  const size_t nbytes = CheckedNumel(spec.shape).value() * DTypeSize(spec.dtype);
+  StoredTensor stored;
+  stored.spec = &spec;
+  stored.nbytes = nbytes;
+  stored.bytes = core_->TakeBuffer(spec.name, nbytes);  // contents undefined: the caller fills it
+  std::span<std::byte> span(stored.bytes.get(), nbytes);
+  staging_->in_place.emplace(spec.name, std::move(stored));
+  staging_->nbytes += nbytes;
+  {
+    MutexLock lock(&core_->mu);
+    core_->staging_bytes = staging_->nbytes;
+  }
+  return span;
+}
+
+Status PublishHandle::SealInPlace(std::string_view name, uint64_t expected_checksum) {
+  const std::string where = "version " + std::to_string(version_) + ", tensor " + Quoted(name);
+  if (staging_ == nullptr) {
+    return Status::FailedPrecondition(where + ": SealInPlace after the publish was committed or aborted");
+  }
+  if (staging_->tensors.count(name) > 0) return Status::AlreadyExists(where + ": already put or sealed");
+  auto it = staging_->in_place.find(name);
+  if (it == staging_->in_place.end()) {
+    return Status::FailedPrecondition(where + ": not staged in place (call StageInPlace first)");
+  }
+  StoredTensor& stored = it->second;
+  const uint64_t actual = Checksum64(stored.bytes.get(), stored.nbytes);
+  if (actual != expected_checksum) {
+    std::ostringstream msg;
+    msg << where << ": staged bytes do not match the expected checksum (0x" << std::hex << expected_checksum
+        << " expected, 0x" << actual << " staged); the tensor stays unsealed";
+    return Status::DataLoss(msg.str());
+  }
+  stored.checksum = actual;
+  staging_->tensors.insert(staging_->in_place.extract(it));
   return Status::Ok();
 }
 
@@ -268,7 +357,8 @@ Status PublishHandle::Commit() {
   size_t missing_count = 0;
   for (const TensorSpec& spec : core_->options.layout) {
     if (staging_->tensors.count(spec.name) == 0) {
-      missing += (missing_count++ ? ", " : "") + Quoted(spec.name);
+      missing += (missing_count++ ? ", " : "") + Quoted(spec.name) +
+                 (staging_->in_place.count(spec.name) > 0 ? " (staged in place, not sealed)" : "");
     }
   }
   if (missing_count > 0) {
@@ -306,6 +396,7 @@ Status PublishHandle::Commit() {
     if (old != core_->versions.end() && old->second.pins == 0) {
       superseded = std::move(old->second.snapshot);
       core_->versions.erase(old);
+      core_->KeepAsSpareLocked(superseded.get());
     }
     core_->versions[version_].snapshot = std::move(snapshot);
     core_->latest = version_;
@@ -423,7 +514,8 @@ VersionStoreStats VersionStore::stats() const {
   }
   s.staging_version = core_->staging_version;
   s.staging_bytes = core_->staging_bytes;
-  s.bytes_held = s.committed_bytes + s.staging_bytes;
+  s.spare_bytes = core_->spare_bytes;
+  s.bytes_held = s.committed_bytes + s.staging_bytes + s.spare_bytes;
   s.max_versions_in_memory = s.pinned.size() + 2;
   s.max_bytes_held = s.max_versions_in_memory * core_->version_bytes;
   s.commits = core_->commits;

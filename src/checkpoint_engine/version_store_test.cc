@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "checksum.h"
+
 namespace sluice::checkpoint_engine {
 namespace {
 
@@ -284,6 +286,117 @@ TEST_F(BadInputTest, CorruptedStagedBytesDetectedAtCommit) {
   EXPECT_TRUE(Contains(s, "version 2") && Contains(s, "'b'") && Contains(s, "aborted")) << s.ToString();
   EXPECT_EQ(store_->stats().aborts, 1u);
   EXPECT_EQ(publish_->Commit().code(), StatusCode::kFailedPrecondition);
+}
+
+// The cross-host transport fills staging in place, piece by piece, then
+// seals each tensor against the checksum the sender computed.
+TEST(VersionStoreTest, StageInPlaceThenSealCommitsAVersion) {
+  auto store = MakeStore();
+  const Layout layout = SmallLayout();
+  ASSERT_TRUE(store->Publish(1, MakeVersion(layout, 1)).ok());
+  const TensorMap v2 = MakeVersion(layout, 2);
+  auto p = store->BeginPublish(2);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->StageInPlace("nope").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*p)->SealInPlace("w", 0).code(), StatusCode::kFailedPrecondition);  // not staged yet
+  auto w = (*p)->StageInPlace("w");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_EQ(w->size(), 128u);
+  auto again = (*p)->StageInPlace("w");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->data(), w->data());  // the same staging memory
+  EXPECT_EQ((*p)->Put("w", v2.at("w")).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(store->stats().staging_bytes, 128u);
+  // Two pieces, as two network buckets would land.
+  std::memcpy(w->data(), v2.at("w").data, 64);
+  std::memcpy(w->data() + 64, v2.at("w").data + 64, 64);
+  const uint64_t sum = Checksum64(v2.at("w").data, 128);
+  Status wrong = (*p)->SealInPlace("w", sum ^ 1);
+  EXPECT_EQ(wrong.code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(wrong, "'w'") && Contains(wrong, "unsealed")) << wrong.ToString();
+  // An unsealed tensor is missing for Commit (the publish stays open).
+  ASSERT_TRUE((*p)->Put("b", v2.at("b")).ok());
+  Status early = (*p)->Commit();
+  EXPECT_EQ(early.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(early, "staged in place, not sealed")) << early.ToString();
+  ASSERT_TRUE((*p)->SealInPlace("w", sum).ok());
+  EXPECT_EQ((*p)->SealInPlace("w", sum).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ((*p)->StageInPlace("w").status().code(), StatusCode::kAlreadyExists);
+  ExpectServing(*store, 1);  // nothing visible before Commit
+  ASSERT_TRUE((*p)->Commit().ok());
+  ExpectServing(*store, 2);
+  auto h = store->AcquireLatest();
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->checksum("w").value(), sum);
+  EXPECT_EQ((*p)->StageInPlace("w").status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(VersionStoreTest, WriteIntoSealedStagingIsCaughtAtCommit) {
+  auto store = MakeStore();
+  const Layout layout = SmallLayout();
+  ASSERT_TRUE(store->Publish(1, MakeVersion(layout, 1)).ok());
+  const TensorMap v2 = MakeVersion(layout, 2);
+  auto p = store->BeginPublish(2);
+  ASSERT_TRUE(p.ok());
+  for (const TensorSpec& spec : layout) {
+    auto span = (*p)->StageInPlace(spec.name);
+    ASSERT_TRUE(span.ok());
+    std::memcpy(span->data(), v2.at(spec.name).data, span->size());
+    ASSERT_TRUE((*p)->SealInPlace(spec.name, Checksum64(span->data(), span->size())).ok());
+  }
+  (*p)->MutableStagedBytesForTesting("b")[3] ^= std::byte{1};
+  EXPECT_EQ((*p)->Commit().code(), StatusCode::kDataLoss);
+  ExpectServing(*store, 1);
+  EXPECT_EQ(store->stats().staging_bytes, 0u);
+  EXPECT_EQ(store->stats().aborts, 1u);
+}
+
+TEST(VersionStoreTest, ReuseBuffersKeepsOneFreedVersionForTheNextPublish) {
+  VersionStoreOptions options;
+  options.layout = SmallLayout();
+  options.reuse_buffers = true;
+  auto created = VersionStore::Create(options);
+  ASSERT_TRUE(created.ok());
+  VersionStore& store = **created;
+  const Layout layout = SmallLayout();
+  const size_t vb = store.version_bytes();
+  ASSERT_TRUE(store.Publish(1, MakeVersion(layout, 1)).ok());
+  const std::byte* v1_w = store.AcquireLatest()->tensor("w")->data;
+  const std::byte* v1_b = store.AcquireLatest()->tensor("b")->data;
+  ASSERT_TRUE(store.Publish(2, MakeVersion(layout, 2)).ok());  // frees 1: its buffers become the spare
+  VersionStoreStats s = store.stats();
+  EXPECT_EQ(s.versions_in_memory, (std::vector<int64_t>{2}));
+  EXPECT_EQ(s.spare_bytes, vb);
+  EXPECT_EQ(s.bytes_held, 2 * vb);
+  EXPECT_LE(s.bytes_held, s.max_bytes_held);
+  // The next publish stages into them (Put and StageInPlace alike) ...
+  auto p = store.BeginPublish(3);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->Put("w", MakeTensor(layout[0], 0, 3)).ok());
+  auto b = (*p)->StageInPlace("b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->data(), v1_b);
+  s = store.stats();
+  EXPECT_EQ(s.spare_bytes, 0u);
+  EXPECT_EQ(s.bytes_held, 2 * vb);  // latest + staging
+  const HostTensor v3b = MakeTensor(layout[1], 1, 3);
+  std::memcpy(b->data(), v3b.data, v3b.nbytes);
+  ASSERT_TRUE((*p)->SealInPlace("b", Checksum64(v3b.data, v3b.nbytes)).ok());
+  ASSERT_TRUE((*p)->Commit().ok());
+  ExpectServing(store, 3);
+  EXPECT_EQ(store.AcquireLatest()->tensor("w")->data, v1_w);
+  // ... and a pinned old version is freed, not kept, while a spare exists.
+  auto pinned = store.AcquireLatest();  // 3
+  ASSERT_TRUE(store.Publish(4, MakeVersion(layout, 4)).ok());  // 2 freed -> spare; 3 pinned
+  ASSERT_TRUE(store.Publish(5, MakeVersion(layout, 5)).ok());  // 4 freed, spare taken by 5 then 4 -> spare
+  s = store.stats();
+  EXPECT_EQ(s.versions_in_memory, (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(s.spare_bytes, vb);
+  pinned = Status::NotFound("released");  // 3 freed: a spare exists already
+  s = store.stats();
+  EXPECT_EQ(s.versions_in_memory, (std::vector<int64_t>{5}));
+  EXPECT_EQ(s.bytes_held, 2 * vb);
+  ExpectServing(store, 5);
 }
 
 TEST(VersionStoreTest, PutAndCommitAfterCommitRefused) {

@@ -248,6 +248,13 @@ class ShmPublishHandle {
   //   FailedPrecondition - the publish was committed or aborted
   Status Put(std::string_view name, const HostTensor& tensor);
 
+  // Zero-copy staging straight into the staging segment, for transports
+  // that receive a tensor in pieces; contract and errors as for
+  // PublishHandle::StageInPlace / SealInPlace in version_store.h (the
+  // after_put test hook runs after a successful seal).
+  Result<std::span<std::byte>> StageInPlace(std::string_view name);
+  Status SealInPlace(std::string_view name, uint64_t expected_checksum);
+
   // Makes the version visible to every process atomically. Errors:
   //   FailedPrecondition - layout tensors missing (named; the publish stays
   //                        open); already committed/aborted; this publisher

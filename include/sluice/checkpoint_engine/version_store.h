@@ -82,6 +82,15 @@ struct VersionStoreOptions {
   // version that is already pinned (copying a handle) never fails.
   // Default 0: unlimited (the bound is still reported by stats()).
   size_t max_pinned_versions = 0;
+  // Keep the buffers of one freed version (superseded and unpinned) and
+  // reuse them for the next publish's Put / StageInPlace, instead of
+  // returning them to the allocator and faulting fresh pages in next time:
+  // worth it when versions arrive every few seconds (a rollout host fed by
+  // the broadcast transport). The spare version takes the place of the
+  // version being staged in the bound (it exists only while its buffers are
+  // not staging), so the bound is unchanged; it is reported as spare_bytes
+  // and counted in bytes_held. Default false: freed bytes are freed.
+  bool reuse_buffers = false;
 };
 
 struct PinnedVersion {
@@ -97,7 +106,8 @@ struct VersionStoreStats {
   int64_t staging_version = kNoVersion;       // kNoVersion when nothing is staged
   size_t committed_bytes = 0;                 // bytes of versions_in_memory
   size_t staging_bytes = 0;                   // bytes put so far into the open publish
-  size_t bytes_held = 0;                      // committed_bytes + staging_bytes
+  size_t spare_bytes = 0;                     // kept for reuse (reuse_buffers)
+  size_t bytes_held = 0;                      // committed_bytes + staging_bytes + spare_bytes
   // The documented bound: pinned.size() + 1 latest + 1 staging, and the same
   // in bytes (every version is version_bytes()). Always
   // versions_in_memory.size() + (staging ? 1 : 0) <= max_versions_in_memory and
@@ -174,6 +184,25 @@ class PublishHandle {
   //   AlreadyExists     - `name` was already put in this publish
   //   FailedPrecondition- the publish was committed or aborted
   Status Put(std::string_view name, const HostTensor& tensor);
+
+  // Zero-copy staging for transports that receive a tensor in pieces (the
+  // cross-host broadcast lets network buffers land here directly, see
+  // broadcast.h). StageInPlace returns writable staging memory for `name`,
+  // exactly its layout size (a second call returns the same span); the caller
+  // fills it, then SealInPlace checksums it and, if it matches
+  // `expected_checksum`, counts the tensor as put. A tensor staged but not
+  // sealed is missing for Commit. The span stays valid until Commit or Abort;
+  // a write after sealing is caught by Commit's re-verification. Distinct
+  // tensors' spans may be written by other threads, concurrently with each
+  // other and with SealInPlace of other tensors. Errors:
+  //   StageInPlace: InvalidArgument (not in the layout); AlreadyExists
+  //                 (already put or sealed); FailedPrecondition (closed)
+  //   SealInPlace:  FailedPrecondition (not staged in place; closed);
+  //                 AlreadyExists (already sealed); DataLoss (the bytes do
+  //                 not match: the tensor stays staged and unsealed, and may
+  //                 be rewritten and sealed again)
+  Result<std::span<std::byte>> StageInPlace(std::string_view name);
+  Status SealInPlace(std::string_view name, uint64_t expected_checksum);
 
   // Makes the version visible atomically, then notifies subscribers (on this
   // thread, in commit order). Errors:

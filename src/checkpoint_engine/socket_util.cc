@@ -1,0 +1,174 @@
+#include "socket_util.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <thread>
+
+namespace sluice::checkpoint_engine::internal {
+namespace {
+
+std::string Errno(int err) { return std::string(std::strerror(err)); }
+
+int MillisUntil(Deadline deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return 0;
+  return static_cast<int>(std::min<int64_t>(left.count(), 1000));  // re-check the clock at least every second
+}
+
+// Waits for `events` on fd until the deadline. OK when ready.
+Status WaitFd(int fd, short events, Deadline deadline, const char* what) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    const int timeout = MillisUntil(deadline);
+    const int r = ::poll(&p, 1, timeout);
+    if (r > 0) return Status::Ok();
+    if (r < 0 && errno != EINTR) return Status::Unavailable(std::string(what) + ": poll: " + Errno(errno));
+    if (r == 0 && std::chrono::steady_clock::now() >= deadline) {
+      return Status::Timeout(std::string(what) + " did not complete before the deadline");
+    }
+  }
+}
+
+}  // namespace
+
+void UniqueFd::Reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+Result<std::pair<std::string, uint16_t>> ParseHostPort(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size()) {
+    return Status::InvalidArgument("address '" + std::string(address) + "' is not of the form host:port");
+  }
+  unsigned port = 0;
+  std::string_view digits = address.substr(colon + 1);
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (ec != std::errc() || end != digits.data() + digits.size() || port == 0 || port > 65535) {
+    return Status::InvalidArgument("address '" + std::string(address) + "' has no valid port (1..65535)");
+  }
+  return std::make_pair(std::string(address.substr(0, colon)), static_cast<uint16_t>(port));
+}
+
+Result<UniqueFd> ListenTcp(const std::string& address, uint16_t port, int backlog) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  if (::inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) {
+    return Status::InvalidArgument("'" + address + "' is not an IPv4 address");
+  }
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return Status::Unavailable("socket: " + Errno(errno));
+  int on = 1;
+  (void)::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Status::Unavailable("cannot bind " + address + ":" + std::to_string(port) + ": " + Errno(errno));
+  }
+  if (::listen(fd.get(), backlog) != 0) return Status::Unavailable("listen: " + Errno(errno));
+  return fd;
+}
+
+Result<uint16_t> LocalPort(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return Status::Unavailable("getsockname: " + Errno(errno));
+  }
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return Status::Unavailable("getsockname: unexpected address family");
+}
+
+Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline deadline) {
+  const std::string where = host + ":" + std::to_string(port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int r = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); r != 0) {
+    return Status::Unavailable("cannot resolve " + where + ": " + ::gai_strerror(r));
+  }
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, ::freeaddrinfo);
+  std::string last_error = "no address";
+  auto backoff = std::chrono::milliseconds(2);
+  while (true) {
+    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+      if (!fd.valid()) {
+        last_error = "socket: " + Errno(errno);
+        continue;
+      }
+      int err = 0;
+      if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+        if (errno != EINPROGRESS) {
+          last_error = Errno(errno);
+          continue;
+        }
+        Status ready = WaitFd(fd.get(), POLLOUT, deadline, "connect");
+        if (!ready.ok()) {
+          last_error = ready.message();
+          continue;
+        }
+        socklen_t len = sizeof(err);
+        if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      }
+      if (err != 0) {
+        last_error = Errno(err);
+        continue;
+      }
+      // Blocking from here on; every read and write is still poll-bounded.
+      const int flags = ::fcntl(fd.get(), F_GETFL);
+      (void)::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+      int on = 1;
+      (void)::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+      return fd;
+    }
+    if (std::chrono::steady_clock::now() + backoff >= deadline) break;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+  }
+  return Status::Unavailable("cannot connect to " + where + ": " + last_error);
+}
+
+Status SendAll(int fd, const void* data, size_t n, Deadline deadline) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    SLUICE_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, "send"));
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return Status::Unavailable("send: " + Errno(errno));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+Status RecvAll(int fd, void* data, size_t n, Deadline deadline) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    SLUICE_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, "receive"));
+    const ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (r == 0) return Status::Unavailable("the peer closed the connection");
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return Status::Unavailable("recv: " + Errno(errno));
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice::checkpoint_engine::internal

@@ -22,6 +22,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev                   # TransferQueue/CheckpointEngine network transport
   libgloo-dev                              # CheckpointEngine cross-host weight broadcast (optional; skipped without)
   libgtest-dev libgmock-dev                # tests
+  clang libclang-rt-dev                    # the wire-format fuzz smoke test (libFuzzer)
 )
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
@@ -81,6 +82,8 @@ case "$cmd" in
     cmake --preset core-asan >/dev/null
     cmake --build --preset core-asan -j "$(nproc)"
     ctest --preset core-asan
+    log "fuzzing the TransferQueue wire decoder (libFuzzer, bounded)"
+    tests/fuzz_smoke.sh 20
     ;;
   demo)
     install_packages

@@ -1,0 +1,87 @@
+// Remote Controller and StorageUnits: the same abstract interfaces as the
+// in-process ones (controller.h, storage.h), implemented by sending their
+// request structs to a TransferQueueServer (server.h) over ZeroMQ. So
+//
+//   SLUICE_ASSIGN_OR_RETURN(RemoteQueue queue, ConnectTransferQueue(endpoint));
+//   TransferQueueClient client = queue.client();
+//
+// works exactly like an in-process hub: same calls, same errors (the
+// server's Status codes and messages come back unchanged).
+//
+// Contract
+//  * Timeouts. Every call waits at most rpc_timeout for its reply, plus the
+//    time the request itself may block (GetMeta's timeout, a producer's
+//    CapacityWait). No reply in time: Unavailable naming the endpoint (the
+//    server is down, unreachable or overloaded). A dead server never hangs a
+//    caller beyond that.
+//  * A call that timed out may still have run on the server (e.g. a GetMeta
+//    whose reply was lost leaves a lease that will expire; a write that was
+//    begun is aborted by the server after its open_write_timeout).
+//  * GetData/KvGet tensors are views into the received message (no copy
+//    when aligned); they keep it alive.
+//  * BatchMeta::deadline is the server's "time left" added to this host's
+//    steady clock when the reply arrived: slightly late, never early by more
+//    than the reply's transit time.
+//  * Close() on a remote controller makes later calls from this object
+//    return Aborted; it does not close the server.
+//
+// Thread safety: every object is thread-safe. Parts made by one
+// ConnectTransferQueue share a pool of ZeroMQ DEALER sockets; each call
+// checks one out for its request and reply (one request in flight per
+// socket), so concurrent calls from many threads run in parallel and never
+// share a socket. A socket whose call timed out is closed, not reused.
+#ifndef SLUICE_TRANSFER_QUEUE_REMOTE_H_
+#define SLUICE_TRANSFER_QUEUE_REMOTE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/common/status.h"
+#include "sluice/transfer_queue/client.h"
+#include "sluice/transfer_queue/controller.h"
+#include "sluice/transfer_queue/storage.h"
+
+namespace sluice::transfer_queue {
+
+struct RemoteOptions {
+  // Sent with every request; must match the server's when it has one.
+  std::string token;
+  // Reply time beyond what the request may block for. Default 10 s.
+  std::chrono::milliseconds rpc_timeout{10000};
+  // Limits on replies (and on requests this side will send). ConnectTransferQueue
+  // raises them to the server's if those are larger.
+  uint64_t max_message_bytes = (uint64_t{1} << 30) + (uint64_t{1} << 20);
+  uint32_t max_batch_rows = 65536;
+  uint64_t max_tensor_bytes = uint64_t{1} << 30;
+  // Idle sockets kept for reuse; more are opened when more calls run at once.
+  uint32_t max_idle_sockets = 8;
+};
+
+// A connected queue: the server's controller and each of its storage units.
+struct RemoteQueue {
+  std::string endpoint;
+  std::shared_ptr<Controller> controller;
+  std::vector<std::shared_ptr<StorageUnit>> storage;
+  bool token_required = false;
+
+  TransferQueueClient client() const { return TransferQueueClient(controller, storage); }
+};
+
+// Asks the server for its layout (ServerInfo) and builds the remote parts.
+// Errors: InvalidArgument (bad endpoint or options), Unavailable (no reply
+// within rpc_timeout), FailedPrecondition (wrong or missing token),
+// Unimplemented (another protocol version).
+Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOptions options = {});
+
+// The parts alone (no round trip; the first call reports a dead server).
+// InvalidArgument for a bad endpoint or options.
+Result<std::shared_ptr<Controller>> NewRemoteController(const std::string& endpoint, RemoteOptions options = {});
+Result<std::shared_ptr<StorageUnit>> NewRemoteStorageUnit(const std::string& endpoint, uint32_t unit,
+                                                          RemoteOptions options = {});
+
+}  // namespace sluice::transfer_queue
+
+#endif  // SLUICE_TRANSFER_QUEUE_REMOTE_H_

@@ -1,0 +1,116 @@
+// TransferQueueServer: one in-process controller and N storage units served
+// over ZeroMQ (a ROUTER socket on a tcp:// or ipc:// endpoint), speaking the
+// wire format of docs/transfer_queue.md. Clients connect with
+// ConnectTransferQueue (remote.h) and use the ordinary TransferQueueClient.
+//
+// Contract
+//  * Binding. tcp://127.0.0.1:0 by default; port 0 picks a free port and
+//    endpoint() reports the bound address. A non-loopback tcp bind (another
+//    address, *, an interface name) is refused without a token.
+//  * Authentication. With a token set, every request must carry it (compared
+//    in constant time); others get FailedPrecondition and change nothing.
+//    The token is a shared secret sent in clear: it keeps stray and
+//    misconfigured clients out, it is not encryption (see the docs).
+//  * Concurrency. One I/O thread owns the socket; requests run on a fixed
+//    pool of `workers` threads, except those that may block (GetMeta,
+//    CreateRows, BeginWrite), which run on their own threads (up to
+//    max_blocking_calls; beyond that ResourceExhausted at once), so a call
+//    waiting for rows or capacity never delays anyone else.
+//  * Bad input. Malformed, truncated, oversized or unauthenticated messages
+//    get an error reply (or, over max_message_bytes, ZeroMQ drops the
+//    connection before allocating); nothing is applied and the server keeps
+//    serving everyone else.
+//  * Dead clients. Leases of a dead consumer expire as usual. A write left
+//    open longer than open_write_timeout (its producer died between
+//    BeginWrite and CommitWrite) is discarded and aborted by the server, so
+//    its reservation is not leaked. Rows freed by Ack/Clear are reclaimed by
+//    the server itself (it holds both planes): replies carry no ticket.
+//  * Storage writes are accepted only for the cells a BeginWrite declared
+//    (same dtype, shape, nbytes) on the unit that owns the row, and remote
+//    Discard drops only cells of open writes, so bytes in storage never
+//    exceed the controller's accounting; remote FreeRows is refused.
+//
+// Thread safety: endpoint(), counters(), controller() and storage() may be
+// called from any thread; Stop() and the destructor by the owner.
+#ifndef SLUICE_TRANSFER_QUEUE_SERVER_H_
+#define SLUICE_TRANSFER_QUEUE_SERVER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/common/status.h"
+#include "sluice/transfer_queue/controller.h"
+#include "sluice/transfer_queue/storage.h"
+
+namespace sluice::transfer_queue {
+
+struct ServerOptions {
+  // tcp://HOST:PORT or ipc://PATH. HOST is a numeric address or interface
+  // name (ZeroMQ does not resolve names for bind).
+  std::string bind = "tcp://127.0.0.1:0";
+  // Empty: no authentication (refused for non-loopback binds). At most 256
+  // bytes.
+  std::string token;
+  ControllerOptions controller;
+  uint32_t storage_units = 2;  // 1..1024
+  // Threads for requests that do not block.
+  uint32_t workers = 4;
+  // Requests that may block (GetMeta, CreateRows, BeginWrite) in flight at once.
+  uint32_t max_blocking_calls = 256;
+  // Quick requests queued behind busy workers before ResourceExhausted.
+  uint32_t max_queued_requests = 1024;
+  // Largest message accepted (header + body); bigger ones are dropped by
+  // ZeroMQ. Must exceed controller.max_tensor_bytes by at least 64 KiB.
+  uint64_t max_message_bytes = (uint64_t{1} << 30) + (uint64_t{1} << 20);
+  // A write open longer than this without activity is aborted. 0: never.
+  std::chrono::milliseconds open_write_timeout{60000};
+};
+
+// Requests seen by the server since it started.
+struct ServerCounters {
+  uint64_t requests = 0;         // well-formed, authenticated requests run
+  uint64_t error_replies = 0;    // replies carrying an error (any cause)
+  uint64_t malformed = 0;        // refused before running: bad framing, header or body
+  uint64_t unauthenticated = 0;  // refused: missing or wrong token
+  uint64_t busy = 0;             // refused: worker queue or blocking calls full
+  uint64_t writes_expired = 0;   // open writes aborted by the server
+};
+
+class TransferQueueServer {
+ public:
+  // Binds and starts serving. Errors: InvalidArgument (bad options, a bad
+  // endpoint, a non-loopback bind without a token), Unavailable (the bind
+  // failed, e.g. the address is in use).
+  static Result<std::unique_ptr<TransferQueueServer>> Start(ServerOptions options);
+  ~TransferQueueServer();  // Stop()
+  TransferQueueServer(const TransferQueueServer&) = delete;
+  TransferQueueServer& operator=(const TransferQueueServer&) = delete;
+
+  // The bound endpoint, e.g. "tcp://127.0.0.1:40123".
+  const std::string& endpoint() const;
+  // Closes the controller (blocked calls return Aborted), stops the threads
+  // and closes the socket. Idempotent.
+  void Stop();
+
+  ServerCounters counters() const;
+  // The served objects, for in-process inspection (tests, a co-located role).
+  const std::shared_ptr<Controller>& controller() const;
+  const std::vector<std::shared_ptr<StorageUnit>>& storage() const;
+
+  class Impl;
+
+ private:
+  explicit TransferQueueServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// True for binds reachable only from this host: ipc://, and tcp:// on
+// 127.0.0.0/8, ::1 or the "lo" interface.
+bool IsLoopbackEndpoint(const std::string& endpoint);
+
+}  // namespace sluice::transfer_queue
+
+#endif  // SLUICE_TRANSFER_QUEUE_SERVER_H_

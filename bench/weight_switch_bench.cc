@@ -172,7 +172,7 @@ Status Main(int argc, char** argv) {
   auto serving = std::make_shared<model::Transformer>(config, 0);
   SLUICE_ASSIGN_OR_RETURN(sluice::TensorMap initial, model::ExportWeights(*serving));
   ce::VersionStoreOptions so;
-  for (const auto& [name, t] : initial) so.layout.push_back({name, t.dtype, t.shape});
+  so.layout = ce::LayoutOf(initial);
   SLUICE_ASSIGN_OR_RETURN(auto store, ce::VersionStore::Create(so));
   SLUICE_RETURN_IF_ERROR(store->Publish(0, initial));
   std::fprintf(stderr, "%s (%.1fM params, %.1f MB of weights): %lld slots x %lld tokens, a version every %lld ms\n",

@@ -547,4 +547,10 @@ Status VersionStore::Unsubscribe(uint64_t id) {
 const Layout& VersionStore::layout() const { return core_->options.layout; }
 size_t VersionStore::version_bytes() const { return core_->version_bytes; }
 
+Layout LayoutOf(const TensorMap& tensors) {
+  Layout layout;
+  for (const auto& [name, t] : tensors) layout.push_back({name, t.dtype, t.shape});
+  return layout;
+}
+
 }  // namespace sluice::checkpoint_engine

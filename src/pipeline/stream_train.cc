@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -49,12 +50,6 @@ std::vector<T> TensorVector(const HostTensor& t) {
   std::vector<T> v(t.nbytes / sizeof(T));
   if (!v.empty()) std::memcpy(v.data(), t.data, v.size() * sizeof(T));
   return v;
-}
-
-ce::Layout LayoutOf(const TensorMap& weights) {
-  ce::Layout layout;
-  for (const auto& [name, t] : weights) layout.push_back({name, t.dtype, t.shape});
-  return layout;
 }
 
 // The first error of any role; stops the others.
@@ -133,7 +128,7 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
   // serves its own copy, refreshed through a standby buffer.
   SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*s.policy));
   ce::VersionStoreOptions store_options;
-  store_options.layout = LayoutOf(initial);
+  store_options.layout = ce::LayoutOf(initial);
   SLUICE_ASSIGN_OR_RETURN(auto store, ce::VersionStore::Create(store_options));
   SLUICE_RETURN_IF_ERROR(store->Publish(s.version, initial));
   initial.clear();

@@ -46,12 +46,6 @@ TensorMap WeightsForVersion(model::Transformer& m, int64_t version) {
   return w;
 }
 
-ce::Layout LayoutOf(const TensorMap& w) {
-  ce::Layout layout;
-  for (const auto& [name, t] : w) layout.push_back({name, t.dtype, t.shape});
-  return layout;
-}
-
 GenerationRequest Greedy(uint64_t id, int32_t tokens) {
   GenerationRequest r;
   r.id = id;
@@ -75,7 +69,7 @@ class StandbyWeightsTest : public ::testing::Test {
     serving_ = UntiedModel();
     ASSERT_TRUE(model::LoadWeights(*serving_, WeightsForVersion(*serving_, 0)).ok());
     ce::VersionStoreOptions o;
-    o.layout = LayoutOf(WeightsForVersion(*serving_, 0));
+    o.layout = ce::LayoutOf(WeightsForVersion(*serving_, 0));
     store_ = std::move(ce::VersionStore::Create(o)).value();
   }
 
@@ -170,7 +164,7 @@ TEST_F(StandbyWeightsTest, ReadsVersionsFromTheSharedMemoryStore) {
   const std::string name = "standby" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}() % 100000);
   ce::ShmPublisherOptions po;
   po.store_name = name;
-  po.layout = LayoutOf(WeightsForVersion(*serving_, 0));
+  po.layout = ce::LayoutOf(WeightsForVersion(*serving_, 0));
   auto publisher = ce::ShmPublisher::Attach(po);
   ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
   ce::ShmSubscriberOptions so;

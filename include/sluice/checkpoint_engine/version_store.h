@@ -70,6 +70,9 @@ struct TensorSpec {
 };
 using Layout = std::vector<TensorSpec>;
 
+// The layout of `tensors` (names, dtypes, shapes), in name order.
+Layout LayoutOf(const TensorMap& tensors);
+
 struct VersionStoreOptions {
   // Required: at least one tensor; names non-empty and unique; dimensions
   // non-negative; each tensor at most max_tensor_bytes.

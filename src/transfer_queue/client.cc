@@ -289,7 +289,7 @@ Result<std::unique_ptr<TransferQueueHub>> TransferQueueHub::Create(HubOptions op
   hub->controller_ = std::move(controller);
   hub->meter_ = std::make_shared<StorageMeter>();
   for (uint32_t u = 0; u < options.storage_units; ++u) {
-    hub->storage_.push_back(NewInProcessStorageUnit(StorageUnitOptions{u, max_tensor_bytes, hub->meter_}));
+    hub->storage_.push_back(NewInProcessStorageUnit(StorageUnitOptions{u, max_tensor_bytes, hub->meter_, nullptr}));
   }
   return hub;
 }

@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -18,6 +20,7 @@
 
 #include "net_test_util.h"
 #include "sluice/common/random.h"
+#include "sluice/common/shm.h"
 #include "sluice/transfer_queue/remote.h"
 #include "test_util.h"
 #include "wire.h"
@@ -34,6 +37,7 @@ using testing::Tags;
 using testing::ToI64;
 
 constexpr char kChildEndpointEnv[] = "SLUICE_TQ_CHILD_ENDPOINT";
+constexpr char kChildShmEnv[] = "SLUICE_TQ_CHILD_SHM";
 
 std::vector<std::string> ServerArgs(std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {
@@ -42,11 +46,49 @@ std::vector<std::string> ServerArgs(std::vector<std::string> extra = {}) {
   return args;
 }
 
-RemoteOptions Options(std::string token = "") {
+RemoteOptions Options(std::string token = "", ShmMode shm = ShmMode::kOff) {
   RemoteOptions o;
   o.token = std::move(token);
   o.rpc_timeout = 10s;
+  o.shm = shm;
   return o;
+}
+
+// The payload transports the process tests run over: bytes in messages over
+// TCP, or the server's shared-memory arena (written and read in place).
+enum class Transport { kTcp, kShm };
+std::string TransportName(const ::testing::TestParamInfo<Transport>& info) {
+  return info.param == Transport::kShm ? "Shm" : "Tcp";
+}
+std::vector<std::string> TransportArgs(Transport t, std::vector<std::string> extra = {}) {
+  if (t == Transport::kShm) {
+    extra.push_back("--shm-bytes");
+    extra.push_back("64M");
+  }
+  return ServerArgs(std::move(extra));
+}
+RemoteOptions TransportOptions(Transport t) {
+  return Options("", t == Transport::kShm ? ShmMode::kRequired : ShmMode::kOff);
+}
+
+// The TransferQueue arenas in /dev/shm now.
+std::set<std::string> ArenaSegments() {
+  Result<std::vector<std::string>> names = ListShmSegments({"sluice", "tq"});
+  EXPECT_TRUE(names.ok()) << names.status().ToString();
+  return names.ok() ? std::set<std::string>(names->begin(), names->end()) : std::set<std::string>();
+}
+
+// True if `p` lies in this process's mapping of shared-memory segment `name`
+// (read from /proc/self/maps): the bytes are read in place, not copied.
+bool InShmMapping(const void* p, const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  for (std::string line; std::getline(maps, line);) {
+    if (line.size() < name.size() || line.compare(line.size() - name.size(), name.size(), name) != 0) continue;
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &begin, &end) == 2 && address >= begin && address < end) return true;
+  }
+  return false;
 }
 
 void ExpectCleanExit(ServerProcess& server) {
@@ -140,14 +182,18 @@ TEST(NetProcessTest, PutGetAckRoundTripOverTcp) {
 
 // Several producer and consumer threads over TCP: every row reaches every
 // task exactly once, and whole-group batches never split a group.
-TEST(NetProcessTest, ManyProducersAndConsumersExactlyOncePerTask) {
-  Result<ServerProcess> server = ServerProcess::Start(ServerArgs({"--capacity-rows", "64"}));
+class NetTransportTest : public ::testing::TestWithParam<Transport> {};
+INSTANTIATE_TEST_SUITE_P(Transports, NetTransportTest, ::testing::Values(Transport::kTcp, Transport::kShm),
+                         TransportName);
+
+TEST_P(NetTransportTest, ManyProducersAndConsumersExactlyOncePerTask) {
+  Result<ServerProcess> server = ServerProcess::Start(TransportArgs(GetParam(), {"--capacity-rows", "64"}));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   constexpr int kProducers = 3;
   constexpr int kGroupsPerProducer = 12;
   constexpr int kGroupSize = 4;
   constexpr size_t kRows = kProducers * kGroupsPerProducer * kGroupSize;
-  Result<RemoteQueue> producers_queue = ConnectTransferQueue(server->endpoint(), Options());
+  Result<RemoteQueue> producers_queue = ConnectTransferQueue(server->endpoint(), TransportOptions(GetParam()));
   ASSERT_TRUE(producers_queue.ok()) << producers_queue.status().ToString();
   TQ_ASSERT_OK(producers_queue->client().CreatePartition("p", kGroupSize));
 
@@ -182,7 +228,7 @@ TEST(NetProcessTest, ManyProducersAndConsumersExactlyOncePerTask) {
   for (const std::string task : {"reward", "train"}) {
     for (int c = 0; c < 2; ++c) {
       threads.emplace_back([&, task] {
-        Result<RemoteQueue> own = ConnectTransferQueue(server->endpoint(), Options());  // own connection
+        Result<RemoteQueue> own = ConnectTransferQueue(server->endpoint(), TransportOptions(GetParam()));  // own connection
         if (!own.ok()) {
           ADD_FAILURE() << own.status().ToString();
           return;
@@ -214,6 +260,9 @@ TEST(NetProcessTest, ManyProducersAndConsumersExactlyOncePerTask) {
             const std::vector<int64_t> expected(static_cast<size_t>(t.token_length),
                                                 t.group_id * 10 + (t.token_length - 1));
             EXPECT_EQ(ToI64(data->columns["prompt"][i]), expected) << "row " << meta->rows[i].id;
+            if (!own->shm_segment.empty() && t.token_length > 0) {
+              EXPECT_TRUE(InShmMapping(data->columns["prompt"][i].data, own->shm_segment)) << "copied, not in place";
+            }
           }
           for (const auto& [group, count] : per_group) EXPECT_EQ(count, kGroupSize) << "group " << group << " split";
           {
@@ -242,12 +291,79 @@ TEST(NetProcessTest, ManyProducersAndConsumersExactlyOncePerTask) {
   ExpectCleanExit(*server);
 }
 
+TEST(NetProcessTest, ShmReadsInPlaceAndViewsOutliveAClear) {
+  Result<ServerProcess> server = ServerProcess::Start(ServerArgs({"--shm-bytes", "16M"}));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  // kAuto attaches; kOff does not; a server without an arena refuses kRequired.
+  Result<RemoteQueue> off = ConnectTransferQueue(server->endpoint(), Options("", ShmMode::kOff));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->shm_segment, "");
+  Result<RemoteQueue> queue = ConnectTransferQueue(server->endpoint(), Options("", ShmMode::kAuto));
+  ASSERT_TRUE(queue.ok()) << queue.status().ToString();
+  ASSERT_EQ(queue->shm_segment.rfind("/sluice.tq.", 0), 0u) << queue->shm_segment;
+  TransferQueueClient client = queue->client();
+  // Arena space only goes to cells an open write declared.
+  StorageWriteRequest stray{12345, {StorageItem{1, "prompt", I64({1, 2})}}};
+  TQ_EXPECT_ERROR(queue->storage[1]->Write(stray), kNotFound, "12345");
+
+  TQ_ASSERT_OK(client.CreatePartition("a"));
+  ColumnBatch put;
+  for (int i = 0; i < 6; ++i) put["prompt"].push_back(I64(std::vector<int64_t>(100, i)));
+  put["prompt"].push_back(I64({}));  // an empty cell
+  Result<std::vector<RowId>> rows =
+      client.PutRows("a", {Tags(), Tags(), Tags(), Tags(), Tags(), Tags(), Tags()}, put);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  Result<BatchMeta> meta = client.GetMeta("train", {"prompt"}, 7, "a", {}, 2s);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  Result<BatchData> data = client.GetData(*meta);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  for (int i = 0; i < 6; ++i) {
+    const HostTensor& t = data->columns["prompt"][static_cast<size_t>(i)];
+    EXPECT_TRUE(InShmMapping(t.data, queue->shm_segment)) << "row " << i << " was copied, not read in place";
+    EXPECT_EQ(ToI64(t), std::vector<int64_t>(100, i));
+  }
+  EXPECT_EQ(data->columns["prompt"][6].nbytes, 0u);
+  // A client without the arena reads the same bytes through messages.
+  Result<BatchData> copied = off->client().GetData(*meta);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(ToI64(copied->columns["prompt"][3]), std::vector<int64_t>(100, 3));
+  EXPECT_FALSE(InShmMapping(copied->columns["prompt"][3].data, queue->shm_segment));
+
+  // Clear: a new read is NotFound; the views already held stay intact even
+  // while new rows (other values) are written, because they pin their blocks.
+  TQ_ASSERT_OK(client.ClearPartition("a").status());
+  TQ_EXPECT_ERROR(client.GetData(*meta).status(), kNotFound, "");
+  TQ_ASSERT_OK(client.CreatePartition("b"));
+  for (int round = 0; round < 4; ++round) {
+    ColumnBatch more;
+    for (int i = 0; i < 6; ++i) more["prompt"].push_back(I64(std::vector<int64_t>(100, -1)));
+    ASSERT_TRUE(client.PutRows("b", {Tags(), Tags(), Tags(), Tags(), Tags(), Tags()}, more).ok());
+  }
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(ToI64(data->columns["prompt"][static_cast<size_t>(i)]), std::vector<int64_t>(100, i)) << "row " << i;
+  }
+  data = Result<BatchData>(Status::NotFound("dropped"));
+  off = Result<RemoteQueue>(Status::NotFound("closed"));
+  ExpectCleanExit(*server);
+
+  // kRequired against a server without an arena: refused with the reason.
+  Result<ServerProcess> plain = ServerProcess::Start(ServerArgs());
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  TQ_EXPECT_ERROR(ConnectTransferQueue(plain->endpoint(), Options("", ShmMode::kRequired)).status(),
+                  kFailedPrecondition, "no shared-memory arena");
+  Result<RemoteQueue> fallback = ConnectTransferQueue(plain->endpoint(), Options("", ShmMode::kAuto));
+  ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
+  EXPECT_EQ(fallback->shm_segment, "");
+  ExpectCleanExit(*plain);
+}
+
 // Child mode of KilledConsumerRowsAreRedelivered: lease rows, report them on
 // stdout, then hang until killed.
 TEST(NetChildProcess, LeaseAndHang) {
   const char* endpoint = std::getenv(kChildEndpointEnv);
   if (endpoint == nullptr) GTEST_SKIP() << "child mode only (spawned by KilledConsumerRowsAreRedelivered)";
-  Result<RemoteQueue> queue = ConnectTransferQueue(endpoint, Options());
+  const bool shm = std::getenv(kChildShmEnv) != nullptr;
+  Result<RemoteQueue> queue = ConnectTransferQueue(endpoint, Options("", shm ? ShmMode::kRequired : ShmMode::kOff));
   ASSERT_TRUE(queue.ok()) << queue.status().ToString();
   GetMetaRequest request;
   request.task = "train";
@@ -258,6 +374,9 @@ TEST(NetChildProcess, LeaseAndHang) {
   request.lease_timeout = 1500ms;
   Result<BatchMeta> meta = queue->client().GetMeta(request);
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  // Over shm the views pin the arena: the kill must not leave that pin behind.
+  Result<BatchData> data = queue->client().GetData(*meta);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
   std::ostringstream line;
   line << "leased " << meta->lease_id;
   for (const RowMeta& r : meta->rows) line << " " << r.id;
@@ -266,10 +385,11 @@ TEST(NetChildProcess, LeaseAndHang) {
   std::this_thread::sleep_for(60s);  // killed long before
 }
 
-TEST(NetProcessTest, KilledConsumerRowsAreRedelivered) {
-  Result<ServerProcess> server = ServerProcess::Start(ServerArgs());
+TEST_P(NetTransportTest, KilledConsumerRowsAreRedelivered) {
+  const std::set<std::string> arenas_before = ArenaSegments();
+  Result<ServerProcess> server = ServerProcess::Start(TransportArgs(GetParam()));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  Result<RemoteQueue> queue = ConnectTransferQueue(server->endpoint(), Options());
+  Result<RemoteQueue> queue = ConnectTransferQueue(server->endpoint(), TransportOptions(GetParam()));
   ASSERT_TRUE(queue.ok()) << queue.status().ToString();
   TransferQueueClient client = queue->client();
   TQ_ASSERT_OK(client.CreatePartition("p"));
@@ -277,8 +397,10 @@ TEST(NetProcessTest, KilledConsumerRowsAreRedelivered) {
   for (int i = 0; i < 4; ++i) put["prompt"].push_back(I64({i}));
   ASSERT_TRUE(client.PutRows("p", {Tags(), Tags(), Tags(), Tags()}, put).ok());
 
-  Result<ChildProcess> child = ChildProcess::Spawn(testing::SelfExe(), {"--gtest_filter=NetChildProcess.LeaseAndHang"},
-                                                   {{kChildEndpointEnv, server->endpoint()}});
+  std::map<std::string, std::string> env = {{kChildEndpointEnv, server->endpoint()}};
+  if (GetParam() == Transport::kShm) env[kChildShmEnv] = "1";
+  Result<ChildProcess> child =
+      ChildProcess::Spawn(testing::SelfExe(), {"--gtest_filter=NetChildProcess.LeaseAndHang"}, env);
   ASSERT_TRUE(child.ok()) << child.status().ToString();
   std::vector<RowId> leased;
   LeaseId child_lease = 0;
@@ -316,7 +438,36 @@ TEST(NetProcessTest, KilledConsumerRowsAreRedelivered) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->controller.leases_expired, 1u);
   EXPECT_EQ(stats->controller.rows_redelivered, 4u);
+
+  if (GetParam() == Transport::kShm) {
+    // The dead consumer created no segment: only the server's arena exists.
+    std::set<std::string> arenas = ArenaSegments();
+    for (const std::string& name : arenas_before) arenas.erase(name);
+    EXPECT_EQ(arenas, std::set<std::string>({queue->shm_segment}));
+    // Its pin (taken while it held views) does not block reuse: fill most of
+    // the 64 MiB arena twice; the second round must reuse freed blocks.
+    data = Result<BatchData>(Status::NotFound("dropped"));  // drop our own views too
+    TQ_ASSERT_OK(client.ClearPartition("p").status());
+    for (int round = 0; round < 2; ++round) {
+      const std::string partition = "fill-" + std::to_string(round);
+      TQ_ASSERT_OK(client.CreatePartition(partition));
+      ColumnBatch big;
+      std::vector<RowTags> tags;
+      for (int i = 0; i < 5; ++i) {
+        big["prompt"].push_back(I64(std::vector<int64_t>(size_t{1} << 20, round * 10 + i)));  // 8 MiB
+        tags.push_back(Tags());
+      }
+      Result<std::vector<RowId>> put = client.PutRows(partition, tags, big, CapacityWait{true, 10000ms});
+      ASSERT_TRUE(put.ok()) << "round " << round << ": " << put.status().ToString();
+      TQ_ASSERT_OK(client.ClearPartition(partition).status());
+    }
+  }
+  const std::string arena = queue->shm_segment;
+  queue = Result<RemoteQueue>(Status::NotFound("closed"));
   ExpectCleanExit(*server);
+  if (!arena.empty()) {
+    EXPECT_EQ(ArenaSegments().count(arena), 0u) << arena << " left behind by a clean stop";
+  }
 }
 
 // ---------------------------------------------------------------- raw peers
@@ -365,6 +516,7 @@ std::vector<std::byte> ToBytes(const wire::Message& m) { return {m.data.get(), m
 // legitimately change state, so the malformed-input test does not send it.
 bool DecodesAsRequest(const std::vector<std::byte>& bytes, const wire::WireLimits& limits) {
   using wire::Empty;
+  using wire::ShmWriteRequest;
   Result<wire::Header> h = wire::DecodeHeader(bytes, limits);
   if (!h.ok() || h->is_reply()) return false;
   std::string token;
@@ -420,9 +572,11 @@ TEST(NetProcessTest, MalformedFramesGetErrorsAndStateSurvives) {
   std::vector<std::byte> get =
       ToBytes(wire::EncodeRequest(wire::MessageType::kGetMeta, 0, 5, "", wire::testing::Sample<GetMetaRequest>()));
   {
-    auto v2 = get;
-    wire::StoreU16(v2.data() + 4, 2);
-    expect_error(v2, "protocol version 2 is not supported: this build speaks version 1");
+    auto other = get;
+    const int v = wire::kProtocolVersion;
+    wire::StoreU16(other.data() + 4, static_cast<uint16_t>(v + 1));
+    expect_error(other, "protocol version " + std::to_string(v + 1) + " is not supported: this build speaks version " +
+                            std::to_string(v));
   }
   {
     auto cut = get;

@@ -8,6 +8,9 @@
 #include <utility>
 
 #include "rpc_channel.h"
+#include "shm_arena.h"
+#include "sluice/common/logging.h"
+#include "validation.h"
 #include "wire.h"
 
 namespace sluice::transfer_queue {
@@ -72,13 +75,22 @@ class RemoteController final : public Controller {
   std::atomic<bool> closed_{false};
 };
 
+// With an arena, Write and Read move payloads through shared memory; the
+// other calls are the same either way.
 class RemoteStorageUnit final : public StorageUnit {
  public:
-  RemoteStorageUnit(std::shared_ptr<RpcChannel> channel, uint32_t unit)
-      : channel_(std::move(channel)), unit_(static_cast<uint16_t>(unit)) {}
+  RemoteStorageUnit(std::shared_ptr<RpcChannel> channel, uint32_t unit,
+                    std::shared_ptr<internal::ShmArenaClient> arena = nullptr)
+      : channel_(std::move(channel)), unit_(static_cast<uint16_t>(unit)), arena_(std::move(arena)) {}
 
-  Status Write(const StorageWriteRequest& r) override { return Call<MessageType::kStorageWrite>(r).status(); }
-  Result<StorageReadResponse> Read(const StorageReadRequest& r) override { return Call<MessageType::kStorageRead>(r); }
+  Status Write(const StorageWriteRequest& r) override {
+    if (arena_) return ShmWrite(r);
+    return Call<MessageType::kStorageWrite>(r).status();
+  }
+  Result<StorageReadResponse> Read(const StorageReadRequest& r) override {
+    if (arena_) return ShmRead(r);
+    return Call<MessageType::kStorageRead>(r);
+  }
   Status Discard(const StorageDiscardRequest& r) override { return Call<MessageType::kStorageDiscard>(r).status(); }
   Status FreeRows(const StorageFreeRequest& r) override { return Call<MessageType::kStorageFreeRows>(r).status(); }
   Result<StorageStats> Stats() override { return Call<MessageType::kStorageStats>(wire::Empty{}); }
@@ -89,9 +101,84 @@ class RemoteStorageUnit final : public StorageUnit {
     return channel_->Call<typename MessageTraits<T>::Reply>(T, unit_, request, milliseconds(0));
   }
 
+  // Allocates the cells in the arena, then copies each payload in, once.
+  // Pinned throughout: if the server gives up on the write meanwhile (it
+  // expired), the blocks are not reused under the copy.
+  Status ShmWrite(const StorageWriteRequest& r) {
+    std::shared_ptr<const void> pin = arena_->Pin();
+    wire::ShmWriteRequest request{r.write_id, {}};
+    request.items.reserve(r.items.size());
+    for (const StorageItem& item : r.items) {
+      const HostTensor& t = item.tensor;
+      if (t.data == nullptr && t.nbytes > 0) {
+        return Status::InvalidArgument("write " + std::to_string(r.write_id) + ", row " + std::to_string(item.row) +
+                                       ": data is null");
+      }
+      request.items.push_back(wire::ShmWriteItem{item.row, item.column, TensorMeta{t.dtype, t.shape, t.nbytes}});
+    }
+    SLUICE_ASSIGN_OR_RETURN(wire::ShmWriteReply reply, Call<MessageType::kShmStorageWrite>(request));
+    if (reply.offsets.size() != r.items.size()) {
+      return Status::DataLoss("ShmStorageWrite reply has " + std::to_string(reply.offsets.size()) + " offsets for " +
+                              std::to_string(r.items.size()) + " cells");
+    }
+    for (size_t i = 0; i < r.items.size(); ++i) {
+      const HostTensor& t = r.items[i].tensor;
+      SLUICE_ASSIGN_OR_RETURN(HostTensor block, arena_->View(reply.offsets[i], t.dtype, t.shape, t.nbytes, pin));
+      if (t.nbytes > 0) std::memcpy(const_cast<std::byte*>(block.data), t.data, t.nbytes);
+    }
+    return Status::Ok();
+  }
+
+  // Views of the arena, pinned for as long as any of them is held.
+  Result<StorageReadResponse> ShmRead(const StorageReadRequest& r) {
+    std::shared_ptr<const void> pin = arena_->Pin();
+    SLUICE_ASSIGN_OR_RETURN(wire::ShmReadReply reply, Call<MessageType::kShmStorageRead>(r));
+    const std::string what = "ShmStorageRead reply";
+    if (reply.cells.size() != r.columns.size()) {
+      return Status::DataLoss(what + " has " + std::to_string(reply.cells.size()) + " columns, asked for " +
+                              std::to_string(r.columns.size()));
+    }
+    StorageReadResponse out;
+    out.tensors.resize(reply.cells.size());
+    for (size_t c = 0; c < reply.cells.size(); ++c) {
+      if (reply.cells[c].size() != r.rows.size()) {
+        return Status::DataLoss(what + " has " + std::to_string(reply.cells[c].size()) + " rows, asked for " +
+                                std::to_string(r.rows.size()));
+      }
+      for (const wire::ShmCell& cell : reply.cells[c]) {
+        SLUICE_RETURN_IF_ERROR(internal::ValidateTensorBytes(cell.meta, channel_->limits().max_tensor_bytes, what));
+        SLUICE_ASSIGN_OR_RETURN(HostTensor view, arena_->View(cell.offset, cell.meta.dtype, cell.meta.shape,
+                                                              cell.meta.nbytes, pin));
+        out.tensors[c].push_back(std::move(view));
+      }
+    }
+    return out;
+  }
+
   std::shared_ptr<RpcChannel> channel_;
   const uint16_t unit_;
+  std::shared_ptr<internal::ShmArenaClient> arena_;  // null: payloads in messages
 };
+
+// The arena named by the server, as options.shm says: null to send payloads
+// in messages.
+Result<std::shared_ptr<internal::ShmArenaClient>> AttachArena(const std::string& endpoint,
+                                                             const wire::ServerInfo& info, ShmMode mode) {
+  if (mode == ShmMode::kOff) return std::shared_ptr<internal::ShmArenaClient>();
+  if (info.shm_segment.empty()) {
+    if (mode == ShmMode::kAuto) return std::shared_ptr<internal::ShmArenaClient>();
+    return Status::FailedPrecondition("TransferQueue server " + endpoint +
+                                      " has no shared-memory arena (RemoteOptions::shm is kRequired)");
+  }
+  Result<std::shared_ptr<internal::ShmArenaClient>> arena =
+      internal::ShmArenaClient::Open(info.shm_segment, info.shm_data_bytes);
+  if (arena.ok()) return arena;
+  const std::string why = "cannot use the shared-memory arena of TransferQueue server " + endpoint + ": " +
+                          arena.status().ToString();
+  if (mode == ShmMode::kRequired) return Status::FailedPrecondition(why);
+  SLUICE_LOG(INFO) << why << "; payloads will travel in messages";
+  return std::shared_ptr<internal::ShmArenaClient>();
+}
 
 Status CheckUnit(uint32_t unit) {
   if (unit >= wire::kMaxStorageUnits) {
@@ -104,6 +191,7 @@ Status CheckUnit(uint32_t unit) {
 }  // namespace
 
 Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOptions options) {
+  const ShmMode shm_mode = options.shm;
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<RpcChannel> channel, RpcChannel::Create(endpoint, std::move(options)));
   Result<wire::ServerInfo> info =
       channel->Call<wire::ServerInfo>(MessageType::kServerInfo, 0, wire::Empty{}, milliseconds(0));
@@ -117,13 +205,15 @@ Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOpti
     return Status::DataLoss("TransferQueue server " + endpoint + " reports " + std::to_string(info->storage_units) +
                             " storage units");
   }
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<internal::ShmArenaClient> arena, AttachArena(endpoint, *info, shm_mode));
   channel->RaiseLimits(*info);
   RemoteQueue queue;
+  if (arena) queue.shm_segment = arena->name();
   queue.endpoint = endpoint;
   queue.token_required = info->token_required;
   queue.controller = std::make_shared<RemoteController>(channel);
   for (uint32_t u = 0; u < info->storage_units; ++u) {
-    queue.storage.push_back(std::make_shared<RemoteStorageUnit>(channel, u));
+    queue.storage.push_back(std::make_shared<RemoteStorageUnit>(channel, u, arena));
   }
   return queue;
 }

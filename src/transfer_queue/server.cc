@@ -34,8 +34,10 @@ bool TokensEqual(std::string_view expected, std::string_view got) {
 
 // Requests that may wait inside the controller (rows, capacity).
 bool MayBlock(wire::MessageType type) {
+  // Storage writes may wait for room in the shared-memory arena.
   return type == wire::MessageType::kGetMeta || type == wire::MessageType::kCreateRows ||
-         type == wire::MessageType::kBeginWrite;
+         type == wire::MessageType::kBeginWrite || type == wire::MessageType::kStorageWrite ||
+         type == wire::MessageType::kShmStorageWrite;
 }
 
 std::string HostOf(const std::string& endpoint) {
@@ -73,6 +75,10 @@ Status ValidateOptions(const ServerOptions& o) {
                ") + 64 KiB so a tensor fits in a message");
   }
   if (o.open_write_timeout.count() < 0) return bad("open_write_timeout is negative");
+  if (o.shm_bytes > 0 && (o.shm_max_readers == 0 || o.shm_max_readers > 65536)) {
+    return bad("shm_max_readers is " + std::to_string(o.shm_max_readers) + ", must be in 1..65536");
+  }
+  if (o.shm_alloc_timeout.count() < 0) return bad("shm_alloc_timeout is negative");
   return Status::Ok();
 }
 
@@ -107,8 +113,17 @@ Status TransferQueueServer::Impl::Init() {
   limits_.max_batch_rows = options_.controller.max_batch_rows;
   limits_.max_tensor_bytes = max_tensor_bytes;
   SLUICE_ASSIGN_OR_RETURN(controller_, NewInProcessController(options_.controller));
+  if (options_.shm_bytes > 0) {
+    internal::ShmArena::Options arena;
+    arena.data_bytes = options_.shm_bytes;
+    arena.max_readers = options_.shm_max_readers;
+    arena.alloc_timeout = options_.shm_alloc_timeout;
+    Result<std::shared_ptr<internal::ShmArena>> created = internal::ShmArena::Create(arena);
+    if (!created.ok()) return created.status().WithContext("creating the shared-memory arena (shm_bytes)");
+    arena_ = std::move(*created);
+  }
   for (uint32_t u = 0; u < options_.storage_units; ++u) {
-    units_.push_back(NewInProcessStorageUnit(StorageUnitOptions{u, max_tensor_bytes, nullptr}));
+    units_.push_back(NewInProcessStorageUnit(StorageUnitOptions{u, max_tensor_bytes, nullptr, arena_}));
   }
   open_writes_ = std::make_unique<internal::OpenWrites>(options_.open_write_timeout, options_.storage_units);
 
@@ -147,6 +162,8 @@ void TransferQueueServer::Impl::Stop() {
   io_thread_.Stop();  // sends the replies still queued, then exits
   router_.reset();
   context_.close();
+  // Clients' mappings stay valid; no new client can attach.
+  if (arena_) arena_->Unlink();
   if (wake_fd_ >= 0) close(wake_fd_);
   wake_fd_ = -1;
 }
@@ -158,6 +175,10 @@ wire::ServerInfo TransferQueueServer::Impl::Info() const {
   info.max_batch_rows = limits_.max_batch_rows;
   info.max_tensor_bytes = limits_.max_tensor_bytes;
   info.token_required = !options_.token.empty();
+  if (arena_) {
+    info.shm_segment = arena_->name();
+    info.shm_data_bytes = arena_->data_bytes();
+  }
   return info;
 }
 

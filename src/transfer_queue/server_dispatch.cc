@@ -77,6 +77,60 @@ void TransferQueueServer::Impl::ReclaimNow(ReclaimTicket* ticket) {
   *ticket = ReclaimTicket{};
 }
 
+namespace {
+Status NoArena() {
+  return Status::FailedPrecondition(
+      "this TransferQueue server has no shared-memory arena (start it with --shm-bytes / ServerOptions::shm_bytes)");
+}
+}  // namespace
+
+Result<wire::ShmWriteReply> TransferQueueServer::Impl::ShmWrite(const wire::ShmWriteRequest& request, uint32_t unit) {
+  if (!arena_) return NoArena();
+  // Check the cells against the open write first (metadata only), then
+  // allocate: a client can only take arena space its BeginWrite reserved.
+  StorageWriteRequest write{request.write_id, {}};
+  write.items.reserve(request.items.size());
+  for (const wire::ShmWriteItem& item : request.items) {
+    HostTensor declared;
+    declared.dtype = item.meta.dtype;
+    declared.shape = item.meta.shape;
+    declared.nbytes = item.meta.nbytes;
+    write.items.push_back(StorageItem{item.row, item.column, std::move(declared)});
+  }
+  wire::ShmWriteReply reply;
+  Status stored = open_writes_->Store(
+      write, unit,
+      [&]() -> Status {
+        for (StorageItem& item : write.items) {
+          HostTensor& t = item.tensor;
+          SLUICE_ASSIGN_OR_RETURN(t, arena_->Allocate(t.dtype, std::move(t.shape), t.nbytes));
+          reply.offsets.push_back(arena_->OffsetOf(t.data));
+        }
+        // The unit adopts the blocks (no copy); the client fills them before
+        // CommitWrite, and nobody reads them before that commit.
+        return units_[unit]->Write(write);
+      },
+      Steady::now());
+  if (!stored.ok()) return stored;  // the allocated blocks are freed with `write`
+  return reply;
+}
+
+Result<wire::ShmReadReply> TransferQueueServer::Impl::ShmRead(const StorageReadRequest& request, uint32_t unit) {
+  if (!arena_) return NoArena();
+  // The client pinned the arena before sending this, so these blocks are not
+  // reused after the views below are dropped, until it unpins.
+  SLUICE_ASSIGN_OR_RETURN(StorageReadResponse read, units_[unit]->Read(request));
+  wire::ShmReadReply reply;
+  reply.cells.resize(read.tensors.size());
+  for (size_t c = 0; c < read.tensors.size(); ++c) {
+    for (const HostTensor& t : read.tensors[c]) {
+      if (!arena_->Contains(t.data)) return Status::Internal("a stored cell lies outside the shared-memory arena");
+      reply.cells[c].push_back(wire::ShmCell{arena_->OffsetOf(t.data), TensorMeta{t.dtype, t.shape, t.nbytes}});
+    }
+  }
+  return reply;
+}
+
 wire::Message TransferQueueServer::Impl::Execute(const Job& job) {
   Controller& c = *controller_;
   StorageUnit* unit = wire::IsStorageMessage(job.header.type) ? units_[job.header.target].get() : nullptr;
@@ -165,6 +219,10 @@ wire::Message TransferQueueServer::Impl::Execute(const Job& job) {
       });
     case MessageType::kStorageStats:
       return Serve<wire::Empty>(job, [&](const wire::Empty&) { return unit->Stats(); });
+    case MessageType::kShmStorageWrite:
+      return Serve<wire::ShmWriteRequest>(job, [&](const auto& r) { return ShmWrite(r, unit_index); });
+    case MessageType::kShmStorageRead:
+      return Serve<StorageReadRequest>(job, [&](const auto& r) { return ShmRead(r, unit_index); });
   }
   return ErrorTo(job, Status::Internal("unhandled message type"));
 }

@@ -145,7 +145,10 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
   launch::FlagSet fs;
   fs.Add("bind", "tcp://127.0.0.1:0", "endpoint to serve: tcp://HOST:PORT (port 0 = any free) or ipc://PATH");
   fs.Add("token-file", "", "file holding the shared-secret token clients must send; required for non-loopback binds");
-  fs.Add("capacity-bytes", "8G", "payload bytes held at once (K/M/G/T suffixes)");
+  fs.Add("capacity-bytes", "", "payload bytes held at once (K/M/G/T suffixes); default 8G, or 3/4 of --shm-bytes");
+  fs.Add("shm-bytes", "0",
+         "shared-memory arena for same-host clients, which then write and read payloads in place (0 = none); "
+         "must exceed --capacity-bytes");
   fs.Add("capacity-rows", "1048576", "rows alive at once");
   fs.Add("storage-units", "2", "storage units (rows are sharded row % N)");
   fs.Add("columns", "", "columns to register: name:DTYPE:SHAPE,... e.g. prompt:I64:*,reward:F32:,mask:U8:4x2");
@@ -181,9 +184,20 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
                                    " is not a loopback endpoint: other hosts could connect, so --token-file is "
                                    "required (or bind tcp://127.0.0.1:PORT)");
   }
+  SLUICE_ASSIGN_OR_RETURN(std::string shm_bytes, fs.GetString("shm-bytes"));
+  SLUICE_ASSIGN_OR_RETURN(o.shm_bytes, ParseByteSize("--shm-bytes", shm_bytes));
   SLUICE_ASSIGN_OR_RETURN(std::string capacity_bytes, fs.GetString("capacity-bytes"));
-  SLUICE_ASSIGN_OR_RETURN(o.controller.capacity_bytes, ParseByteSize("--capacity-bytes", capacity_bytes));
+  if (capacity_bytes.empty()) {
+    o.controller.capacity_bytes = o.shm_bytes > 0 ? o.shm_bytes / 4 * 3 : uint64_t{8} << 30;
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(o.controller.capacity_bytes, ParseByteSize("--capacity-bytes", capacity_bytes));
+  }
   if (o.controller.capacity_bytes == 0) return Status::InvalidArgument("--capacity-bytes must be > 0");
+  if (o.shm_bytes > 0 && o.controller.capacity_bytes > o.shm_bytes) {
+    return Status::InvalidArgument("--capacity-bytes " + capacity_bytes + " exceeds --shm-bytes " + shm_bytes +
+                                   ": every stored payload lives in the arena, which needs room beyond the capacity "
+                                   "for views readers still hold");
+  }
   SLUICE_ASSIGN_OR_RETURN(int64_t rows, fs.GetInt("capacity-rows", 1, int64_t{1} << 40));
   o.controller.capacity_rows = static_cast<uint64_t>(rows);
   SLUICE_ASSIGN_OR_RETURN(int64_t units, fs.GetInt("storage-units", 1, wire::kMaxStorageUnits));

@@ -23,6 +23,7 @@
 #include <zmq.hpp>
 
 #include "open_writes.h"
+#include "shm_arena.h"
 #include "sluice/common/background_thread.h"
 #include "sluice/common/mutex.h"
 #include "sluice/transfer_queue/server.h"
@@ -84,6 +85,9 @@ class TransferQueueServer::Impl {
   // leaves *ticket empty (replies carry no ticket).
   void ReclaimNow(ReclaimTicket* ticket);
   wire::ServerInfo Info() const;
+  // The shared-memory data plane (null arena_: FailedPrecondition).
+  Result<wire::ShmWriteReply> ShmWrite(const wire::ShmWriteRequest& request, uint32_t unit);
+  Result<wire::ShmReadReply> ShmRead(const StorageReadRequest& request, uint32_t unit);
 
   // Set by Init, read-only afterwards.
   ServerOptions options_;
@@ -93,6 +97,7 @@ class TransferQueueServer::Impl {
   std::shared_ptr<Controller> controller_;
   std::vector<std::shared_ptr<StorageUnit>> units_;
   std::unique_ptr<internal::OpenWrites> open_writes_;
+  std::shared_ptr<internal::ShmArena> arena_;  // null without shm_bytes
 
   struct Counters {
     std::atomic<uint64_t> requests{0};

@@ -1,7 +1,8 @@
-// The in-process storage unit: one heap buffer per (row, column) cell,
-// copied in at Write (outside the lock) and shared with readers as zero-copy
-// views. A view's owner is the cell's buffer, so dropping the cell (FreeRows,
-// Discard) never invalidates a view; it only stops the unit counting it.
+// The in-process storage unit: one buffer per (row, column) cell (a heap
+// buffer, or a block of the CellMemory it was given), copied in at Write
+// (outside the lock) and shared with readers as zero-copy views. A view's
+// owner is the cell's buffer, so dropping the cell (FreeRows, Discard) never
+// invalidates a view; it only stops the unit counting it.
 #include <cstring>
 #include <map>
 #include <set>
@@ -20,7 +21,8 @@ using internal::Quoted;
 struct Cell {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
-  std::shared_ptr<const std::byte[]> bytes;
+  std::shared_ptr<const void> owner;
+  const std::byte* data = nullptr;
   size_t nbytes = 0;
 };
 
@@ -49,9 +51,18 @@ class InProcessStorageUnit final : public StorageUnit {
       if (!seen.emplace(item.row, item.column).second) {
         return Status::AlreadyExists(where + ": appears twice in the write");
       }
-      std::shared_ptr<std::byte[]> buffer(new std::byte[t.nbytes > 0 ? t.nbytes : 1]);
-      if (t.nbytes > 0) std::memcpy(buffer.get(), t.data, t.nbytes);
-      cells.push_back({{item.row, item.column}, Cell{t.dtype, t.shape, std::move(buffer), t.nbytes}});
+      Cell cell{t.dtype, t.shape, nullptr, nullptr, t.nbytes};
+      if (options_.memory) {
+        SLUICE_ASSIGN_OR_RETURN(HostTensor placed, options_.memory->Place(t));
+        cell.owner = std::move(placed.owner);
+        cell.data = placed.data;
+      } else {
+        std::shared_ptr<std::byte[]> buffer(new std::byte[t.nbytes > 0 ? t.nbytes : 1]);
+        if (t.nbytes > 0) std::memcpy(buffer.get(), t.data, t.nbytes);
+        cell.data = buffer.get();
+        cell.owner = std::move(buffer);
+      }
+      cells.push_back({{item.row, item.column}, std::move(cell)});
       total += t.nbytes;
     }
     MutexLock lock(&mu_);
@@ -88,9 +99,9 @@ class InProcessStorageUnit final : public StorageUnit {
         HostTensor view;
         view.dtype = cell->dtype;
         view.shape = cell->shape;
-        view.data = cell->bytes.get();
+        view.data = cell->data;
         view.nbytes = cell->nbytes;
-        view.owner = cell->bytes;
+        view.owner = cell->owner;
         out.tensors[c].push_back(std::move(view));
       }
     }

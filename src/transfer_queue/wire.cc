@@ -38,6 +38,10 @@ static void Encode(WireWriter& w, const KvEntry& v);
 static void Decode(WireReader& r, KvEntry* out);
 static void Encode(WireWriter& w, const StorageItem& v);
 static void Decode(WireReader& r, StorageItem* out);
+static void Encode(WireWriter& w, const ShmWriteItem& v);
+static void Decode(WireReader& r, ShmWriteItem* out);
+static void Encode(WireWriter& w, const ShmCell& v);
+static void Decode(WireReader& r, ShmCell* out);
 
 namespace {
 
@@ -366,6 +370,8 @@ void Encode(WireWriter& w, const ServerInfo& v) {
   w.U32(v.max_batch_rows);
   w.U64(v.max_tensor_bytes);
   w.Bool(v.token_required);
+  w.String(v.shm_segment);
+  w.U64(v.shm_data_bytes);
 }
 void Decode(WireReader& r, ServerInfo* out) {
   out->protocol_version = r.U16("protocol_version");
@@ -374,6 +380,8 @@ void Decode(WireReader& r, ServerInfo* out) {
   out->max_batch_rows = r.U32("max_batch_rows");
   out->max_tensor_bytes = r.U64("max_tensor_bytes");
   out->token_required = r.Bool("token_required");
+  out->shm_segment = r.String("shm_segment", kMaxNameBytes);
+  out->shm_data_bytes = r.U64("shm_data_bytes");
 }
 
 void Encode(WireWriter& w, const ColumnSchema& v) {
@@ -783,6 +791,61 @@ void Decode(WireReader& r, StorageStats* out) {
   out->rows = r.U64("rows");
   out->tensors = r.U64("tensors");
   out->bytes = r.U64("bytes");
+}
+
+// ------------------------------------------------------------ shared memory
+
+static void Encode(WireWriter& w, const ShmWriteItem& v) {
+  w.U64(v.row);
+  w.String(v.column);
+  Encode(w, v.meta);
+}
+static void Decode(WireReader& r, ShmWriteItem* out) {
+  out->row = r.U64("items.row");
+  out->column = r.String("items.column", kMaxNameBytes);
+  Decode(r, &out->meta);
+}
+static void Encode(WireWriter& w, const ShmCell& v) {
+  w.U64(v.offset);
+  Encode(w, v.meta);
+}
+static void Decode(WireReader& r, ShmCell* out) {
+  out->offset = r.U64("cells.offset");
+  Decode(r, &out->meta);
+}
+
+void Encode(WireWriter& w, const ShmWriteRequest& v) {
+  w.U64(v.write_id);
+  EncodeList(w, v.items);
+}
+void Decode(WireReader& r, ShmWriteRequest* out) {
+  out->write_id = r.U64("write_id");
+  out->items = DecodeList<ShmWriteItem>(r, "items", uint64_t{r.limits().max_batch_rows} * kMaxColumns,
+                                        8 + 4 + kMinTensorMeta);
+}
+
+void Encode(WireWriter& w, const ShmWriteReply& v) {
+  w.Count(v.offsets.size());
+  for (uint64_t o : v.offsets) w.U64(o);
+}
+void Decode(WireReader& r, ShmWriteReply* out) {
+  const size_t n = r.Count("offsets", uint64_t{r.limits().max_batch_rows} * kMaxColumns, 8);
+  out->offsets.clear();
+  out->offsets.reserve(n);
+  for (size_t i = 0; i < n && r.ok(); ++i) out->offsets.push_back(r.U64("offsets"));
+}
+
+void Encode(WireWriter& w, const ShmReadReply& v) {
+  w.Count(v.cells.size());
+  for (const auto& column : v.cells) EncodeList(w, column);
+}
+void Decode(WireReader& r, ShmReadReply* out) {
+  const size_t columns = r.Count("cells", kMaxColumns, 4);
+  out->cells.clear();
+  out->cells.reserve(columns);
+  for (size_t c = 0; c < columns && r.ok(); ++c) {
+    out->cells.push_back(DecodeList<ShmCell>(r, "cells.rows", r.limits().max_batch_rows, 8 + kMinTensorMeta));
+  }
 }
 
 }  // namespace sluice::transfer_queue::wire

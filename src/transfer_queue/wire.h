@@ -44,7 +44,8 @@
 namespace sluice::transfer_queue::wire {
 
 inline constexpr uint32_t kMagic = 0x51544C53;  // bytes 'S' 'L' 'T' 'Q'
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: ServerInfo names the shared-memory arena; ShmStorageWrite/ShmStorageRead.
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kHeaderBytes = 32;
 inline constexpr uint16_t kFlagReply = 1;
 inline constexpr uint16_t kFlagError = 2;
@@ -64,6 +65,34 @@ struct ServerInfo {
   uint32_t max_batch_rows = 0;
   uint64_t max_tensor_bytes = 0;
   bool token_required = false;
+  // The server's shared-memory arena (shm_arena.h), empty if it has none.
+  std::string shm_segment;
+  uint64_t shm_data_bytes = 0;
+};
+
+// Shared-memory data plane (same-host clients). A cell's bytes live in the
+// arena at `offset` (from the start of its data area); only metadata travels.
+struct ShmCell {
+  uint64_t offset = 0;
+  TensorMeta meta;
+};
+struct ShmWriteItem {
+  RowId row = 0;
+  std::string column;
+  TensorMeta meta;
+};
+// Allocates arena blocks for cells of an open write; the client then copies
+// the bytes into them before CommitWrite.
+struct ShmWriteRequest {
+  WriteId write_id = 0;
+  std::vector<ShmWriteItem> items;
+};
+struct ShmWriteReply {
+  std::vector<uint64_t> offsets;  // one per item
+};
+// Reply to ShmStorageRead (a StorageReadRequest): cells[c][i] is column c of row i.
+struct ShmReadReply {
+  std::vector<std::vector<ShmCell>> cells;
 };
 
 using KvEntries = std::vector<KvEntry>;
@@ -92,7 +121,9 @@ using KvEntries = std::vector<KvEntry>;
   X(StorageRead, 65, StorageReadRequest, StorageReadResponse)             \
   X(StorageDiscard, 66, StorageDiscardRequest, Empty)                     \
   X(StorageFreeRows, 67, StorageFreeRequest, Empty)                       \
-  X(StorageStats, 68, Empty, StorageStats)
+  X(StorageStats, 68, Empty, StorageStats)                                \
+  X(ShmStorageWrite, 69, ShmWriteRequest, ShmWriteReply)                  \
+  X(ShmStorageRead, 70, StorageReadRequest, ShmReadReply)
 
 enum class MessageType : uint16_t {
 #define SLUICE_TQ_WIRE_ENUM_(name, number, req, rep) k##name = number,
@@ -193,6 +224,9 @@ SLUICE_TQ_WIRE_CODEC_(StorageReadResponse)
 SLUICE_TQ_WIRE_CODEC_(StorageDiscardRequest)
 SLUICE_TQ_WIRE_CODEC_(StorageFreeRequest)
 SLUICE_TQ_WIRE_CODEC_(StorageStats)
+SLUICE_TQ_WIRE_CODEC_(ShmWriteRequest)
+SLUICE_TQ_WIRE_CODEC_(ShmWriteReply)
+SLUICE_TQ_WIRE_CODEC_(ShmReadReply)
 #undef SLUICE_TQ_WIRE_CODEC_
 
 // A size hint for the writer (payload bytes dominate storage messages).

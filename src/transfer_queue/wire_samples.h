@@ -38,6 +38,8 @@ inline void MakeSample(ServerInfo* v) {
   v->max_batch_rows = 512;
   v->max_tensor_bytes = 1 << 16;
   v->token_required = true;
+  v->shm_segment = "/sluice.tq.123-456.0";
+  v->shm_data_bytes = 1 << 20;
 }
 inline void MakeSample(RegisterColumnsRequest* v) {
   v->columns = {{"prompt", DType::kI64, {kRaggedDim}}, {"reward", DType::kF32, {}}, {"mask", DType::kU8, {4, 2}}};
@@ -189,6 +191,16 @@ inline void MakeSample(StorageStats* v) {
   v->rows = 3;
   v->tensors = 4;
   v->bytes = 5;
+}
+inline void MakeSample(ShmWriteRequest* v) {
+  v->write_id = 44;
+  v->items = {ShmWriteItem{7, "prompt", TensorMeta{DType::kI64, {3}, 24}},
+              ShmWriteItem{8, "reward", TensorMeta{DType::kF32, {}, 4}}};
+}
+inline void MakeSample(ShmWriteReply* v) { v->offsets = {0, 64, uint64_t{1} << 40}; }
+inline void MakeSample(ShmReadReply* v) {
+  v->cells = {{ShmCell{128, TensorMeta{DType::kI64, {3}, 24}}, ShmCell{192, TensorMeta{DType::kI64, {0}, 0}}},
+              {ShmCell{256, TensorMeta{DType::kU8, {2}, 2}}}};
 }
 
 template <typename T>

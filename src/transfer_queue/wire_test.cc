@@ -68,7 +68,12 @@ TQ_TIED_EQ_(StorageFreeRequest, v.rows)
 namespace wire {
 inline bool operator==(const Empty&, const Empty&) { return true; }
 TQ_TIED_EQ_(ServerInfo, v.protocol_version, v.storage_units, v.max_message_bytes, v.max_batch_rows, v.max_tensor_bytes,
-            v.token_required)
+            v.token_required, v.shm_segment, v.shm_data_bytes)
+TQ_TIED_EQ_(ShmCell, v.offset, v.meta)
+TQ_TIED_EQ_(ShmWriteItem, v.row, v.column, v.meta)
+TQ_TIED_EQ_(ShmWriteRequest, v.write_id, v.items)
+TQ_TIED_EQ_(ShmWriteReply, v.offsets)
+TQ_TIED_EQ_(ShmReadReply, v.cells)
 }  // namespace wire
 #undef TQ_TIED_EQ_
 }  // namespace sluice::transfer_queue
@@ -238,10 +243,11 @@ TEST(WireTest, HeaderChecks) {
   }
   {
     auto bad = bytes;
-    StoreU16(bad.data() + 4, 2);
+    StoreU16(bad.data() + 4, kProtocolVersion + 1);
     Result<Header> h = DecodeHeader(bad, Limits());
-    TQ_EXPECT_ERROR(h, kUnimplemented, "protocol version 2 is not supported");
-    TQ_EXPECT_ERROR(h, kUnimplemented, "speaks version 1");
+    TQ_EXPECT_ERROR(h, kUnimplemented,
+                    "protocol version " + std::to_string(kProtocolVersion + 1) + " is not supported");
+    TQ_EXPECT_ERROR(h, kUnimplemented, "speaks version " + std::to_string(kProtocolVersion));
   }
   {
     auto bad = bytes;

@@ -19,6 +19,14 @@
 //    begun is aborted by the server after its open_write_timeout).
 //  * GetData/KvGet tensors are views into the received message (no copy
 //    when aligned); they keep it alive.
+//  * Shared memory. When the server has an arena (ServerOptions::shm_bytes)
+//    and this process can open it (same host, same /dev/shm), payloads skip
+//    the socket: a write allocates cells in the arena and copies the bytes
+//    into them once; a read returns views of the arena itself (no copy).
+//    Such a view stays valid after its row is freed or cleared, as long as
+//    it is held; while held it keeps that memory (and anything freed after
+//    it was read) from reuse, so drop views when done. RemoteOptions::shm
+//    decides whether to use it.
 //  * BatchMeta::deadline is the server's "time left" added to this host's
 //    steady clock when the reply arrived: slightly late, never early by more
 //    than the reply's transit time.
@@ -46,6 +54,12 @@
 
 namespace sluice::transfer_queue {
 
+enum class ShmMode : uint8_t {
+  kAuto,      // use the server's arena when it has one and it opens here; else messages
+  kOff,       // payloads always travel in messages
+  kRequired,  // connecting fails unless the arena can be used
+};
+
 struct RemoteOptions {
   // Sent with every request; must match the server's when it has one.
   std::string token;
@@ -58,6 +72,9 @@ struct RemoteOptions {
   uint64_t max_tensor_bytes = uint64_t{1} << 30;
   // Idle sockets kept for reuse; more are opened when more calls run at once.
   uint32_t max_idle_sockets = 8;
+  // Same-host shared-memory data plane (see above). Only ConnectTransferQueue
+  // uses it (it learns the arena from the server).
+  ShmMode shm = ShmMode::kAuto;
 };
 
 // A connected queue: the server's controller and each of its storage units.
@@ -66,14 +83,18 @@ struct RemoteQueue {
   std::shared_ptr<Controller> controller;
   std::vector<std::shared_ptr<StorageUnit>> storage;
   bool token_required = false;
+  // The arena payloads go through, empty if they travel in messages.
+  std::string shm_segment;
 
   TransferQueueClient client() const { return TransferQueueClient(controller, storage); }
 };
 
-// Asks the server for its layout (ServerInfo) and builds the remote parts.
-// Errors: InvalidArgument (bad endpoint or options), Unavailable (no reply
-// within rpc_timeout), FailedPrecondition (wrong or missing token),
-// Unimplemented (another protocol version).
+// Asks the server for its layout (ServerInfo) and builds the remote parts,
+// attaching to its shared-memory arena as options.shm says. Errors:
+// InvalidArgument (bad endpoint or options), Unavailable (no reply within
+// rpc_timeout), FailedPrecondition (wrong or missing token; kRequired and the
+// arena is missing or cannot be opened, with the reason), Unimplemented
+// (another protocol version).
 Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOptions options = {});
 
 // The parts alone (no round trip; the first call reports a dead server).

@@ -25,6 +25,11 @@
 //    BeginWrite and CommitWrite) is discarded and aborted by the server, so
 //    its reservation is not leaked. Rows freed by Ack/Clear are reclaimed by
 //    the server itself (it holds both planes): replies carry no ticket.
+//  * Shared memory (shm_bytes > 0). Every cell lives in one arena segment,
+//    /sluice.tq.<pid>-<start>.<n>, created at start (sweeping arenas of dead
+//    servers) and unlinked at Stop; clients hold no segments of their own,
+//    so a killed client leaks none. Its reader slot and pins are ignored once
+//    it is dead.
 //  * Storage writes are accepted only for the cells a BeginWrite declared
 //    (same dtype, shape, nbytes) on the unit that owns the row, and remote
 //    Discard drops only cells of open writes, so bytes in storage never
@@ -67,6 +72,18 @@ struct ServerOptions {
   uint64_t max_message_bytes = (uint64_t{1} << 30) + (uint64_t{1} << 20);
   // A write open longer than this without activity is aborted. 0: never.
   std::chrono::milliseconds open_write_timeout{60000};
+  // Same-host shared-memory data plane: the size of one arena segment
+  // holding the bytes of every stored cell (0: none; payloads then travel in
+  // messages). Clients on this host that use it (RemoteOptions::shm) write a
+  // payload straight into the arena and read it in place; others are served
+  // from it through messages. Give it room above controller.capacity_bytes:
+  // views a reader still holds keep freed cells pinned (see shm_arena.h).
+  uint64_t shm_bytes = 0;
+  // Client processes attached to the arena at once.
+  uint32_t shm_max_readers = 256;
+  // A write that finds the arena full waits this long for room, then fails
+  // with ResourceExhausted. Keep it under the clients' rpc_timeout.
+  std::chrono::milliseconds shm_alloc_timeout{5000};
 };
 
 // Requests seen by the server since it started.

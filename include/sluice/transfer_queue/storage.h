@@ -89,10 +89,22 @@ class StorageUnit {
   virtual Result<StorageStats> Stats() = 0;
 };
 
+// Where a storage unit keeps the bytes of its cells. Without one, each cell
+// is a heap buffer; the server's shared-memory arena is another.
+class CellMemory {
+ public:
+  virtual ~CellMemory() = default;
+  // The tensor as the unit will hold it: a copy of its bytes in this memory,
+  // or `tensor` itself when its bytes already live here (written in place by
+  // a same-host client). The result's owner releases the memory.
+  virtual Result<HostTensor> Place(const HostTensor& tensor) = 0;
+};
+
 struct StorageUnitOptions {
   uint32_t index = 0;                             // appears in stats and messages
   uint64_t max_tensor_bytes = uint64_t{1} << 30;  // default 1 GiB
   std::shared_ptr<StorageMeter> meter;            // optional, shared by units
+  std::shared_ptr<CellMemory> memory;             // optional: default heap buffers
 };
 
 std::shared_ptr<StorageUnit> NewInProcessStorageUnit(StorageUnitOptions options);

@@ -21,7 +21,8 @@ using nlohmann::json;
 
 struct Series {
   std::string key, label, color;
-  std::vector<std::pair<double, double>> points;  // (step, value)
+  std::vector<std::pair<double, double>> points;  // (x, value)
+  bool dashed = false;                            // a range bound; no legend entry
 };
 
 std::string Escape(const std::string& s) {
@@ -48,8 +49,8 @@ std::string Num(double v) {
   return buf;
 }
 
-// One line chart of several series sharing the x axis (RL step).
-std::string Chart(const std::string& title, const std::vector<Series>& series) {
+// One line chart of several series sharing the x axis (RL step by default).
+std::string Chart(const std::string& title, const std::vector<Series>& series, const std::string& x_label = "step") {
   constexpr double W = 520, H = 220, L = 50, R = 10, T = 28, B = 30;
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   for (const Series& s : series) {
@@ -73,14 +74,17 @@ std::string Chart(const std::string& title, const std::vector<Series>& series) {
     out << "<text x='" << L - 4 << "' y='" << py(y) + 4 << "' font-size='10' text-anchor='end'>" << Num(y) << "</text>";
     out << "<line x1='" << L << "' x2='" << W - R << "' y1='" << py(y) << "' y2='" << py(y) << "' stroke='#eee'/>";
   }
-  out << "<text x='" << L << "' y='" << H - 8 << "' font-size='10'>step " << Num(x0) << "</text><text x='" << W - R
-      << "' y='" << H - 8 << "' font-size='10' text-anchor='end'>" << Num(x1) << "</text>";
+  out << "<text x='" << L << "' y='" << H - 8 << "' font-size='10'>" << Escape(x_label) << ' ' << Num(x0)
+      << "</text><text x='" << W - R << "' y='" << H - 8 << "' font-size='10' text-anchor='end'>" << Num(x1)
+      << "</text>";
   double legend_x = L + 160;
   for (const Series& s : series) {
     if (s.points.empty()) continue;
-    out << "<polyline fill='none' stroke='" << s.color << "' stroke-width='1.5' points='";
+    out << "<polyline fill='none' stroke='" << s.color << "' stroke-width='" << (s.dashed ? "0.8" : "1.5") << "'"
+        << (s.dashed ? " stroke-dasharray='3,3'" : "") << " points='";
     for (auto [x, y] : s.points) out << px(x) << ',' << py(y) << ' ';
     out << "'/>";
+    if (s.dashed) continue;
     if (s.points.size() == 1) {
       out << "<circle cx='" << px(s.points[0].first) << "' cy='" << py(s.points[0].second) << "' r='3' fill='" << s.color
           << "'/>";
@@ -91,9 +95,35 @@ std::string Chart(const std::string& title, const std::vector<Series>& series) {
   return out.str() + "</svg>";
 }
 
+// A bar chart of counts by integer category (e.g. staleness 0, 1, 2, ...).
+std::string Bars(const std::string& title, const std::string& x_label, const std::vector<int64_t>& counts) {
+  constexpr double W = 520, H = 220, L = 50, R = 10, T = 28, B = 30;
+  std::ostringstream out;
+  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << ' '
+      << H << "'><text x='" << L << "' y='16' font-size='13' font-weight='bold'>" << Escape(title) << "</text>";
+  int64_t total = 0, top = 0;
+  for (int64_t c : counts) total += c, top = std::max(top, c);
+  if (total == 0) return out.str() + "<text x='60' y='110' font-size='12'>no data</text></svg>";
+  const double slot = (W - L - R) / static_cast<double>(counts.size());
+  for (size_t k = 0; k < counts.size(); ++k) {
+    const double h = (H - T - B) * static_cast<double>(counts[k]) / static_cast<double>(top);
+    const double x = L + slot * static_cast<double>(k);
+    out << "<rect x='" << x + slot * 0.15 << "' y='" << H - B - h << "' width='" << slot * 0.7 << "' height='" << h
+        << "' fill='#17becf'/><text x='" << x + slot / 2 << "' y='" << H - B + 12
+        << "' font-size='10' text-anchor='middle'>" << k << "</text><text x='" << x + slot / 2 << "' y='"
+        << H - B - h - 3 << "' font-size='10' text-anchor='middle'>"
+        << Num(100.0 * static_cast<double>(counts[k]) / static_cast<double>(total)) << "%</text>";
+  }
+  out << "<text x='" << W - R << "' y='" << H - 4 << "' font-size='10' text-anchor='end'>" << Escape(x_label)
+      << "</text>";
+  return out.str() + "</svg>";
+}
+
 }  // namespace
 
-Result<std::string> RenderRunReport(const std::string& run_dir) {
+namespace {
+// Every line of run_dir/metrics.jsonl (NotFound / DataLoss naming the line).
+Result<std::vector<json>> LoadMetrics(const std::string& run_dir) {
   const fs::path metrics_path = fs::path(run_dir) / "metrics.jsonl";
   std::ifstream in(metrics_path);
   if (!in) return Status::NotFound(metrics_path.string() + ": no metrics (is this a run directory?)");
@@ -108,6 +138,12 @@ Result<std::string> RenderRunReport(const std::string& run_dir) {
     }
     rows.push_back(std::move(j));
   }
+  return rows;
+}
+}  // namespace
+
+Result<std::string> RenderRunReport(const std::string& run_dir) {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<json> rows, LoadMetrics(run_dir));
   auto series = [&](const std::string& key, const std::string& label, const std::string& color) {
     Series s{key, label, color, {}};
     for (const json& r : rows) {
@@ -148,6 +184,30 @@ Result<std::string> RenderRunReport(const std::string& run_dir) {
   html << Chart("Trainer time per step (s)",
                 {series("train_seconds", "training", "#2ca02c"), series("wait_seconds", "waiting for data", "#d62728")});
   html << Chart("Queue depth (rows ready for the trainer)", {series("queue_ready", "ready rows", "#1f77b4")});
+  html << Chart("Role timeline: busy fraction per step",
+                {series("rollout_busy", "rollout", "#1f77b4"), series("trainer_busy", "trainer", "#2ca02c")});
+  {
+    Series rollout_rate{"", "rollout tok/s", "#1f77b4", {}}, train_rate{"", "trainer tok/s", "#2ca02c", {}};
+    std::vector<int64_t> hist;
+    for (const json& r : rows) {
+      const double step = r["step"].get<double>();
+      auto num = [&](const char* key) { return r.contains(key) && r[key].is_number() ? r[key].get<double>() : 0.0; };
+      if (num("gen_seconds") > 0 && r.contains("rollout_tokens")) {
+        rollout_rate.points.emplace_back(step, num("rollout_tokens") / num("gen_seconds"));
+      }
+      if (num("train_seconds") > 0) train_rate.points.emplace_back(step, num("train_tokens") / num("train_seconds"));
+      if (r.contains("staleness_hist") && r["staleness_hist"].is_array()) {
+        const json& h = r["staleness_hist"];
+        if (hist.size() < h.size()) hist.resize(std::min<size_t>(h.size(), 64), 0);
+        for (size_t k = 0; k < hist.size() && k < h.size(); ++k) {
+          if (h[k].is_number_integer()) hist[k] += h[k].get<int64_t>();
+        }
+      }
+    }
+    html << Chart("Stage rates (tokens/s; rollout over the step's wall time, trainer while training)",
+                  {rollout_rate, train_rate});
+    html << Bars("Staleness of trained samples (all steps)", "versions behind the trainer", hist);
+  }
   html << Chart("Optimization", {series("grad_norm", "grad norm", "#e377c2"), series("entropy", "entropy", "#bcbd22"),
                                  series("clip_frac", "clip fraction", "#7f7f7f")});
   html << Chart("Off-policy weights", {series("is_weight_mean", "mean pi_prox/pi_behav", "#1f77b4"),
@@ -168,6 +228,148 @@ Result<std::string> WriteRunReport(const std::string& run_dir) {
   const std::string path = (fs::path(run_dir) / "report.html").string();
   SLUICE_RETURN_IF_ERROR(WriteFileAtomically(path, html));
   return path;
+}
+
+namespace {
+
+double Number(const json& row, const char* key) {
+  return row.contains(key) && row[key].is_number() ? row[key].get<double>() : 0.0;
+}
+
+// One run reduced to what the comparison needs.
+struct RunCurves {
+  std::vector<std::pair<double, double>> eval;    // (samples trained, held-out accuracy)
+  std::vector<std::pair<double, double>> reward;  // (samples trained, reward, mean of the last 10 steps)
+  double final_eval = 0, final_reward = 0, samples = 0, wall_seconds = 0, staleness = 0;
+};
+
+Result<RunCurves> Curves(const LabeledRun& run) {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<json> rows, LoadMetrics(run.run_dir));
+  RunCurves c;
+  double samples = 0, staleness_sum = 0;
+  std::vector<double> window;
+  for (const json& r : rows) {
+    samples += Number(r, "samples_trained");
+    window.push_back(Number(r, "reward_mean"));
+    if (window.size() > 10) window.erase(window.begin());
+    double mean = 0;
+    for (double w : window) mean += w;
+    mean /= static_cast<double>(window.size());
+    c.reward.emplace_back(samples, mean);
+    if (r.contains("eval_accuracy") && r["eval_accuracy"].is_number()) {
+      c.eval.emplace_back(samples, r["eval_accuracy"].get<double>());
+    }
+    staleness_sum += Number(r, "staleness_mean");
+    c.wall_seconds = Number(r, "elapsed_seconds");
+  }
+  if (c.eval.empty()) {
+    return Status::NotFound(run.run_dir + "/metrics.jsonl has no held-out evaluation (eval_accuracy); set eval.interval");
+  }
+  c.final_eval = c.eval.back().second;
+  c.final_reward = c.reward.back().second;
+  c.samples = samples;
+  c.staleness = rows.empty() ? 0 : staleness_sum / static_cast<double>(rows.size());
+  return c;
+}
+
+struct Band {
+  std::vector<double> x, mean, lo, hi;
+};
+
+// Point i of every seed's curve (curves are cut to the shortest), averaged.
+Band Aggregate(const std::vector<std::vector<std::pair<double, double>>>& curves) {
+  Band b;
+  size_t n = curves.front().size();
+  for (const auto& c : curves) n = std::min(n, c.size());
+  for (size_t i = 0; i < n; ++i) {
+    double x = 0, sum = 0, lo = 1e300, hi = -1e300;
+    for (const auto& c : curves) {
+      x += c[i].first, sum += c[i].second;
+      lo = std::min(lo, c[i].second), hi = std::max(hi, c[i].second);
+    }
+    const double k = static_cast<double>(curves.size());
+    b.x.push_back(x / k), b.mean.push_back(sum / k), b.lo.push_back(lo), b.hi.push_back(hi);
+  }
+  return b;
+}
+
+std::vector<Series> BandSeries(const std::string& label, const std::string& color, const Band& b) {
+  Series mean{"", label, color, {}}, lo{"", "", color, {}, true}, hi{"", "", color, {}, true};
+  for (size_t i = 0; i < b.x.size(); ++i) {
+    mean.points.emplace_back(b.x[i], b.mean[i]);
+    lo.points.emplace_back(b.x[i], b.lo[i]);
+    hi.points.emplace_back(b.x[i], b.hi[i]);
+  }
+  return {mean, lo, hi};
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {
+  if (runs.empty()) return Status::InvalidArgument("compare: no runs given");
+  std::vector<std::string> labels;
+  std::map<std::string, std::vector<RunCurves>> by_label;
+  for (const LabeledRun& run : runs) {
+    if (run.label.empty()) return Status::InvalidArgument("compare: run " + run.run_dir + " has an empty label");
+    SLUICE_ASSIGN_OR_RETURN(RunCurves c, Curves(run));
+    if (by_label.find(run.label) == by_label.end()) labels.push_back(run.label);
+    by_label[run.label].push_back(std::move(c));
+  }
+  static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"};
+  std::vector<Series> eval_series, reward_series;
+  std::map<std::string, Band> eval_bands;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const auto& group = by_label[labels[i]];
+    std::vector<std::vector<std::pair<double, double>>> evals, rewards;
+    for (const RunCurves& c : group) evals.push_back(c.eval), rewards.push_back(c.reward);
+    const std::string color = kColors[i % 7];
+    eval_bands[labels[i]] = Aggregate(evals);
+    for (Series& s : BandSeries(labels[i], color, eval_bands[labels[i]])) eval_series.push_back(std::move(s));
+    for (Series& s : BandSeries(labels[i], color, Aggregate(rewards))) reward_series.push_back(std::move(s));
+  }
+
+  // Table: per label, means over seeds (min..max); parity against the first label.
+  const Band& base = eval_bands[labels.front()];
+  std::ostringstream md;
+  md << "| config | seeds | final held-out acc (min..max) | reward, last 10 steps | samples trained | mean staleness | "
+        "wall s | samples/s | eval points inside " << labels.front() << "'s seed range |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
+  for (const std::string& label : labels) {
+    const auto& group = by_label[label];
+    double acc = 0, acc_lo = 1e300, acc_hi = -1e300, reward = 0, samples = 0, stale = 0, wall = 0;
+    for (const RunCurves& c : group) {
+      acc += c.final_eval, reward += c.final_reward, samples += c.samples, stale += c.staleness, wall += c.wall_seconds;
+      acc_lo = std::min(acc_lo, c.final_eval), acc_hi = std::max(acc_hi, c.final_eval);
+    }
+    const double k = static_cast<double>(group.size());
+    const Band& b = eval_bands[label];
+    size_t inside = 0, points = std::min(b.mean.size(), base.mean.size());
+    for (size_t i = 0; i < points; ++i) inside += (b.mean[i] >= base.lo[i] - 1e-12 && b.mean[i] <= base.hi[i] + 1e-12);
+    md << "| " << label << " | " << group.size() << " | " << Fixed(100 * acc / k, 1) << "% (" << Fixed(100 * acc_lo, 1)
+       << ".." << Fixed(100 * acc_hi, 1) << ") | " << Fixed(reward / k, 3) << " | " << Fixed(samples / k, 0) << " | "
+       << Fixed(stale / k, 2) << " | " << Fixed(wall / k, 0) << " | " << Fixed(wall > 0 ? samples / wall : 0, 1)
+       << " | " << (label == labels.front() ? std::string("(baseline)")
+                                             : std::to_string(inside) + "/" + std::to_string(points))
+       << " |\n";
+  }
+
+  std::ostringstream html;
+  html << "<!doctype html><html><head><meta charset='utf-8'><title>Sluice comparison</title><style>"
+          "body{font-family:sans-serif;margin:24px;color:#222}div.grid{display:flex;flex-wrap:wrap;gap:16px}"
+          "pre{background:#f6f6f6;padding:8px;font-size:12px}</style></head><body><h1>Sluice comparison</h1>"
+          "<p>Solid: mean over seeds; dashed: the seeds' range.</p><div class='grid'>";
+  html << Chart("Held-out accuracy (greedy) vs samples trained", eval_series, "samples");
+  html << Chart("Reward (mean of the last 10 steps) vs samples trained", reward_series, "samples");
+  html << "</div><h2>Table</h2><pre>" << Escape(md.str()) << "</pre><h2>Runs</h2><pre>";
+  for (const LabeledRun& run : runs) html << Escape(run.label + "  " + run.run_dir) << "\n";
+  html << "</pre></body></html>\n";
+  return Comparison{html.str(), md.str()};
 }
 
 }  // namespace sluice::launch

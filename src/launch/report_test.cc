@@ -41,6 +41,54 @@ TEST_F(ReportTest, RendersEveryChartAsInlineSvgWithoutScriptsOrFetches) {
   EXPECT_EQ(html.find("https://"), std::string::npos);
 }
 
+TEST_F(ReportTest, StreamingRunsGetARoleTimelineAndAStalenessHistogram) {
+  WriteMetrics(
+      "{\"step\":1,\"rollout_busy\":0.9,\"trainer_busy\":0.4,\"rollout_tokens\":100,\"gen_seconds\":2,"
+      "\"staleness_hist\":[3,1]}\n"
+      "{\"step\":2,\"rollout_busy\":0.8,\"trainer_busy\":0.5,\"rollout_tokens\":100,\"gen_seconds\":2,"
+      "\"staleness_hist\":[0,2,2],\"train_tokens\":50,\"train_seconds\":1}\n");
+  auto html = RenderRunReport(dir_.string());
+  ASSERT_TRUE(html.ok()) << html.status().ToString();
+  EXPECT_NE(html->find("Role timeline"), std::string::npos);
+  EXPECT_NE(html->find("Staleness of trained samples"), std::string::npos);
+  // Counts 3, 3, 2 of 8 samples: 37.5%, 37.5%, 25%.
+  EXPECT_NE(html->find(">37.5%<"), std::string::npos);
+  EXPECT_NE(html->find(">25%<"), std::string::npos);
+}
+
+TEST_F(ReportTest, CompareAggregatesSeedsAndChecksParityAgainstTheBaseline) {
+  // Two configurations x two seeds; evaluations at steps 2 and 4, 10 samples per step.
+  auto run = [&](const std::string& name, double a2, double a4) {
+    fs::create_directories(dir_ / name);
+    std::ofstream out(dir_ / name / "metrics.jsonl");
+    for (int step = 1; step <= 4; ++step) {
+      out << "{\"step\":" << step << ",\"samples_trained\":10,\"reward_mean\":0.5,\"elapsed_seconds\":" << step;
+      if (step == 2) out << ",\"eval_accuracy\":" << a2;
+      if (step == 4) out << ",\"eval_accuracy\":" << a4;
+      out << "}\n";
+    }
+    return (dir_ / name).string();
+  };
+  std::vector<LabeledRun> runs = {{"sync", run("s0", 0.5, 0.7)},
+                                  {"sync", run("s1", 0.6, 0.8)},
+                                  {"async", run("a0", 0.55, 0.9)},  // mean 0.55 inside [0.5, 0.6]; 0.85 outside
+                                  {"async", run("a1", 0.55, 0.8)}};
+  auto c = CompareRuns(runs);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE(c->markdown.find("| sync | 2 | 75.0% (70.0..80.0) |"), std::string::npos) << c->markdown;
+  EXPECT_NE(c->markdown.find("| async | 2 | 85.0% (80.0..90.0) |"), std::string::npos) << c->markdown;
+  EXPECT_NE(c->markdown.find("| 1/2 |"), std::string::npos) << c->markdown;
+  EXPECT_NE(c->markdown.find("(baseline)"), std::string::npos);
+  EXPECT_NE(c->html.find("<svg"), std::string::npos);
+  EXPECT_NE(c->html.find("stroke-dasharray"), std::string::npos) << "seed ranges are drawn";
+
+  EXPECT_EQ(CompareRuns({}).status().code(), StatusCode::kInvalidArgument);
+  fs::create_directories(dir_ / "noeval");
+  std::ofstream(dir_ / "noeval" / "metrics.jsonl") << "{\"step\":1}\n";
+  auto missing = CompareRuns({{"x", (dir_ / "noeval").string()}});
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(ReportTest, MissingOrMalformedMetricsAreClearErrors) {
   EXPECT_EQ(RenderRunReport(dir_.string()).status().code(), StatusCode::kNotFound);
   WriteMetrics("{\"step\":1}\nnot json\n");

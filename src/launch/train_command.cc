@@ -10,6 +10,7 @@
 #include <iostream>
 #include <thread>
 
+#include "sluice/common/file_util.h"
 #include "sluice/launch/commands.h"
 #include "sluice/launch/report.h"
 #include "sluice/launch/config.h"
@@ -78,8 +79,9 @@ ConfigSchema TrainSchema() {
   s.AddEnum("trainer.loss_agg", "token-mean", {"token-mean", "seq-mean"}, "loss aggregation");
   s.AddDouble("trainer.kl_coef", 0.0, 0.0, 1000.0, "KL penalty to the frozen starting policy (0 = off)");
   s.AddEnum("trainer.kl_estimator", "k3", {"k1", "k3"}, "KL estimator");
-  s.AddEnum("trainer.off_policy_correction", "none", {"none", "decoupled", "tis", "seq-tis"},
-            "weight of stale samples by pi_prox/pi_behav: decoupled PPO, truncated IS per token or per sequence");
+  s.AddEnum("trainer.off_policy_correction", "auto", {"auto", "none", "decoupled", "tis", "seq-tis"},
+            "weight of stale samples by pi_prox/pi_behav: decoupled PPO, truncated IS per token or per sequence; "
+            "auto: decoupled in one_step_off/async (samples may be stale), none otherwise");
   s.AddDouble("trainer.is_cap", 2.0, 1e-6, 1e6, "cap on the behaviour importance weight (decoupled: tokens above are masked)");
   s.AddBool("trainer.recompute_old_logprobs", true, "recompute the proximal logprobs on the trainer");
   s.AddEnum("pipeline.mode", "direct", {"direct", "sync", "one_step_off", "async"},
@@ -163,8 +165,15 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
   SLUICE_ASSIGN_OR_RETURN(t.loss.aggregation, trainer::ParseLossAggregation(c.GetString("trainer.loss_agg")));
   t.loss.kl_coef = c.GetDouble("trainer.kl_coef");
   SLUICE_ASSIGN_OR_RETURN(t.loss.kl_estimator, trainer::ParseKlEstimator(c.GetString("trainer.kl_estimator")));
-  SLUICE_ASSIGN_OR_RETURN(t.loss.correction,
-                          trainer::ParseOffPolicyCorrection(c.GetString("trainer.off_policy_correction")));
+  const std::string correction = c.GetString("trainer.off_policy_correction");
+  if (correction == "auto") {
+    SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(c.GetString("pipeline.mode")));
+    const bool may_be_stale = mode == pipeline::PipelineMode::kOneStepOff ||
+                              (mode == pipeline::PipelineMode::kAsync && c.GetInt("pipeline.max_staleness") > 0);
+    t.loss.correction = may_be_stale ? trainer::OffPolicyCorrection::kDecoupled : trainer::OffPolicyCorrection::kNone;
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(t.loss.correction, trainer::ParseOffPolicyCorrection(correction));
+  }
   t.loss.is_cap = c.GetDouble("trainer.is_cap");
   t.recompute_old_logprobs = c.GetBool("trainer.recompute_old_logprobs");
   t.temperature = rl.sampling.temperature > 0 ? rl.sampling.temperature : 1.0f;
@@ -219,17 +228,26 @@ class Progress {
                     static_cast<long long>(done), static_cast<long long>(total), Duration(eta).c_str(),
                     r ? r->train.loss : 0.0);
     } else {
-      gen_tokens_ += r->generated_tokens;
+      const bool streaming = !r->staleness_hist.empty();
+      gen_tokens_ += streaming ? r->rollout_tokens : r->generated_tokens;
       train_tokens_ += r->train.tokens;
       gen_s_ += r->gen_seconds;
       train_s_ += r->train_seconds;
       if (r->has_eval) last_eval_ = r->eval.accuracy;
+      // Streaming: each stage's rate over the run so far and how busy it was
+      // this step; sync: tokens/s of each phase.
+      std::string busy_gen, busy_train;
+      if (streaming) {
+        busy_gen = " (" + std::to_string(static_cast<int>(100 * r->rollout_busy)) + "% busy)";
+        busy_train = " (" + std::to_string(static_cast<int>(100 * r->trainer_busy)) + "% busy)";
+      }
       std::snprintf(line, sizeof(line),
-                    "RL [%s] %lld/%lld ETA %s reward %.2f acc %.2f%s gen %.0f tok/s train %.0f tok/s", bar.c_str(),
-                    static_cast<long long>(done), static_cast<long long>(total), Duration(eta).c_str(),
+                    "RL [%s] %lld/%lld ETA %s reward %.2f acc %.2f%s gen %.0f tok/s%s train %.0f tok/s%s",
+                    bar.c_str(), static_cast<long long>(done), static_cast<long long>(total), Duration(eta).c_str(),
                     r->reward_mean, r->accuracy,
                     last_eval_ >= 0 ? (" eval_acc " + std::to_string(last_eval_).substr(0, 4)).c_str() : "",
-                    gen_s_ > 0 ? gen_tokens_ / gen_s_ : 0.0, train_s_ > 0 ? train_tokens_ / train_s_ : 0.0);
+                    gen_s_ > 0 ? gen_tokens_ / gen_s_ : 0.0, busy_gen.c_str(),
+                    train_s_ > 0 ? train_tokens_ / train_s_ : 0.0, busy_train.c_str());
     }
     if (bar_) {
       std::fprintf(stderr, "\r\033[K%s", line);
@@ -351,10 +369,31 @@ Status Eval(const std::vector<std::string>& args) {
 
 Status Report(const std::vector<std::string>& args) {
   FlagSet flags;
+  flags.Add("compare", "", "compare runs instead: write OUT/comparison.html and OUT/comparison.md from LABEL=RUN_DIR "
+                           "arguments (runs sharing a label are seeds; the first label is the baseline)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
+  SLUICE_ASSIGN_OR_RETURN(std::string compare_out, flags.GetString("compare"));
+  if (!flags.help_requested() && !compare_out.empty()) {
+    std::vector<LabeledRun> runs;
+    for (const std::string& arg : flags.positional()) {
+      const size_t eq = arg.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
+        return Status::InvalidArgument("sluice report --compare: '" + arg + "' is not LABEL=RUN_DIR");
+      }
+      runs.push_back({arg.substr(0, eq), arg.substr(eq + 1)});
+    }
+    SLUICE_ASSIGN_OR_RETURN(Comparison c, CompareRuns(runs));
+    std::error_code ec;
+    fs::create_directories(compare_out, ec);
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically((fs::path(compare_out) / "comparison.html").string(), c.html));
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically((fs::path(compare_out) / "comparison.md").string(), c.markdown));
+    std::printf("%s%s/comparison.html\n", c.markdown.c_str(), compare_out.c_str());
+    return Status::Ok();
+  }
   if (flags.help_requested() || flags.positional().size() != 1) {
     std::printf("usage: sluice report RUN_DIR\n  writes RUN_DIR/report.html: charts of the run's metrics, one "
-                "self-contained page\n");
+                "self-contained page\n       sluice report --compare=OUT LABEL=RUN_DIR ...\n%s",
+                flags.Usage().c_str());
     return flags.help_requested() ? Status::Ok() : Status::InvalidArgument("sluice report takes one RUN_DIR");
   }
   SLUICE_ASSIGN_OR_RETURN(std::string path, WriteRunReport(flags.positional()[0]));

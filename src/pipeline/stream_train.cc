@@ -253,6 +253,8 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
     return errors.Get();
   };
   const auto run_start = Clock::now();
+  auto interval_start = run_start;
+  int64_t busy_us_before = 0, tokens_before = 0;
   std::ofstream metrics(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::app);
   const std::vector<std::string> columns = {"prompt", "response", "logprobs", "versions", "reward"};
   tq::SamplingPolicy whole_groups;
@@ -302,6 +304,10 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
         rec.generated_tokens += static_cast<int64_t>(smp.response.size());
         const int64_t stale = s.version - (smp.versions.empty() ? s.version : smp.versions.front());
         stale_sum += static_cast<double>(stale);
+        if (stale >= 0) {
+          if (rec.staleness_hist.size() <= static_cast<size_t>(stale)) rec.staleness_hist.resize(stale + 1, 0);
+          ++rec.staleness_hist[static_cast<size_t>(stale)];
+        }
         rec.staleness_max = std::max(rec.staleness_max, stale);
         for (int64_t v : smp.versions) token_stale_sum += static_cast<double>(s.version - v);
         tokens += static_cast<double>(smp.versions.size());
@@ -337,8 +343,18 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
     // Publish first, then let rollout admit prompts for the new version.
     if (Status st = admission->CompleteStep(s.version, P); !st.ok()) return fail(st);
     const auto t2 = Clock::now();
-    rec.gen_seconds = rec.wait_seconds;
     rec.train_seconds = std::chrono::duration<double>(t2 - t1).count();
+    // The roles over this step's interval: the rollout's rate is what it
+    // generated meanwhile (gen_seconds = the interval), not the trained tokens.
+    const double interval = std::max(1e-9, std::chrono::duration<double>(t2 - interval_start).count());
+    const int64_t busy_us = rollout_busy_us.load(), produced = rollout_tokens.load();
+    rec.rollout_tokens = produced - tokens_before;
+    rec.rollout_busy = std::min(1.0, static_cast<double>(busy_us - busy_us_before) / 1e6 / interval);
+    rec.trainer_busy = std::min(1.0, rec.train_seconds / interval);
+    rec.gen_seconds = interval;
+    busy_us_before = busy_us;
+    tokens_before = produced;
+    interval_start = t2;
     s.elapsed_total = s.elapsed_offset + std::chrono::duration<double>(Clock::now() - run_start).count();
     rec.elapsed_seconds = s.elapsed_total;
     if (Status st = s.FinishStep(rec, metrics, [this] { return Evaluate(); }, progress); !st.ok()) return fail(st);

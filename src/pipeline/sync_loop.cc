@@ -77,6 +77,12 @@ std::string StepRecord::ToJson() const {
             {"token_staleness_mean", token_staleness_mean},
             {"wait_seconds", wait_seconds},
             {"queue_ready", queue_ready}});
+  if (!staleness_hist.empty()) {
+    j.update({{"rollout_tokens", rollout_tokens},
+              {"rollout_busy", rollout_busy},
+              {"trainer_busy", trainer_busy},
+              {"staleness_hist", staleness_hist}});
+  }
   if (has_eval) {
     j["eval_accuracy"] = eval.accuracy;
     j["eval_reward"] = eval.mean_reward;

@@ -10,7 +10,7 @@ using testing::I64;
 using testing::ToI64;
 
 std::shared_ptr<StorageUnit> MakeUnit(std::shared_ptr<StorageMeter> meter = nullptr, uint64_t max_tensor = 1 << 20) {
-  return NewInProcessStorageUnit(StorageUnitOptions{1, max_tensor, std::move(meter)});
+  return NewInProcessStorageUnit(StorageUnitOptions{1, max_tensor, std::move(meter), nullptr});
 }
 
 TEST(StorageUnitTest, WriteThenReadGivesZeroCopyViewsThatOutliveTheRow) {

@@ -5,6 +5,7 @@
 #define SLUICE_LAUNCH_REPORT_H_
 
 #include <string>
+#include <vector>
 
 #include "sluice/common/status.h"
 
@@ -17,6 +18,20 @@ Result<std::string> RenderRunReport(const std::string& run_dir);
 
 // RenderRunReport, written atomically to run_dir/report.html; returns its path.
 Result<std::string> WriteRunReport(const std::string& run_dir);
+
+// `sluice report --compare`: runs of several configurations (runs sharing a
+// label are seeds of one configuration), compared against samples trained.
+struct LabeledRun {
+  std::string label;
+  std::string run_dir;
+};
+struct Comparison {
+  std::string html;      // curves: held-out accuracy and reward vs samples trained, mean and seed range
+  std::string markdown;  // one row per label; the first label is the baseline
+};
+// Errors: InvalidArgument (no runs, an empty label), those of RenderRunReport
+// for each run directory, NotFound if a run has no evaluations.
+Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs);
 
 }  // namespace sluice::launch
 

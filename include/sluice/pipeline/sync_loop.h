@@ -135,6 +135,13 @@ struct StepRecord {
   double token_staleness_mean = 0;
   double wait_seconds = 0;
   int64_t queue_ready = 0;  // rows waiting for the trainer when the step began
+  // Streaming modes, over this step's wall interval (previous step's end to
+  // this one's): tokens the rollout generated, and the fraction of the
+  // interval each role was busy (rollout: decoding; trainer: training).
+  int64_t rollout_tokens = 0;
+  double rollout_busy = 0, trainer_busy = 0;
+  // staleness_hist[k]: trained samples whose first token is k versions old.
+  std::vector<int64_t> staleness_hist;
   std::vector<uint64_t> prompts;  // prompt cursors consumed by the step (kept or dropped); not in JSON
   bool has_eval = false;
   EvalResult eval;

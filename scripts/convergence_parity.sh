@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Convergence parity (shared/BENCHMARKS.md §1, issue "async pipeline" item 8):
+# does the async pipeline learn as well as the synchronous one, per sample
+# trained? On the built-in arithmetic task, from one shared warm start:
+#
+#   sync            pipeline.mode=sync (rollout/reward/trainer over the hub, staleness 0)
+#   async-s1/2/4    pipeline.mode=async, max_staleness 1, 2, 4 (off-policy correction: auto = decoupled)
+#   async-s4-nocorr the largest staleness with the correction off (the ablation)
+#
+# each with SEEDS seeds (the seed drives prompt order and sampling; the warm
+# start is shared so the curves start from the same policy). Then
+# `sluice report --compare` writes the curves (held-out accuracy and reward vs
+# samples trained, mean and seed range) and a table to OUT/.
+#
+#   scripts/convergence_parity.sh                  # defaults below
+#   STEPS=40 SEEDS="0 1" OUT=/tmp/parity scripts/convergence_parity.sh
+#   DOCS=docs/parity scripts/convergence_parity.sh  # also copy the table and chart there
+#
+# Same cores for every run: each role gets ROLE_THREADS intra-op threads.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SLUICE=${SLUICE:-build/release/apps/sluice}
+CONFIG=${CONFIG:-configs/arithmetic.yaml}
+OUT=${OUT:-runs/parity}
+STEPS=${STEPS:-60}
+SEEDS=${SEEDS:-"0 1 2"}
+SFT_STEPS=${SFT_STEPS:-1500}
+EVAL_SIZE=${EVAL_SIZE:-500}
+EVAL_INTERVAL=${EVAL_INTERVAL:-10}
+ROLE_THREADS=${ROLE_THREADS:-1}
+CONFIGS=${CONFIGS:-"sync async-s1 async-s2 async-s4 async-s4-nocorr"}
+DOCS=${DOCS:-}
+
+[ -x "$SLUICE" ] || { echo "error: $SLUICE not built (./setup.sh build)" >&2; exit 1; }
+mkdir -p "$OUT"
+log() { printf '\033[1m[parity]\033[0m %s\n' "$*" >&2; }
+
+# 1. One warm start shared by every run (skipped when already there).
+BASE="$OUT/warm-start"
+if [ ! -f "$BASE/final/config.json" ]; then
+  log "warm start: $SFT_STEPS supervised steps -> $BASE/final"
+  "$SLUICE" train --config="$CONFIG" run.dir="$BASE" run.progress=lines sft.steps="$SFT_STEPS" rl.steps=0 \
+    eval.size="$EVAL_SIZE" >/dev/null
+fi
+
+overrides_for() {
+  case "$1" in
+    sync) echo "pipeline.mode=sync" ;;
+    async-s1) echo "pipeline.mode=async pipeline.max_staleness=1" ;;
+    async-s2) echo "pipeline.mode=async pipeline.max_staleness=2" ;;
+    async-s4) echo "pipeline.mode=async pipeline.max_staleness=4" ;;
+    async-s4-nocorr) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=none" ;;
+    *) echo "error: unknown configuration '$1'" >&2; exit 2 ;;
+  esac
+}
+
+# 2. The RL runs (a finished run is kept: rerunning the script resumes the study).
+compare_args=()
+for config in $CONFIGS; do
+  for seed in $SEEDS; do
+    dir="$OUT/$config-seed$seed"
+    if [ ! -f "$dir/final/config.json" ]; then
+      rm -rf "$dir"
+      log "$config seed $seed: $STEPS RL steps -> $dir"
+      start=$(date +%s)
+      # shellcheck disable=SC2046
+      "$SLUICE" train --config="$CONFIG" run.dir="$dir" run.seed="$seed" run.progress=off \
+        model.path="$BASE/final" sft.steps=0 rl.steps="$STEPS" \
+        eval.size="$EVAL_SIZE" eval.interval="$EVAL_INTERVAL" checkpoint.interval=0 \
+        pipeline.rollout_threads="$ROLE_THREADS" pipeline.trainer_threads="$ROLE_THREADS" \
+        $(overrides_for "$config") >"$OUT/$config-seed$seed.log" 2>&1
+      log "  done in $(( $(date +%s) - start )) s: $(grep 'held-out accuracy:' "$OUT/$config-seed$seed.log" || true)"
+    fi
+    compare_args+=("$config=$dir")
+  done
+done
+
+# 3. Curves and table.
+"$SLUICE" report --compare="$OUT" "${compare_args[@]}"
+if [ -n "$DOCS" ]; then
+  mkdir -p "$DOCS"
+  cp "$OUT/comparison.md" "$OUT/comparison.html" "$DOCS/"
+  log "copied the table and chart to $DOCS/"
+fi

@@ -23,6 +23,7 @@ PACKAGES=(
   libgloo-dev                              # CheckpointEngine cross-host weight broadcast (optional; skipped without)
   libgtest-dev libgmock-dev                # tests
   clang libclang-rt-dev                    # the wire-format fuzz smoke test (libFuzzer)
+  redis-server libhiredis-dev              # TransferQueue benchmark's Redis baseline (bench/transfer_queue)
 )
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }

@@ -9,14 +9,18 @@
 // off: every sample is trained).
 //
 // Threads: `threads` cores in total in every mode. sync gives each role all of
-// them (the roles alternate); one_step_off and async split them between the
-// rollout and trainer roles (--rollout-threads).
+// them (the roles alternate; the trainer as `threads` single-threaded
+// micro-batch workers, data parallel, its best use of the cores, unless
+// --sync-dp=false); one_step_off and async split them between the rollout
+// and trainer roles (--rollout-threads), and the rollout's cores train while
+// the rollout idles (pipeline.lend_idle_cores, --lend).
 //
 // The ideal bound is the total work of both stages at full occupancy over the
-// same cores: trainer core-seconds (its busy time in a split mode x its
-// threads) plus the core-seconds to decode the workload's tokens at a full
-// batch of `slots` sequences (a lockstep decode on the rollout's threads),
-// divided by the cores. Needs one_step_off or async in --modes.
+// same cores: trainer core-seconds plus the core-seconds to decode the
+// workload's tokens at a full batch of `slots` sequences (a lockstep decode on
+// the rollout's threads), divided by the cores. Trainer core-seconds: sync's
+// training time x all cores (with --sync-dp, every core is a busy worker),
+// else a split mode's training time x the trainer's cores.
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -107,6 +111,9 @@ Status Main(int argc, char** argv) {
   flags.Add("threads", "2", "cores in total, the same in every mode");
   flags.Add("rollout-threads", "1", "one_step_off/async: threads of the rollout role (the trainer gets the rest)");
   flags.Add("correction", "tis", "off-policy correction in one_step_off/async: none, decoupled, tis, seq-tis");
+  flags.Add("sync-dp", "true", "sync: train with one single-threaded micro-batch worker per core (else intra-op threads)",
+            /*is_bool=*/true);
+  flags.Add("lend", "true", "one_step_off/async: the rollout's cores train while the rollout idles", /*is_bool=*/true);
   flags.Add("seed", "1", "seed of the model, prompts, sampling and lengths");
   flags.Add("json", "", "also write results as JSON to this path");
   SLUICE_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(argv + 1, argv + argc)));
@@ -126,6 +133,8 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 1, 1024));
   SLUICE_ASSIGN_OR_RETURN(int64_t rollout_threads, flags.GetInt("rollout-threads", 1, 1024));
   SLUICE_ASSIGN_OR_RETURN(std::string correction, flags.GetString("correction"));
+  SLUICE_ASSIGN_OR_RETURN(bool sync_dp, flags.GetBool("sync-dp"));
+  SLUICE_ASSIGN_OR_RETURN(bool lend, flags.GetBool("lend"));
   SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(std::string json_path, flags.GetString("json"));
   if (rollout_threads >= threads) return Status::InvalidArgument("--rollout-threads must leave the trainer at least one of --threads");
@@ -181,6 +190,8 @@ Status Main(int argc, char** argv) {
     const bool split = mode == pipeline::PipelineMode::kOneStepOff || mode == pipeline::PipelineMode::kAsync;
     pipeline::LoopOptions o = base;
     o.rl.trainer.loss.correction = split ? corr : sluice::trainer::OffPolicyCorrection::kNone;
+    o.pipeline.lend_idle_cores = lend;
+    if (!split && sync_dp) o.rl.trainer.micro_batch_threads = static_cast<int32_t>(threads);
     const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
     const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
     SLUICE_ASSIGN_OR_RETURN(ModeResult r, RunMode(mode, name, o, config, task, rt, tt));
@@ -195,9 +206,11 @@ Status Main(int argc, char** argv) {
   // rollout_threads cores, x those cores.
   double train_core_seconds = -1;
   for (const auto& r : results) {
-    if (r.name == "one_step_off" || r.name == "async") {
+    if (r.name == "sync" && sync_dp) train_core_seconds = r.train_seconds * static_cast<double>(threads);
+  }
+  for (const auto& r : results) {
+    if (train_core_seconds < 0 && !lend && (r.name == "one_step_off" || r.name == "async")) {
       train_core_seconds = r.train_seconds * static_cast<double>(threads - rollout_threads);
-      break;
     }
   }
   auto m = std::make_shared<model::Transformer>(config, static_cast<uint64_t>(seed));
@@ -210,6 +223,7 @@ Status Main(int argc, char** argv) {
   torch::set_num_threads(static_cast<int>(threads));
   const double ideal =
       train_core_seconds >= 0 ? (train_core_seconds + decode_core_seconds) / static_cast<double>(threads) : -1;
+  if (ideal < 0) std::fprintf(stderr, "no ideal bound: run sync with --sync-dp, or a split mode with --lend=false\n");
 
   std::printf("\npipeline throughput, %s, %lld x %lld x %lld answers, long-tail lengths (median %lld, longest %d), %lld threads\n",
               preset.c_str(), static_cast<long long>(steps), static_cast<long long>(prompts), static_cast<long long>(group),

@@ -72,6 +72,8 @@ ConfigSchema TrainSchema() {
   s.AddEnum("trainer.lr_schedule", "constant", {"constant", "cosine"}, "after warm-up: constant, or cosine decay over the run");
   s.AddDouble("trainer.min_lr_ratio", 0.1, 0.0, 1.0, "cosine: final learning rate / lr");
   s.AddInt("trainer.micro_batch_tokens", 8192, 1, 100000000, "padded tokens per forward/backward (gradient accumulation beyond)");
+  s.AddInt("trainer.micro_batch_threads", 1, 1, 256,
+           "micro-batches computed at once, one single-threaded worker each (1: sequential and deterministic)");
   s.AddInt("trainer.mini_batches", 1, 1, 100000, "optimizer steps per RL batch");
   s.AddInt("trainer.ppo_epochs", 1, 1, 1000, "passes over each RL batch");
   s.AddDouble("trainer.clip_low", 0.2, 0.0, 0.999, "PPO ratio clip below: 1 - clip_low");
@@ -93,6 +95,8 @@ ConfigSchema TrainSchema() {
             "rollout weight switch: in_flight (sequences continue on new weights) or at_boundary (finish first)");
   s.AddInt("pipeline.rollout_threads", 0, 0, 1024, "intra-op threads of the rollout role (0: run.threads)");
   s.AddInt("pipeline.trainer_threads", 0, 0, 1024, "intra-op threads of the trainer role (0: run.threads)");
+  s.AddBool("pipeline.lend_idle_cores", true,
+            "streaming modes with both thread counts set: the rollout's cores train while the rollout idles");
   s.AddInt("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)");
   s.AddInt("eval.size", 200, 1, 1000000, "held-out examples per evaluation (greedy decoding)");
   s.AddInt("eval.max_new_tokens", 96, 1, 1000000, "held-out response length limit");
@@ -158,6 +162,7 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
   t.optimizer.decay_steps =
       c.GetString("trainer.lr_schedule") == "cosine" ? std::max<int64_t>(1, opt_steps - t.optimizer.warmup_steps) : 0;
   t.micro_batch_tokens = c.GetInt("trainer.micro_batch_tokens");
+  t.micro_batch_threads = static_cast<int32_t>(c.GetInt("trainer.micro_batch_threads"));
   t.mini_batches = c.GetInt("trainer.mini_batches");
   t.ppo_epochs = c.GetInt("trainer.ppo_epochs");
   t.loss.clip_low = c.GetDouble("trainer.clip_low");
@@ -188,6 +193,7 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
                                                                              : rollout::SwitchPolicy::kInFlight;
   o.pipeline.rollout_threads = static_cast<int32_t>(c.GetInt("pipeline.rollout_threads"));
   o.pipeline.trainer_threads = static_cast<int32_t>(c.GetInt("pipeline.trainer_threads"));
+  o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
   SLUICE_RETURN_IF_ERROR(o.Validate());
   return o;
 }

@@ -149,6 +149,21 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
     return s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed, cursor, n_train));
   };
 
+  // ---- core lending: the trainer's extra micro-batch workers run on the
+  // rollout's cores, only while the rollout has nothing to decode.
+  std::atomic<bool> rollout_idle{false};
+  const int32_t trainer_workers = s.trainer->options().micro_batch_threads;
+  struct RestoreWorkers {
+    trainer::Trainer* t;
+    int32_t n;
+    ~RestoreWorkers() { (void)t->SetMicroBatchWorkers(n, nullptr); }
+  } restore{s.trainer.get(), trainer_workers};
+  if (po.lend_idle_cores && po.rollout_threads > 0 && po.trainer_threads > 0) {
+    const int32_t own = std::max(po.trainer_threads, trainer_workers);
+    SLUICE_RETURN_IF_ERROR(s.trainer->SetMicroBatchWorkers(
+        own + po.rollout_threads, [&rollout_idle, own](int32_t w) { return w < own || rollout_idle.load(); }));
+  }
+
   // ---- rollout role
   std::atomic<int64_t> rollout_busy_us{0}, rollout_tokens{0};
   BackgroundThread rollout_thread("rollout");
@@ -163,7 +178,12 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
     auto engine = std::move(engine_or).value();
     engine->SetWeightSwapHook(standby->Hook());
     uint64_t cursor = first_cursor;
+    struct IdleOnExit {
+      std::atomic<bool>* idle;
+      ~IdleOnExit() { idle->store(true); }
+    } idle_on_exit{&rollout_idle};
     while (!stop.stop_requested() && !errors.failed()) {
+      rollout_idle.store(engine->idle());
       // Keep about one batch of prompts waiting so freed slots refill at once.
       const int64_t queued = static_cast<int64_t>(engine->num_waiting()) + engine->num_running();
       const int64_t want = std::min<int64_t>((2 * rl.rollout_slots - queued) / G, static_cast<int64_t>(end_cursor - cursor));
@@ -190,6 +210,7 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
       } else if (engine->idle()) {
         std::this_thread::sleep_for(kPoll);  // every prompt of the run is out
       }
+      rollout_idle.store(engine->idle());
       // A step on an idle engine still runs the weight-swap hook.
       const auto t0 = Clock::now();
       auto done = engine->Step();

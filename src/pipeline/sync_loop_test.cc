@@ -257,7 +257,9 @@ TEST_F(SyncLoopTest, SyncModeOverTheHubReproducesTheDirectLoop) {
     EXPECT_NEAR(sync[i].train.loss, direct[i].train.loss, 1e-6) << "step " << i + 1;
     EXPECT_NEAR(sync[i].train.grad_norm, direct[i].train.grad_norm, 1e-5) << "step " << i + 1;
     EXPECT_EQ(sync[i].staleness_max, 0);
-    if (direct[i].has_eval) EXPECT_EQ(sync[i].eval.accuracy, direct[i].eval.accuracy);
+    if (direct[i].has_eval) {
+      EXPECT_EQ(sync[i].eval.accuracy, direct[i].eval.accuracy);
+    }
   }
   // Not vacuous: the runs trained, and the weights moved between steps.
   int64_t trained = 0;

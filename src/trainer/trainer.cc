@@ -1,7 +1,11 @@
 #include "sluice/trainer/trainer.h"
 
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "sluice/common/check.h"
 #include "sluice/common/logging.h"
@@ -18,6 +22,9 @@ Status TrainerOptions::Validate() const {
   if (!(o.eps > 0)) return Status::InvalidArgument("trainer eps must be > 0");
   if (o.warmup_steps < 0 || o.decay_steps < 0) return Status::InvalidArgument("warm-up and decay steps must be >= 0");
   if (micro_batch_tokens < 1) return Status::InvalidArgument("micro_batch_tokens must be >= 1");
+  if (micro_batch_threads < 1 || micro_batch_threads > 256) {
+    return Status::InvalidArgument("micro_batch_threads must be in 1..256");
+  }
   if (mini_batches < 1) return Status::InvalidArgument("mini_batches must be >= 1");
   if (ppo_epochs < 1) return Status::InvalidArgument("ppo_epochs must be >= 1");
   if (!(temperature > 0)) return Status::InvalidArgument("trainer temperature must be > 0");
@@ -72,6 +79,7 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
                                                   const std::vector<size_t>& order) const {
   const model::ModelConfig& config = policy_->config();
   const int64_t budget = options_.micro_batch_tokens;
+  int64_t longest_sample = 0;
   for (size_t i : order) {
     const RolloutSample& s = samples[i];
     const std::string which = "sample " + std::to_string(s.id);
@@ -94,6 +102,7 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
       return Status::OutOfRange(which + ": " + std::to_string(len) + " tokens exceed micro_batch_tokens " +
                                 std::to_string(budget));
     }
+    longest_sample = std::max(longest_sample, len);
     for (const auto* seq : {&s.prompt, &s.response}) {
       for (TokenId t : *seq) {
         if (t < 0 || t >= config.vocab_size) {
@@ -109,12 +118,22 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
   std::stable_sort(by_length.begin(), by_length.end(), [&](size_t a, size_t b) {
     return samples[a].prompt.size() + samples[a].response.size() < samples[b].prompt.size() + samples[b].response.size();
   });
+  // Parallel workers: about two micro-batches per worker (at least the
+  // longest sample each), so a batch that fits one micro-batch still splits
+  // and a worker that finishes early takes another.
+  int64_t pack_budget = budget;
+  if (options_.micro_batch_threads > 1) {
+    int64_t total = 0;
+    for (size_t i : order) total += static_cast<int64_t>(samples[i].prompt.size() + samples[i].response.size());
+    const int64_t share = (total + 2 * options_.micro_batch_threads - 1) / (2 * options_.micro_batch_threads);
+    pack_budget = std::max(longest_sample, std::min(budget, share));
+  }
   std::vector<std::vector<size_t>> groups;
   int64_t longest = 0;
   for (size_t i : by_length) {
     const int64_t len = static_cast<int64_t>(samples[i].prompt.size() + samples[i].response.size());
     const int64_t grown = std::max(longest, len);
-    if (groups.empty() || static_cast<int64_t>(groups.back().size() + 1) * grown > budget) {
+    if (groups.empty() || static_cast<int64_t>(groups.back().size() + 1) * grown > pack_budget) {
       groups.emplace_back();
       longest = len;
     } else {
@@ -215,6 +234,56 @@ double Trainer::OptimizerStep() {
   return norm;
 }
 
+Status Trainer::SetMicroBatchWorkers(int32_t threads, std::function<bool(int32_t)> may_run) {
+  if (threads < 1 || threads > 256) return Status::InvalidArgument("micro_batch_threads must be in 1..256");
+  options_.micro_batch_threads = threads;
+  options_.may_run = std::move(may_run);
+  return Status::Ok();
+}
+
+void Trainer::ForEachMicroBatch(size_t n, const std::function<void(size_t, int32_t)>& fn) {
+  const int32_t threads = static_cast<int32_t>(std::min<size_t>(options_.micro_batch_threads, n));
+  if (threads <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::mutex error_mu;
+  std::exception_ptr error;
+  auto work = [&](int32_t worker) {
+    try {
+      for (;;) {
+        if (worker > 0 && options_.may_run && !options_.may_run(worker)) {
+          if (next.load() >= n) return;
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the core is lent only when idle
+          continue;
+        }
+        const size_t i = next.fetch_add(1);
+        if (i >= n) return;
+        fn(i, worker);
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+      next.store(n);  // the others stop after their current micro-batch
+    }
+  };
+  // One intra-op thread per worker, the caller included, for the duration.
+  const int caller_threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  std::vector<std::thread> helpers;
+  for (int32_t w = 1; w < threads; ++w) {
+    helpers.emplace_back([&, w] {
+      torch::set_num_threads(1);
+      work(w);
+    });
+  }
+  work(0);
+  for (auto& t : helpers) t.join();
+  torch::set_num_threads(caller_threads);
+  if (error) std::rethrow_exception(error);
+}
+
 Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
   if (samples.empty()) return Status::InvalidArgument("RL step on an empty batch");
   const int64_t N = static_cast<int64_t>(samples.size());
@@ -229,14 +298,22 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
   StepMetrics m;
   try {
     {  // The proximal and reference policies, before any update.
-      torch::NoGradGuard no_grad;
+      std::vector<Batch*> all;
       for (auto& mini : mini_batches) {
-        for (Batch& b : mini) {
-          b.old_logprobs = options_.recompute_old_logprobs ? TokenLogprobs(*policy_, b, nullptr) : b.behavior;
-          if (options_.loss.kl_coef > 0) b.ref_logprobs = TokenLogprobs(*reference_, b, nullptr);
-        }
+        for (Batch& b : mini) all.push_back(&b);
       }
+      ForEachMicroBatch(all.size(), [&](size_t i, int32_t) {
+        torch::NoGradGuard no_grad;  // thread-local: set in every worker
+        Batch& b = *all[i];
+        b.old_logprobs = options_.recompute_old_logprobs ? TokenLogprobs(*policy_, b, nullptr) : b.behavior;
+        if (options_.loss.kl_coef > 0) b.ref_logprobs = TokenLogprobs(*reference_, b, nullptr);
+      });
     }
+    // Sums per micro-batch, added up in micro-batch order (deterministic
+    // whatever the thread schedule).
+    struct Sums {
+      double loss = 0, pg = 0, kl = 0, clipped = 0, ratio = 0, is_weight = 0, is_capped = 0, tokens = 0, entropy = 0;
+    };
     double pg = 0, kl = 0, clipped = 0, ratio = 0, is_weight = 0, is_capped = 0, tokens = 0, entropy = 0, loss = 0, grad_norm = 0;
     for (int64_t epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
       for (auto& mini : mini_batches) {
@@ -247,26 +324,31 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
         }
         const double normalizer =
             options_.loss.aggregation == LossAggregation::kTokenMean ? mini_tokens : mini_seqs;
-        for (const Batch& b : mini) {
+        std::vector<Sums> sums(mini.size());
+        ForEachMicroBatch(mini.size(), [&](size_t i, int32_t) {
+          const Batch& b = mini[i];
           torch::Tensor logits;
           auto logp = TokenLogprobs(*policy_, b, &logits);
           PolicyLossInputs in{logp, b.old_logprobs, b.behavior, b.versions, b.advantages, b.mask, b.ref_logprobs};
           PolicyLossResult r = PolicyLoss(in, options_.loss, normalizer);
           r.loss.backward();
-          loss += r.loss.item<double>();
-          pg += r.pg_loss_sum;
-          kl += r.kl_sum;
-          clipped += r.clipped_tokens;
-          ratio += r.ratio_sum;
-          is_weight += r.is_weight_sum;
-          is_capped += r.is_capped_tokens;
-          tokens += r.tokens;
-          {
-            torch::NoGradGuard no_grad;
-            entropy += (Entropy(logits.detach()) * b.mask).sum().item<double>();
-          }
-          ++m.micro_batches;
+          Sums& s = sums[i];
+          s.loss = r.loss.item<double>();
+          s.pg = r.pg_loss_sum;
+          s.kl = r.kl_sum;
+          s.clipped = r.clipped_tokens;
+          s.ratio = r.ratio_sum;
+          s.is_weight = r.is_weight_sum;
+          s.is_capped = r.is_capped_tokens;
+          s.tokens = r.tokens;
+          torch::NoGradGuard no_grad;
+          s.entropy = (Entropy(logits.detach()) * b.mask).sum().item<double>();
+        });
+        for (const Sums& s : sums) {
+          loss += s.loss, pg += s.pg, kl += s.kl, clipped += s.clipped, ratio += s.ratio;
+          is_weight += s.is_weight, is_capped += s.is_capped, tokens += s.tokens, entropy += s.entropy;
         }
+        m.micro_batches += static_cast<int64_t>(mini.size());
         grad_norm = OptimizerStep();
         ++m.optimizer_steps;
       }
@@ -307,16 +389,18 @@ Result<StepMetrics> Trainer::SftStep(const std::vector<SftExample>& examples) {
   try {
     double total = 0;
     for (const Batch& b : batches) total += b.mask.sum().item<double>();
-    for (const Batch& b : batches) {
+    std::vector<std::pair<double, double>> sums(batches.size());  // loss, entropy
+    ForEachMicroBatch(batches.size(), [&](size_t i, int32_t) {
+      const Batch& b = batches[i];
       torch::Tensor logits;
       auto logp = TokenLogprobs(*policy_, b, &logits);
       auto loss = -(logp * b.mask).sum() / total;
       loss.backward();
-      m.loss += loss.item<double>();
       torch::NoGradGuard no_grad;
-      m.entropy += (Entropy(logits.detach()) * b.mask).sum().item<double>();
-      ++m.micro_batches;
-    }
+      sums[i] = {loss.item<double>(), (Entropy(logits.detach()) * b.mask).sum().item<double>()};
+    });
+    for (const auto& [loss, entropy] : sums) m.loss += loss, m.entropy += entropy;
+    m.micro_batches = static_cast<int64_t>(batches.size());
     m.entropy /= total;
     m.tokens = static_cast<int64_t>(total);
     m.sequences = static_cast<int64_t>(examples.size());

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "sluice/model/weights.h"
@@ -99,6 +100,40 @@ TEST(TrainerTest, PaddingAndMicroBatchingDoNotChangeTheUpdate) {
     EXPECT_TRUE(torch::allclose(p.value(), pb[p.key()], 1e-4, 1e-4))
         << p.key() << " max diff " << (p.value() - pb[p.key()]).abs().max().item<float>();
   }
+}
+
+TEST(TrainerTest, ParallelMicroBatchWorkersGiveTheSameUpdate) {
+  // Two workers split the batch into micro-batches computed at once; the
+  // update equals the sequential one up to summation order. A helper that
+  // may never run (may_run false) leaves all the work to the caller.
+  auto seq = TinyModel(), par = TinyModel(), lent = TinyModel();
+  TrainerOptions two;
+  two.micro_batch_threads = 2;
+  TrainerOptions never = two;
+  std::atomic<int> asked{0};
+  never.may_run = [&](int32_t w) {
+    EXPECT_GT(w, 0) << "the caller's worker never asks";
+    asked.fetch_add(1);
+    return false;
+  };
+  auto ts = MakeTrainer(seq), tp = MakeTrainer(par, two), tl = MakeTrainer(lent, never);
+  auto ms = ts->RlStep(FixedBatch()), mp = tp->RlStep(FixedBatch()), ml = tl->RlStep(FixedBatch());
+  ASSERT_TRUE(ms.ok() && mp.ok() && ml.ok());
+  EXPECT_EQ(ms->micro_batches, 1);
+  EXPECT_GE(mp->micro_batches, 2) << "split so both workers have work";
+  EXPECT_EQ(mp->tokens, ms->tokens);
+  EXPECT_NEAR(mp->loss, ms->loss, 1e-5);
+  EXPECT_NEAR(mp->entropy, ms->entropy, 1e-5);
+  EXPECT_GT(asked.load(), 0);
+  for (const auto& p : seq->named_parameters()) {
+    EXPECT_TRUE(torch::allclose(p.value(), par->named_parameters()[p.key()], 1e-4, 1e-4)) << p.key();
+    EXPECT_TRUE(torch::allclose(p.value(), lent->named_parameters()[p.key()], 1e-4, 1e-4)) << p.key();
+  }
+  // SFT steps use the workers too.
+  std::vector<SftExample> sft = {{{257, 1, 2}, {3, 4, 258}}, {{257, 5}, {6, 7, 8, 258}}, {{257, 9}, {10, 258}}};
+  auto ss = ts->SftStep(sft), sp = tp->SftStep(sft);
+  ASSERT_TRUE(ss.ok() && sp.ok());
+  EXPECT_NEAR(ss->loss, sp->loss, 1e-3);
 }
 
 TEST(TrainerTest, RecomputedLogprobsMatchTheRolloutEngine) {

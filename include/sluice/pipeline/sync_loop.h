@@ -82,6 +82,11 @@ struct PipelineOptions {
   // the same total in every mode for a fair comparison.
   int32_t rollout_threads = 0;
   int32_t trainer_threads = 0;
+  // Streaming modes with both thread counts set: the trainer computes
+  // micro-batches on trainer_threads + rollout_threads single-threaded
+  // workers, the rollout's only while the rollout is idle (no sequence to
+  // decode, waiting for admission): an idle stage's cores help the busy one.
+  bool lend_idle_cores = true;
   // Versions a sample may lag the weights it is trained with.
   int64_t EffectiveMaxStaleness() const;
 };

@@ -57,6 +57,38 @@ expect report-not-a-run 2 "no metrics" -- "$SLUICE" report "$tmp/nowhere"
 expect async 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/async" pipeline.mode=async \
   pipeline.max_staleness=1 trainer.off_policy_correction=tis
 grep -q '"staleness_max"' "$tmp/async/metrics.jsonl" || { echo "FAIL async run wrote no staleness"; failures=$((failures + 1)); }
+
+# Process mode: trainer, rollout and reward each in its own process over shared
+# memory. Every prompt is trained exactly once, staleness stays within the bound.
+proc=(model.preset=tiny sft.steps=0 rl.steps=6 rl.prompts_per_step=3 rl.group_size=2 rl.max_new_tokens=8
+      rl.dynamic_sampling=false eval.size=4 eval.max_new_tokens=8 eval.interval=0 run.threads=1 run.progress=lines
+      pipeline.mode=async pipeline.max_staleness=2 pipeline.processes=true pipeline.rollout_threads=1
+      pipeline.trainer_threads=1)
+expect processes 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/proc"
+trained=$(grep -o '"prompts":\[[0-9,]*\]' "$tmp/proc/metrics.jsonl" | grep -o '[0-9][0-9]*' | sort -n | tr '\n' ' ')
+[ "$trained" = "$(seq 0 17 | tr '\n' ' ')" ] || { echo "FAIL processes: trained prompts '$trained', want 0..17 once each"; failures=$((failures + 1)); }
+stale=$(grep -o '"staleness_max":[0-9]*' "$tmp/proc/metrics.jsonl" | cut -d: -f2 | sort -n | tail -1)
+[ -n "$stale" ] && [ "$stale" -le 2 ] || { echo "FAIL processes: staleness_max '$stale' > 2"; failures=$((failures + 1)); }
+
+# SIGINT mid-run: the launcher stops every role; no process or segment of the run is left.
+children_of() { grep -ls "^PPid:[[:space:]]*$1\$" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3; }
+"$SLUICE" train "${proc[@]}" run.dir="$tmp/int" rl.steps=1000000 > "$tmp/int.log" 2>&1 &
+launcher=$!
+for _ in $(seq 300); do [ "$(children_of $launcher | wc -l)" -ge 3 ] && break; sleep 0.1; done
+roles=$(children_of $launcher)
+[ "$(echo "$roles" | wc -w)" -eq 3 ] || { echo "FAIL sigint: roles '$roles' did not start"; failures=$((failures + 1)); }
+for _ in $(seq 300); do grep -q '"step":2' "$tmp/int/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+kill -INT $launcher
+for _ in $(seq 300); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+wait $launcher; rc=$?
+[ "$rc" -ne 0 ] && grep -q "Aborted" "$tmp/int.log" || { echo "FAIL sigint: rc=$rc"; tail -3 "$tmp/int.log"; failures=$((failures + 1)); }
+for pid in $roles; do
+  kill -0 "$pid" 2>/dev/null && { echo "FAIL sigint: role process $pid still runs"; kill -9 "$pid"; failures=$((failures + 1)); }
+done
+left=$(ls /dev/shm | grep -E "(^|[.-])$launcher-" || true)
+[ -z "$left" ] || { echo "FAIL sigint: shared memory left behind: $left"; failures=$((failures + 1)); }
+[ "$failures" -eq 0 ] && echo "ok   processes and sigint"
+
 expect bad-mode 2 "pipeline.mode" -- "$SLUICE" train pipeline.mode=fast
 expect eval-needs-model 2 "--model is required" -- "$SLUICE" eval
 expect unknown-key 2 "trainer.lr" -- "$SLUICE" train trainer.lrr=1

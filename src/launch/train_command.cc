@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "sluice/common/file_util.h"
 #include "sluice/launch/commands.h"
 #include "sluice/launch/report.h"
+#include "sluice/launch/supervisor.h"
 #include "sluice/launch/config.h"
 #include "sluice/launch/flags.h"
 #include "sluice/model/weights.h"
@@ -95,6 +97,9 @@ ConfigSchema TrainSchema() {
             "rollout weight switch: in_flight (sequences continue on new weights) or at_boundary (finish first)");
   s.AddInt("pipeline.rollout_threads", 0, 0, 1024, "intra-op threads of the rollout role (0: run.threads)");
   s.AddInt("pipeline.trainer_threads", 0, 0, 1024, "intra-op threads of the trainer role (0: run.threads)");
+  s.AddBool("pipeline.processes", false,
+            "streaming modes: run the trainer, rollout and reward roles as separate processes (hub and weights "
+            "over shared memory), supervised by this one; Ctrl-C stops them all");
   s.AddBool("pipeline.lend_idle_cores", true,
             "streaming modes with both thread counts set: the rollout's cores train while the rollout idles");
   s.AddInt("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)");
@@ -194,6 +199,7 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
   o.pipeline.rollout_threads = static_cast<int32_t>(c.GetInt("pipeline.rollout_threads"));
   o.pipeline.trainer_threads = static_cast<int32_t>(c.GetInt("pipeline.trainer_threads"));
   o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
+  o.pipeline.processes = c.GetBool("pipeline.processes");
   SLUICE_RETURN_IF_ERROR(o.Validate());
   return o;
 }
@@ -280,10 +286,56 @@ Result<std::shared_ptr<model::Transformer>> InitialModel(const Config& c) {
   return std::make_shared<model::Transformer>(config, static_cast<uint64_t>(c.GetInt("run.seed")));
 }
 
+// pipeline.processes: how this program runs a role of `run_dir`'s run (the
+// launcher appends the connection flags).
+Result<std::vector<std::string>> RoleCommand(const std::string& run_dir) {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return Status::Unavailable("cannot resolve /proc/self/exe: " + ec.message());
+  return std::vector<std::string>{exe.string(),
+                                  "train",
+                                  "--config=" + (fs::path(run_dir) / "config.yaml").string(),
+                                  "model.path=" + (fs::path(run_dir) / "roles" / "init").string(),
+                                  "sft.steps=0"};
+}
+
+// In a role process (started by a launcher with --role): runs that role.
+Status RunRoleProcess(const FlagSet& flags, Config& config) {
+  pipeline::RoleConnection c;
+  SLUICE_ASSIGN_OR_RETURN(std::string role, flags.GetString("role"));
+  SLUICE_ASSIGN_OR_RETURN(c.role, pipeline::ParsePipelineRole(role));
+  SLUICE_ASSIGN_OR_RETURN(c.hub, flags.GetString("hub"));
+  SLUICE_ASSIGN_OR_RETURN(c.weights, flags.GetString("weights"));
+  SLUICE_ASSIGN_OR_RETURN(c.board, flags.GetString("board"));
+  SLUICE_ASSIGN_OR_RETURN(c.start_step, flags.GetInt("start-step", 0, INT64_MAX));
+  SLUICE_ASSIGN_OR_RETURN(c.start_version, flags.GetInt("start-version", 0, INT64_MAX));
+  if (c.hub.empty() || c.weights.empty() || c.board.empty()) {
+    return Status::InvalidArgument("--role needs --hub, --weights and --board (it is started by a launcher)");
+  }
+  SLUICE_ASSIGN_OR_RETURN(pipeline::LoopOptions options, LoopOptionsFrom(config));
+  SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
+  SetIntraOpThreads(config.GetInt("run.threads"));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
+  SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
+  SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, std::move(task), options));
+  Progress progress(c.role == pipeline::PipelineRole::kTrainer ? config.GetString("run.progress") : "off");
+  auto report = [&](const std::string& phase, int64_t done, int64_t total, const pipeline::StepRecord* r) {
+    progress.Update(phase, done, total, r);
+  };
+  return loop->RunRole(c, report).WithContext(role + " role");
+}
+
 Status Train(const std::vector<std::string>& args) {
   FlagSet flags;
   flags.Add("config", "", "YAML config file (keys: `sluice train --help-config`)");
   flags.Add("help-config", "false", "print every config key with its default and exit", /*is_bool=*/true);
+  // Set by a launcher (pipeline.processes) on the role processes it starts.
+  flags.Add("role", "", "internal: run one role (trainer, rollout, reward) of a launcher's run");
+  flags.Add("hub", "", "internal (--role): the run's TransferQueue endpoint");
+  flags.Add("weights", "", "internal (--role): the run's weight store");
+  flags.Add("board", "", "internal (--role): the run's role board segment");
+  flags.Add("start-step", "0", "internal (--role): the RL step the run starts at");
+  flags.Add("start-version", "0", "internal (--role): the weight version the run starts at");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   ConfigSchema schema = TrainSchema();
   if (flags.help_requested()) {
@@ -297,7 +349,12 @@ Status Train(const std::vector<std::string>& args) {
   }
   SLUICE_ASSIGN_OR_RETURN(std::string config_path, flags.GetString("config"));
   SLUICE_ASSIGN_OR_RETURN(Config config, Config::Load(schema, config_path, flags.positional()));
+  SLUICE_ASSIGN_OR_RETURN(std::string role, flags.GetString("role"));
+  if (!role.empty()) return RunRoleProcess(flags, config);
   SLUICE_ASSIGN_OR_RETURN(pipeline::LoopOptions options, LoopOptionsFrom(config));
+  if (options.pipeline.processes) {
+    SLUICE_ASSIGN_OR_RETURN(options.pipeline.role_command, RoleCommand(options.run_dir));
+  }
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
   SetIntraOpThreads(config.GetInt("run.threads"));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
@@ -319,7 +376,12 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(pipeline::EvalResult before, loop->Evaluate());
   std::fprintf(stderr, "held-out accuracy before RL: %.1f%% (%lld examples, greedy)\n", 100 * before.accuracy,
                static_cast<long long>(before.examples));
-  SLUICE_RETURN_IF_ERROR(loop->Train(report));
+  {
+    // Process mode: Ctrl-C (or SIGTERM) stops every role and cleans up.
+    std::optional<StopOnSignals> signals;
+    if (options.pipeline.processes) signals.emplace();
+    SLUICE_RETURN_IF_ERROR(loop->Train(report, signals ? signals->flag() : nullptr));
+  }
   SLUICE_ASSIGN_OR_RETURN(pipeline::EvalResult after, loop->Evaluate());
   const fs::path final_dir = fs::path(options.run_dir) / "final";
   SLUICE_RETURN_IF_ERROR(model::SavePretrained(*policy, final_dir.string()));

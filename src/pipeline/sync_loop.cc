@@ -52,6 +52,9 @@ Status LoopOptions::Validate() const {
   if (checkpoint_interval < 0) return bad("checkpoint.interval", "must be >= 0");
   if (pipeline.max_staleness < 0) return bad("pipeline.max_staleness", "must be >= 0");
   if (pipeline.sync_interval < 1) return bad("pipeline.sync_interval", "must be >= 1");
+  if (pipeline.processes && pipeline.mode == PipelineMode::kDirect) {
+    return bad("pipeline.processes", "needs a streaming mode (sync, one_step_off or async), not direct");
+  }
   if (pipeline.rollout_threads < 0 || pipeline.trainer_threads < 0) {
     return bad("pipeline.rollout_threads/trainer_threads", "must be >= 0 (0: the process setting)");
   }
@@ -77,6 +80,7 @@ std::string StepRecord::ToJson() const {
             {"token_staleness_mean", token_staleness_mean},
             {"wait_seconds", wait_seconds},
             {"queue_ready", queue_ready}});
+  if (!prompts.empty()) j["prompts"] = prompts;
   if (!staleness_hist.empty()) {
     j.update({{"rollout_tokens", rollout_tokens},
               {"rollout_busy", rollout_busy},
@@ -238,7 +242,7 @@ Result<EvalResult> SyncLoop::Evaluate() {
   return e;
 }
 
-Status SyncLoop::Train(const ProgressFn& progress) {
+Status SyncLoop::PrepareTraining() {
   State& s = *state_;
   const RlOptions& rl = s.options.rl;
   if (s.options.rl.trainer.loss.kl_coef > 0) {
@@ -256,7 +260,16 @@ Status SyncLoop::Train(const ProgressFn& progress) {
   bool loaded = false;
   if (s.options.resume) SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
   if (!loaded) std::ofstream(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::trunc);
-  if (s.options.pipeline.mode != PipelineMode::kDirect) return TrainStreaming(progress);
+  return Status::Ok();
+}
+
+Status SyncLoop::Train(const ProgressFn& progress, const std::atomic<bool>* stop) {
+  State& s = *state_;
+  const RlOptions& rl = s.options.rl;
+  SLUICE_RETURN_IF_ERROR(PrepareTraining());
+  if (s.options.pipeline.mode != PipelineMode::kDirect) {
+    return s.options.pipeline.processes ? TrainInProcesses(progress, stop) : TrainStreaming(progress);
+  }
   const uint64_t n = s.task->size(reward::Split::kTrain);
   const auto run_start = Clock::now();
   std::ofstream metrics(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::app);

@@ -13,6 +13,7 @@
 #ifndef SLUICE_PIPELINE_SYNC_LOOP_H_
 #define SLUICE_PIPELINE_SYNC_LOOP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -87,8 +88,33 @@ struct PipelineOptions {
   // workers, the rollout's only while the rollout is idle (no sequence to
   // decode, waiting for admission): an idle stage's cores help the busy one.
   bool lend_idle_cores = true;
+  // Streaming modes: run the trainer, rollout and reward roles each as its
+  // own OS process (hub and weights over shared memory), started and
+  // supervised by this process, instead of as threads of it. Needs
+  // role_command.
+  bool processes = false;
+  // How to start a role process: this program's path and the arguments that
+  // make it run `SyncLoop::RunRole` with this run's config; the launcher
+  // appends --role=..., --hub=..., --weights=..., --board=... (see
+  // RoleConnection). Set by the command-line front end.
+  std::vector<std::string> role_command;
   // Versions a sample may lag the weights it is trained with.
   int64_t EffectiveMaxStaleness() const;
+};
+
+// The roles of the streaming modes.
+enum class PipelineRole { kTrainer, kRollout, kReward };
+Result<PipelineRole> ParsePipelineRole(const std::string& name);  // trainer, rollout, reward
+std::string PipelineRoleName(PipelineRole role);
+
+// What a role process is told by its launcher.
+struct RoleConnection {
+  PipelineRole role = PipelineRole::kTrainer;
+  std::string hub;      // TransferQueue server endpoint (same-host shared memory when available)
+  std::string weights;  // CheckpointEngine shared-memory store name (the trainer publishes, rollout reads)
+  std::string board;    // shared-memory segment of the roles' counters and flags
+  int64_t start_step = 0;
+  int64_t start_version = 0;
 };
 
 struct LoopOptions {
@@ -147,7 +173,7 @@ struct StepRecord {
   double rollout_busy = 0, trainer_busy = 0;
   // staleness_hist[k]: trained samples whose first token is k versions old.
   std::vector<int64_t> staleness_hist;
-  std::vector<uint64_t> prompts;  // prompt cursors consumed by the step (kept or dropped); not in JSON
+  std::vector<uint64_t> prompts;  // prompt cursors consumed by the step (kept or dropped)
   bool has_eval = false;
   EvalResult eval;
   std::string ToJson() const;
@@ -169,7 +195,17 @@ class SyncLoop {
   // Greedy decoding of the first eval.size eval examples.
   Result<EvalResult> Evaluate();
   // RL steps until rl.steps (resuming from the latest checkpoint if asked).
-  Status Train(const ProgressFn& progress);
+  // With pipeline.processes, the roles run as child processes (each calls
+  // RunRole); this process hosts the hub, supervises them, stops them all on
+  // a failure or when `stop` becomes true (e.g. set by a SIGINT handler), and
+  // removes every shared-memory segment of the run; afterwards it holds the
+  // trained weights (from the trainer's last checkpoint).
+  Status Train(const ProgressFn& progress, const std::atomic<bool>* stop = nullptr);
+
+  // In a role process: runs one role of a launcher's run to its end. The
+  // loop must be created with the launcher's options (model, seed, rl.*);
+  // the trainer also resumes from the run's checkpoint when options.resume.
+  Status RunRole(const RoleConnection& connection, const ProgressFn& progress);
 
   // Streaming modes: what the last Train() measured (zeros in direct mode).
   struct StreamSummary {
@@ -184,7 +220,10 @@ class SyncLoop {
 
  private:
   struct State;
-  Status TrainStreaming(const ProgressFn& progress);  // stream_train.cc
+  friend struct StreamRoles;
+  Status PrepareTraining();                            // reference model, trainer, resume
+  Status TrainStreaming(const ProgressFn& progress);  // stream_train.cc: roles as threads
+  Status TrainInProcesses(const ProgressFn& progress, const std::atomic<bool>* stop);  // stream_launch.cc
   explicit SyncLoop(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

@@ -1,0 +1,245 @@
+// Process mode of the streaming pipeline (pipeline.processes): the launcher
+// (SyncLoop::TrainInProcesses) and what each role process runs
+// (SyncLoop::RunRole).
+//
+//   launcher: TransferQueueServer (shm arena) + RoleBoard segment
+//     ├─ trainer process  ── ShmPublisher ──┐  CheckpointEngine shm store
+//     ├─ rollout process  ── ShmSubscriber ─┘  (+ StandbyWeights)
+//     └─ reward process
+//   every role: ConnectTransferQueue(hub) over the arena
+//
+// Staleness: the rollout process keeps its own StalenessAdmission and retires
+// prompt_per_version prompts for every trainer version it sees published (it
+// learns of versions late, never early, so the bound holds as in threads
+// mode). Stopping: a role that fails exits non-zero; the supervisor then stops
+// the others, as it does on the launcher's stop flag (SIGINT). Whatever way
+// the run ends, the launcher removes the weight store, the board and the hub's
+// arena, and reaps every child.
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "loop_state.h"
+#include "sluice/checkpoint_engine/shm_store.h"
+#include "sluice/checkpoint_engine/version_store.h"
+#include "sluice/common/logging.h"
+#include "sluice/common/shm.h"
+#include "sluice/launch/supervisor.h"
+#include "sluice/rollout/standby_weights.h"
+#include "sluice/transfer_queue/remote.h"
+#include "sluice/transfer_queue/server.h"
+#include "stream_roles.h"
+
+namespace sluice::pipeline {
+
+namespace ce = checkpoint_engine;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr char kShmPrefix[] = "sluice";
+
+// The board segment, mapped read-write.
+struct MappedBoard {
+  SharedMemorySegment segment;
+  RoleBoard* board = nullptr;
+};
+
+Result<MappedBoard> OpenBoard(const std::string& name) {
+  SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment segment, SharedMemorySegment::Open(name, ShmAccess::kReadWrite));
+  if (segment.size() < sizeof(RoleBoard)) {
+    return Status::DataLoss("role board " + name + " is " + std::to_string(segment.size()) + " bytes, expected " +
+                            std::to_string(sizeof(RoleBoard)));
+  }
+  MappedBoard m;
+  m.board = reinterpret_cast<RoleBoard*>(segment.data());
+  m.segment = std::move(segment);
+  return m;
+}
+
+// Hub capacity for the run: every answer that can be in flight, at its
+// longest, with room to spare.
+uint64_t HubBytes(const LoopOptions& o) {
+  const uint64_t rows = static_cast<uint64_t>(o.rl.prompts_per_step * o.rl.group_size) *
+                        static_cast<uint64_t>(o.pipeline.EffectiveMaxStaleness() + 3);
+  const uint64_t row_bytes = 2048 + 24 * static_cast<uint64_t>(std::max(o.rl.sampling.max_new_tokens, 1));
+  return std::max<uint64_t>(uint64_t{64} << 20, 2 * rows * row_bytes);
+}
+
+}  // namespace
+
+Result<PipelineRole> ParsePipelineRole(const std::string& name) {
+  if (name == "trainer") return PipelineRole::kTrainer;
+  if (name == "rollout") return PipelineRole::kRollout;
+  if (name == "reward") return PipelineRole::kReward;
+  return Status::InvalidArgument("pipeline role '" + name + "' is not one of {trainer, rollout, reward}");
+}
+
+std::string PipelineRoleName(PipelineRole role) {
+  switch (role) {
+    case PipelineRole::kTrainer: return "trainer";
+    case PipelineRole::kRollout: return "rollout";
+    case PipelineRole::kReward: return "reward";
+  }
+  return "?";
+}
+
+Status SyncLoop::TrainInProcesses(const ProgressFn& progress, const std::atomic<bool>* stop) {
+  State& s = *state_;
+  const PipelineOptions& po = s.options.pipeline;
+  if (po.role_command.empty()) {
+    return Status::FailedPrecondition("pipeline.processes needs a role command (set by the sluice front end)");
+  }
+  if (s.step >= s.options.rl.steps) return Status::Ok();
+  const auto run_start = Clock::now();
+
+  // Names of this run's shared-memory objects: unique per launcher process.
+  static std::atomic<int> runs{0};
+  const ProcessIdentity me = CurrentProcess();
+  const std::string tag = std::to_string(me.pid) + "-" + std::to_string(me.start_time) + "-" +
+                          std::to_string(runs.fetch_add(1));
+  const std::string store_name = "run-" + tag;
+  const std::string board_name = ShmSegmentName({kShmPrefix, "board", tag});
+
+  // The roles start from this process's weights (after the warm start, or
+  // the resumed checkpoint's).
+  const fs::path init_dir = fs::path(s.options.run_dir) / "roles" / "init";
+  SLUICE_RETURN_IF_ERROR(model::SavePretrained(*s.policy, init_dir.string()));
+
+  tq::ServerOptions so;
+  so.controller.columns = RolloutColumns();
+  so.controller.tasks = {kRewardTask, kTrainTask};
+  so.shm_bytes = HubBytes(s.options);
+  so.controller.capacity_bytes = so.shm_bytes / 4 * 3;
+  SLUICE_ASSIGN_OR_RETURN(auto server, tq::TransferQueueServer::Start(so));
+  SLUICE_RETURN_IF_ERROR(tq::TransferQueueClient(server->controller(), server->storage())
+                             .CreatePartition(kRolloutPartition, static_cast<uint32_t>(s.options.rl.group_size)));
+  SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment board_segment, SharedMemorySegment::Create(board_name, sizeof(RoleBoard)));
+  auto* board = reinterpret_cast<RoleBoard*>(board_segment.data());  // zero-filled: every counter 0
+
+  Status result = [&]() -> Status {
+    SLUICE_ASSIGN_OR_RETURN(auto supervisor, launch::Supervisor::Create({}));
+    for (PipelineRole role : {PipelineRole::kTrainer, PipelineRole::kRollout, PipelineRole::kReward}) {
+      launch::ChildSpec spec;
+      spec.name = PipelineRoleName(role);
+      spec.path = po.role_command.front();
+      spec.args.assign(po.role_command.begin() + 1, po.role_command.end());
+      spec.args.push_back("--role=" + spec.name);
+      spec.args.push_back("--hub=" + server->endpoint());
+      spec.args.push_back("--weights=" + store_name);
+      spec.args.push_back("--board=" + board_name);
+      spec.args.push_back("--start-step=" + std::to_string(s.step));
+      spec.args.push_back("--start-version=" + std::to_string(s.version));
+      spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
+      SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting the " + spec.name + " role"));
+    }
+    // A day is "no limit" for a run; SIGINT and failures end it sooner.
+    Status waited = supervisor->Wait(std::chrono::hours(24 * 365), stop);
+    supervisor->StopAll();
+    return waited;
+  }();
+
+  s.stream_stats.rollout_busy_seconds = static_cast<double>(board->rollout_busy_us.load()) / 1e6;
+  s.stream_stats.rollout_tokens = board->rollout_tokens.load();
+  s.stream_stats.wall_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+  // Cleanup, whatever happened: the roles are gone (reaped), so nothing is in use.
+  server->Stop();
+  board_segment.Reset();
+  Status unlinked = SharedMemorySegment::Unlink(board_name);
+  if (!unlinked.ok()) SLUICE_LOG(WARNING) << "role board: " << unlinked.ToString();
+  Status destroyed = ce::DestroyShmStore(kShmPrefix, store_name);
+  if (!destroyed.ok() && destroyed.code() != StatusCode::kNotFound) {
+    SLUICE_LOG(WARNING) << "weight store " << store_name << ": " << destroyed.ToString();
+  }
+  SLUICE_RETURN_IF_ERROR(result);
+
+  // The trained weights, step and version: the trainer's last checkpoint.
+  bool loaded = false;
+  SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
+  if (!loaded || s.step != s.options.rl.steps) {
+    return Status::Internal("the trainer role ended without a checkpoint of the last step");
+  }
+  (void)progress;
+  return Status::Ok();
+}
+
+Status SyncLoop::RunRole(const RoleConnection& c, const ProgressFn& progress) {
+  State& s = *state_;
+  const RlOptions& rl = s.options.rl;
+  const PipelineOptions& po = s.options.pipeline;
+  if (po.mode == PipelineMode::kDirect) return Status::InvalidArgument("a role process needs a streaming pipeline.mode");
+  s.step = c.start_step;
+  s.version = c.start_version;
+  SLUICE_ASSIGN_OR_RETURN(MappedBoard mapped, OpenBoard(c.board));
+  RoleBoard& board = *mapped.board;
+  tq::RemoteOptions ro;
+  ro.shm = tq::ShmMode::kAuto;
+  SLUICE_ASSIGN_OR_RETURN(tq::RemoteQueue queue, tq::ConnectTransferQueue(c.hub, ro));
+  tq::TransferQueueClient client = queue.client();
+  auto stopping = [] { return false; };  // the launcher stops a role process by signal
+
+  Status done;
+  switch (c.role) {
+    case PipelineRole::kTrainer: {
+      SLUICE_RETURN_IF_ERROR(PrepareTraining());
+      if (s.step != c.start_step || s.version != c.start_version) {
+        return Status::FailedPrecondition("the trainer resumed at step " + std::to_string(s.step) + ", the launcher at " +
+                                          std::to_string(c.start_step));
+      }
+      SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*s.policy));
+      ce::ShmPublisherOptions pub;
+      pub.store_name = c.weights;
+      pub.shm_prefix = kShmPrefix;
+      pub.layout = ce::LayoutOf(initial);
+      SLUICE_ASSIGN_OR_RETURN(auto publisher, ce::ShmPublisher::Attach(pub));
+      SLUICE_RETURN_IF_ERROR(publisher->Publish(s.version, initial));
+      initial.clear();
+      StreamRoles::Trainer t;
+      t.publish = [&](int64_t version, const TensorMap& weights) { return publisher->Publish(version, weights); };
+      done = StreamRoles::RunTrainer(s, client, t, board, [this] { return Evaluate(); }, progress);
+      break;
+    }
+    case PipelineRole::kRollout: {
+      SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*s.policy));
+      ce::ShmSubscriberOptions sub_options;
+      sub_options.store_name = c.weights;
+      sub_options.shm_prefix = kShmPrefix;
+      sub_options.expected_layout = ce::LayoutOf(initial);
+      sub_options.attach_timeout = milliseconds(120000);  // the trainer creates the store after loading
+      initial.clear();
+      SLUICE_ASSIGN_OR_RETURN(auto subscriber, ce::ShmSubscriber::Attach(sub_options));
+      SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(s.policy, s.version,
+                                                                            rollout::MakeWeightSource(*subscriber)));
+      tq::StalenessOptions so;
+      so.max_staleness = po.EffectiveMaxStaleness();
+      so.prompts_per_version = rl.prompts_per_step * po.sync_interval;
+      so.initial_trainer_version = s.version;
+      SLUICE_ASSIGN_OR_RETURN(auto admission, tq::StalenessAdmission::Create(so));
+      int64_t seen = s.version;
+      StreamRoles::Rollout r{s.policy, standby.get(), admission.get(), nullptr};
+      // Each published version retires a version's worth of prompts (at
+      // most what is pending: the last version may cover fewer steps).
+      r.before_admit = [&]() -> Status {
+        const int64_t latest = subscriber->latest_version();
+        if (latest <= seen) return Status::Ok();
+        const int64_t consumed =
+            std::min(so.prompts_per_version * (latest - seen), admission->stats().pending);
+        seen = latest;
+        return admission->CompleteStep(latest, consumed);
+      };
+      done = StreamRoles::RunRollout(s, client, r, board, stopping);
+      standby->Stop();
+      break;
+    }
+    case PipelineRole::kReward:
+      done = StreamRoles::RunReward(s, client, board, stopping);
+      break;
+  }
+  if (!done.ok()) board.stop.store(1);  // the others stop at their next check
+  return done;
+}
+
+}  // namespace sluice::pipeline

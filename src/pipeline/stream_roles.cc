@@ -1,0 +1,273 @@
+// The rollout, reward and trainer roles of the streaming modes; see
+// stream_roles.h. The wiring (threads or processes) is in stream_train.cc
+// and stream_launch.cc.
+#include "stream_roles.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace sluice::pipeline {
+
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr auto kPoll = milliseconds(50);
+
+template <typename T>
+HostTensor VectorTensor(DType dtype, const std::vector<T>& v) {
+  return HostTensor::Copy(dtype, {static_cast<int64_t>(v.size())}, v.data(), v.size() * sizeof(T));
+}
+
+template <typename T>
+std::vector<T> TensorVector(const HostTensor& t) {
+  std::vector<T> v(t.nbytes / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), t.data, v.size() * sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+Result<reward::Example> StreamRoles::ExampleOf(const SyncLoop::State& s, uint64_t cursor) {
+  return s.task->Get(reward::Split::kTrain,
+                     PermutedIndex(s.options.seed, cursor, s.task->size(reward::Split::kTrain)));
+}
+
+std::vector<tq::ColumnSchema> RolloutColumns() {
+  return {{"prompt", DType::kI32, {tq::kRaggedDim}},
+          {"response", DType::kI32, {tq::kRaggedDim}},
+          {"logprobs", DType::kF32, {tq::kRaggedDim}},
+          {"versions", DType::kI64, {tq::kRaggedDim}},
+          {"reward", DType::kF32, {}}};
+}
+
+Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& client, const Rollout& r, RoleBoard& board,
+                               const std::function<bool()>& stopping) {
+  const RlOptions& rl = s.options.rl;
+  const PipelineOptions& po = s.options.pipeline;
+  const int64_t P = rl.prompts_per_step, G = rl.group_size;
+  if (po.rollout_threads > 0) SetIntraOpThreadsHere(po.rollout_threads);
+  rollout::EngineOptions eo;
+  eo.num_slots = rl.rollout_slots;
+  eo.eos_token_id = s.tokenizer.eos_id();
+  eo.switch_policy = po.switch_policy;
+  SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create({r.model, s.version}, eo));
+  engine->SetWeightSwapHook(r.standby->Hook());
+  struct IdleOnExit {
+    RoleBoard* board;
+    ~IdleOnExit() { board->rollout_idle.store(1); }
+  } idle_on_exit{&board};
+  uint64_t cursor = static_cast<uint64_t>(s.step * P);
+  const uint64_t end_cursor = static_cast<uint64_t>(rl.steps * P);
+  while (!stopping() && board.stop.load() == 0) {
+    board.rollout_idle.store(engine->idle() ? 1 : 0);
+    if (cursor == end_cursor && engine->idle()) return Status::Ok();  // every answer is in the hub
+    // Keep about one batch of prompts waiting so freed slots refill at once.
+    const int64_t queued = static_cast<int64_t>(engine->num_waiting()) + engine->num_running();
+    const int64_t want =
+        std::min<int64_t>((2 * rl.rollout_slots - queued) / G, static_cast<int64_t>(end_cursor - cursor));
+    if (want > 0) {
+      if (r.before_admit) SLUICE_RETURN_IF_ERROR(r.before_admit());
+      auto admitted = r.admission->Admit(want, engine->policy_version(), engine->idle() ? kPoll : milliseconds(0));
+      if (!admitted.ok() && admitted.status().code() != StatusCode::kTimeout) {
+        return admitted.status().code() == StatusCode::kAborted ? Status::Ok() : admitted.status();
+      }
+      for (int64_t i = 0; admitted.ok() && i < *admitted; ++i, ++cursor) {
+        SLUICE_ASSIGN_OR_RETURN(reward::Example ex, ExampleOf(s, cursor));
+        const auto prompt = s.EncodePrompt(ex.prompt);
+        for (int64_t g = 0; g < G; ++g) {
+          rollout::GenerationRequest req;
+          req.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
+          req.prompt = prompt;
+          req.sampling = rl.sampling;
+          req.sampling.seed = AnswerSeed(s.options.seed, P, G, cursor, g);
+          if (rl.forced_length) req.sampling.forced_length = rl.forced_length(cursor, g);
+          SLUICE_RETURN_IF_ERROR(engine->Submit(std::move(req)));
+        }
+      }
+    }
+    board.rollout_idle.store(engine->idle() ? 1 : 0);
+    // A step on an idle engine still runs the weight-swap hook.
+    const auto t0 = Clock::now();
+    SLUICE_ASSIGN_OR_RETURN(auto done, engine->Step());
+    if (!engine->idle() || !done.empty()) {
+      board.rollout_busy_us += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+    }
+    for (auto& res : done) {
+      board.rollout_tokens += static_cast<int64_t>(res.tokens.size());
+      const uint64_t c = res.id / static_cast<uint64_t>(G);
+      tq::RowTags tags;
+      tags.group_id = static_cast<tq::GroupId>(c);
+      tags.policy_version = res.versions.empty() ? engine->policy_version() : res.versions.front();
+      tags.token_length = static_cast<int64_t>(res.tokens.size());
+      tags.user["answer"] = std::to_string(res.id % static_cast<uint64_t>(G));
+      tq::ColumnBatch cols;
+      cols["prompt"] = {VectorTensor(DType::kI32, res.prompt)};
+      cols["response"] = {VectorTensor(DType::kI32, res.tokens)};
+      cols["logprobs"] = {VectorTensor(DType::kF32, res.logprobs)};
+      cols["versions"] = {VectorTensor(DType::kI64, res.versions)};
+      SLUICE_RETURN_IF_ERROR(client.PutRows(kRolloutPartition, {tags}, cols).status());
+    }
+  }
+  return Status::Ok();
+}
+
+Status StreamRoles::RunReward(SyncLoop::State& s, tq::TransferQueueClient& client, RoleBoard& board,
+                              const std::function<bool()>& stopping) {
+  const RlOptions& rl = s.options.rl;
+  const int64_t total = (rl.steps - s.step) * rl.prompts_per_step * rl.group_size;
+  for (int64_t scored = 0; scored < total && !stopping() && board.stop.load() == 0;) {
+    auto meta = client.GetMeta(kRewardTask, {"response"}, 1, kRolloutPartition, {}, kPoll);
+    if (!meta.ok()) {
+      if (meta.status().code() != StatusCode::kTimeout) return meta.status();
+      continue;
+    }
+    SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
+    const uint64_t cursor = static_cast<uint64_t>(meta->rows[0].tags.group_id);
+    SLUICE_ASSIGN_OR_RETURN(reward::Example ex, ExampleOf(s, cursor));
+    SLUICE_ASSIGN_OR_RETURN(std::string text,
+                            s.tokenizer.Decode(TensorVector<model::TokenId>(data.columns["response"][0])));
+    const float reward = static_cast<float>(s.task->Score(ex, text));
+    tq::ColumnBatch cols;
+    cols["reward"] = {HostTensor::Copy(DType::kF32, {}, &reward, sizeof(reward))};
+    SLUICE_RETURN_IF_ERROR(client.PutColumns(meta->row_ids(), cols));
+    SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());
+    ++scored;
+  }
+  return Status::Ok();
+}
+
+Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& client, const Trainer& t,
+                               RoleBoard& board, const std::function<Result<EvalResult>()>& evaluate,
+                               const SyncLoop::ProgressFn& progress) {
+  const RlOptions& rl = s.options.rl;
+  const PipelineOptions& po = s.options.pipeline;
+  const int64_t P = rl.prompts_per_step, G = rl.group_size;
+
+  // Core lending: the trainer's extra micro-batch workers run on the
+  // rollout's cores, only while the rollout has nothing to decode.
+  const int32_t own_workers = s.trainer->options().micro_batch_threads;
+  struct RestoreWorkers {
+    trainer::Trainer* t;
+    int32_t n;
+    ~RestoreWorkers() { (void)t->SetMicroBatchWorkers(n, nullptr); }
+  } restore{s.trainer.get(), own_workers};
+  if (po.lend_idle_cores && po.rollout_threads > 0 && po.trainer_threads > 0) {
+    const int32_t own = std::max(po.trainer_threads, own_workers);
+    SLUICE_RETURN_IF_ERROR(s.trainer->SetMicroBatchWorkers(
+        own + po.rollout_threads, [&board, own](int32_t w) { return w < own || board.rollout_idle.load() != 0; }));
+  }
+
+  const auto run_start = Clock::now();
+  auto interval_start = run_start;
+  int64_t busy_us_before = board.rollout_busy_us.load(), tokens_before = board.rollout_tokens.load();
+  std::ofstream metrics(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::app);
+  const std::vector<std::string> columns = {"prompt", "response", "logprobs", "versions", "reward"};
+  tq::SamplingPolicy whole_groups;
+  whole_groups.mode = tq::SamplingMode::kWholeGroup;
+  while (s.step < rl.steps) {
+    StepRecord rec;
+    rec.step = s.step + 1;
+    rec.total_steps = rl.steps;
+    rec.version = s.version;
+    if (auto stats = client.Stats(); stats.ok()) {
+      for (const auto& task : stats->controller.tasks) {
+        if (task.task == kTrainTask) rec.queue_ready = static_cast<int64_t>(task.ready);
+      }
+    }
+    // Take P whole groups, in the order they complete.
+    const auto t0 = Clock::now();
+    std::map<uint64_t, std::vector<trainer::RolloutSample>> groups;  // by prompt cursor
+    double reward_sum = 0, correct = 0, len_sum = 0, stale_sum = 0, token_stale_sum = 0, tokens = 0;
+    for (int64_t taken = 0; taken < P;) {
+      if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
+      if (t.check) SLUICE_RETURN_IF_ERROR(t.check());
+      auto meta = client.GetMeta(kTrainTask, columns, static_cast<uint32_t>(G), kRolloutPartition, whole_groups, kPoll);
+      if (!meta.ok()) {
+        if (meta.status().code() == StatusCode::kTimeout) continue;
+        return meta.status();
+      }
+      SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
+      SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());
+      ++taken;
+      const uint64_t cursor = static_cast<uint64_t>(meta->rows[0].tags.group_id);
+      rec.prompts.push_back(cursor);
+      std::vector<trainer::RolloutSample> group(static_cast<size_t>(G));
+      for (size_t i = 0; i < meta->rows.size(); ++i) {
+        const int64_t g = std::stoll(meta->rows[i].tags.user.at("answer"));
+        trainer::RolloutSample& smp = group.at(static_cast<size_t>(g));
+        smp.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
+        smp.group_id = cursor;
+        smp.prompt = TensorVector<model::TokenId>(data.columns["prompt"][i]);
+        smp.response = TensorVector<model::TokenId>(data.columns["response"][i]);
+        smp.behavior_logprobs = TensorVector<float>(data.columns["logprobs"][i]);
+        smp.versions = TensorVector<int64_t>(data.columns["versions"][i]);
+        smp.reward = *reinterpret_cast<const float*>(data.columns["reward"][i].data);
+        reward_sum += smp.reward;
+        correct += smp.reward >= 1.0 ? 1.0 : 0.0;
+        len_sum += static_cast<double>(smp.response.size());
+        rec.response_len_max = std::max<int64_t>(rec.response_len_max, static_cast<int64_t>(smp.response.size()));
+        rec.generated_tokens += static_cast<int64_t>(smp.response.size());
+        const int64_t stale = s.version - (smp.versions.empty() ? s.version : smp.versions.front());
+        stale_sum += static_cast<double>(stale);
+        if (stale >= 0) {
+          if (rec.staleness_hist.size() <= static_cast<size_t>(stale)) rec.staleness_hist.resize(stale + 1, 0);
+          ++rec.staleness_hist[static_cast<size_t>(stale)];
+        }
+        rec.staleness_max = std::max(rec.staleness_max, stale);
+        for (int64_t v : smp.versions) token_stale_sum += static_cast<double>(s.version - v);
+        tokens += static_cast<double>(smp.versions.size());
+      }
+      const bool all_equal = std::all_of(group.begin(), group.end(),
+                                         [&](const auto& x) { return x.reward == group.front().reward; });
+      if (rl.dynamic_sampling && all_equal) continue;
+      groups.emplace(cursor, std::move(group));
+    }
+    const auto t1 = Clock::now();
+    const double total = static_cast<double>(P * G);
+    rec.reward_mean = reward_sum / total;
+    rec.accuracy = correct / total;
+    rec.response_len_mean = len_sum / total;
+    rec.staleness_mean = stale_sum / total;
+    rec.token_staleness_mean = tokens > 0 ? token_stale_sum / tokens : 0;
+    rec.wait_seconds = std::chrono::duration<double>(t1 - t0).count();
+    rec.groups_kept = static_cast<int64_t>(groups.size());
+    // Train on the kept groups in prompt order (so sync mode trains exactly
+    // the batch the direct loop trains).
+    std::vector<trainer::RolloutSample> samples;
+    for (auto& [cursor, group] : groups) {
+      for (auto& smp : group) samples.push_back(std::move(smp));
+    }
+    SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
+    ++s.step;
+    if (s.step % po.sync_interval == 0 || s.step == rl.steps) {
+      ++s.version;
+      SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::ExportWeights(*s.policy));
+      SLUICE_RETURN_IF_ERROR(t.publish(s.version, weights));
+    }
+    // Publish first, then let rollout admit prompts for the new version.
+    if (t.complete_step) SLUICE_RETURN_IF_ERROR(t.complete_step(s.version, P));
+    const auto t2 = Clock::now();
+    rec.train_seconds = std::chrono::duration<double>(t2 - t1).count();
+    // The roles over this step's interval: the rollout's rate is what it
+    // generated meanwhile (gen_seconds = the interval), not the trained tokens.
+    const double interval = std::max(1e-9, std::chrono::duration<double>(t2 - interval_start).count());
+    const int64_t busy_us = board.rollout_busy_us.load(), produced = board.rollout_tokens.load();
+    rec.rollout_tokens = produced - tokens_before;
+    rec.rollout_busy = std::min(1.0, static_cast<double>(busy_us - busy_us_before) / 1e6 / interval);
+    rec.trainer_busy = std::min(1.0, rec.train_seconds / interval);
+    rec.gen_seconds = interval;
+    busy_us_before = busy_us;
+    tokens_before = produced;
+    interval_start = t2;
+    s.elapsed_total = s.elapsed_offset + std::chrono::duration<double>(Clock::now() - run_start).count();
+    rec.elapsed_seconds = s.elapsed_total;
+    SLUICE_RETURN_IF_ERROR(s.FinishStep(rec, metrics, evaluate, progress));
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice::pipeline

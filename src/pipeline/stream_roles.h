@@ -1,0 +1,89 @@
+// The roles of the streaming modes (rollout, reward, trainer) as functions
+// over what they share: the TransferQueue client (in process or remote), the
+// weights (a publish function for the trainer, standby weights for the
+// rollout) and a RoleBoard of counters and flags. The same bodies run as
+// threads of one process (stream_train.cc, TrainStreaming) or each in its
+// own process (SyncLoop::RunRole, started by the launcher in
+// stream_launch.cc).
+//
+// Thread safety: each function is one role's loop; the board's fields are
+// atomics, and everything else they share is thread-safe.
+#ifndef SLUICE_SRC_PIPELINE_STREAM_ROLES_H_
+#define SLUICE_SRC_PIPELINE_STREAM_ROLES_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "loop_state.h"
+#include "sluice/rollout/standby_weights.h"
+#include "sluice/transfer_queue/client.h"
+#include "sluice/transfer_queue/staleness.h"
+
+namespace sluice::pipeline {
+
+namespace tq = transfer_queue;
+
+// What the roles tell each other besides samples and weights. Lock-free,
+// address-free atomics only, all zero at start: it lives on the stack in
+// threads mode and in a shared-memory segment the launcher creates in process
+// mode.
+struct RoleBoard {
+  std::atomic<uint32_t> rollout_idle;    // 1 while the rollout has nothing to decode
+  std::atomic<uint32_t> stop;            // 1: every role stops at its next check
+  std::atomic<int64_t> rollout_busy_us;  // decoding time so far
+  std::atomic<int64_t> rollout_tokens;   // tokens generated so far (trained or not)
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
+
+inline constexpr char kRolloutPartition[] = "rollouts";
+inline constexpr char kRewardTask[] = "reward";
+inline constexpr char kTrainTask[] = "train";
+
+// The hub's columns and tasks.
+std::vector<tq::ColumnSchema> RolloutColumns();
+
+struct StreamRoles {
+  struct Rollout {
+    std::shared_ptr<model::Transformer> model;  // served; refreshed through `standby`
+    rollout::StandbyWeights* standby = nullptr;
+    tq::StalenessAdmission* admission = nullptr;
+    // Called before each admission (process mode: retires the prompts of
+    // the trainer versions seen since the last call). May be empty.
+    std::function<Status()> before_admit;
+  };
+  // Generates every prompt of the run from cursor s.step * P on (as
+  // admission allows) and writes each finished answer to the hub; returns
+  // when all are written, or at board.stop / `stopping`.
+  static Status RunRollout(SyncLoop::State& s, tq::TransferQueueClient& client, const Rollout& r, RoleBoard& board,
+                           const std::function<bool()>& stopping);
+
+  // Scores answers as they appear (task "reward"); returns after the run's
+  // last answer, or at board.stop / `stopping`.
+  static Status RunReward(SyncLoop::State& s, tq::TransferQueueClient& client, RoleBoard& board,
+                          const std::function<bool()>& stopping);
+
+  struct Trainer {
+    std::function<Status(int64_t version, const TensorMap& weights)> publish;
+    // Threads mode: the shared admission's CompleteStep; process mode: empty
+    // (the rollout follows the published versions).
+    std::function<Status(int64_t version, int64_t consumed)> complete_step;
+    // Polled while waiting for data: an error (another role failed) ends the run.
+    std::function<Status()> check;
+  };
+  // Takes whole groups as they complete, trains, publishes every
+  // sync_interval steps, until rl.steps; metrics, evaluations, checkpoints
+  // and progress as in the direct loop.
+  static Status RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& client, const Trainer& t, RoleBoard& board,
+                           const std::function<Result<EvalResult>()>& evaluate, const SyncLoop::ProgressFn& progress);
+
+ private:
+  // The training example at prompt cursor `cursor` (the run's permutation).
+  static Result<reward::Example> ExampleOf(const SyncLoop::State& s, uint64_t cursor);
+};
+
+}  // namespace sluice::pipeline
+
+#endif  // SLUICE_SRC_PIPELINE_STREAM_ROLES_H_

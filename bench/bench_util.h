@@ -11,6 +11,7 @@
 
 #include <cstdio>
 
+#include "bench_stats.h"
 #include "sluice/common/status.h"
 #include "sluice/launch/process.h"
 
@@ -51,13 +52,7 @@ inline std::vector<int32_t> LongTailLengths(int n, int median, double tail, uint
   return lengths;
 }
 
-struct Stats {
-  double median, min, max;
-};
-inline Stats Summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return Stats{v[v.size() / 2], v.front(), v.back()};
-}
+
 
 // The main() of every benchmark: passive OpenMP waiting and the allocator
 // settings of shared/NOTES-libtorch.md, then `body`; an error is printed and

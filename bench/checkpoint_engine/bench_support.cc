@@ -18,12 +18,6 @@ extern char** environ;
 
 namespace sluice::bench::ce {
 
-Stats Summarize(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  return Stats{v[v.size() / 2], v.front(), v.back()};
-}
-
 Layout LayoutForBytes(size_t bytes) {
   constexpr size_t kNorm = 4096;
   constexpr size_t kMaxMatrix = size_t{16} << 20;

@@ -15,6 +15,7 @@
 
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/host_tensor.h"
+#include "../bench_stats.h"
 #include "sluice/common/status.h"
 
 namespace sluice::bench::ce {
@@ -24,10 +25,8 @@ using checkpoint_engine::Layout;
 
 inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-struct Stats {
-  double median = 0, min = 0, max = 0;
-};
-Stats Summarize(std::vector<double> v);
+using sluice::bench::Stats;
+using sluice::bench::Summarize;
 
 // One measured configuration, printed as a table row and written as JSON.
 struct Measurement {

@@ -27,12 +27,6 @@ extern char** environ;
 
 namespace sluice::bench::tq {
 
-Stats Summarize(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  return Stats{v[v.size() / 2], v.front(), v.back()};
-}
-
 double Quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_stats.h"
 #include "sluice/common/status.h"
 #include "sluice/transfer_queue/server.h"
 
@@ -23,10 +24,8 @@ using Clock = std::chrono::steady_clock;
 
 inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-struct Stats {
-  double median = 0, min = 0, max = 0;
-};
-Stats Summarize(std::vector<double> v);
+using sluice::bench::Stats;
+using sluice::bench::Summarize;
 // The q-quantile (0..1, nearest rank) of `v`; 0 for an empty vector.
 double Quantile(std::vector<double> v, double q);
 

@@ -55,6 +55,18 @@ bool OwnerAlive(uint64_t word) {
   return IsProcessAlive(*now);
 }
 
+// A tensor view of `nbytes` at `data`, kept alive by `owner`.
+HostTensor ViewAt(std::byte* data, DType dtype, std::vector<int64_t> shape, uint64_t nbytes,
+                  std::shared_ptr<const void> owner) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data = data;
+  t.nbytes = nbytes;
+  t.owner = std::move(owner);
+  return t;
+}
+
 // "<pid>-<start>" of this process: the name component that says who owns an arena.
 std::string OwnerComponent(const ProcessIdentity& id) {
   return std::to_string(id.pid) + "-" + std::to_string(id.start_time);
@@ -253,13 +265,7 @@ Result<HostTensor> ShmArena::Allocate(DType dtype, std::vector<int64_t> shape, u
   std::shared_ptr<ShmArena> self = shared_from_this();
   // The owner returns the block when the last view of it is dropped.
   std::shared_ptr<const void> owner(data_ + offset, [self, offset, size](const void*) { self->Retire(offset, size); });
-  HostTensor t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.data = data_ + offset;
-  t.nbytes = nbytes;
-  t.owner = std::move(owner);
-  return t;
+  return ViewAt(data_ + offset, dtype, std::move(shape), nbytes, std::move(owner));
 }
 
 Result<HostTensor> ShmArena::Place(const HostTensor& tensor) {
@@ -355,13 +361,7 @@ Result<HostTensor> ShmArenaClient::View(uint64_t offset, DType dtype, std::vecto
                             std::to_string(nbytes) + " bytes lies outside the " + std::to_string(data_bytes_) +
                             "-byte data area or is misaligned");
   }
-  HostTensor t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.data = data_ + offset;
-  t.nbytes = nbytes;
-  t.owner = std::move(pin);
-  return t;
+  return ViewAt(data_ + offset, dtype, std::move(shape), nbytes, std::move(pin));
 }
 
 }  // namespace sluice::transfer_queue::internal

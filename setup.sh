@@ -89,12 +89,13 @@ case "$cmd" in
   demo)
     install_packages
     build
-    log "main job: warm start + synchronous GRPO on the built-in arithmetic task (configs/arithmetic.yaml)"
+    log "main job: warm start + asynchronous GRPO (rollout, reward, trainer as processes) on the built-in arithmetic task (configs/arithmetic.yaml)"
     rm -rf runs/arithmetic
     build/release/apps/sluice train --config=configs/arithmetic.yaml
     log "samples from the trained model:"
     build/release/apps/sluice generate --model runs/arithmetic/final --prompt "7+3-5+2=" --num-samples 4 \
       --temperature 0.7 --max-new-tokens 64
+    log "report: $(pwd)/runs/arithmetic/report.html (charts of the run, one self-contained page: open it in a browser)"
     ;;
   *)
     echo "usage: $0 [demo|test|build|deps]" >&2

@@ -113,6 +113,7 @@ Status Main(int argc, char** argv) {
   flags.Add("correction", "tis", "off-policy correction in one_step_off/async: none, decoupled, tis, seq-tis");
   flags.Add("sync-dp", "true", "sync: train with one single-threaded micro-batch worker per core (else intra-op threads)",
             /*is_bool=*/true);
+  flags.Add("order", "prompt", "one_step_off/async: the trainer takes each step's own prompts (prompt) or groups as they complete (completion)");
   flags.Add("lend", "true", "one_step_off/async: the rollout's cores train while the rollout idles", /*is_bool=*/true);
   flags.Add("seed", "1", "seed of the model, prompts, sampling and lengths");
   flags.Add("json", "", "also write results as JSON to this path");
@@ -135,6 +136,8 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(std::string correction, flags.GetString("correction"));
   SLUICE_ASSIGN_OR_RETURN(bool sync_dp, flags.GetBool("sync-dp"));
   SLUICE_ASSIGN_OR_RETURN(bool lend, flags.GetBool("lend"));
+  SLUICE_ASSIGN_OR_RETURN(std::string order, flags.GetString("order"));
+  if (order != "prompt" && order != "completion") return Status::InvalidArgument("--order must be prompt or completion");
   SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(std::string json_path, flags.GetString("json"));
   if (rollout_threads >= threads) return Status::InvalidArgument("--rollout-threads must leave the trainer at least one of --threads");
@@ -191,6 +194,7 @@ Status Main(int argc, char** argv) {
     pipeline::LoopOptions o = base;
     o.rl.trainer.loss.correction = split ? corr : sluice::trainer::OffPolicyCorrection::kNone;
     o.pipeline.lend_idle_cores = lend;
+    o.pipeline.train_order = order == "prompt" ? pipeline::TrainOrder::kPrompt : pipeline::TrainOrder::kCompletion;
     if (!split && sync_dp) o.rl.trainer.micro_batch_threads = static_cast<int32_t>(threads);
     const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
     const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);

@@ -100,6 +100,9 @@ ConfigSchema TrainSchema() {
   s.AddBool("pipeline.processes", false,
             "streaming modes: run the trainer, rollout and reward roles as separate processes (hub and weights "
             "over shared memory), supervised by this one; Ctrl-C stops them all");
+  s.AddEnum("pipeline.train_order", "prompt", {"prompt", "completion"},
+            "streaming trainer: each step's own prompts in order (the direct loop's batches), or whole groups as "
+            "they complete (less waiting, biased toward quick answers)");
   s.AddBool("pipeline.lend_idle_cores", true,
             "streaming modes with both thread counts set: the rollout's cores train while the rollout idles");
   s.AddInt("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)");
@@ -199,6 +202,8 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
   o.pipeline.rollout_threads = static_cast<int32_t>(c.GetInt("pipeline.rollout_threads"));
   o.pipeline.trainer_threads = static_cast<int32_t>(c.GetInt("pipeline.trainer_threads"));
   o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
+  o.pipeline.train_order = c.GetString("pipeline.train_order") == "prompt" ? pipeline::TrainOrder::kPrompt
+                                                                            : pipeline::TrainOrder::kCompletion;
   o.pipeline.processes = c.GetBool("pipeline.processes");
   SLUICE_RETURN_IF_ERROR(o.Validate());
   return o;

@@ -168,6 +168,8 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
   const std::vector<std::string> columns = {"prompt", "response", "logprobs", "versions", "reward"};
   tq::SamplingPolicy whole_groups;
   whole_groups.mode = tq::SamplingMode::kWholeGroup;
+  // Groups taken from the hub and not trained yet, by prompt cursor.
+  std::map<uint64_t, std::vector<trainer::RolloutSample>> taken;
   while (s.step < rl.steps) {
     StepRecord rec;
     rec.step = s.step + 1;
@@ -178,11 +180,20 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
         if (task.task == kTrainTask) rec.queue_ready = static_cast<int64_t>(task.ready);
       }
     }
-    // Take P whole groups, in the order they complete.
+    // Take P whole groups: in the order they complete, or (prompt order) the
+    // step's own prompts s.step*P .. +P-1, keeping groups of later prompts
+    // that complete first for their step.
     const auto t0 = Clock::now();
-    std::map<uint64_t, std::vector<trainer::RolloutSample>> groups;  // by prompt cursor
-    double reward_sum = 0, correct = 0, len_sum = 0, stale_sum = 0, token_stale_sum = 0, tokens = 0;
-    for (int64_t taken = 0; taken < P;) {
+    std::vector<uint64_t> step_cursors;
+    if (po.train_order == TrainOrder::kPrompt) {
+      for (int64_t k = 0; k < P; ++k) step_cursors.push_back(static_cast<uint64_t>(s.step * P + k));
+    }
+    auto have_all = [&] {
+      if (po.train_order == TrainOrder::kCompletion) return static_cast<int64_t>(step_cursors.size()) == P;
+      return std::all_of(step_cursors.begin(), step_cursors.end(),
+                         [&](uint64_t c) { return taken.count(c) > 0; });
+    };
+    while (!have_all()) {
       if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
       if (t.check) SLUICE_RETURN_IF_ERROR(t.check());
       auto meta = client.GetMeta(kTrainTask, columns, static_cast<uint32_t>(G), kRolloutPartition, whole_groups, kPoll);
@@ -192,9 +203,7 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
       }
       SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
       SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());
-      ++taken;
       const uint64_t cursor = static_cast<uint64_t>(meta->rows[0].tags.group_id);
-      rec.prompts.push_back(cursor);
       std::vector<trainer::RolloutSample> group(static_cast<size_t>(G));
       for (size_t i = 0; i < meta->rows.size(); ++i) {
         const int64_t g = std::stoll(meta->rows[i].tags.user.at("answer"));
@@ -206,6 +215,18 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
         smp.behavior_logprobs = TensorVector<float>(data.columns["logprobs"][i]);
         smp.versions = TensorVector<int64_t>(data.columns["versions"][i]);
         smp.reward = *reinterpret_cast<const float*>(data.columns["reward"][i].data);
+      }
+      taken.emplace(cursor, std::move(group));
+      if (po.train_order == TrainOrder::kCompletion) step_cursors.push_back(cursor);
+    }
+    // The step's groups: metrics over all of them, training on those with signal.
+    std::map<uint64_t, std::vector<trainer::RolloutSample>> groups;  // by prompt cursor
+    double reward_sum = 0, correct = 0, len_sum = 0, stale_sum = 0, token_stale_sum = 0, tokens = 0;
+    for (uint64_t cursor : step_cursors) {
+      auto node = taken.extract(cursor);
+      std::vector<trainer::RolloutSample> group = std::move(node.mapped());
+      rec.prompts.push_back(cursor);
+      for (const trainer::RolloutSample& smp : group) {
         reward_sum += smp.reward;
         correct += smp.reward >= 1.0 ? 1.0 : 0.0;
         len_sum += static_cast<double>(smp.response.size());
@@ -241,11 +262,13 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
     for (auto& [cursor, group] : groups) {
       for (auto& smp : group) samples.push_back(std::move(smp));
     }
+    if (rl.inspect_batch) rl.inspect_batch(rec.step, samples);
     SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
     ++s.step;
     if (s.step % po.sync_interval == 0 || s.step == rl.steps) {
       ++s.version;
       SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::ExportWeights(*s.policy));
+      if (rl.rewrite_published) rl.rewrite_published(s.version, &weights);
       SLUICE_RETURN_IF_ERROR(t.publish(s.version, weights));
     }
     // Publish first, then let rollout admit prompts for the new version.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -276,16 +277,21 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryPromptOnceWithinTheStalenessBound) 
     PipelineMode mode;
     int64_t max_staleness;
     rollout::SwitchPolicy policy;
+    TrainOrder order;
   };
   task_ = std::make_shared<EvenFirstByteTask>();
-  for (const Case& c : {Case{PipelineMode::kOneStepOff, 1, rollout::SwitchPolicy::kInFlight},
-                        Case{PipelineMode::kAsync, 2, rollout::SwitchPolicy::kInFlight},
-                        Case{PipelineMode::kAsync, 3, rollout::SwitchPolicy::kAtBoundary}}) {
-    SCOPED_TRACE(PipelineModeName(c.mode) + " staleness " + std::to_string(c.max_staleness));
-    LoopOptions o = Options("stream" + std::to_string(c.max_staleness), 6);
+  for (const Case& c : {Case{PipelineMode::kOneStepOff, 1, rollout::SwitchPolicy::kInFlight, TrainOrder::kCompletion},
+                        Case{PipelineMode::kAsync, 2, rollout::SwitchPolicy::kInFlight, TrainOrder::kCompletion},
+                        Case{PipelineMode::kAsync, 3, rollout::SwitchPolicy::kAtBoundary, TrainOrder::kCompletion},
+                        Case{PipelineMode::kAsync, 2, rollout::SwitchPolicy::kInFlight, TrainOrder::kPrompt}}) {
+    const bool prompt_order = c.order == TrainOrder::kPrompt;
+    SCOPED_TRACE(PipelineModeName(c.mode) + " staleness " + std::to_string(c.max_staleness) +
+                 (prompt_order ? " prompt order" : ""));
+    LoopOptions o = Options("stream" + std::to_string(c.max_staleness) + (prompt_order ? "p" : ""), 6);
     o.pipeline.mode = c.mode;
     o.pipeline.max_staleness = c.max_staleness;
     o.pipeline.switch_policy = c.policy;
+    o.pipeline.train_order = c.order;
     o.rl.trainer.loss.correction = trainer::OffPolicyCorrection::kTokenTis;
     o.eval.interval = 0;
     auto loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
@@ -295,6 +301,10 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryPromptOnceWithinTheStalenessBound) 
     for (const StepRecord& r : loop->history()) {
       EXPECT_EQ(r.prompts.size(), 3u) << "step " << r.step;
       for (uint64_t p : r.prompts) EXPECT_TRUE(seen.insert(p).second) << "prompt " << p << " trained twice";
+      if (prompt_order) {  // each step trains exactly its own prompts, as the direct loop does
+        const uint64_t first = static_cast<uint64_t>((r.step - 1) * 3);
+        EXPECT_EQ(r.prompts, std::vector<uint64_t>({first, first + 1, first + 2})) << "step " << r.step;
+      }
       EXPECT_LE(r.staleness_max, c.max_staleness) << "step " << r.step;
       EXPECT_LE(r.token_staleness_mean, static_cast<double>(c.max_staleness));
     }
@@ -303,6 +313,55 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryPromptOnceWithinTheStalenessBound) 
     for (const StepRecord& r : loop->history()) trained += r.samples_trained;
     EXPECT_GT(trained, 0);
     EXPECT_EQ(*seen.rbegin(), 17u) << "prompts 0..17, none skipped";
+  }
+}
+
+// End to end through the hub, the version store and the rollout's standby
+// weights: every token's recorded version is the version of the weights that
+// produced it. Odd versions are published as weights whose logits are all
+// zero (every token's logprob is exactly -log V), even ones as trained, so a
+// token recorded with the wrong version shows up as a flat/non-flat mismatch.
+TEST_F(SyncLoopTest, EveryTokenRecordsTheVersionOfTheWeightsThatProducedIt) {
+  task_ = std::make_shared<EvenFirstByteTask>();
+  for (rollout::SwitchPolicy policy : {rollout::SwitchPolicy::kInFlight, rollout::SwitchPolicy::kAtBoundary}) {
+    const bool in_flight = policy == rollout::SwitchPolicy::kInFlight;
+    SCOPED_TRACE(in_flight ? "in_flight" : "at_boundary");
+    LoopOptions o = Options(in_flight ? "versions-inflight" : "versions-boundary", 6);
+    o.pipeline.mode = PipelineMode::kAsync;
+    o.pipeline.max_staleness = 2;
+    o.pipeline.switch_policy = policy;
+    o.eval.interval = 0;
+    o.rl.dynamic_sampling = false;
+    o.rl.forced_length = [](uint64_t, int64_t g) { return static_cast<int32_t>(6 + 5 * g); };
+    o.rl.rewrite_published = [](int64_t version, TensorMap* weights) {
+      if (version % 2 == 0) return;
+      HostTensor& norm = weights->at("model.norm.weight");
+      std::vector<float> zeros(norm.nbytes / sizeof(float), 0.0f);
+      norm = HostTensor::Copy(norm.dtype, norm.shape, zeros.data(), norm.nbytes);
+    };
+    int64_t odd_tokens = 0, even_tokens = 0, mixed_sequences = 0, mismatches = 0;
+    double flat = 0;
+    o.rl.inspect_batch = [&](int64_t, const std::vector<trainer::RolloutSample>& samples) {
+      for (const auto& smp : samples) {
+        EXPECT_EQ(smp.versions.size(), smp.response.size());
+        if (!smp.versions.empty() && smp.versions.front() != smp.versions.back()) ++mixed_sequences;
+        for (size_t i = 0; i < smp.versions.size(); ++i) {
+          const bool is_flat = std::abs(smp.behavior_logprobs[i] - flat) < 1e-4;
+          const bool odd = smp.versions[i] % 2 != 0;
+          (odd ? odd_tokens : even_tokens)++;
+          if (is_flat != odd) ++mismatches;
+        }
+      }
+    };
+    auto model = FreshModel();
+    flat = -std::log(static_cast<double>(model->config().vocab_size));
+    auto loop = std::move(SyncLoop::Create(model, task_, o)).value();
+    Status st = loop->Train(nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_GT(odd_tokens, 0) << "not vacuous: tokens from flat (odd) versions";
+    EXPECT_GT(even_tokens, 0);
+    if (!in_flight) EXPECT_EQ(mixed_sequences, 0) << "at_boundary: a sequence never spans versions";
   }
 }
 

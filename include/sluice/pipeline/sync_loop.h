@@ -52,6 +52,12 @@ struct RlOptions {
   // `cursor` is generated to exactly this many tokens (SamplingParams::
   // forced_length), so every mode sees the same long-tail lengths.
   std::function<int32_t(uint64_t cursor, int64_t g)> forced_length;
+  // Tests only (not config keys), streaming modes: `rewrite_published` may
+  // change the weights the trainer publishes as `version` (e.g. to weights
+  // whose output encodes the version); `inspect_batch` sees each step's
+  // samples before they are trained.
+  std::function<void(int64_t version, TensorMap* weights)> rewrite_published;
+  std::function<void(int64_t step, const std::vector<trainer::RolloutSample>& samples)> inspect_batch;
 };
 
 struct EvalOptions {
@@ -74,6 +80,17 @@ enum class PipelineMode {
 Result<PipelineMode> ParsePipelineMode(const std::string& name);  // direct, sync, one_step_off, async
 std::string PipelineModeName(PipelineMode mode);
 
+// The order the streaming trainer takes whole groups in.
+enum class TrainOrder {
+  // As they complete: the least waiting, but a step over-represents groups
+  // that finish quickly and defers long ones to the staleness limit (it hurt
+  // learning in the parity study, docs/pipeline.md).
+  kCompletion,
+  // The step's own prompts (step * P ...), later ones kept until their step:
+  // the batches of the direct loop, each stale by at most the bound.
+  kPrompt,
+};
+
 struct PipelineOptions {
   PipelineMode mode = PipelineMode::kDirect;
   int64_t max_staleness = 2;    // kAsync only; >= 0
@@ -88,6 +105,7 @@ struct PipelineOptions {
   // workers, the rollout's only while the rollout is idle (no sequence to
   // decode, waiting for admission): an idle stage's cores help the busy one.
   bool lend_idle_cores = true;
+  TrainOrder train_order = TrainOrder::kPrompt;
   // Streaming modes: run the trainer, rollout and reward roles each as its
   // own OS process (hub and weights over shared memory), started and
   // supervised by this process, instead of as threads of it. Needs

@@ -7,6 +7,7 @@
 #   async-s1/2/4    pipeline.mode=async, max_staleness 1, 2, 4 (off-policy correction: auto = decoupled)
 #   async-s4-nocorr the largest staleness with the correction off (the ablation)
 #   async-s1-completion  staleness 1, groups trained as they complete instead of in prompt order
+#   async-s2-tis, async-s4-tis  token-level truncated IS instead of decoupled PPO (not in the default set)
 #
 # each with SEEDS seeds (the seed drives prompt order and sampling; the warm
 # start is shared so the curves start from the same policy). Then
@@ -53,6 +54,8 @@ overrides_for() {
     async-s4) echo "pipeline.mode=async pipeline.max_staleness=4" ;;
     async-s4-nocorr) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=none" ;;
     async-s1-completion) echo "pipeline.mode=async pipeline.max_staleness=1 pipeline.train_order=completion" ;;
+    async-s2-tis) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=tis" ;;
+    async-s4-tis) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis" ;;
     *) echo "error: unknown configuration '$1'" >&2; exit 2 ;;
   esac
 }

@@ -85,7 +85,7 @@ ConfigSchema TrainSchema() {
   s.AddEnum("trainer.kl_estimator", "k3", {"k1", "k3"}, "KL estimator");
   s.AddEnum("trainer.off_policy_correction", "auto", {"auto", "none", "decoupled", "tis", "seq-tis"},
             "weight of stale samples by pi_prox/pi_behav: decoupled PPO, truncated IS per token or per sequence; "
-            "auto: decoupled in one_step_off/async (samples may be stale), none otherwise");
+            "auto: tis in one_step_off/async (samples may be stale), none otherwise");
   s.AddDouble("trainer.is_cap", 2.0, 1e-6, 1e6, "cap on the behaviour importance weight (decoupled: tokens above are masked)");
   s.AddBool("trainer.recompute_old_logprobs", true, "recompute the proximal logprobs on the trainer");
   s.AddEnum("pipeline.mode", "direct", {"direct", "sync", "one_step_off", "async"},
@@ -183,7 +183,9 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
     SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(c.GetString("pipeline.mode")));
     const bool may_be_stale = mode == pipeline::PipelineMode::kOneStepOff ||
                               (mode == pipeline::PipelineMode::kAsync && c.GetInt("pipeline.max_staleness") > 0);
-    t.loss.correction = may_be_stale ? trainer::OffPolicyCorrection::kDecoupled : trainer::OffPolicyCorrection::kNone;
+    // Token-level TIS: at parity with sync at staleness 2 where decoupled PPO's
+    // masking of tokens above is_cap was not (docs/pipeline.md).
+    t.loss.correction = may_be_stale ? trainer::OffPolicyCorrection::kTokenTis : trainer::OffPolicyCorrection::kNone;
   } else {
     SLUICE_ASSIGN_OR_RETURN(t.loss.correction, trainer::ParseOffPolicyCorrection(correction));
   }

@@ -4,10 +4,10 @@
 # trained? On the built-in arithmetic task, from one shared warm start:
 #
 #   sync            pipeline.mode=sync (rollout/reward/trainer over the hub, staleness 0)
-#   async-s1/2/4    pipeline.mode=async, max_staleness 1, 2, 4 (off-policy correction: auto = decoupled)
+#   async-s1/2/4    pipeline.mode=async, max_staleness 1, 2, 4, decoupled-PPO correction
 #   async-s4-nocorr the largest staleness with the correction off (the ablation)
 #   async-s1-completion  staleness 1, groups trained as they complete instead of in prompt order
-#   async-s2-tis, async-s4-tis  token-level truncated IS instead of decoupled PPO (not in the default set)
+#   async-s2-tis, async-s4-tis  token-level truncated IS (the default correction, `auto`)
 #
 # each with SEEDS seeds (the seed drives prompt order and sampling; the warm
 # start is shared so the curves start from the same policy). Then
@@ -31,7 +31,7 @@ SFT_STEPS=${SFT_STEPS:-1500}
 EVAL_SIZE=${EVAL_SIZE:-500}
 EVAL_INTERVAL=${EVAL_INTERVAL:-10}
 ROLE_THREADS=${ROLE_THREADS:-1}
-CONFIGS=${CONFIGS:-"sync async-s1 async-s2 async-s4 async-s4-nocorr async-s1-completion"}
+CONFIGS=${CONFIGS:-"sync async-s1 async-s2 async-s4 async-s4-nocorr async-s1-completion async-s2-tis async-s4-tis"}
 DOCS=${DOCS:-}
 
 [ -x "$SLUICE" ] || { echo "error: $SLUICE not built (./setup.sh build)" >&2; exit 1; }
@@ -49,11 +49,11 @@ fi
 overrides_for() {
   case "$1" in
     sync) echo "pipeline.mode=sync" ;;
-    async-s1) echo "pipeline.mode=async pipeline.max_staleness=1" ;;
-    async-s2) echo "pipeline.mode=async pipeline.max_staleness=2" ;;
-    async-s4) echo "pipeline.mode=async pipeline.max_staleness=4" ;;
+    async-s1) echo "pipeline.mode=async pipeline.max_staleness=1 trainer.off_policy_correction=decoupled" ;;
+    async-s2) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=decoupled" ;;
+    async-s4) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=decoupled" ;;
     async-s4-nocorr) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=none" ;;
-    async-s1-completion) echo "pipeline.mode=async pipeline.max_staleness=1 pipeline.train_order=completion" ;;
+    async-s1-completion) echo "pipeline.mode=async pipeline.max_staleness=1 pipeline.train_order=completion trainer.off_policy_correction=decoupled" ;;
     async-s2-tis) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=tis" ;;
     async-s4-tis) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis" ;;
     *) echo "error: unknown configuration '$1'" >&2; exit 2 ;;

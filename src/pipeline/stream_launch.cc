@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include "loop_state.h"
 #include "sluice/checkpoint_engine/shm_store.h"
@@ -87,7 +86,7 @@ std::string PipelineRoleName(PipelineRole role) {
   return "?";
 }
 
-Status SyncLoop::TrainInProcesses(const ProgressFn& progress, const std::atomic<bool>* stop) {
+Status SyncLoop::TrainInProcesses(const std::atomic<bool>* stop) {
   State& s = *state_;
   const PipelineOptions& po = s.options.pipeline;
   if (po.role_command.empty()) {
@@ -162,7 +161,6 @@ Status SyncLoop::TrainInProcesses(const ProgressFn& progress, const std::atomic<
   if (!loaded || s.step != s.options.rl.steps) {
     return Status::Internal("the trainer role ended without a checkpoint of the last step");
   }
-  (void)progress;
   return Status::Ok();
 }
 

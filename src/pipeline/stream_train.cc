@@ -15,9 +15,6 @@
 #include <torch/torch.h>
 
 #include <atomic>
-#include <cstring>
-#include <map>
-#include <optional>
 
 #include "loop_state.h"
 #include "stream_roles.h"
@@ -30,9 +27,7 @@
 
 namespace sluice::pipeline {
 
-namespace tq = transfer_queue;
 namespace ce = checkpoint_engine;
-using std::chrono::milliseconds;
 
 namespace {
 

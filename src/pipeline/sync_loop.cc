@@ -268,7 +268,7 @@ Status SyncLoop::Train(const ProgressFn& progress, const std::atomic<bool>* stop
   const RlOptions& rl = s.options.rl;
   SLUICE_RETURN_IF_ERROR(PrepareTraining());
   if (s.options.pipeline.mode != PipelineMode::kDirect) {
-    return s.options.pipeline.processes ? TrainInProcesses(progress, stop) : TrainStreaming(progress);
+    return s.options.pipeline.processes ? TrainInProcesses(stop) : TrainStreaming(progress);
   }
   const uint64_t n = s.task->size(reward::Split::kTrain);
   const auto run_start = Clock::now();

@@ -368,7 +368,9 @@ TEST_F(SyncLoopTest, EveryTokenRecordsTheVersionOfTheWeightsThatProducedIt) {
     EXPECT_EQ(mismatches, 0);
     EXPECT_GT(odd_tokens, 0) << "not vacuous: tokens from flat (odd) versions";
     EXPECT_GT(even_tokens, 0);
-    if (!in_flight) EXPECT_EQ(mixed_sequences, 0) << "at_boundary: a sequence never spans versions";
+    if (!in_flight) {
+      EXPECT_EQ(mixed_sequences, 0) << "at_boundary: a sequence never spans versions";
+    }
   }
 }
 

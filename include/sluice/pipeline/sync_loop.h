@@ -241,7 +241,7 @@ class SyncLoop {
   friend struct StreamRoles;
   Status PrepareTraining();                            // reference model, trainer, resume
   Status TrainStreaming(const ProgressFn& progress);  // stream_train.cc: roles as threads
-  Status TrainInProcesses(const ProgressFn& progress, const std::atomic<bool>* stop);  // stream_launch.cc
+  Status TrainInProcesses(const std::atomic<bool>* stop);  // stream_launch.cc (the trainer role reports progress)
   explicit SyncLoop(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

@@ -18,14 +18,17 @@
 // The ideal bound is the total work of both stages at full occupancy over the
 // same cores: trainer core-seconds plus the core-seconds to decode the
 // workload's tokens at a full batch of `slots` sequences (a lockstep decode on
-// the rollout's threads), divided by the cores. Trainer core-seconds: sync's
+// the rollout's threads, at the workload's mean context, plus one prefill per
+// prompt), divided by the cores. Trainer core-seconds: sync's
 // training time x all cores (with --sync-dp, every core is a busy worker),
 // else a split mode's training time x the trainer's cores.
 #include <torch/torch.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
@@ -58,6 +61,7 @@ struct ModeResult {
   double train_seconds = 0;  // trainer busy (sum over steps)
   double trainer_idle = 0;   // fraction of wall the trainer waited for data
   double rollout_busy = 0;   // fraction of wall the rollout engine had sequences running
+  double occupancy = 0;      // mean share of the engine's slots decoding per decode step
   double staleness = 0;      // mean per sample
 };
 
@@ -92,6 +96,7 @@ Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name,
   } else {
     r.trainer_idle = waits / r.wall;
     r.rollout_busy = loop->stream_summary().rollout_busy_seconds / r.wall;
+    r.occupancy = loop->stream_summary().rollout_occupancy;
   }
   r.staleness = stale / static_cast<double>(loop->history().size());
   return r;
@@ -217,13 +222,35 @@ Status Main(int argc, char** argv) {
       train_core_seconds = r.train_seconds * static_cast<double>(threads - rollout_threads);
     }
   }
+  // Decode: lockstep runs of K steps attend, on average, the same context as
+  // the workload's tokens when K = sum(L^2) / sum(L) (a token at position j
+  // attends prompt + j; the workload's mean j is sum(L^2) / (2 sum L)); enough
+  // runs to decode the workload's tokens, their prefill taken out and the time
+  // scaled to exactly that count (an answer's first token comes from the
+  // prefill). Prefill: each prompt computed once (a group
+  // shares it), `slots` prompts per pass.
+  double sum_sq = 0;
+  for (int32_t len : lengths) sum_sq += static_cast<double>(len) * len;
+  const int32_t lock_steps = std::max<int32_t>(2, static_cast<int32_t>(std::lround(sum_sq / static_cast<double>(total_tokens))));
+  const int64_t per_run = slots * lock_steps;
+  const int64_t runs = (total_tokens + per_run - 1) / per_run;
   auto m = std::make_shared<model::Transformer>(config, static_cast<uint64_t>(seed));
-  const int32_t lock_steps = static_cast<int32_t>((total_tokens + slots - 1) / slots);
   torch::set_num_threads(static_cast<int>(rollout_threads));
-  const auto t0 = Clock::now();
-  SLUICE_RETURN_IF_ERROR(rollout::RunLockstepDecode({m, 0}, static_cast<int32_t>(slots), 16, lock_steps, 1).status());
-  const double decode_core_seconds =
-      std::chrono::duration<double>(Clock::now() - t0).count() * static_cast<double>(rollout_threads);
+  auto timed_lockstep = [&](int32_t decode_steps, int64_t reps) -> Result<double> {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < reps; ++i) {
+      SLUICE_RETURN_IF_ERROR(
+          rollout::RunLockstepDecode({m, 0}, static_cast<int32_t>(slots), 16, decode_steps, 1).status());
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  SLUICE_ASSIGN_OR_RETURN(double prefill_pass, timed_lockstep(1, 8));  // prefill + sampling, no decode
+  prefill_pass /= 8;
+  SLUICE_ASSIGN_OR_RETURN(double full, timed_lockstep(lock_steps, runs));
+  const double decode_only = std::max(0.0, full - static_cast<double>(runs) * prefill_pass) *
+                             static_cast<double>(total_tokens - answers) / static_cast<double>(runs * (per_run - slots));
+  const double prefill_all = prefill_pass * static_cast<double>(steps * prompts) / static_cast<double>(slots);
+  const double decode_core_seconds = (decode_only + prefill_all) * static_cast<double>(rollout_threads);
   torch::set_num_threads(static_cast<int>(threads));
   const double ideal =
       train_core_seconds >= 0 ? (train_core_seconds + decode_core_seconds) / static_cast<double>(threads) : -1;
@@ -232,24 +259,25 @@ Status Main(int argc, char** argv) {
   std::printf("\npipeline throughput, %s, %lld x %lld x %lld answers, long-tail lengths (median %lld, longest %d), %lld threads\n",
               preset.c_str(), static_cast<long long>(steps), static_cast<long long>(prompts), static_cast<long long>(group),
               static_cast<long long>(median), longest, static_cast<long long>(threads));
-  std::printf("%-13s %9s %11s %10s %13s %13s %10s %9s\n", "mode", "wall s", "samples/s", "tokens/s", "trainer idle",
-              "rollout busy", "staleness", "of ideal");
+  std::printf("%-13s %9s %11s %10s %13s %13s %10s %10s %9s\n", "mode", "wall s", "samples/s", "tokens/s",
+              "trainer idle", "rollout busy", "occupancy", "staleness", "of ideal");
   const ModeResult* sync = nullptr;
   std::string json = "[";
   for (const auto& r : results) {
     if (r.name == "sync") sync = &r;
-    std::printf("%-13s %9.1f %11.2f %10.0f %12.0f%% %12.0f%% %10.2f %8.0f%%\n", r.name.c_str(), r.wall, r.samples / r.wall,
-                r.tokens / r.wall, 100 * r.trainer_idle, 100 * r.rollout_busy, r.staleness,
+    std::printf("%-13s %9.1f %11.2f %10.0f %12.0f%% %12.0f%% %9.0f%% %10.2f %8.0f%%\n", r.name.c_str(), r.wall,
+                r.samples / r.wall, r.tokens / r.wall, 100 * r.trainer_idle, 100 * r.rollout_busy, 100 * r.occupancy,
+                r.staleness,
                 ideal > 0 ? 100 * ideal / r.wall : 0.0);
     json += std::string(json.size() > 1 ? "," : "") + "{\"mode\":\"" + r.name + "\",\"wall_seconds\":" +
             std::to_string(r.wall) + ",\"samples_per_s\":" + std::to_string(r.samples / r.wall) +
             ",\"tokens_per_s\":" + std::to_string(r.tokens / r.wall) + ",\"trainer_idle\":" +
-            std::to_string(r.trainer_idle) + ",\"rollout_busy\":" + std::to_string(r.rollout_busy) +
+            std::to_string(r.trainer_idle) + ",\"rollout_busy\":" + std::to_string(r.rollout_busy) + ",\"occupancy\":" + std::to_string(r.occupancy) +
             ",\"staleness\":" + std::to_string(r.staleness) + "}";
   }
   json += "]\n";
   if (ideal > 0) {
-    std::printf("ideal bound: %.1f s = (trainer %.1f + full-occupancy decode %.1f core-seconds) / %lld cores\n", ideal,
+    std::printf("ideal bound: %.1f s = (trainer %.1f + full-occupancy rollout %.1f core-seconds) / %lld cores\n", ideal,
                 train_core_seconds, decode_core_seconds, static_cast<long long>(threads));
   }
   if (sync) {

@@ -107,8 +107,9 @@ torch::Tensor Attention::Forward(const torch::Tensor& x, const AttentionContext&
       keys = ck.narrow(0, b.slot_begin, b.rows).narrow(2, 0, b.attend_len);
       values = cv.narrow(0, b.slot_begin, b.rows).narrow(2, 0, b.attend_len);
     } else {
-      keys = ck.index_select(0, b.slots).narrow(2, 0, b.attend_len);
-      values = cv.index_select(0, b.slots).narrow(2, 0, b.attend_len);
+      // Narrow first: the gather copies the attended positions only.
+      keys = ck.narrow(2, 0, b.attend_len).index_select(0, b.slots);
+      values = cv.narrow(2, 0, b.attend_len).index_select(0, b.slots);
     }
     auto qb = q.narrow(0, b.token_offset, b.rows * b.length).view({b.rows, b.length, num_heads_, head_dim_});
     outs.push_back(Attend(qb, keys.to(x.scalar_type()), values.to(x.scalar_type()), b.allowed)

@@ -141,9 +141,7 @@ Status SyncLoop::TrainInProcesses(const std::atomic<bool>* stop) {
     return waited;
   }();
 
-  s.stream_stats.rollout_busy_seconds = static_cast<double>(board->rollout_busy_us.load()) / 1e6;
-  s.stream_stats.rollout_tokens = board->rollout_tokens.load();
-  s.stream_stats.wall_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+  s.stream_stats = board->Summary(std::chrono::duration<double>(Clock::now() - run_start).count(), s.options.rl.rollout_slots);
   // Cleanup, whatever happened: the roles are gone (reaped), so nothing is in use.
   server->Stop();
   board_segment.Reset();

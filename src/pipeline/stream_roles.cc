@@ -36,6 +36,17 @@ Result<reward::Example> StreamRoles::ExampleOf(const SyncLoop::State& s, uint64_
                      PermutedIndex(s.options.seed, cursor, s.task->size(reward::Split::kTrain)));
 }
 
+SyncLoop::StreamSummary RoleBoard::Summary(double wall_seconds, int32_t num_slots) const {
+  SyncLoop::StreamSummary out;
+  out.wall_seconds = wall_seconds;
+  out.rollout_busy_seconds = static_cast<double>(rollout_busy_us.load()) / 1e6;
+  out.rollout_tokens = rollout_tokens.load();
+  const int64_t steps = rollout_decode_steps.load();
+  out.rollout_occupancy =
+      steps > 0 ? static_cast<double>(rollout_active_slot_steps.load()) / (static_cast<double>(steps) * num_slots) : 0;
+  return out;
+}
+
 std::vector<tq::ColumnSchema> RolloutColumns() {
   return {{"prompt", DType::kI32, {tq::kRaggedDim}},
           {"response", DType::kI32, {tq::kRaggedDim}},
@@ -96,6 +107,8 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
     if (!engine->idle() || !done.empty()) {
       board.rollout_busy_us += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
     }
+    board.rollout_decode_steps.store(engine->stats().decode_steps);
+    board.rollout_active_slot_steps.store(engine->stats().active_slot_steps);
     for (auto& res : done) {
       board.rollout_tokens += static_cast<int64_t>(res.tokens.size());
       const uint64_t c = res.id / static_cast<uint64_t>(G);
@@ -155,7 +168,7 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
     int32_t n;
     ~RestoreWorkers() { (void)t->SetMicroBatchWorkers(n, nullptr); }
   } restore{s.trainer.get(), own_workers};
-  if (po.lend_idle_cores && po.rollout_threads > 0 && po.trainer_threads > 0) {
+  if (po.Lending()) {
     const int32_t own = std::max(po.trainer_threads, own_workers);
     SLUICE_RETURN_IF_ERROR(s.trainer->SetMicroBatchWorkers(
         own + po.rollout_threads, [&board, own](int32_t w) { return w < own || board.rollout_idle.load() != 0; }));

@@ -35,6 +35,11 @@ struct RoleBoard {
   std::atomic<uint32_t> stop;            // 1: every role stops at its next check
   std::atomic<int64_t> rollout_busy_us;  // decoding time so far
   std::atomic<int64_t> rollout_tokens;   // tokens generated so far (trained or not)
+  std::atomic<int64_t> rollout_decode_steps;       // engine steps that decoded (EngineStats)
+  std::atomic<int64_t> rollout_active_slot_steps;  // sum over them of the sequences running
+
+  // What the run measured, for SyncLoop::stream_summary().
+  SyncLoop::StreamSummary Summary(double wall_seconds, int32_t num_slots) const;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
 

@@ -141,9 +141,7 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
   standby->Stop();
   errors.Set(trained);
   SLUICE_RETURN_IF_ERROR(errors.Get());
-  s.stream_stats.rollout_busy_seconds = static_cast<double>(board.rollout_busy_us.load()) / 1e6;
-  s.stream_stats.rollout_tokens = board.rollout_tokens.load();
-  s.stream_stats.wall_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+  s.stream_stats = board.Summary(std::chrono::duration<double>(Clock::now() - run_start).count(), s.options.rl.rollout_slots);
   return Status::Ok();
 }
 

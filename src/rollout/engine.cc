@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <unordered_set>
 
 #include "sampler.h"
@@ -45,6 +47,10 @@ struct Sequence {
   GenerationRequest request;
   GenerationResult result;
   int32_t limit = 0;  // most tokens this sequence may generate
+  // The logits after the prompt and the weights that computed them and the
+  // prompt's keys/values (shared by requests with the same prompt).
+  torch::Tensor prompt_logits;
+  PolicyVersion prompt_version = -1;
 
   int64_t prompt_len() const { return static_cast<int64_t>(request.prompt.size()); }
   // Cache position where the last sampled token goes when it is fed back.
@@ -129,7 +135,11 @@ struct RolloutEngine::Impl {
     int64_t budget = options.max_prefill_tokens > 0 ? options.max_prefill_tokens : INT64_MAX;
     for (size_t i = 0; i < slots.size() && !waiting.empty(); ++i) {
       if (slots[i].has_value()) continue;
-      const int64_t len = waiting.front().prompt_len();
+      const auto& prompt = waiting.front().request.prompt;
+      // A prompt admitted in this step already is computed once (Forward).
+      const bool repeat = std::any_of(admitted.begin(), admitted.end(),
+                                      [&](int64_t j) { return slots[j]->request.prompt == prompt; });
+      const int64_t len = repeat ? 0 : static_cast<int64_t>(prompt.size());
       if (!admitted.empty() && len > budget) break;  // always admit at least one
       budget -= len;
       slots[i] = std::move(waiting.front());
@@ -141,28 +151,122 @@ struct RolloutEngine::Impl {
 
   // One forward pass for the step: a decode block over the running
   // sequences (each feeds its last token) and one prefill block per admitted
-  // prompt. Returns logits [running + admitted, V] in that order.
-  torch::Tensor Forward(const std::vector<int64_t>& running, const std::vector<int64_t>& admitted) {
-    std::vector<model::CachedBlock> blocks;
+  // prompt not already in the cache. Prompt sharing (GRPO groups): an admitted
+  // request whose prompt another sequence has in the cache, computed by the
+  // serving weights (admitted in this step, or running since one with these
+  // weights), copies its keys/values and samples its first token from the
+  // same last-position logits; the same weights on the same tokens give the
+  // same result. Returns logits [running + admitted, V] in that order.
+  // `running` in block order (PlanDecodeBlocks).
+  torch::Tensor Forward(const std::vector<model::CachedBlock>& decode_blocks, const std::vector<int64_t>& running,
+                        const std::vector<int64_t>& admitted) {
+    std::vector<model::CachedBlock> blocks = decode_blocks;
     std::vector<int64_t> tokens;
-    // Running sequences decode in blocks of consecutive slots: the model reads
-    // a consecutive range of the cache in place, while any other set of slots
-    // would be gathered (copied) in every layer.
-    for (size_t i = 0; i < running.size(); ++i) {
-      if (i == 0 || running[i] != running[i - 1] + 1) blocks.push_back(model::CachedBlock{{}, {}, 1});
-      const Sequence& s = *slots[running[i]];
-      blocks.back().slots.push_back(running[i]);
-      blocks.back().starts.push_back(s.next_position());
-      tokens.push_back(s.result.tokens.back());
+    for (int64_t slot : running) tokens.push_back(slots[slot]->result.tokens.back());
+    // Where each admitted prompt comes from: its own prefill block, or
+    // another slot's cache (a running sequence, or a block of this pass).
+    std::map<std::vector<TokenId>, int64_t> in_cache;  // prompt -> slot holding it
+    if (!admitted.empty()) {
+      for (int64_t slot : running) {
+        const Sequence& s = *slots[slot];
+        if (s.prompt_version == policy.version && s.prompt_logits.defined()) in_cache.emplace(s.request.prompt, slot);
+      }
     }
+    std::vector<std::pair<int64_t, int64_t>> copies;  // (source slot, admitted slot)
+    std::vector<int64_t> prefilled;                   // admitted slots computed in this pass
     for (int64_t slot : admitted) {
       const auto& prompt = slots[slot]->request.prompt;
+      auto [it, fresh] = in_cache.try_emplace(prompt, slot);
+      if (!fresh) {
+        copies.emplace_back(it->second, slot);
+        continue;
+      }
+      prefilled.push_back(slot);
       blocks.push_back(model::CachedBlock{{slot}, {0}, static_cast<int64_t>(prompt.size())});
       tokens.insert(tokens.end(), prompt.begin(), prompt.end());
       stats.prefill_tokens += static_cast<int64_t>(prompt.size());
     }
     auto packed = torch::tensor(tokens, torch::kInt64).to(device);
-    return policy.model->ForwardBlocks(packed, blocks, &cache, /*last_only=*/true);
+    auto logits = policy.model->ForwardBlocks(packed, blocks, &cache, /*last_only=*/true);
+    const auto num_running = static_cast<int64_t>(running.size());
+    for (size_t i = 0; i < prefilled.size(); ++i) {
+      Sequence& s = *slots[prefilled[i]];
+      s.prompt_logits = logits[num_running + static_cast<int64_t>(i)].clone();
+      s.prompt_version = policy.version;
+    }
+    if (copies.empty()) return logits;
+    for (const auto& [src, dst] : copies) {
+      const Sequence& from = *slots[src];
+      const auto len = static_cast<int64_t>(from.request.prompt.size());
+      for (size_t l = 0; l < cache.keys.size(); ++l) {
+        cache.keys[l][dst].narrow(1, 0, len).copy_(cache.keys[l][src].narrow(1, 0, len));
+        cache.values[l][dst].narrow(1, 0, len).copy_(cache.values[l][src].narrow(1, 0, len));
+      }
+      slots[dst]->prompt_logits = from.prompt_logits;
+      slots[dst]->prompt_version = policy.version;
+      ++stats.shared_prefills;
+    }
+    // Rows in admission order: the running ones, then each admitted prompt's
+    // last-position logits.
+    std::vector<torch::Tensor> rows = {logits.narrow(0, 0, num_running)};
+    for (int64_t slot : admitted) rows.push_back(slots[slot]->prompt_logits.unsqueeze(0));
+    return torch::cat(rows);
+  }
+
+  // The decode blocks of a step, with `running` reordered to match. The
+  // model attends per block over the block's longest context, so a block
+  // that mixes a 500-token sequence with short ones computes (and reads from
+  // the cache) 500 positions for every row; a block whose slots are not a
+  // consecutive range also has its cache rows gathered (copied) in every
+  // layer, and every block has a fixed cost. The sequences, sorted by
+  // context, are split into the groups that minimise that estimate (exact
+  // dynamic programme over the sorted order; n <= slots).
+  std::vector<model::CachedBlock> PlanDecodeBlocks(std::vector<int64_t>& running) const {
+    // Costs per layer in row-positions of attention: measured on CPU
+    // (libtorch 1.13, OpenBLAS, one thread): ~90 ns per row-position, ~25 us
+    // per block, a gather ~1/4 of the attention it feeds.
+    constexpr double kBlockCost = 300, kGatherCost = 0.25;
+    const size_t n = running.size();
+    if (n == 0) return {};
+    auto context = [&](int64_t slot) { return slots[slot]->next_position() + 1; };
+    std::sort(running.begin(), running.end(), [&](int64_t a, int64_t b) {
+      return context(a) != context(b) ? context(a) < context(b) : a < b;
+    });
+    std::vector<double> best(n + 1, 0);
+    std::vector<size_t> first(n + 1, 0);  // best split: the last group is [first[j], j)
+    for (size_t j = 1; j <= n; ++j) {
+      best[j] = std::numeric_limits<double>::infinity();
+      const auto longest = static_cast<double>(context(running[j - 1]));
+      int64_t lo = running[j - 1], hi = running[j - 1];
+      for (size_t i = j; i-- > 0;) {
+        lo = std::min(lo, running[i]);
+        hi = std::max(hi, running[i]);
+        const auto rows = static_cast<int64_t>(j - i);
+        const bool consecutive = hi - lo + 1 == rows;
+        const double cost = best[i] + kBlockCost + static_cast<double>(rows) * longest * (consecutive ? 1 : 1 + kGatherCost);
+        if (cost < best[j]) {
+          best[j] = cost;
+          first[j] = i;
+        }
+      }
+    }
+    std::vector<std::pair<size_t, size_t>> groups;
+    for (size_t j = n; j > 0; j = first[j]) groups.emplace_back(first[j], j);
+    std::vector<model::CachedBlock> blocks;
+    std::vector<int64_t> ordered;
+    for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
+      std::vector<int64_t> group(running.begin() + g->first, running.begin() + g->second);
+      std::sort(group.begin(), group.end());  // a consecutive range is then read in place
+      model::CachedBlock block{{}, {}, 1};
+      for (int64_t slot : group) {
+        block.slots.push_back(slot);
+        block.starts.push_back(slots[slot]->next_position());
+        ordered.push_back(slot);
+      }
+      blocks.push_back(std::move(block));
+    }
+    running = std::move(ordered);
+    return blocks;
   }
 
   // Appends one sampled token; returns true when the sequence is done.
@@ -219,6 +323,7 @@ struct RolloutEngine::Impl {
     }
     std::vector<int64_t> admitted = Admit(!running.empty());
     if (running.empty() && admitted.empty()) return {};
+    const std::vector<model::CachedBlock> decode_blocks = PlanDecodeBlocks(running);
 
     std::vector<int64_t> order = running;  // slot of each logits row
     order.insert(order.end(), admitted.begin(), admitted.end());
@@ -227,7 +332,8 @@ struct RolloutEngine::Impl {
       stats.active_slot_steps += static_cast<int64_t>(running.size());
     }
     ++stats.steps;
-    auto logits = Forward(running, admitted);
+    stats.decode_blocks += static_cast<int64_t>(decode_blocks.size());
+    auto logits = Forward(decode_blocks, running, admitted);
     std::vector<SampleRow> rows;
     rows.reserve(order.size());
     for (int64_t s : order) rows.push_back(RowFor(*slots[s]));

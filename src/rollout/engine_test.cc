@@ -136,6 +136,49 @@ TEST_F(EngineTest, ContinuousBatchingMatchesGeneratingEachRequestAlone) {
   }
 }
 
+TEST_F(EngineTest, RequestsWithTheSamePromptShareOnePrefill) {
+  // GRPO groups: four answers per prompt, different seeds and sampling. Each
+  // answer must be what it is alone; a group admitted in one step computes
+  // its prompt once.
+  std::vector<GenerationRequest> grouped;
+  std::map<uint64_t, GenerationResult> want;
+  int64_t prompt_tokens = 0;
+  for (size_t p = 0; p < 3; ++p) {
+    prompt_tokens += static_cast<int64_t>(requests_[p].prompt.size());
+    for (size_t g = 0; g < 4; ++g) {
+      GenerationRequest r = requests_[(p + g) % requests_.size()];
+      r.id = 1000 + 10 * p + g;
+      r.prompt = requests_[p].prompt;
+      auto alone = MakeEngine(model_, 1);
+      ASSERT_TRUE(alone->Submit(r).ok());
+      auto done = alone->RunUntilIdle();
+      ASSERT_TRUE(done.ok()) << done.status().ToString();
+      want.emplace(r.id, std::move(done->front()));
+      grouped.push_back(std::move(r));
+    }
+  }
+  auto engine = MakeEngine(model_, 12);
+  for (const auto& r : grouped) ASSERT_TRUE(engine->Submit(r).ok());
+  auto got = engine->RunUntilIdle();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  auto by_id = ById(std::move(*got));
+  ASSERT_EQ(by_id.size(), want.size());
+  for (const auto& [id, w] : want) ExpectSameGeneration(by_id.at(id), w);
+  EXPECT_EQ(engine->stats().prefill_tokens, prompt_tokens);
+  EXPECT_EQ(engine->stats().shared_prefills, 9);
+
+  // Slots for only part of a group: the rest join later, copying the prompt
+  // from a running member.
+  auto small = MakeEngine(model_, 3);
+  for (const auto& r : grouped) ASSERT_TRUE(small->Submit(r).ok());
+  auto got_small = small->RunUntilIdle();
+  ASSERT_TRUE(got_small.ok()) << got_small.status().ToString();
+  auto small_by_id = ById(std::move(*got_small));
+  for (const auto& [id, w] : want) ExpectSameGeneration(small_by_id.at(id), w);
+  EXPECT_GE(small->stats().prefill_tokens, prompt_tokens);
+  EXPECT_GT(small->stats().shared_prefills, 0);
+}
+
 TEST_F(EngineTest, StaticBatchingGivesTheSameTokensWithLowerOccupancy) {
   auto cont = MakeEngine(model_, 4), stat = MakeEngine(model_, 4, Scheduling::kStatic);
   for (const auto& r : requests_) {
@@ -296,10 +339,14 @@ TEST(EngineWeightSwap, EveryTokenRecordsTheWeightsThatProducedIt) {
     if (steps == 6 && current == 1) return PolicySnapshot{v2, 2};
     return std::nullopt;
   });
+  // One prompt for all (a group): answers admitted after the switch must not
+  // reuse the prompt computed by the old weights (they would start with a
+  // version-1 token recorded as version 2), but share the new one.
   auto requests = MixedRequests(6, 9);
-  for (auto& r : requests) {
-    r.sampling.forced_length = 10;
-    ASSERT_TRUE(engine->Submit(r).ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].prompt = requests[0].prompt;
+    requests[i].sampling.forced_length = 8 + 4 * static_cast<int32_t>(i);
+    ASSERT_TRUE(engine->Submit(requests[i]).ok());
   }
   std::vector<GenerationResult> all;
   while (!engine->idle()) {
@@ -322,6 +369,7 @@ TEST(EngineWeightSwap, EveryTokenRecordsTheWeightsThatProducedIt) {
   }
   EXPECT_GT(v1_tokens, 0);
   EXPECT_GT(v2_tokens, 0);
+  EXPECT_GT(engine->stats().shared_prefills, 0);
 }
 
 TEST(EngineWeightSwap, OlderVersionOrOtherArchitectureIsRefused) {

@@ -118,6 +118,8 @@ struct PipelineOptions {
   std::vector<std::string> role_command;
   // Versions a sample may lag the weights it is trained with.
   int64_t EffectiveMaxStaleness() const;
+  // Whether the rollout's cores train while it idles (lend_idle_cores with both thread counts set).
+  bool Lending() const { return lend_idle_cores && rollout_threads > 0 && trainer_threads > 0; }
 };
 
 // The roles of the streaming modes.
@@ -230,6 +232,7 @@ class SyncLoop {
     double wall_seconds = 0;          // RL wall time
     double rollout_busy_seconds = 0;  // rollout steps with sequences running
     int64_t rollout_tokens = 0;       // tokens generated (including ones never trained)
+    double rollout_occupancy = 0;     // mean share of the engine's slots decoding per decode step
   };
   StreamSummary stream_summary() const;
 

@@ -125,8 +125,10 @@ struct EngineStats {
   int64_t steps = 0;               // Step() calls that ran a forward pass
   int64_t decode_steps = 0;        // steps with at least one decoding sequence
   int64_t generated_tokens = 0;
-  int64_t prefill_tokens = 0;
+  int64_t prefill_tokens = 0;      // prompt tokens computed
+  int64_t shared_prefills = 0;     // prompts served by another request's prefill in the same step
   int64_t active_slot_steps = 0;   // sum over decode steps of running sequences
+  int64_t decode_blocks = 0;       // attention blocks the decode steps were split into (by context length)
   int64_t weight_swaps = 0;
   int64_t slot_compactions = 0;    // sequences moved to a lower slot
   // Mean fraction of slots generating per decode step.

@@ -10,8 +10,8 @@
 //
 // Threads: `threads` cores in total in every mode. sync gives each role all of
 // them (the roles alternate; the trainer as `threads` single-threaded
-// micro-batch workers, data parallel, its best use of the cores, unless
-// --sync-dp=false); one_step_off and async split them between the rollout
+// micro-batch workers and the rollout as `threads` single-threaded engines,
+// data parallel, their best use of the cores, unless --sync-dp=false); one_step_off and async split them between the rollout
 // and trainer roles (--rollout-threads), and the rollout's cores train while
 // the rollout idles (pipeline.lend_idle_cores, --lend).
 //
@@ -116,7 +116,9 @@ Status Main(int argc, char** argv) {
   flags.Add("threads", "2", "cores in total, the same in every mode");
   flags.Add("rollout-threads", "1", "one_step_off/async: threads of the rollout role (the trainer gets the rest)");
   flags.Add("correction", "tis", "off-policy correction in one_step_off/async: none, decoupled, tis, seq-tis");
-  flags.Add("sync-dp", "true", "sync: train with one single-threaded micro-batch worker per core (else intra-op threads)",
+  flags.Add("sync-dp", "true",
+            "sync: train with one single-threaded micro-batch worker per core and generate with one single-threaded "
+            "engine per core (else intra-op threads)",
             /*is_bool=*/true);
   flags.Add("order", "prompt", "one_step_off/async: the trainer takes each step's own prompts (prompt) or groups as they complete (completion)");
   flags.Add("lend", "true", "one_step_off/async: the rollout's cores train while the rollout idles", /*is_bool=*/true);
@@ -200,7 +202,10 @@ Status Main(int argc, char** argv) {
     o.rl.trainer.loss.correction = split ? corr : sluice::trainer::OffPolicyCorrection::kNone;
     o.pipeline.lend_idle_cores = lend;
     o.pipeline.train_order = order == "prompt" ? pipeline::TrainOrder::kPrompt : pipeline::TrainOrder::kCompletion;
-    if (!split && sync_dp) o.rl.trainer.micro_batch_threads = static_cast<int32_t>(threads);
+    if (!split && sync_dp) {
+      o.rl.trainer.micro_batch_threads = static_cast<int32_t>(threads);
+      o.pipeline.rollout_engines = static_cast<int32_t>(threads);
+    }
     const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
     const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
     SLUICE_ASSIGN_OR_RETURN(ModeResult r, RunMode(mode, name, o, config, task, rt, tt));

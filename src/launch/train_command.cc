@@ -97,6 +97,9 @@ ConfigSchema TrainSchema() {
             "rollout weight switch: in_flight (sequences continue on new weights) or at_boundary (finish first)");
   s.AddInt("pipeline.rollout_threads", 0, 0, 1024, "intra-op threads of the rollout role (0: run.threads)");
   s.AddInt("pipeline.trainer_threads", 0, 0, 1024, "intra-op threads of the trainer role (0: run.threads)");
+  s.AddInt("pipeline.rollout_engines", 1, 1, 1024,
+           "rollout engines, data parallel, each on rollout_threads / rollout_engines threads with its share of "
+           "rl.rollout_slots");
   s.AddBool("pipeline.processes", false,
             "streaming modes: run the trainer, rollout and reward roles as separate processes (hub and weights "
             "over shared memory), supervised by this one; Ctrl-C stops them all");
@@ -203,6 +206,7 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
                                                                              : rollout::SwitchPolicy::kInFlight;
   o.pipeline.rollout_threads = static_cast<int32_t>(c.GetInt("pipeline.rollout_threads"));
   o.pipeline.trainer_threads = static_cast<int32_t>(c.GetInt("pipeline.trainer_threads"));
+  o.pipeline.rollout_engines = static_cast<int32_t>(c.GetInt("pipeline.rollout_engines"));
   o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
   o.pipeline.train_order = c.GetString("pipeline.train_order") == "prompt" ? pipeline::TrainOrder::kPrompt
                                                                             : pipeline::TrainOrder::kCompletion;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <thread>
 
 namespace sluice::pipeline {
 
@@ -16,6 +17,8 @@ using std::chrono::milliseconds;
 namespace {
 
 constexpr auto kPoll = milliseconds(50);
+// How often an idle engine of several looks for admitted prompts.
+constexpr auto kIdlePoll = milliseconds(1);
 
 template <typename T>
 HostTensor VectorTensor(DType dtype, const std::vector<T>& v) {
@@ -60,71 +63,121 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;
   const int64_t P = rl.prompts_per_step, G = rl.group_size;
-  if (po.rollout_threads > 0) SetIntraOpThreadsHere(po.rollout_threads);
-  rollout::EngineOptions eo;
-  eo.num_slots = rl.rollout_slots;
-  eo.eos_token_id = s.tokenizer.eos_id();
-  eo.switch_policy = po.switch_policy;
-  SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create({r.model, s.version}, eo));
-  engine->SetWeightSwapHook(r.standby->Hook());
+  const int32_t engines = std::max(1, po.rollout_engines);
+  // Data-parallel engines share the prompt cursor (claimed under `mu`
+  // together with the admission) and the weights (one shared hook, so the
+  // standby buffer an engine still reads is never refilled).
+  const std::vector<rollout::WeightSwapHook> hooks = rollout::ShareWeightSwapHook(r.standby->Hook(), engines, s.version);
+  Mutex mu;
+  uint64_t cursor = static_cast<uint64_t>(s.step * P);  // guarded by mu
+  const uint64_t end_cursor = static_cast<uint64_t>(rl.steps * P);
+  std::atomic<int32_t> active{0};  // engines with something to decode
+  std::atomic<bool> failed{false};
   struct IdleOnExit {
     RoleBoard* board;
     ~IdleOnExit() { board->rollout_idle.store(1); }
   } idle_on_exit{&board};
-  uint64_t cursor = static_cast<uint64_t>(s.step * P);
-  const uint64_t end_cursor = static_cast<uint64_t>(rl.steps * P);
-  while (!stopping() && board.stop.load() == 0) {
-    board.rollout_idle.store(engine->idle() ? 1 : 0);
-    if (cursor == end_cursor && engine->idle()) return Status::Ok();  // every answer is in the hub
-    // Keep about one batch of prompts waiting so freed slots refill at once.
-    const int64_t queued = static_cast<int64_t>(engine->num_waiting()) + engine->num_running();
-    const int64_t want =
-        std::min<int64_t>((2 * rl.rollout_slots - queued) / G, static_cast<int64_t>(end_cursor - cursor));
-    if (want > 0) {
-      if (r.before_admit) SLUICE_RETURN_IF_ERROR(r.before_admit());
-      auto admitted = r.admission->Admit(want, engine->policy_version(), engine->idle() ? kPoll : milliseconds(0));
-      if (!admitted.ok() && admitted.status().code() != StatusCode::kTimeout) {
-        return admitted.status().code() == StatusCode::kAborted ? Status::Ok() : admitted.status();
+
+  auto run_engine = [&](int32_t e) -> Status {
+    if (po.rollout_threads > 0) SetIntraOpThreadsHere(std::max(1, po.rollout_threads / engines));
+    rollout::EngineOptions eo;
+    eo.num_slots = rl.rollout_slots / engines + (e < rl.rollout_slots % engines ? 1 : 0);
+    eo.eos_token_id = s.tokenizer.eos_id();
+    eo.switch_policy = po.switch_policy;
+    SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create({r.model, s.version}, eo));
+    engine->SetWeightSwapHook(hooks[static_cast<size_t>(e)]);
+    // This engine's share of the board's idle flag: idle when no engine has work.
+    struct Busy {
+      std::atomic<int32_t>& active;
+      RoleBoard& board;
+      bool busy = false;
+      void Set(bool b) {
+        if (b != busy) active += b ? 1 : -1;
+        busy = b;
+        board.rollout_idle.store(active.load() == 0 ? 1 : 0);
       }
-      for (int64_t i = 0; admitted.ok() && i < *admitted; ++i, ++cursor) {
-        SLUICE_ASSIGN_OR_RETURN(reward::Example ex, ExampleOf(s, cursor));
+      ~Busy() { Set(false); }
+    } busy{active, board};
+    rollout::EngineStats seen;
+    while (!stopping() && board.stop.load() == 0 && !failed.load()) {
+      busy.Set(!engine->idle());
+      // Keep about one batch of prompts waiting so freed slots refill at once.
+      const int64_t queued = static_cast<int64_t>(engine->num_waiting()) + engine->num_running();
+      std::vector<uint64_t> claimed;
+      {
+        MutexLock lock(&mu);
+        if (cursor == end_cursor && engine->idle()) return Status::Ok();  // every answer is in the hub
+        const int64_t want =
+            std::min<int64_t>((2 * eo.num_slots - queued) / G, static_cast<int64_t>(end_cursor - cursor));
+        if (want > 0) {
+          if (r.before_admit) SLUICE_RETURN_IF_ERROR(r.before_admit());
+          // One engine blocks in admission while idle; several poll (the lock is shared).
+          const auto wait = engines == 1 && engine->idle() ? kPoll : milliseconds(0);
+          auto admitted = r.admission->Admit(want, engine->policy_version(), wait);
+          if (!admitted.ok() && admitted.status().code() != StatusCode::kTimeout) {
+            return admitted.status().code() == StatusCode::kAborted ? Status::Ok() : admitted.status();
+          }
+          for (int64_t i = 0; admitted.ok() && i < *admitted; ++i) claimed.push_back(cursor++);
+        }
+      }
+      if (claimed.empty() && engines > 1 && engine->idle()) std::this_thread::sleep_for(kIdlePoll);
+      for (uint64_t c : claimed) {
+        SLUICE_ASSIGN_OR_RETURN(reward::Example ex, ExampleOf(s, c));
         const auto prompt = s.EncodePrompt(ex.prompt);
         for (int64_t g = 0; g < G; ++g) {
           rollout::GenerationRequest req;
-          req.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
+          req.id = c * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
           req.prompt = prompt;
           req.sampling = rl.sampling;
-          req.sampling.seed = AnswerSeed(s.options.seed, P, G, cursor, g);
-          if (rl.forced_length) req.sampling.forced_length = rl.forced_length(cursor, g);
+          req.sampling.seed = AnswerSeed(s.options.seed, P, G, c, g);
+          if (rl.forced_length) req.sampling.forced_length = rl.forced_length(c, g);
           SLUICE_RETURN_IF_ERROR(engine->Submit(std::move(req)));
         }
       }
+      busy.Set(!engine->idle());
+      // A step on an idle engine still runs the weight-swap hook.
+      const auto t0 = Clock::now();
+      SLUICE_ASSIGN_OR_RETURN(auto done, engine->Step());
+      if (!engine->idle() || !done.empty()) {
+        board.rollout_busy_us +=
+            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count() / engines;
+      }
+      const rollout::EngineStats& now = engine->stats();
+      board.rollout_decode_steps += now.decode_steps - seen.decode_steps;
+      board.rollout_active_slot_steps += now.active_slot_steps - seen.active_slot_steps;
+      seen = now;
+      for (auto& res : done) {
+        board.rollout_tokens += static_cast<int64_t>(res.tokens.size());
+        const uint64_t c = res.id / static_cast<uint64_t>(G);
+        tq::RowTags tags;
+        tags.group_id = static_cast<tq::GroupId>(c);
+        tags.policy_version = res.versions.empty() ? engine->policy_version() : res.versions.front();
+        tags.token_length = static_cast<int64_t>(res.tokens.size());
+        tags.user["answer"] = std::to_string(res.id % static_cast<uint64_t>(G));
+        tq::ColumnBatch cols;
+        cols["prompt"] = {VectorTensor(DType::kI32, res.prompt)};
+        cols["response"] = {VectorTensor(DType::kI32, res.tokens)};
+        cols["logprobs"] = {VectorTensor(DType::kF32, res.logprobs)};
+        cols["versions"] = {VectorTensor(DType::kI64, res.versions)};
+        SLUICE_RETURN_IF_ERROR(client.PutRows(kRolloutPartition, {tags}, cols).status());
+      }
     }
-    board.rollout_idle.store(engine->idle() ? 1 : 0);
-    // A step on an idle engine still runs the weight-swap hook.
-    const auto t0 = Clock::now();
-    SLUICE_ASSIGN_OR_RETURN(auto done, engine->Step());
-    if (!engine->idle() || !done.empty()) {
-      board.rollout_busy_us += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
-    }
-    board.rollout_decode_steps.store(engine->stats().decode_steps);
-    board.rollout_active_slot_steps.store(engine->stats().active_slot_steps);
-    for (auto& res : done) {
-      board.rollout_tokens += static_cast<int64_t>(res.tokens.size());
-      const uint64_t c = res.id / static_cast<uint64_t>(G);
-      tq::RowTags tags;
-      tags.group_id = static_cast<tq::GroupId>(c);
-      tags.policy_version = res.versions.empty() ? engine->policy_version() : res.versions.front();
-      tags.token_length = static_cast<int64_t>(res.tokens.size());
-      tags.user["answer"] = std::to_string(res.id % static_cast<uint64_t>(G));
-      tq::ColumnBatch cols;
-      cols["prompt"] = {VectorTensor(DType::kI32, res.prompt)};
-      cols["response"] = {VectorTensor(DType::kI32, res.tokens)};
-      cols["logprobs"] = {VectorTensor(DType::kF32, res.logprobs)};
-      cols["versions"] = {VectorTensor(DType::kI64, res.versions)};
-      SLUICE_RETURN_IF_ERROR(client.PutRows(kRolloutPartition, {tags}, cols).status());
-    }
+    return Status::Ok();
+  };
+
+  if (engines == 1) return run_engine(0);
+  std::vector<Status> results(static_cast<size_t>(engines));
+  std::vector<std::thread> threads;
+  for (int32_t e = 1; e < engines; ++e) {
+    threads.emplace_back([&, e] {
+      results[static_cast<size_t>(e)] = run_engine(e);
+      if (!results[static_cast<size_t>(e)].ok()) failed.store(true);
+    });
   }
+  results[0] = run_engine(0);
+  if (!results[0].ok()) failed.store(true);
+  for (auto& t : threads) t.join();
+  for (const Status& st : results) SLUICE_RETURN_IF_ERROR(st);
   return Status::Ok();
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "loop_state.h"
+#include "sluice/common/mutex.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/transfer_queue/client.h"
 #include "sluice/transfer_queue/staleness.h"

@@ -55,6 +55,9 @@ Status LoopOptions::Validate() const {
   if (pipeline.processes && pipeline.mode == PipelineMode::kDirect) {
     return bad("pipeline.processes", "needs a streaming mode (sync, one_step_off or async), not direct");
   }
+  if (pipeline.rollout_engines < 1 || pipeline.rollout_engines > rl.rollout_slots) {
+    return bad("pipeline.rollout_engines", "must be in [1, rl.rollout_slots]");
+  }
   if (pipeline.rollout_threads < 0 || pipeline.trainer_threads < 0) {
     return bad("pipeline.rollout_threads/trainer_threads", "must be >= 0 (0: the process setting)");
   }

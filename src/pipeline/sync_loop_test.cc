@@ -5,8 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "sluice/model/weights.h"
 
@@ -237,29 +237,35 @@ TEST_F(SyncLoopTest, ShortcutWarmStartTeachesBareAnswers) {
 // same weights: identical rewards and losses, step by step.
 TEST_F(SyncLoopTest, SyncModeOverTheHubReproducesTheDirectLoop) {
   task_ = std::make_shared<EvenFirstByteTask>();  // every step has a learning signal
-  auto run = [&](PipelineMode mode) {
-    LoopOptions o = Options(PipelineModeName(mode), 4);
+  auto run = [&](PipelineMode mode, int32_t engines) {
+    LoopOptions o = Options(PipelineModeName(mode) + std::to_string(engines), 4);
     o.pipeline.mode = mode;
+    o.pipeline.rollout_engines = engines;
     o.rl.dynamic_sampling = true;
     auto loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
     Status st = loop->Train(nullptr);
     EXPECT_TRUE(st.ok()) << st.ToString();
     return loop->history();
   };
-  const auto direct = run(PipelineMode::kDirect);
-  const auto sync = run(PipelineMode::kSync);
-  ASSERT_EQ(direct.size(), 4u);
-  ASSERT_EQ(sync.size(), 4u);
-  for (size_t i = 0; i < direct.size(); ++i) {
-    EXPECT_EQ(sync[i].prompts, direct[i].prompts) << "step " << i + 1;
-    EXPECT_EQ(sync[i].reward_mean, direct[i].reward_mean) << "step " << i + 1;
-    EXPECT_EQ(sync[i].samples_trained, direct[i].samples_trained) << "step " << i + 1;
-    EXPECT_EQ(sync[i].generated_tokens, direct[i].generated_tokens) << "step " << i + 1;
-    EXPECT_NEAR(sync[i].train.loss, direct[i].train.loss, 1e-6) << "step " << i + 1;
-    EXPECT_NEAR(sync[i].train.grad_norm, direct[i].train.grad_norm, 1e-5) << "step " << i + 1;
-    EXPECT_EQ(sync[i].staleness_max, 0);
-    if (direct[i].has_eval) {
-      EXPECT_EQ(sync[i].eval.accuracy, direct[i].eval.accuracy);
+  const auto direct = run(PipelineMode::kDirect, 1);
+  // Two data-parallel engines too: an answer does not depend on which engine
+  // or batch generated it.
+  for (int32_t engines : {1, 2}) {
+    SCOPED_TRACE("rollout engines: " + std::to_string(engines));
+    const auto sync = run(PipelineMode::kSync, engines);
+    ASSERT_EQ(direct.size(), 4u);
+    ASSERT_EQ(sync.size(), 4u);
+    for (size_t i = 0; i < direct.size(); ++i) {
+      EXPECT_EQ(sync[i].prompts, direct[i].prompts) << "step " << i + 1;
+      EXPECT_EQ(sync[i].reward_mean, direct[i].reward_mean) << "step " << i + 1;
+      EXPECT_EQ(sync[i].samples_trained, direct[i].samples_trained) << "step " << i + 1;
+      EXPECT_EQ(sync[i].generated_tokens, direct[i].generated_tokens) << "step " << i + 1;
+      EXPECT_NEAR(sync[i].train.loss, direct[i].train.loss, 1e-6) << "step " << i + 1;
+      EXPECT_NEAR(sync[i].train.grad_norm, direct[i].train.grad_norm, 1e-5) << "step " << i + 1;
+      EXPECT_EQ(sync[i].staleness_max, 0);
+      if (direct[i].has_eval) {
+        EXPECT_EQ(sync[i].eval.accuracy, direct[i].eval.accuracy);
+      }
     }
   }
   // Not vacuous: the runs trained, and the weights moved between steps.
@@ -278,17 +284,21 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryPromptOnceWithinTheStalenessBound) 
     int64_t max_staleness;
     rollout::SwitchPolicy policy;
     TrainOrder order;
+    int32_t engines = 1;
   };
   task_ = std::make_shared<EvenFirstByteTask>();
   for (const Case& c : {Case{PipelineMode::kOneStepOff, 1, rollout::SwitchPolicy::kInFlight, TrainOrder::kCompletion},
                         Case{PipelineMode::kAsync, 2, rollout::SwitchPolicy::kInFlight, TrainOrder::kCompletion},
                         Case{PipelineMode::kAsync, 3, rollout::SwitchPolicy::kAtBoundary, TrainOrder::kCompletion},
-                        Case{PipelineMode::kAsync, 2, rollout::SwitchPolicy::kInFlight, TrainOrder::kPrompt}}) {
+                        Case{PipelineMode::kAsync, 2, rollout::SwitchPolicy::kInFlight, TrainOrder::kPrompt},
+                        Case{PipelineMode::kAsync, 2, rollout::SwitchPolicy::kInFlight, TrainOrder::kPrompt, 2}}) {
     const bool prompt_order = c.order == TrainOrder::kPrompt;
     SCOPED_TRACE(PipelineModeName(c.mode) + " staleness " + std::to_string(c.max_staleness) +
-                 (prompt_order ? " prompt order" : ""));
-    LoopOptions o = Options("stream" + std::to_string(c.max_staleness) + (prompt_order ? "p" : ""), 6);
+                 (prompt_order ? " prompt order" : "") + ", engines " + std::to_string(c.engines));
+    LoopOptions o =
+        Options("stream" + std::to_string(c.max_staleness) + (prompt_order ? "p" : "") + std::to_string(c.engines), 6);
     o.pipeline.mode = c.mode;
+    o.pipeline.rollout_engines = c.engines;
     o.pipeline.max_staleness = c.max_staleness;
     o.pipeline.switch_policy = c.policy;
     o.pipeline.train_order = c.order;
@@ -323,11 +333,16 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryPromptOnceWithinTheStalenessBound) 
 // token recorded with the wrong version shows up as a flat/non-flat mismatch.
 TEST_F(SyncLoopTest, EveryTokenRecordsTheVersionOfTheWeightsThatProducedIt) {
   task_ = std::make_shared<EvenFirstByteTask>();
-  for (rollout::SwitchPolicy policy : {rollout::SwitchPolicy::kInFlight, rollout::SwitchPolicy::kAtBoundary}) {
+  // Two engines sharing the standby weights, too.
+  for (auto [policy, engines] :
+       {std::pair{rollout::SwitchPolicy::kInFlight, 1}, std::pair{rollout::SwitchPolicy::kAtBoundary, 1},
+        std::pair{rollout::SwitchPolicy::kInFlight, 2}}) {
     const bool in_flight = policy == rollout::SwitchPolicy::kInFlight;
-    SCOPED_TRACE(in_flight ? "in_flight" : "at_boundary");
-    LoopOptions o = Options(in_flight ? "versions-inflight" : "versions-boundary", 6);
+    SCOPED_TRACE(std::string(in_flight ? "in_flight" : "at_boundary") + ", engines " + std::to_string(engines));
+    LoopOptions o =
+        Options(std::string(in_flight ? "versions-inflight" : "versions-boundary") + std::to_string(engines), 6);
     o.pipeline.mode = PipelineMode::kAsync;
+    o.pipeline.rollout_engines = engines;
     o.pipeline.max_staleness = 2;
     o.pipeline.switch_policy = policy;
     o.eval.interval = 0;

@@ -107,6 +107,41 @@ TEST_F(StandbyWeightsTest, InFlightSwitchContinuesSequencesOnTheNewWeights) {
   EXPECT_EQ(standby->stats().handed, 1);
 }
 
+TEST_F(StandbyWeightsTest, SharedHookNeverRecyclesWeightsALaggingEngineServes) {
+  auto fast = Engine(SwitchPolicy::kInFlight), slow = Engine(SwitchPolicy::kInFlight);
+  auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(*store_))).value();
+  auto hooks = ShareWeightSwapHook(standby->Hook(), 2, 0);
+  ASSERT_EQ(hooks.size(), 2u);
+  fast->SetWeightSwapHook(hooks[0]);
+  slow->SetWeightSwapHook(hooks[1]);
+  ASSERT_TRUE(fast->Submit(Greedy(1, 20)).ok());
+  ASSERT_TRUE(slow->Submit(Greedy(2, 20)).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(fast->Step().ok() && slow->Step().ok());
+  Publish(1);
+  ASSERT_TRUE(standby->WaitUntilReady(1, milliseconds(10000)).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(fast->Step().ok());
+  EXPECT_EQ(fast->policy_version(), 1);
+  EXPECT_EQ(slow->policy_version(), 0);
+  // Version 2 needs the buffer the slow engine still reads: it must wait.
+  Publish(2);
+  EXPECT_FALSE(standby->WaitUntilReady(2, milliseconds(300)).ok());
+  ASSERT_TRUE(slow->Step().ok());  // adopts version 1
+  EXPECT_EQ(slow->policy_version(), 1);
+  EXPECT_FALSE(standby->WaitUntilReady(2, milliseconds(100)).ok());
+  ASSERT_TRUE(slow->Step().ok());  // its hook sees it serve 1: version 0's buffer is free
+  ASSERT_TRUE(standby->WaitUntilReady(2, milliseconds(10000)).ok());
+  auto a = fast->RunUntilIdle();
+  auto b = slow->RunUntilIdle();
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), 1u);
+  ASSERT_EQ(b->size(), 1u);
+  ExpectVersionsMatchTokens((*a)[0]);
+  ExpectVersionsMatchTokens((*b)[0]);
+  EXPECT_EQ((*b)[0].versions.front(), 0);
+  EXPECT_EQ((*a)[0].versions.back(), 2);
+  EXPECT_EQ((*b)[0].versions.back(), 2);
+}
+
 TEST_F(StandbyWeightsTest, AtBoundarySwitchFinishesSequencesInFlightOnTheOldWeights) {
   auto engine = Engine(SwitchPolicy::kAtBoundary);
   auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(*store_))).value();

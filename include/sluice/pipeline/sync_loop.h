@@ -100,6 +100,12 @@ struct PipelineOptions {
   // the same total in every mode for a fair comparison.
   int32_t rollout_threads = 0;
   int32_t trainer_threads = 0;
+  // Rollout engines, data parallel: each on its own thread with
+  // rollout_threads / rollout_engines intra-op threads and its share of
+  // rl.rollout_slots, all taking prompts from the same stream. On CPUs two
+  // single-threaded engines generate ~1.6x one two-threaded engine
+  // (shared/NOTES-libtorch.md).
+  int32_t rollout_engines = 1;
   // Streaming modes with both thread counts set: the trainer computes
   // micro-batches on trainer_threads + rollout_threads single-threaded
   // workers, the rollout's only while the rollout is idle (no sequence to

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "sluice/common/host_tensor.h"
 #include "sluice/common/status.h"
@@ -103,6 +104,14 @@ class StandbyWeights {
   explicit StandbyWeights(std::shared_ptr<State> state);
   std::shared_ptr<State> state_;
 };
+
+// Shares one weight-swap hook among `engines` engines that start serving
+// `start_version` (data-parallel rollout). Each engine gets its own hook; the
+// shared hook is told the version the slowest engine serves, so a source that
+// recycles the buffer of the version it was last told (StandbyWeights) never
+// overwrites weights an engine still reads, and each engine adopts the newest
+// snapshot handed out at its next step. Thread-safe.
+std::vector<WeightSwapHook> ShareWeightSwapHook(WeightSwapHook hook, int engines, PolicyVersion start_version);
 
 }  // namespace sluice::rollout
 

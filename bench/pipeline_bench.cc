@@ -11,9 +11,9 @@
 // Threads: `threads` cores in total in every mode. sync gives each role all of
 // them (the roles alternate; the trainer as `threads` single-threaded
 // micro-batch workers and the rollout as `threads` single-threaded engines,
-// data parallel, their best use of the cores, unless --sync-dp=false); one_step_off and async split them between the rollout
-// and trainer roles (--rollout-threads), and the rollout's cores train while
-// the rollout idles (pipeline.lend_idle_cores, --lend).
+// data parallel, their best use of the cores, unless --sync-dp=false); one_step_off and async split them between the
+// rollout and trainer roles (--rollout-threads), and the rollout's cores train while the rollout idles
+// (pipeline.lend_idle_cores, --lend).
 //
 // The ideal bound is the total work of both stages at full occupancy over the
 // same cores: trainer core-seconds plus the core-seconds to decode the
@@ -23,14 +23,13 @@
 // training time x all cores (with --sync-dp, every core is a busy worker),
 // else a split mode's training time x the trainer's cores.
 #include <torch/torch.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -236,7 +235,8 @@ Status Main(int argc, char** argv) {
   // shares it), `slots` prompts per pass.
   double sum_sq = 0;
   for (int32_t len : lengths) sum_sq += static_cast<double>(len) * len;
-  const int32_t lock_steps = std::max<int32_t>(2, static_cast<int32_t>(std::lround(sum_sq / static_cast<double>(total_tokens))));
+  const int32_t lock_steps =
+      std::max<int32_t>(2, static_cast<int32_t>(std::lround(sum_sq / static_cast<double>(total_tokens))));
   const int64_t per_run = slots * lock_steps;
   const int64_t runs = (total_tokens + per_run - 1) / per_run;
   auto m = std::make_shared<model::Transformer>(config, static_cast<uint64_t>(seed));
@@ -253,7 +253,8 @@ Status Main(int argc, char** argv) {
   prefill_pass /= 8;
   SLUICE_ASSIGN_OR_RETURN(double full, timed_lockstep(lock_steps, runs));
   const double decode_only = std::max(0.0, full - static_cast<double>(runs) * prefill_pass) *
-                             static_cast<double>(total_tokens - answers) / static_cast<double>(runs * (per_run - slots));
+                             static_cast<double>(total_tokens - answers) /
+                             static_cast<double>(runs * (per_run - slots));
   const double prefill_all = prefill_pass * static_cast<double>(steps * prompts) / static_cast<double>(slots);
   const double decode_core_seconds = (decode_only + prefill_all) * static_cast<double>(rollout_threads);
   torch::set_num_threads(static_cast<int>(threads));
@@ -261,9 +262,10 @@ Status Main(int argc, char** argv) {
       train_core_seconds >= 0 ? (train_core_seconds + decode_core_seconds) / static_cast<double>(threads) : -1;
   if (ideal < 0) std::fprintf(stderr, "no ideal bound: run sync with --sync-dp, or a split mode with --lend=false\n");
 
-  std::printf("\npipeline throughput, %s, %lld x %lld x %lld answers, long-tail lengths (median %lld, longest %d), %lld threads\n",
-              preset.c_str(), static_cast<long long>(steps), static_cast<long long>(prompts), static_cast<long long>(group),
-              static_cast<long long>(median), longest, static_cast<long long>(threads));
+  std::printf(
+      "\npipeline throughput, %s, %lld x %lld x %lld answers, %s lengths (median %lld, longest %d), %lld threads\n",
+      preset.c_str(), static_cast<long long>(steps), static_cast<long long>(prompts), static_cast<long long>(group),
+      tail > 1 ? "long-tail" : "uniform", static_cast<long long>(median), longest, static_cast<long long>(threads));
   std::printf("%-13s %9s %11s %10s %13s %13s %10s %10s %9s\n", "mode", "wall s", "samples/s", "tokens/s",
               "trainer idle", "rollout busy", "occupancy", "staleness", "of ideal");
   const ModeResult* sync = nullptr;
@@ -272,13 +274,13 @@ Status Main(int argc, char** argv) {
     if (r.name == "sync") sync = &r;
     std::printf("%-13s %9.1f %11.2f %10.0f %12.0f%% %12.0f%% %9.0f%% %10.2f %8.0f%%\n", r.name.c_str(), r.wall,
                 r.samples / r.wall, r.tokens / r.wall, 100 * r.trainer_idle, 100 * r.rollout_busy, 100 * r.occupancy,
-                r.staleness,
-                ideal > 0 ? 100 * ideal / r.wall : 0.0);
-    json += std::string(json.size() > 1 ? "," : "") + "{\"mode\":\"" + r.name + "\",\"wall_seconds\":" +
-            std::to_string(r.wall) + ",\"samples_per_s\":" + std::to_string(r.samples / r.wall) +
-            ",\"tokens_per_s\":" + std::to_string(r.tokens / r.wall) + ",\"trainer_idle\":" +
-            std::to_string(r.trainer_idle) + ",\"rollout_busy\":" + std::to_string(r.rollout_busy) + ",\"occupancy\":" + std::to_string(r.occupancy) +
-            ",\"staleness\":" + std::to_string(r.staleness) + "}";
+                r.staleness, ideal > 0 ? 100 * ideal / r.wall : 0.0);
+    json +=
+        std::string(json.size() > 1 ? "," : "") + "{\"mode\":\"" + r.name +
+        "\",\"wall_seconds\":" + std::to_string(r.wall) + ",\"samples_per_s\":" + std::to_string(r.samples / r.wall) +
+        ",\"tokens_per_s\":" + std::to_string(r.tokens / r.wall) +
+        ",\"trainer_idle\":" + std::to_string(r.trainer_idle) + ",\"rollout_busy\":" + std::to_string(r.rollout_busy) +
+        ",\"occupancy\":" + std::to_string(r.occupancy) + ",\"staleness\":" + std::to_string(r.staleness) + "}";
   }
   json += "]\n";
   if (ideal > 0) {

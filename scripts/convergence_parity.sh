@@ -49,6 +49,7 @@ fi
 overrides_for() {
   case "$1" in
     sync) echo "pipeline.mode=sync" ;;
+    sync-kl) echo "pipeline.mode=sync trainer.kl_coef=0.05" ;;
     async-s1) echo "pipeline.mode=async pipeline.max_staleness=1 trainer.off_policy_correction=decoupled" ;;
     async-s2) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=decoupled" ;;
     async-s4) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=decoupled" ;;
@@ -56,6 +57,9 @@ overrides_for() {
     async-s1-completion) echo "pipeline.mode=async pipeline.max_staleness=1 pipeline.train_order=completion trainer.off_policy_correction=decoupled" ;;
     async-s2-tis) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=tis" ;;
     async-s4-tis) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis" ;;
+    async-s4-tis-cap1) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis trainer.is_cap=1" ;;
+    async-s4-seqtis) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=seq-tis" ;;
+    async-s4-tis-kl) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis trainer.kl_coef=0.05" ;;
     *) echo "error: unknown configuration '$1'" >&2; exit 2 ;;
   esac
 }

@@ -67,7 +67,8 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
   // Data-parallel engines share the prompt cursor (claimed under `mu`
   // together with the admission) and the weights (one shared hook, so the
   // standby buffer an engine still reads is never refilled).
-  const std::vector<rollout::WeightSwapHook> hooks = rollout::ShareWeightSwapHook(r.standby->Hook(), engines, s.version);
+  const std::vector<rollout::WeightSwapHook> hooks =
+      rollout::ShareWeightSwapHook(r.standby->Hook(), engines, s.version);
   Mutex mu;
   uint64_t cursor = static_cast<uint64_t>(s.step * P);  // guarded by mu
   const uint64_t end_cursor = static_cast<uint64_t>(rl.steps * P);

@@ -137,8 +137,8 @@ struct RolloutEngine::Impl {
       if (slots[i].has_value()) continue;
       const auto& prompt = waiting.front().request.prompt;
       // A prompt admitted in this step already is computed once (Forward).
-      const bool repeat = std::any_of(admitted.begin(), admitted.end(),
-                                      [&](int64_t j) { return slots[j]->request.prompt == prompt; });
+      const bool repeat =
+          std::any_of(admitted.begin(), admitted.end(), [&](int64_t j) { return slots[j]->request.prompt == prompt; });
       const int64_t len = repeat ? 0 : static_cast<int64_t>(prompt.size());
       if (!admitted.empty() && len > budget) break;  // always admit at least one
       budget -= len;
@@ -229,9 +229,8 @@ struct RolloutEngine::Impl {
     const size_t n = running.size();
     if (n == 0) return {};
     auto context = [&](int64_t slot) { return slots[slot]->next_position() + 1; };
-    std::sort(running.begin(), running.end(), [&](int64_t a, int64_t b) {
-      return context(a) != context(b) ? context(a) < context(b) : a < b;
-    });
+    std::sort(running.begin(), running.end(),
+              [&](int64_t a, int64_t b) { return context(a) != context(b) ? context(a) < context(b) : a < b; });
     std::vector<double> best(n + 1, 0);
     std::vector<size_t> first(n + 1, 0);  // best split: the last group is [first[j], j)
     for (size_t j = 1; j <= n; ++j) {
@@ -243,7 +242,8 @@ struct RolloutEngine::Impl {
         hi = std::max(hi, running[i]);
         const auto rows = static_cast<int64_t>(j - i);
         const bool consecutive = hi - lo + 1 == rows;
-        const double cost = best[i] + kBlockCost + static_cast<double>(rows) * longest * (consecutive ? 1 : 1 + kGatherCost);
+        const double cost =
+            best[i] + kBlockCost + static_cast<double>(rows) * longest * (consecutive ? 1 : 1 + kGatherCost);
         if (cost < best[j]) {
           best[j] = cost;
           first[j] = i;

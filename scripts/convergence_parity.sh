@@ -8,6 +8,8 @@
 #   async-s4-nocorr the largest staleness with the correction off (the ablation)
 #   async-s1-completion  staleness 1, groups trained as they complete instead of in prompt order
 #   async-s2-tis, async-s4-tis  token-level truncated IS (the default correction, `auto`)
+#   not in the default set (staleness-4 trials): async-s4-tis-cap1 (is_cap 1),
+#   async-s4-seqtis (sequence-level TIS), async-s4-tis-kl and sync-kl (KL anchor 0.05)
 #
 # each with SEEDS seeds (the seed drives prompt order and sampling; the warm
 # start is shared so the curves start from the same policy). Then

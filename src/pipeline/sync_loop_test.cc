@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -326,11 +327,65 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryPromptOnceWithinTheStalenessBound) 
   }
 }
 
+// The per-token version check. Odd versions are published as weights whose
+// logits are all zero (every token's logprob is exactly -log V), even ones as
+// trained, so a token recorded with the wrong version shows up as a
+// flat/non-flat mismatch in the trained batches.
+struct VersionCounts {
+  int64_t odd_tokens = 0, even_tokens = 0, mixed_sequences = 0, mismatches = 0, bad_lengths = 0;
+
+  json ToJson() const {
+    return {{"odd", odd_tokens},
+            {"even", even_tokens},
+            {"mixed", mixed_sequences},
+            {"mismatches", mismatches},
+            {"bad_lengths", bad_lengths}};
+  }
+  static VersionCounts FromJson(const json& j) {
+    return {j.at("odd"), j.at("even"), j.at("mixed"), j.at("mismatches"), j.at("bad_lengths")};
+  }
+};
+
+// Async with staleness 2, the odd versions flat, every trained batch counted
+// into *counts (then `after_batch`, if set). `flat` is -log V.
+void UseVersionCheck(LoopOptions& o, double flat, VersionCounts* counts, std::function<void()> after_batch = {}) {
+  o.pipeline.mode = PipelineMode::kAsync;
+  o.pipeline.max_staleness = 2;
+  o.eval.interval = 0;
+  o.rl.dynamic_sampling = false;
+  o.rl.forced_length = [](uint64_t, int64_t g) { return static_cast<int32_t>(6 + 5 * g); };
+  o.rl.rewrite_published = [](int64_t version, TensorMap* weights) {
+    if (version % 2 == 0) return;
+    HostTensor& norm = weights->at("model.norm.weight");
+    std::vector<float> zeros(norm.nbytes / sizeof(float), 0.0f);
+    norm = HostTensor::Copy(norm.dtype, norm.shape, zeros.data(), norm.nbytes);
+  };
+  o.rl.inspect_batch = [flat, counts, after_batch](int64_t, const std::vector<trainer::RolloutSample>& samples) {
+    for (const auto& smp : samples) {
+      if (smp.versions.size() != smp.response.size()) ++counts->bad_lengths;
+      if (!smp.versions.empty() && smp.versions.front() != smp.versions.back()) ++counts->mixed_sequences;
+      for (size_t i = 0; i < smp.versions.size(); ++i) {
+        const bool is_flat = std::abs(smp.behavior_logprobs[i] - flat) < 1e-5;
+        const bool odd = smp.versions[i] % 2 != 0;
+        (odd ? counts->odd_tokens : counts->even_tokens)++;
+        if (is_flat != odd) ++counts->mismatches;
+      }
+    }
+    if (after_batch) after_batch();
+  };
+}
+
+// A fresh model's logits are near zero, so its tokens' logprobs sit near
+// -log V too; sharpen it (and so every even version trained from it) so that
+// "flat" can only mean the zeroed weights.
+void Sharpen(model::Transformer& m) {
+  torch::NoGradGuard no_grad;
+  m.named_parameters()["model.norm.weight"].mul_(20.0);
+}
+
 // End to end through the hub, the version store and the rollout's standby
 // weights: every token's recorded version is the version of the weights that
-// produced it. Odd versions are published as weights whose logits are all
-// zero (every token's logprob is exactly -log V), even ones as trained, so a
-// token recorded with the wrong version shows up as a flat/non-flat mismatch.
+// produced it.
 TEST_F(SyncLoopTest, EveryTokenRecordsTheVersionOfTheWeightsThatProducedIt) {
   task_ = std::make_shared<EvenFirstByteTask>();
   // Two engines sharing the standby weights, too.
@@ -341,52 +396,118 @@ TEST_F(SyncLoopTest, EveryTokenRecordsTheVersionOfTheWeightsThatProducedIt) {
     SCOPED_TRACE(std::string(in_flight ? "in_flight" : "at_boundary") + ", engines " + std::to_string(engines));
     LoopOptions o =
         Options(std::string(in_flight ? "versions-inflight" : "versions-boundary") + std::to_string(engines), 6);
-    o.pipeline.mode = PipelineMode::kAsync;
-    o.pipeline.rollout_engines = engines;
-    o.pipeline.max_staleness = 2;
-    o.pipeline.switch_policy = policy;
-    o.eval.interval = 0;
-    o.rl.dynamic_sampling = false;
-    o.rl.forced_length = [](uint64_t, int64_t g) { return static_cast<int32_t>(6 + 5 * g); };
-    o.rl.rewrite_published = [](int64_t version, TensorMap* weights) {
-      if (version % 2 == 0) return;
-      HostTensor& norm = weights->at("model.norm.weight");
-      std::vector<float> zeros(norm.nbytes / sizeof(float), 0.0f);
-      norm = HostTensor::Copy(norm.dtype, norm.shape, zeros.data(), norm.nbytes);
-    };
-    int64_t odd_tokens = 0, even_tokens = 0, mixed_sequences = 0, mismatches = 0;
-    double flat = 0;
-    o.rl.inspect_batch = [&](int64_t, const std::vector<trainer::RolloutSample>& samples) {
-      for (const auto& smp : samples) {
-        EXPECT_EQ(smp.versions.size(), smp.response.size());
-        if (!smp.versions.empty() && smp.versions.front() != smp.versions.back()) ++mixed_sequences;
-        for (size_t i = 0; i < smp.versions.size(); ++i) {
-          const bool is_flat = std::abs(smp.behavior_logprobs[i] - flat) < 1e-5;
-          const bool odd = smp.versions[i] % 2 != 0;
-          (odd ? odd_tokens : even_tokens)++;
-          if (is_flat != odd) ++mismatches;
-        }
-      }
-    };
-    // A fresh model's logits are near zero, so its tokens' logprobs sit near
-    // -log V too; sharpen it (and so every even version trained from it) so
-    // that "flat" can only mean the zeroed weights.
     auto model = FreshModel();
-    {
-      torch::NoGradGuard no_grad;
-      model->named_parameters()["model.norm.weight"].mul_(20.0);
-    }
-    flat = -std::log(static_cast<double>(model->config().vocab_size));
+    Sharpen(*model);
+    VersionCounts counts;
+    UseVersionCheck(o, -std::log(static_cast<double>(model->config().vocab_size)), &counts);
+    o.pipeline.rollout_engines = engines;
+    o.pipeline.switch_policy = policy;
     auto loop = std::move(SyncLoop::Create(model, task_, o)).value();
     Status st = loop->Train(nullptr);
     ASSERT_TRUE(st.ok()) << st.ToString();
-    EXPECT_EQ(mismatches, 0);
-    EXPECT_GT(odd_tokens, 0) << "not vacuous: tokens from flat (odd) versions";
-    EXPECT_GT(even_tokens, 0);
+    EXPECT_EQ(counts.mismatches, 0);
+    EXPECT_EQ(counts.bad_lengths, 0);
+    EXPECT_GT(counts.odd_tokens, 0) << "not vacuous: tokens from flat (odd) versions";
+    EXPECT_GT(counts.even_tokens, 0);
     if (!in_flight) {
-      EXPECT_EQ(mixed_sequences, 0) << "at_boundary: a sequence never spans versions";
+      EXPECT_EQ(counts.mixed_sequences, 0) << "at_boundary: a sequence never spans versions";
     }
   }
+}
+
+// The same check with the roles as processes (weights over the
+// CheckpointEngine's shared-memory store, samples over the hub's arena): the
+// launcher re-executes this test binary as each role, running
+// RoleProcessEntry.Run with the check's hooks; the trainer process writes its
+// counts to RUN_DIR/version_counts.json.
+constexpr char kRoleEntryFilter[] = "--gtest_filter=RoleProcessEntry.Run";
+
+std::vector<std::string> OwnArguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  return args;
+}
+
+std::string ArgumentValue(const std::vector<std::string>& args, const std::string& flag) {
+  for (const auto& a : args) {
+    if (a.rfind(flag + "=", 0) == 0) return a.substr(flag.size() + 1);
+  }
+  return "";
+}
+
+// The options the launcher and its role processes share (a role process
+// does no warm start: the launcher hands it the warm-started policy).
+LoopOptions ProcessVersionOptions(const std::string& run_dir, double flat, VersionCounts* counts, bool role) {
+  LoopOptions o;
+  o.run_dir = run_dir;
+  o.seed = 7;
+  o.checkpoint_interval = 0;
+  o.sft.steps = role ? 0 : 3;
+  o.sft.batch_size = 8;
+  o.sft.optimizer.lr = 3e-3;
+  o.rl.steps = 6;
+  o.rl.prompts_per_step = 3;
+  o.rl.group_size = 4;
+  o.rl.rollout_slots = 8;
+  o.rl.sampling.max_new_tokens = 12;
+  o.rl.trainer.optimizer.lr = 1e-3;
+  o.eval.size = 4;
+  o.eval.max_new_tokens = 4;
+  std::function<void()> save;
+  if (role) {
+    save = [run_dir, counts] { std::ofstream(fs::path(run_dir) / "version_counts.json") << counts->ToJson().dump(); };
+  }
+  UseVersionCheck(o, flat, counts, save);
+  o.pipeline.processes = true;
+  std::error_code ec;
+  o.pipeline.role_command = {fs::read_symlink("/proc/self/exe", ec).string(), kRoleEntryFilter, "--run-dir=" + run_dir};
+  return o;
+}
+
+TEST(RoleProcessEntry, Run) {
+  const std::vector<std::string> args = OwnArguments();
+  const std::string role = ArgumentValue(args, "--role");
+  if (role.empty()) GTEST_SKIP() << "runs only as a role process of EveryTokenRecordsItsVersionWithRolesAsProcesses";
+  RoleConnection c;
+  c.role = *ParsePipelineRole(role);
+  c.hub = ArgumentValue(args, "--hub");
+  c.weights = ArgumentValue(args, "--weights");
+  c.board = ArgumentValue(args, "--board");
+  c.start_step = std::stoll(ArgumentValue(args, "--start-step"));
+  c.start_version = std::stoll(ArgumentValue(args, "--start-version"));
+  const std::string run_dir = ArgumentValue(args, "--run-dir");
+  auto policy = model::LoadPretrained((fs::path(run_dir) / "roles" / "init").string());
+  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+  VersionCounts counts;
+  const double flat = -std::log(static_cast<double>((*policy)->config().vocab_size));
+  auto loop = SyncLoop::Create(*policy, std::make_shared<EvenFirstByteTask>(),
+                               ProcessVersionOptions(run_dir, flat, &counts, /*role=*/true));
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  Status st = (*loop)->RunRole(c, nullptr);
+  ASSERT_TRUE(st.ok()) << role << ": " << st.ToString();
+}
+
+TEST_F(SyncLoopTest, EveryTokenRecordsItsVersionWithRolesAsProcesses) {
+  auto model = FreshModel();
+  Sharpen(*model);
+  const std::string run_dir = (root_ / "versions-processes").string();
+  VersionCounts unused;
+  LoopOptions o = ProcessVersionOptions(run_dir, -std::log(static_cast<double>(model->config().vocab_size)), &unused,
+                                        /*role=*/false);
+  auto loop = std::move(SyncLoop::Create(model, std::make_shared<EvenFirstByteTask>(), o)).value();
+  Status st = loop->Train(nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(ReadMetrics(run_dir).size(), 6u) << "six steps trained";
+  std::ifstream in(fs::path(run_dir) / "version_counts.json");
+  ASSERT_TRUE(in.good()) << "the trainer process wrote no counts";
+  const VersionCounts counts = VersionCounts::FromJson(json::parse(in));
+  EXPECT_EQ(counts.mismatches, 0);
+  EXPECT_EQ(counts.bad_lengths, 0);
+  EXPECT_GT(counts.odd_tokens, 0) << "not vacuous: tokens from flat (odd) versions";
+  EXPECT_GT(counts.even_tokens, 0);
+  EXPECT_GT(counts.mixed_sequences, 0) << "in_flight: some sequences span versions";
 }
 
 TEST_F(SyncLoopTest, BadOptionsNameTheKey) {

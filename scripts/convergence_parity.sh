@@ -3,13 +3,15 @@
 # does the async pipeline learn as well as the synchronous one, per sample
 # trained? On the built-in arithmetic task, from one shared warm start:
 #
-#   sync            pipeline.mode=sync (rollout/reward/trainer over the hub, staleness 0)
-#   async-s1/2/4    pipeline.mode=async, max_staleness 1, 2, 4, decoupled-PPO correction
-#   async-s4-nocorr the largest staleness with the correction off (the ablation)
-#   async-s1-completion  staleness 1, groups trained as they complete instead of in prompt order
-#   async-s2-tis, async-s4-tis  token-level truncated IS (the default correction, `auto`)
-#   not in the default set (staleness-4 trials): async-s4-tis-cap1 (is_cap 1),
-#   async-s4-seqtis (sequence-level TIS), async-s4-tis-kl and sync-kl (KL anchor 0.05)
+# The default set (the headline study, docs/parity-lr5), every run at lr 5e-5:
+#   sync-lr5             pipeline.mode=sync (rollout/reward/trainer over the hub, staleness 0)
+#   async-s1/s2/s4-tis-lr5  pipeline.mode=async, max_staleness 1, 2, 4, token-level truncated IS
+#   async-s4-nocorr-lr5  the largest staleness with the correction off (the ablation)
+# The first study (docs/parity), at lr 1e-4:
+#   sync, async-s1/2/4 (decoupled PPO), async-s4-nocorr, async-s1-completion (groups trained as
+#   they complete), async-s2-tis, async-s4-tis
+# Staleness-4 trials at lr 1e-4: async-s4-tis-cap1 (is_cap 1), async-s4-seqtis (sequence-level
+# TIS), async-s4-tis-kl / sync-kl (KL anchor 0.05), async-s4-tis-kl2 (KL 0.2), async-s4-tis-lr5.
 #
 # each with SEEDS seeds (the seed drives prompt order and sampling; the warm
 # start is shared so the curves start from the same policy). Then
@@ -18,7 +20,7 @@
 #
 #   scripts/convergence_parity.sh                  # defaults below
 #   STEPS=40 SEEDS="0 1" OUT=/tmp/parity scripts/convergence_parity.sh
-#   DOCS=docs/parity scripts/convergence_parity.sh  # also copy the table and chart there
+#   DOCS=docs/parity-lr5 scripts/convergence_parity.sh  # also copy the table and chart there
 #
 # Same cores for every run: each role gets ROLE_THREADS intra-op threads.
 set -euo pipefail
@@ -33,7 +35,9 @@ SFT_STEPS=${SFT_STEPS:-1500}
 EVAL_SIZE=${EVAL_SIZE:-500}
 EVAL_INTERVAL=${EVAL_INTERVAL:-10}
 ROLE_THREADS=${ROLE_THREADS:-1}
-CONFIGS=${CONFIGS:-"sync async-s1 async-s2 async-s4 async-s4-nocorr async-s1-completion async-s2-tis async-s4-tis"}
+# The headline study (docs/parity-lr5) at lr 5e-5; the first study (docs/parity) at the 1e-4 of the
+# time: CONFIGS="sync async-s1 async-s2 async-s4 async-s4-nocorr async-s1-completion async-s2-tis async-s4-tis"
+CONFIGS=${CONFIGS:-"sync-lr5 async-s1-tis-lr5 async-s2-tis-lr5 async-s4-tis-lr5 async-s4-nocorr-lr5"}
 DOCS=${DOCS:-}
 
 [ -x "$SLUICE" ] || { echo "error: $SLUICE not built (./setup.sh build)" >&2; exit 1; }
@@ -62,6 +66,12 @@ overrides_for() {
     async-s4-tis-cap1) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis trainer.is_cap=1" ;;
     async-s4-seqtis) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=seq-tis" ;;
     async-s4-tis-kl) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis trainer.kl_coef=0.05" ;;
+    async-s4-tis-lr5) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis trainer.lr=5e-5" ;;
+    sync-lr5) echo "pipeline.mode=sync trainer.lr=5e-5" ;;
+    async-s1-tis-lr5) echo "pipeline.mode=async pipeline.max_staleness=1 trainer.off_policy_correction=tis trainer.lr=5e-5" ;;
+    async-s2-tis-lr5) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=tis trainer.lr=5e-5" ;;
+    async-s4-nocorr-lr5) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=none trainer.lr=5e-5" ;;
+    async-s4-tis-kl2) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis trainer.kl_coef=0.2" ;;
     *) echo "error: unknown configuration '$1'" >&2; exit 2 ;;
   esac
 }

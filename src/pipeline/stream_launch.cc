@@ -141,8 +141,7 @@ Status SyncLoop::TrainInProcesses(const std::atomic<bool>* stop) {
     return waited;
   }();
 
-  s.stream_stats =
-      board->Summary(std::chrono::duration<double>(Clock::now() - run_start).count(), s.options.rl.rollout_slots);
+  s.stream_stats = board->Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
   // Cleanup, whatever happened: the roles are gone (reaped), so nothing is in use.
   server->Stop();
   board_segment.Reset();

@@ -10,6 +10,8 @@
 #include <map>
 #include <thread>
 
+#include "sluice/common/mutex.h"
+
 namespace sluice::pipeline {
 
 using std::chrono::milliseconds;
@@ -35,18 +37,17 @@ std::vector<T> TensorVector(const HostTensor& t) {
 }  // namespace
 
 Result<reward::Example> StreamRoles::ExampleOf(const SyncLoop::State& s, uint64_t cursor) {
-  return s.task->Get(reward::Split::kTrain,
-                     PermutedIndex(s.options.seed, cursor, s.task->size(reward::Split::kTrain)));
+  return s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed, cursor, s.task->size(reward::Split::kTrain)));
 }
 
-SyncLoop::StreamSummary RoleBoard::Summary(double wall_seconds, int32_t num_slots) const {
+SyncLoop::StreamSummary RoleBoard::Summary(double wall_seconds) const {
   SyncLoop::StreamSummary out;
   out.wall_seconds = wall_seconds;
   out.rollout_busy_seconds = static_cast<double>(rollout_busy_us.load()) / 1e6;
   out.rollout_tokens = rollout_tokens.load();
-  const int64_t steps = rollout_decode_steps.load();
+  const int64_t slot_steps = rollout_slot_steps.load();
   out.rollout_occupancy =
-      steps > 0 ? static_cast<double>(rollout_active_slot_steps.load()) / (static_cast<double>(steps) * num_slots) : 0;
+      slot_steps > 0 ? static_cast<double>(rollout_active_slot_steps.load()) / static_cast<double>(slot_steps) : 0;
   return out;
 }
 
@@ -144,7 +145,7 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count() / engines;
       }
       const rollout::EngineStats& now = engine->stats();
-      board.rollout_decode_steps += now.decode_steps - seen.decode_steps;
+      board.rollout_slot_steps += (now.decode_steps - seen.decode_steps) * eo.num_slots;
       board.rollout_active_slot_steps += now.active_slot_steps - seen.active_slot_steps;
       seen = now;
       for (auto& res : done) {
@@ -207,8 +208,8 @@ Status StreamRoles::RunReward(SyncLoop::State& s, tq::TransferQueueClient& clien
   return Status::Ok();
 }
 
-Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& client, const Trainer& t,
-                               RoleBoard& board, const std::function<Result<EvalResult>()>& evaluate,
+Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& client, const Trainer& t, RoleBoard& board,
+                               const std::function<Result<EvalResult>()>& evaluate,
                                const SyncLoop::ProgressFn& progress) {
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;
@@ -257,8 +258,7 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
     }
     auto have_all = [&] {
       if (po.train_order == TrainOrder::kCompletion) return static_cast<int64_t>(step_cursors.size()) == P;
-      return std::all_of(step_cursors.begin(), step_cursors.end(),
-                         [&](uint64_t c) { return taken.count(c) > 0; });
+      return std::all_of(step_cursors.begin(), step_cursors.end(), [&](uint64_t c) { return taken.count(c) > 0; });
     };
     while (!have_all()) {
       if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
@@ -309,8 +309,8 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
         for (int64_t v : smp.versions) token_stale_sum += static_cast<double>(s.version - v);
         tokens += static_cast<double>(smp.versions.size());
       }
-      const bool all_equal = std::all_of(group.begin(), group.end(),
-                                         [&](const auto& x) { return x.reward == group.front().reward; });
+      const bool all_equal =
+          std::all_of(group.begin(), group.end(), [&](const auto& x) { return x.reward == group.front().reward; });
       if (rl.dynamic_sampling && all_equal) continue;
       groups.emplace(cursor, std::move(group));
     }

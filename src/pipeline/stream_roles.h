@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "loop_state.h"
-#include "sluice/common/mutex.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/transfer_queue/client.h"
 #include "sluice/transfer_queue/staleness.h"
@@ -32,15 +31,15 @@ namespace tq = transfer_queue;
 // threads mode and in a shared-memory segment the launcher creates in process
 // mode.
 struct RoleBoard {
-  std::atomic<uint32_t> rollout_idle;    // 1 while the rollout has nothing to decode
-  std::atomic<uint32_t> stop;            // 1: every role stops at its next check
-  std::atomic<int64_t> rollout_busy_us;  // decoding time so far
-  std::atomic<int64_t> rollout_tokens;   // tokens generated so far (trained or not)
-  std::atomic<int64_t> rollout_decode_steps;       // engine steps that decoded (EngineStats)
-  std::atomic<int64_t> rollout_active_slot_steps;  // sum over them of the sequences running
+  std::atomic<uint32_t> rollout_idle;              // 1 while the rollout has nothing to decode
+  std::atomic<uint32_t> stop;                      // 1: every role stops at its next check
+  std::atomic<int64_t> rollout_busy_us;            // decoding time so far
+  std::atomic<int64_t> rollout_tokens;             // tokens generated so far (trained or not)
+  std::atomic<int64_t> rollout_slot_steps;         // sum over the engines' decode steps of their slots
+  std::atomic<int64_t> rollout_active_slot_steps;  // ... and of the sequences running (EngineStats)
 
   // What the run measured, for SyncLoop::stream_summary().
-  SyncLoop::StreamSummary Summary(double wall_seconds, int32_t num_slots) const;
+  SyncLoop::StreamSummary Summary(double wall_seconds) const;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
 

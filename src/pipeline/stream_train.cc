@@ -141,8 +141,7 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
   standby->Stop();
   errors.Set(trained);
   SLUICE_RETURN_IF_ERROR(errors.Get());
-  s.stream_stats =
-      board.Summary(std::chrono::duration<double>(Clock::now() - run_start).count(), s.options.rl.rollout_slots);
+  s.stream_stats = board.Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
   return Status::Ok();
 }
 

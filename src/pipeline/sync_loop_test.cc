@@ -324,6 +324,10 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryPromptOnceWithinTheStalenessBound) 
     for (const StepRecord& r : loop->history()) trained += r.samples_trained;
     EXPECT_GT(trained, 0);
     EXPECT_EQ(*seen.rbegin(), 17u) << "prompts 0..17, none skipped";
+    const SyncLoop::StreamSummary summary = loop->stream_summary();
+    EXPECT_GT(summary.rollout_occupancy, 0.0);
+    EXPECT_LE(summary.rollout_occupancy, 1.0);
+    EXPECT_GT(summary.rollout_tokens, 0);
   }
 }
 

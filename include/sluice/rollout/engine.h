@@ -126,7 +126,7 @@ struct EngineStats {
   int64_t decode_steps = 0;        // steps with at least one decoding sequence
   int64_t generated_tokens = 0;
   int64_t prefill_tokens = 0;      // prompt tokens computed
-  int64_t shared_prefills = 0;     // prompts served by another request's prefill in the same step
+  int64_t shared_prefills = 0;     // prompts copied from another request's (same step, or running on the same weights)
   int64_t active_slot_steps = 0;   // sum over decode steps of running sequences
   int64_t decode_blocks = 0;       // attention blocks the decode steps were split into (by context length)
   int64_t weight_swaps = 0;

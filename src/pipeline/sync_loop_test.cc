@@ -39,6 +39,28 @@ class EvenFirstByteTask : public reward::Task {
   bool has_solutions() const override { return true; }
 };
 
+// Small runs: a few warm-start steps, then `steps` RL steps of 3 prompts x 4 answers.
+LoopOptions BaseOptions(const std::string& run_dir, int64_t steps) {
+  LoopOptions o;
+  o.run_dir = run_dir;
+  o.seed = 7;
+  o.checkpoint_interval = 2;
+  o.sft.steps = 3;
+  o.sft.batch_size = 8;
+  o.sft.optimizer.lr = 3e-3;
+  o.rl.steps = steps;
+  o.rl.prompts_per_step = 3;
+  o.rl.group_size = 4;
+  o.rl.rollout_slots = 8;
+  o.rl.sampling.max_new_tokens = 12;
+  o.rl.trainer.optimizer.lr = 1e-3;
+  o.rl.trainer.loss.kl_coef = 0.05;
+  o.eval.interval = 2;
+  o.eval.size = 8;
+  o.eval.max_new_tokens = 12;
+  return o;
+}
+
 class SyncLoopTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -54,26 +76,7 @@ class SyncLoopTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  LoopOptions Options(const std::string& name, int64_t steps) {
-    LoopOptions o;
-    o.run_dir = (root_ / name).string();
-    o.seed = 7;
-    o.checkpoint_interval = 2;
-    o.sft.steps = 3;
-    o.sft.batch_size = 8;
-    o.sft.optimizer.lr = 3e-3;
-    o.rl.steps = steps;
-    o.rl.prompts_per_step = 3;
-    o.rl.group_size = 4;
-    o.rl.rollout_slots = 8;
-    o.rl.sampling.max_new_tokens = 12;
-    o.rl.trainer.optimizer.lr = 1e-3;
-    o.rl.trainer.loss.kl_coef = 0.05;
-    o.eval.interval = 2;
-    o.eval.size = 8;
-    o.eval.max_new_tokens = 12;
-    return o;
-  }
+  LoopOptions Options(const std::string& name, int64_t steps) { return BaseOptions((root_ / name).string(), steps); }
 
   std::shared_ptr<model::Transformer> FreshModel() {
     model::ModelConfig c = *model::PresetModelConfig("tiny");
@@ -444,19 +447,10 @@ std::string ArgumentValue(const std::vector<std::string>& args, const std::strin
 // The options the launcher and its role processes share (a role process
 // does no warm start: the launcher hands it the warm-started policy).
 LoopOptions ProcessVersionOptions(const std::string& run_dir, double flat, VersionCounts* counts, bool role) {
-  LoopOptions o;
-  o.run_dir = run_dir;
-  o.seed = 7;
+  LoopOptions o = BaseOptions(run_dir, 6);
   o.checkpoint_interval = 0;
-  o.sft.steps = role ? 0 : 3;
-  o.sft.batch_size = 8;
-  o.sft.optimizer.lr = 3e-3;
-  o.rl.steps = 6;
-  o.rl.prompts_per_step = 3;
-  o.rl.group_size = 4;
-  o.rl.rollout_slots = 8;
-  o.rl.sampling.max_new_tokens = 12;
-  o.rl.trainer.optimizer.lr = 1e-3;
+  if (role) o.sft.steps = 0;
+  o.rl.trainer.loss.kl_coef = 0;
   o.eval.size = 4;
   o.eval.max_new_tokens = 4;
   std::function<void()> save;

@@ -332,7 +332,6 @@ struct RolloutEngine::Impl {
       stats.active_slot_steps += static_cast<int64_t>(running.size());
     }
     ++stats.steps;
-    stats.decode_blocks += static_cast<int64_t>(decode_blocks.size());
     auto logits = Forward(decode_blocks, running, admitted);
     std::vector<SampleRow> rows;
     rows.reserve(order.size());

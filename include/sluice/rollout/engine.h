@@ -128,7 +128,6 @@ struct EngineStats {
   int64_t prefill_tokens = 0;      // prompt tokens computed
   int64_t shared_prefills = 0;     // prompts copied from another request's (same step, or running on the same weights)
   int64_t active_slot_steps = 0;   // sum over decode steps of running sequences
-  int64_t decode_blocks = 0;       // attention blocks the decode steps were split into (by context length)
   int64_t weight_swaps = 0;
   int64_t slot_compactions = 0;    // sequences moved to a lower slot
   // Mean fraction of slots generating per decode step.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sluice/common/check.h"
+#include "small_linear.h"
 
 namespace sluice::model {
 namespace {
@@ -25,6 +26,38 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const 
 
 torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+// x [rows, in] * w[out, in]^T (+ bias): a few float32 CPU rows outside
+// autograd (the decode path) go to SmallLinear, split by output rows over
+// the intra-op threads; everything else to BLAS through F::linear.
+torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias) {
+  const bool small = x.dim() == 2 && x.size(0) > 0 && x.size(0) <= kSmallLinearMaxRows && x.is_cpu() && w.is_cpu() &&
+                     x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
+                     (!bias.defined() || bias.scalar_type() == torch::kFloat32) && !torch::GradMode::is_enabled() &&
+                     SmallLinearSupported();
+  if (!small) return F::linear(x, w, bias);
+  SLUICE_CHECK(w.dim() == 2 && w.size(1) == x.size(1)) << "linear: input " << x.sizes() << ", weight " << w.sizes();
+  const auto xc = x.contiguous(), wc = w.contiguous();
+  const auto bc = bias.defined() ? bias.contiguous() : bias;
+  const int64_t rows = xc.size(0), in = xc.size(1), outs = wc.size(0);
+  auto y = torch::empty({rows, outs}, xc.options());
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = wc.data_ptr<float>();
+  const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  // Blocks of 4 output rows; a thread takes at least ~64k multiply-adds.
+  const int64_t blocks = (outs + 3) / 4;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (4 * rows * in));
+  at::parallel_for(0, blocks, grain, [&](int64_t b, int64_t e) {
+    const int64_t o = 4 * b, n = std::min(4 * e, outs) - o;
+    SmallLinear(xp, wp + o * in, bp != nullptr ? bp + o : nullptr, yp + o, rows, in, n, outs);
+  });
+  return y;
+}
+
+torch::Tensor Project(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return Project(x, layer->weight, layer->bias);
 }
 
 }  // namespace
@@ -84,16 +117,16 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& keys, const to
 torch::Tensor Attention::Forward(const torch::Tensor& x, const AttentionContext& ctx, int64_t layer) {
   if (ctx.cache == nullptr) {
     const int64_t B = x.size(0), T = x.size(1);
-    auto q = ApplyRope(q_proj_->forward(x).view({B, T, num_heads_, head_dim_}), ctx.cos, ctx.sin);
-    auto k = ApplyRope(k_proj_->forward(x).view({B, T, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
-    auto v = v_proj_->forward(x).view({B, T, num_kv_heads_, head_dim_});
-    return o_proj_->forward(Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), ctx.causal));
+    auto q = ApplyRope(Project(q_proj_, x).view({B, T, num_heads_, head_dim_}), ctx.cos, ctx.sin);
+    auto k = ApplyRope(Project(k_proj_, x).view({B, T, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
+    auto v = Project(v_proj_, x).view({B, T, num_kv_heads_, head_dim_});
+    return Project(o_proj_, Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), ctx.causal));
   }
   const int64_t N = x.size(0);
   // Packed tokens: [N, heads, D]; rope tables are [N, D].
-  auto q = ApplyRope(q_proj_->forward(x).view({N, num_heads_, head_dim_}), ctx.cos, ctx.sin);
-  auto k = ApplyRope(k_proj_->forward(x).view({N, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
-  auto v = v_proj_->forward(x).view({N, num_kv_heads_, head_dim_});
+  auto q = ApplyRope(Project(q_proj_, x).view({N, num_heads_, head_dim_}), ctx.cos, ctx.sin);
+  auto k = ApplyRope(Project(k_proj_, x).view({N, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
+  auto v = Project(v_proj_, x).view({N, num_kv_heads_, head_dim_});
   torch::Tensor& ck = ctx.cache->keys[layer];
   torch::Tensor& cv = ctx.cache->values[layer];
   // Advanced indices around a slice: the indexed view is [N, kv, D], k's own layout.
@@ -115,7 +148,7 @@ torch::Tensor Attention::Forward(const torch::Tensor& x, const AttentionContext&
     outs.push_back(Attend(qb, keys.to(x.scalar_type()), values.to(x.scalar_type()), b.allowed)
                        .view({b.rows * b.length, num_heads_ * head_dim_}));
   }
-  return o_proj_->forward(outs.size() == 1 ? outs[0] : torch::cat(outs, 0));
+  return Project(o_proj_, outs.size() == 1 ? outs[0] : torch::cat(outs, 0));
 }
 
 Mlp::Mlp(const ModelConfig& c) {
@@ -125,7 +158,7 @@ Mlp::Mlp(const ModelConfig& c) {
 }
 
 torch::Tensor Mlp::Forward(const torch::Tensor& x) {
-  return down_proj_->forward(F::silu(gate_proj_->forward(x)) * up_proj_->forward(x));
+  return Project(down_proj_, F::silu(Project(gate_proj_, x)) * Project(up_proj_, x));
 }
 
 DecoderLayer::DecoderLayer(const ModelConfig& c) {
@@ -206,6 +239,7 @@ torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const torch::Tens
 }
 
 torch::Tensor Transformer::Logits(const torch::Tensor& hidden) {
+  if (hidden.dim() == 2) return Project(hidden, output_weight(), {}).to(torch::kFloat32);
   return torch::matmul(hidden, output_weight().t()).to(torch::kFloat32);
 }
 

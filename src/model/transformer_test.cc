@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "sluice/model/config.h"
+#include "small_linear.h"
 
 namespace sluice::model {
 namespace {
@@ -211,6 +212,34 @@ TEST(TransformerInit, SameSeedSameWeightsDifferentSeedDifferent) {
   auto pa = a.named_parameters(), pb = b.named_parameters(), pd = d.named_parameters();
   for (const auto& p : pa) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
   EXPECT_FALSE(torch::equal(pa["model.embed_tokens.weight"], pd["model.embed_tokens.weight"]));
+}
+
+// The small-batch linear kernel against BLAS: row and output counts off its
+// 2x4 blocking, inputs off its 8-lane chunks, with and without bias, into a
+// wider output (ldy); and a row's result is bit-identical whichever rows it
+// is computed with (no dependence on the decode batch).
+TEST(SmallLinearTest, MatchesBlasAndEachRowIsIndependentOfTheBatch) {
+  torch::manual_seed(3);
+  for (int64_t in : {5, 8, 37, 256}) {
+    for (int64_t outs : {1, 3, 4, 9}) {
+      for (int64_t rows : {1, 2, 5}) {
+        auto x = torch::randn({rows, in}), w = torch::randn({outs, in}), bias = torch::randn({outs});
+        const int64_t ldy = outs + 2;
+        auto y = torch::full({rows, ldy}, 7.0f);
+        SmallLinear(x.data_ptr<float>(), w.data_ptr<float>(), bias.data_ptr<float>(), y.data_ptr<float>(), rows, in,
+                    outs, ldy);
+        auto want = torch::nn::functional::linear(x, w, bias);
+        EXPECT_TRUE(torch::allclose(y.narrow(1, 0, outs), want, 1e-4, 1e-4)) << in << " " << outs << " " << rows;
+        EXPECT_TRUE(torch::all(y.narrow(1, outs, 2) == 7.0f).item<bool>()) << "wrote past outs";
+        auto alone = torch::empty({1, outs});
+        SmallLinear(x[rows - 1].data_ptr<float>(), w.data_ptr<float>(), nullptr, alone.data_ptr<float>(), 1, in, outs,
+                    outs);
+        auto batched = torch::empty({rows, outs});
+        SmallLinear(x.data_ptr<float>(), w.data_ptr<float>(), nullptr, batched.data_ptr<float>(), rows, in, outs, outs);
+        EXPECT_TRUE(torch::equal(alone[0], batched[rows - 1])) << in << " " << outs << " " << rows;
+      }
+    }
+  }
 }
 
 }  // namespace

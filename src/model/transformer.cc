@@ -4,8 +4,8 @@
 
 #include <string>
 
+#include "decode_kernels.h"
 #include "sluice/common/check.h"
-#include "small_linear.h"
 
 namespace sluice::model {
 namespace {
@@ -35,7 +35,7 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w, const torc
   const bool small = x.dim() == 2 && x.size(0) > 0 && x.size(0) <= kSmallLinearMaxRows && x.is_cpu() && w.is_cpu() &&
                      x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
                      (!bias.defined() || bias.scalar_type() == torch::kFloat32) && !torch::GradMode::is_enabled() &&
-                     SmallLinearSupported();
+                     DecodeKernelsSupported();
   if (!small) return F::linear(x, w, bias);
   SLUICE_CHECK(w.dim() == 2 && w.size(1) == x.size(1)) << "linear: input " << x.sizes() << ", weight " << w.sizes();
   const auto xc = x.contiguous(), wc = w.contiguous();
@@ -135,6 +135,21 @@ torch::Tensor Attention::Forward(const torch::Tensor& x, const AttentionContext&
   std::vector<torch::Tensor> outs;
   outs.reserve(ctx.blocks.size());
   for (const BlockAttention& b : ctx.blocks) {
+    if (b.per_row) {
+      auto qb = q.narrow(0, b.token_offset, b.rows).contiguous();
+      auto out = torch::empty({b.rows, num_heads_ * head_dim_}, qb.options());
+      const DecodeAttentionShape shape{num_heads_, num_kv_heads_, head_dim_, ck.size(2),
+                                       static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_)))};
+      const float* qp = qb.data_ptr<float>();
+      const float* kp = ck.data_ptr<float>();
+      const float* vp = cv.data_ptr<float>();
+      float* op = out.data_ptr<float>();
+      at::parallel_for(0, b.rows, 1, [&](int64_t begin, int64_t end) {
+        DecodeAttention(qp, kp, vp, b.row_slots.data(), b.row_lens.data(), op, shape, begin, end);
+      });
+      outs.push_back(std::move(out));
+      continue;
+    }
     torch::Tensor keys, values;  // [rows, kv, L, D]
     if (b.slot_begin >= 0) {
       keys = ck.narrow(0, b.slot_begin, b.rows).narrow(2, 0, b.attend_len);
@@ -266,6 +281,9 @@ torch::Tensor Transformer::ForwardBlocks(const torch::Tensor& tokens, const std:
   std::vector<bool> used(cache->num_slots, false);
   AttentionContext ctx;
   ctx.cache = cache;
+  const bool in_place = AttendsDecodeRowsInPlace() && cache->keys.front().scalar_type() == torch::kFloat32 &&
+                        cache->keys.front().is_cpu() && cache->keys.front().is_contiguous() &&
+                        cache->values.front().is_contiguous();
   int64_t offset = 0;
   for (const CachedBlock& block : blocks) {
     const int64_t B = static_cast<int64_t>(block.slots.size()), T = block.length;
@@ -292,6 +310,14 @@ torch::Tensor Transformer::ForwardBlocks(const torch::Tensor& tokens, const std:
       last.push_back(offset + (b + 1) * T - 1);
     }
     attn.attend_len = max_start + T;
+    if (T == 1 && in_place) {
+      attn.per_row = true;
+      attn.row_slots = block.slots;
+      for (int64_t start : block.starts) attn.row_lens.push_back(start + 1);
+      ctx.blocks.push_back(std::move(attn));
+      offset += B;
+      continue;
+    }
     attn.slot_begin = consecutive ? block.slots[0] : -1;
     attn.slots = torch::tensor(block.slots, i64).to(device);
     auto starts = torch::tensor(block.starts, i64).to(device);
@@ -307,6 +333,12 @@ torch::Tensor Transformer::ForwardBlocks(const torch::Tensor& tokens, const std:
   auto hidden = Hidden(tokens, ctx.cache_positions, ctx);  // [N, hidden]
   if (last_only) hidden = hidden.index_select(0, torch::tensor(last, i64).to(device));
   return Logits(hidden);
+}
+
+bool Transformer::AttendsDecodeRowsInPlace() const {
+  const torch::Tensor& w = model_->embed_tokens->weight;
+  return w.is_cpu() && w.scalar_type() == torch::kFloat32 && !torch::GradMode::is_enabled() &&
+         DecodeAttentionApplies(config_.resolved_head_dim());
 }
 
 torch::Tensor Transformer::ForwardCached(const torch::Tensor& tokens, const std::vector<int64_t>& slots,

@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "decode_kernels.h"
 #include "sluice/model/config.h"
-#include "small_linear.h"
 
 namespace sluice::model {
 namespace {
@@ -50,6 +50,8 @@ class TransformerTest : public ::testing::TestWithParam<Variant> {
     model_ = std::make_shared<Transformer>(config_, 7);
     Perturb(*model_, 8);
   }
+  void CheckCachedDecoding();
+  void CheckPrefillsAndDecodesInOnePass();
   ModelConfig config_;
   std::shared_ptr<Transformer> model_;
 };
@@ -83,8 +85,18 @@ TEST_P(TransformerTest, ChangingAFutureTokenNeverChangesEarlierLogits) {
   }
 }
 
+// Decode rows are attended by the CPU kernels outside autograd (where the
+// CPU has them) and by libtorch with autograd on: both paths are checked.
 TEST_P(TransformerTest, CachedDecodingMatchesFullRecomputation) {
-  torch::NoGradGuard g;
+  for (bool grad : {false, true}) {
+    torch::AutoGradMode mode(grad);
+    SCOPED_TRACE(grad ? "libtorch path (autograd on)" : "decode kernels");
+    if (!grad) EXPECT_EQ(model_->AttendsDecodeRowsInPlace(), DecodeAttentionApplies(config_.resolved_head_dim()));
+    CheckCachedDecoding();
+  }
+}
+
+void TransformerTest::CheckCachedDecoding() {
   const int64_t T = 20, P = 6;
   auto tokens = RandomTokens(3, T, config_.vocab_size, 2);
   auto full = model_->Forward(tokens);  // [3, T, V]
@@ -114,7 +126,14 @@ TEST_P(TransformerTest, RowsAtDifferentPositionsDecodeIndependently) {
 }
 
 TEST_P(TransformerTest, PrefillsAndDecodesShareOnePass) {
-  torch::NoGradGuard g;
+  for (bool grad : {false, true}) {
+    torch::AutoGradMode mode(grad);
+    SCOPED_TRACE(grad ? "libtorch path (autograd on)" : "decode kernels");
+    CheckPrefillsAndDecodesInOnePass();
+  }
+}
+
+void TransformerTest::CheckPrefillsAndDecodesInOnePass() {
   auto a = RandomTokens(1, 9, config_.vocab_size, 6), b = RandomTokens(1, 7, config_.vocab_size, 7),
        c = RandomTokens(1, 5, config_.vocab_size, 8);
   auto full_a = model_->Forward(a)[0], full_b = model_->Forward(b)[0], full_c = model_->Forward(c)[0];
@@ -237,6 +256,32 @@ TEST(SmallLinearTest, MatchesBlasAndEachRowIsIndependentOfTheBatch) {
         auto batched = torch::empty({rows, outs});
         SmallLinear(x.data_ptr<float>(), w.data_ptr<float>(), nullptr, batched.data_ptr<float>(), rows, in, outs, outs);
         EXPECT_TRUE(torch::equal(alone[0], batched[rows - 1])) << in << " " << outs << " " << rows;
+      }
+    }
+  }
+}
+
+// The decode attention kernel against softmax(q k^T / sqrt(D)) v in libtorch:
+// contexts of 1 to 77 positions (8-lane chunks and tails), grouped heads,
+// scores spread wide enough to exercise the exponential's range.
+TEST(DecodeAttentionTest, MatchesSoftmaxAttentionOverEachRowsOwnContext) {
+  if (!DecodeAttentionApplies(32)) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  torch::manual_seed(5);
+  for (int64_t kv : {1, 2, 4}) {
+    const int64_t H = 4, D = 32, slots = 3, max_len = 80;
+    auto keys = torch::randn({slots, kv, max_len, D}) * 3, values = torch::randn({slots, kv, max_len, D});
+    auto q = torch::randn({4, H, D}) * 3;
+    const std::vector<int64_t> slot = {2, 0, 1, 2}, len = {77, 1, 8, 9};
+    auto out = torch::empty({4, H, D});
+    const DecodeAttentionShape shape{H, kv, D, max_len, static_cast<float>(1 / std::sqrt(32.0))};
+    DecodeAttention(q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(), slot.data(), len.data(),
+                    out.data_ptr<float>(), shape, 0, 4);
+    for (int64_t r = 0; r < 4; ++r) {
+      for (int64_t h = 0; h < H; ++h) {
+        auto k = keys[slot[r]][h / (H / kv)].narrow(0, 0, len[r]);
+        auto v = values[slot[r]][h / (H / kv)].narrow(0, 0, len[r]);
+        auto want = torch::softmax(torch::mv(k, q[r][h]) / std::sqrt(32.0), 0).matmul(v);
+        EXPECT_TRUE(torch::allclose(out[r][h], want, 1e-5, 1e-5)) << "kv " << kv << " row " << r << " head " << h;
       }
     }
   }

@@ -109,8 +109,11 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
       {
         MutexLock lock(&mu);
         if (cursor == end_cursor && engine->idle()) return Status::Ok();  // every answer is in the hub
-        const int64_t want =
-            std::min<int64_t>((2 * eo.num_slots - queued) / G, static_cast<int64_t>(end_cursor - cursor));
+        int64_t want = std::min<int64_t>((2 * eo.num_slots - queued) / G, static_cast<int64_t>(end_cursor - cursor));
+        // A waiting trainer's prompts first: nothing past them while it waits.
+        if (const int64_t needs = board.trainer_needs_until.load(); needs > 0) {
+          want = std::min<int64_t>(want, needs - static_cast<int64_t>(cursor));
+        }
         if (want > 0) {
           if (r.before_admit) SLUICE_RETURN_IF_ERROR(r.before_admit());
           // One engine blocks in admission while idle; several poll (the lock is shared).
@@ -260,7 +263,14 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
       if (po.train_order == TrainOrder::kCompletion) return static_cast<int64_t>(step_cursors.size()) == P;
       return std::all_of(step_cursors.begin(), step_cursors.end(), [&](uint64_t c) { return taken.count(c) > 0; });
     };
+    struct NotWaiting {
+      RoleBoard& board;
+      ~NotWaiting() { board.trainer_needs_until.store(0); }
+    } not_waiting{board};
     while (!have_all()) {
+      // Prompt order waits for the step's own prompts; completion order for
+      // any P groups, the earliest admitted first.
+      board.trainer_needs_until.store((s.step + 1) * P);
       if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
       if (t.check) SLUICE_RETURN_IF_ERROR(t.check());
       auto meta = client.GetMeta(kTrainTask, columns, static_cast<uint32_t>(G), kRolloutPartition, whole_groups, kPoll);
@@ -286,6 +296,7 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
       taken.emplace(cursor, std::move(group));
       if (po.train_order == TrainOrder::kCompletion) step_cursors.push_back(cursor);
     }
+    board.trainer_needs_until.store(0);
     // The step's groups: metrics over all of them, training on those with signal.
     std::map<uint64_t, std::vector<trainer::RolloutSample>> groups;  // by prompt cursor
     double reward_sum = 0, correct = 0, len_sum = 0, stale_sum = 0, token_stale_sum = 0, tokens = 0;

@@ -213,8 +213,9 @@ struct RolloutEngine::Impl {
     return torch::cat(rows);
   }
 
-  // The decode blocks of a step, with `running` reordered to match. The
-  // model attends per block over the block's longest context, so a block
+  // The decode blocks of a step, with `running` reordered to match. A model
+  // that attends decode rows in place (the CPU kernels) takes them all as one
+  // block. Otherwise the model attends per block over the block's longest context, so a block
   // that mixes a 500-token sequence with short ones computes (and reads from
   // the cache) 500 positions for every row; a block whose slots are not a
   // consecutive range also has its cache rows gathered (copied) in every
@@ -228,6 +229,12 @@ struct RolloutEngine::Impl {
     constexpr double kBlockCost = 300, kGatherCost = 0.25;
     const size_t n = running.size();
     if (n == 0) return {};
+    if (policy.model->AttendsDecodeRowsInPlace()) {  // each row over its own context: one block
+      std::sort(running.begin(), running.end());
+      model::CachedBlock block{running, {}, 1};
+      for (int64_t slot : running) block.starts.push_back(slots[slot]->next_position());
+      return {std::move(block)};
+    }
     auto context = [&](int64_t slot) { return slots[slot]->next_position() + 1; };
     std::sort(running.begin(), running.end(),
               [&](int64_t a, int64_t b) { return context(a) != context(b) ? context(a) < context(b) : a < b; });

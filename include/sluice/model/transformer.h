@@ -71,6 +71,10 @@ struct BlockAttention {
   torch::Tensor slots;       // [rows] (gathered when not a range)
   int64_t attend_len = 0;    // L = max(start) + length
   torch::Tensor allowed;     // [rows, length, L] bool
+  // Decode rows (length 1) attended in place by the CPU kernel, each over
+  // its own context (slots and allowed are then unset).
+  bool per_row = false;
+  std::vector<int64_t> row_slots, row_lens;  // per_row: slot and context length of each row
 };
 
 // What one forward pass shares across layers.
@@ -147,6 +151,12 @@ class Transformer : public torch::nn::Module {
   // that sequence's earlier keys/values.
   torch::Tensor ForwardBlocks(const torch::Tensor& tokens, const std::vector<CachedBlock>& blocks, KvCache* cache,
                               bool last_only);
+
+  // Whether ForwardBlocks attends decode rows (length 1) each over its own
+  // context, in place (float32 on a CPU with the decode kernels, outside
+  // autograd): one block of decode rows of any lengths then costs no padding
+  // or gathering, so callers need not split them by length.
+  bool AttendsDecodeRowsInPlace() const;
 
   // Convenience for one block: tokens [B, T]; returns logits [B, T, vocab].
   torch::Tensor ForwardCached(const torch::Tensor& tokens, const std::vector<int64_t>& slots,

@@ -1,0 +1,232 @@
+#include "decode_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SLUICE_SMALL_LINEAR_X86 1
+#endif
+
+namespace sluice::model {
+
+#ifdef SLUICE_SMALL_LINEAR_X86
+
+bool DecodeKernelsSupported() {
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported;
+}
+
+namespace {
+
+#define SLUICE_AVX2 __attribute__((target("avx2,fma")))
+
+SLUICE_AVX2 inline float Sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Lanes [0, n) of a tail chunk (0 < n < 8).
+SLUICE_AVX2 inline __m256i TailMask(int64_t n) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
+}
+
+// R input rows against W output rows: acc[r][o] += x_r . w_o, 8 lanes at a
+// time, then a horizontal sum. Every output is summed in the same order, so
+// the blocking (R, W) never changes a result.
+template <int R, int W>
+SLUICE_AVX2 inline void Block(const float* const* x, const float* const* w, const float* bias, float* const* y,
+                              int64_t in) {
+  __m256 acc[R][W];
+  for (int r = 0; r < R; ++r) {
+    for (int o = 0; o < W; ++o) acc[r][o] = _mm256_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 8 <= in; k += 8) {
+    __m256 wv[W];
+    for (int o = 0; o < W; ++o) wv[o] = _mm256_loadu_ps(w[o] + k);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x[r] + k);
+      for (int o = 0; o < W; ++o) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);
+    }
+  }
+  if (k < in) {
+    const __m256i mask = TailMask(in - k);
+    __m256 wv[W];
+    for (int o = 0; o < W; ++o) wv[o] = _mm256_maskload_ps(w[o] + k, mask);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_maskload_ps(x[r] + k, mask);
+      for (int o = 0; o < W; ++o) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int o = 0; o < W; ++o) y[r][o] = Sum(acc[r][o]) + (bias != nullptr ? bias[o] : 0.0f);
+  }
+}
+
+// All rows against W output rows starting at `o`.
+template <int W>
+SLUICE_AVX2 void Columns(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
+                         int64_t ldy, int64_t o) {
+  const float* wr[W];
+  for (int j = 0; j < W; ++j) wr[j] = w + (o + j) * in;
+  const float* b = bias != nullptr ? bias + o : nullptr;
+  int64_t i = 0;
+  for (; i + 2 <= rows; i += 2) {
+    const float* xr[2] = {x + i * in, x + (i + 1) * in};
+    float* yr[2] = {y + i * ldy + o, y + (i + 1) * ldy + o};
+    Block<2, W>(xr, wr, b, yr, in);
+  }
+  if (i < rows) {
+    const float* xr[1] = {x + i * in};
+    float* yr[1] = {y + i * ldy + o};
+    Block<1, W>(xr, wr, b, yr, in);
+  }
+}
+
+}  // namespace
+
+void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
+                 int64_t ldy) {
+  int64_t o = 0;
+  for (; o + 4 <= outs; o += 4) Columns<4>(x, w, bias, y, rows, in, ldy, o);
+  for (; o < outs; ++o) Columns<1>(x, w, bias, y, rows, in, ldy, o);
+}
+
+namespace {
+
+// e^x for x <= 0 (scores minus their maximum), 8 lanes: x = n ln2 + r with
+// |r| <= ln2 / 2, e^r by its degree-6 Taylor polynomial (relative error
+// < 2e-7), 2^n put in the exponent bits. Lanes below -87 give 0.
+SLUICE_AVX2 inline __m256 ExpNonPositive(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 split in two for exactness
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+// One (row, kv head): its rep query heads against len cached positions.
+SLUICE_AVX2 void AttendOneGroup(const float* q, const float* k, const float* v, int64_t len, int64_t rep, int64_t D,
+                                float scale, float* scores, float* out) {
+  // scores[h][l] = scale * q_h . k_l
+  for (int64_t l = 0; l < len; ++l) {
+    const float* kl = k + l * D;
+    for (int64_t h = 0; h < rep; ++h) {
+      const float* qh = q + h * D;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kl + d), acc);
+      scores[h * len + l] = Sum(acc) * scale;
+    }
+  }
+  // Softmax per head: subtract the maximum, exponentiate, normalise at the end.
+  std::vector<float> inv(static_cast<size_t>(rep));
+  for (int64_t h = 0; h < rep; ++h) {
+    float* s = scores + h * len;
+    const float m = *std::max_element(s, s + len);
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 total = _mm256_setzero_ps();
+    int64_t l = 0;
+    for (; l + 8 <= len; l += 8) {
+      const __m256 e = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(s + l), mv));
+      _mm256_storeu_ps(s + l, e);
+      total = _mm256_add_ps(total, e);
+    }
+    if (l < len) {
+      const __m256i mask = TailMask(len - l);
+      const __m256 e =
+          _mm256_and_ps(ExpNonPositive(_mm256_sub_ps(_mm256_maskload_ps(s + l, mask), mv)), _mm256_castsi256_ps(mask));
+      _mm256_maskstore_ps(s + l, mask, e);
+      total = _mm256_add_ps(total, e);
+    }
+    inv[static_cast<size_t>(h)] = 1.0f / Sum(total);
+  }
+  // out_h = sum_l p_h[l] v_l, in 8-lane chunks of the head.
+  for (int64_t h = 0; h < rep; ++h) {
+    const float* p = scores + h * len;
+    for (int64_t d = 0; d < D; d += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t l = 0; l < len; ++l)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(p[l]), _mm256_loadu_ps(v + l * D + d), acc);
+      _mm256_storeu_ps(out + h * D + d, _mm256_mul_ps(acc, _mm256_set1_ps(inv[static_cast<size_t>(h)])));
+    }
+  }
+}
+
+}  // namespace
+
+void DecodeAttention(const float* q, const float* keys, const float* values, const int64_t* slot, const int64_t* len,
+                     float* out, const DecodeAttentionShape& shape, int64_t begin, int64_t end) {
+  const int64_t H = shape.heads, KV = shape.kv_heads, D = shape.head_dim, rep = H / KV;
+  std::vector<float> scores;
+  for (int64_t r = begin; r < end; ++r) {
+    scores.resize(static_cast<size_t>(rep * len[r]));
+    for (int64_t g = 0; g < KV; ++g) {
+      const int64_t cache_offset = (slot[r] * KV + g) * shape.max_len * D;
+      const int64_t head_offset = (r * H + g * rep) * D;
+      AttendOneGroup(q + head_offset, keys + cache_offset, values + cache_offset, len[r], rep, D, shape.scale,
+                     scores.data(), out + head_offset);
+    }
+  }
+}
+
+#else  // not x86: callers use libtorch; plain loops keep the kernels correct
+
+bool DecodeKernelsSupported() { return false; }
+
+void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
+                 int64_t ldy) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t o = 0; o < outs; ++o) {
+      float sum = 0;
+      for (int64_t k = 0; k < in; ++k) sum += x[i * in + k] * w[o * in + k];
+      y[i * ldy + o] = sum + (bias != nullptr ? bias[o] : 0.0f);
+    }
+  }
+}
+
+void DecodeAttention(const float* q, const float* keys, const float* values, const int64_t* slot, const int64_t* len,
+                     float* out, const DecodeAttentionShape& shape, int64_t begin, int64_t end) {
+  const int64_t H = shape.heads, KV = shape.kv_heads, D = shape.head_dim, rep = H / KV;
+  std::vector<float> p;
+  for (int64_t r = begin; r < end; ++r) {
+    p.resize(static_cast<size_t>(len[r]));
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t cache_offset = (slot[r] * KV + h / rep) * shape.max_len * D;
+      const float* qh = q + (r * H + h) * D;
+      float m = -INFINITY, total = 0;
+      for (int64_t l = 0; l < len[r]; ++l) {
+        float s = 0;
+        for (int64_t d = 0; d < D; ++d) s += qh[d] * keys[cache_offset + l * D + d];
+        p[static_cast<size_t>(l)] = s * shape.scale;
+        m = std::max(m, p[static_cast<size_t>(l)]);
+      }
+      for (float& x : p) total += (x = std::exp(x - m));
+      float* oh = out + (r * H + h) * D;
+      for (int64_t d = 0; d < D; ++d) {
+        float acc = 0;
+        for (int64_t l = 0; l < len[r]; ++l) acc += p[static_cast<size_t>(l)] * values[cache_offset + l * D + d];
+        oh[d] = acc / total;
+      }
+    }
+  }
+}
+
+#endif
+
+}  // namespace sluice::model

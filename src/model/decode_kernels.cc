@@ -229,4 +229,35 @@ void DecodeAttention(const float* q, const float* keys, const float* values, con
 
 #endif
 
+void RmsNormRows(const float* x, const float* weight, float eps, float* y, int64_t rows, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float sum = 0;
+    for (int64_t i = 0; i < dim; ++i) sum += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
+    float* yr = y + r * dim;
+    for (int64_t i = 0; i < dim; ++i) yr[i] = weight[i] * (xr[i] * inv);
+  }
+}
+
+void RopeRows(float* x, const float* cos, const float* sin, int64_t rows, int64_t heads, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* c = cos + r * head_dim;
+    const float* s = sin + r * head_dim;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (r * heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i + half] + a * s[i + half];
+      }
+    }
+  }
+}
+
+void SiluMulInPlace(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 }  // namespace sluice::model

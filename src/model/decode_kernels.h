@@ -51,4 +51,15 @@ void DecodeAttention(const float* q, const float* keys, const float* values, con
 
 inline bool DecodeAttentionApplies(int64_t head_dim) { return DecodeKernelsSupported() && head_dim % 8 == 0; }
 
+// Elementwise steps of a decode layer, one call each instead of several
+// libtorch operations (at a few rows their dispatch, not their arithmetic,
+// is the cost). Plain loops: correct on every CPU.
+// y[r] = weight * x[r] / sqrt(mean(x[r]^2) + eps) for rows of `dim`.
+void RmsNormRows(const float* x, const float* weight, float eps, float* y, int64_t rows, int64_t dim);
+// In place on x [rows, heads, D]: x = x * cos[r] + rotate_half(x) * sin[r]
+// (rotate_half(a, b) = (-b, a) over the halves of D); cos, sin: rows x D.
+void RopeRows(float* x, const float* cos, const float* sin, int64_t rows, int64_t heads, int64_t head_dim);
+// gate = silu(gate) * up, n values, in place.
+void SiluMulInPlace(float* gate, const float* up, int64_t n);
+
 }  // namespace sluice::model

@@ -60,6 +60,24 @@ torch::Tensor Project(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return Project(x, layer->weight, layer->bias);
 }
 
+// Whether the elementwise kernels apply: the cached path's packed [N, ...]
+// float32 CPU tensors outside autograd (training and full-sequence passes
+// keep libtorch's operations).
+bool ElementwiseKernelsApply(const torch::Tensor& x, int64_t packed_dims) {
+  return x.dim() == packed_dims && x.is_cpu() && x.scalar_type() == torch::kFloat32 && x.is_contiguous() &&
+         !torch::GradMode::is_enabled();
+}
+
+// Cached path: x [N, heads, D] fresh from a projection; cos/sin [N, 1, D].
+torch::Tensor RopePacked(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  if (!ElementwiseKernelsApply(x, 3) || cos.scalar_type() != torch::kFloat32) {
+    return ApplyRope(x, cos, sin);
+  }
+  const auto c = cos.contiguous(), s = sin.contiguous();
+  RopeRows(x.data_ptr<float>(), c.data_ptr<float>(), s.data_ptr<float>(), x.size(0), x.size(1), x.size(2));
+  return x;
+}
+
 }  // namespace
 
 KvCache KvCache::Allocate(const ModelConfig& config, int64_t num_slots, int64_t max_len, torch::Device device,
@@ -78,6 +96,12 @@ KvCache KvCache::Allocate(const ModelConfig& config, int64_t num_slots, int64_t 
 RmsNorm::RmsNorm(int64_t dim, double eps) : eps_(eps) { weight_ = register_parameter("weight", torch::ones({dim})); }
 
 torch::Tensor RmsNorm::Forward(const torch::Tensor& x) {
+  if (ElementwiseKernelsApply(x, 2) && weight_.scalar_type() == torch::kFloat32) {
+    auto y = torch::empty_like(x);
+    RmsNormRows(x.data_ptr<float>(), weight_.data_ptr<float>(), static_cast<float>(eps_), y.data_ptr<float>(),
+                x.size(0), x.size(1));
+    return y;
+  }
   auto xf = x.to(torch::kFloat32);
   auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
   return weight_ * normed.to(x.scalar_type());
@@ -124,8 +148,8 @@ torch::Tensor Attention::Forward(const torch::Tensor& x, const AttentionContext&
   }
   const int64_t N = x.size(0);
   // Packed tokens: [N, heads, D]; rope tables are [N, D].
-  auto q = ApplyRope(Project(q_proj_, x).view({N, num_heads_, head_dim_}), ctx.cos, ctx.sin);
-  auto k = ApplyRope(Project(k_proj_, x).view({N, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
+  auto q = RopePacked(Project(q_proj_, x).view({N, num_heads_, head_dim_}), ctx.cos, ctx.sin);
+  auto k = RopePacked(Project(k_proj_, x).view({N, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
   auto v = Project(v_proj_, x).view({N, num_kv_heads_, head_dim_});
   torch::Tensor& ck = ctx.cache->keys[layer];
   torch::Tensor& cv = ctx.cache->values[layer];
@@ -173,7 +197,12 @@ Mlp::Mlp(const ModelConfig& c) {
 }
 
 torch::Tensor Mlp::Forward(const torch::Tensor& x) {
-  return Project(down_proj_, F::silu(Project(gate_proj_, x)) * Project(up_proj_, x));
+  auto gate = Project(gate_proj_, x), up = Project(up_proj_, x);
+  if (ElementwiseKernelsApply(gate, 2) && ElementwiseKernelsApply(up, 2)) {
+    SiluMulInPlace(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel());
+    return Project(down_proj_, gate);
+  }
+  return Project(down_proj_, F::silu(gate) * up);
 }
 
 DecoderLayer::DecoderLayer(const ModelConfig& c) {

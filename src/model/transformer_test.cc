@@ -91,7 +91,9 @@ TEST_P(TransformerTest, CachedDecodingMatchesFullRecomputation) {
   for (bool grad : {false, true}) {
     torch::AutoGradMode mode(grad);
     SCOPED_TRACE(grad ? "libtorch path (autograd on)" : "decode kernels");
-    if (!grad) EXPECT_EQ(model_->AttendsDecodeRowsInPlace(), DecodeAttentionApplies(config_.resolved_head_dim()));
+    if (!grad) {
+      EXPECT_EQ(model_->AttendsDecodeRowsInPlace(), DecodeAttentionApplies(config_.resolved_head_dim()));
+    }
     CheckCachedDecoding();
   }
 }

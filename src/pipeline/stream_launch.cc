@@ -118,6 +118,8 @@ Status SyncLoop::TrainInProcesses(const std::atomic<bool>* stop) {
                              .CreatePartition(kRolloutPartition, static_cast<uint32_t>(s.options.rl.group_size)));
   SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment board_segment, SharedMemorySegment::Create(board_name, sizeof(RoleBoard)));
   auto* board = reinterpret_cast<RoleBoard*>(board_segment.data());  // zero-filled: every counter 0
+  // The trainer waits for its first batch from the start.
+  board->trainer_needs_until.store((s.step + 1) * s.options.rl.prompts_per_step);
 
   Status result = [&]() -> Status {
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, launch::Supervisor::Create({}));

@@ -38,7 +38,8 @@ struct RoleBoard {
   std::atomic<int64_t> rollout_slot_steps;         // sum over the engines' decode steps of their slots
   std::atomic<int64_t> rollout_active_slot_steps;  // ... and of the sequences running (EngineStats)
   // While the trainer waits for data: 1 + the last prompt cursor its step
-  // needs (0: not waiting). The rollout then admits no prompt past it, so the
+  // needs (0: not waiting; set before the roles start, since the trainer
+  // begins waiting). The rollout then admits no prompt past it, so the
   // groups the trainer waits for decode in small, fast batches.
   std::atomic<int64_t> trainer_needs_until;
 

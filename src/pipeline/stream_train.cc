@@ -116,6 +116,7 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
   SLUICE_ASSIGN_OR_RETURN(auto admission, tq::StalenessAdmission::Create(staleness_options));
 
   RoleBoard board{};
+  board.trainer_needs_until.store((s.step + 1) * P);  // the trainer waits for its first batch from the start
   ErrorSlot errors;
   BackgroundThread rollout_thread("rollout"), reward_thread("reward");
   StreamRoles::Rollout rollout_args{rollout_model, standby.get(), admission.get(), nullptr};

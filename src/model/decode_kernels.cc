@@ -6,16 +6,12 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
-#define SLUICE_DECODE_KERNELS_X86 1
-// GCC 12's AVX-512 headers pass _mm*_undefined_*() placeholders that
-// -Wuninitialized reports once inlined (GCC bug 105593, fixed in 13).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define SLUICE_SMALL_LINEAR_X86 1
 #endif
 
 namespace sluice::model {
 
-#ifdef SLUICE_DECODE_KERNELS_X86
+#ifdef SLUICE_SMALL_LINEAR_X86
 
 bool DecodeKernelsSupported() {
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -92,77 +88,11 @@ SLUICE_AVX2 void Columns(const float* x, const float* w, const float* bias, floa
   }
 }
 
-// The same with 16-lane AVX-512 registers, four input rows against four
-// output rows (16 accumulators of the 32 registers): ~2x the AVX2 kernel and
-// ahead of sgemm up to 64 rows.
-#define SLUICE_AVX512 __attribute__((target("avx512f,fma")))
-
-SLUICE_AVX512 inline float Sum512(__m512 v) {
-  // The upper 256 bits onto the lower (lanes 128-bit 2, 3 of v beside 0, 1), then 8 lanes.
-  const __m512 folded = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
-  return Sum(_mm512_castps512_ps256(folded));
-}
-
-template <int R, int W>
-SLUICE_AVX512 inline void Block512(const float* const* x, const float* const* w, const float* bias, float* const* y,
-                                   int64_t in) {
-  __m512 acc[R][W];
-  for (int r = 0; r < R; ++r) {
-    for (int o = 0; o < W; ++o) acc[r][o] = _mm512_setzero_ps();
-  }
-  for (int64_t k = 0; k < in; k += 16) {
-    const __mmask16 mask = in - k >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (in - k)) - 1);
-    __m512 wv[W];
-    for (int o = 0; o < W; ++o) wv[o] = _mm512_maskz_loadu_ps(mask, w[o] + k);
-    for (int r = 0; r < R; ++r) {
-      const __m512 xv = _mm512_maskz_loadu_ps(mask, x[r] + k);
-      for (int o = 0; o < W; ++o) acc[r][o] = _mm512_fmadd_ps(xv, wv[o], acc[r][o]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int o = 0; o < W; ++o) y[r][o] = Sum512(acc[r][o]) + (bias != nullptr ? bias[o] : 0.0f);
-  }
-}
-
-template <int W>
-SLUICE_AVX512 void Columns512(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
-                              int64_t ldy, int64_t o) {
-  const float* wr[W];
-  for (int j = 0; j < W; ++j) wr[j] = w + (o + j) * in;
-  const float* b = bias != nullptr ? bias + o : nullptr;
-  int64_t i = 0;
-  for (; i + 4 <= rows; i += 4) {
-    const float* xr[4] = {x + i * in, x + (i + 1) * in, x + (i + 2) * in, x + (i + 3) * in};
-    float* yr[4] = {y + i * ldy + o, y + (i + 1) * ldy + o, y + (i + 2) * ldy + o, y + (i + 3) * ldy + o};
-    Block512<4, W>(xr, wr, b, yr, in);
-  }
-  for (; i < rows; ++i) {
-    const float* xr[1] = {x + i * in};
-    float* yr[1] = {y + i * ldy + o};
-    Block512<1, W>(xr, wr, b, yr, in);
-  }
-}
-
-bool HasAvx512() {
-  static const bool supported = __builtin_cpu_supports("avx512f") && DecodeKernelsSupported();
-  return supported;
-}
-
 }  // namespace
-
-int64_t SmallLinearMaxRows() {
-  if (!DecodeKernelsSupported()) return 0;
-  return HasAvx512() ? 64 : 16;
-}
 
 void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                  int64_t ldy) {
   int64_t o = 0;
-  if (HasAvx512()) {
-    for (; o + 4 <= outs; o += 4) Columns512<4>(x, w, bias, y, rows, in, ldy, o);
-    for (; o < outs; ++o) Columns512<1>(x, w, bias, y, rows, in, ldy, o);
-    return;
-  }
   for (; o + 4 <= outs; o += 4) Columns<4>(x, w, bias, y, rows, in, ldy, o);
   for (; o < outs; ++o) Columns<1>(x, w, bias, y, rows, in, ldy, o);
 }
@@ -258,7 +188,6 @@ void DecodeAttention(const float* q, const float* keys, const float* values, con
 #else  // not x86: callers use libtorch; plain loops keep the kernels correct
 
 bool DecodeKernelsSupported() { return false; }
-int64_t SmallLinearMaxRows() { return 0; }
 
 void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                  int64_t ldy) {

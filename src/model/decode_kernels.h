@@ -7,7 +7,7 @@
 //   own layout on every call; at a few rows that copy costs more than the
 //   arithmetic (a 256x704 layer: ~40 us for 1 row with OpenBLAS, ~5 us read
 //   in place). This kernel reads the weight where it lies, four output rows
-//   at a time against two input rows (AVX2) or four (AVX-512).
+//   at a time against two input rows.
 // * DecodeAttention: the libtorch path attends a block of rows over the
 //   block's longest context (shorter rows padded and masked), gathers
 //   non-consecutive cache rows and runs ~15 small operations per block and
@@ -22,11 +22,9 @@
 
 namespace sluice::model {
 
-// Rows up to which SmallLinear beats sgemm on this CPU (measured against
-// OpenBLAS 0.3.21 on 256..1408-wide layers: AVX2, 2x4 blocks: 7x at 1 row,
-// even at ~32, so 16; AVX-512, 4x4 blocks: 8x at 1 row, 1.3-1.8x at 64, so
-// 64). 0 without the kernels.
-int64_t SmallLinearMaxRows();
+// Rows up to which SmallLinear beats sgemm (measured with OpenBLAS 0.3.21:
+// 7x at 1 row, even at ~32).
+inline constexpr int64_t kSmallLinearMaxRows = 16;
 
 // Whether this CPU runs the kernels (AVX2 and FMA); otherwise use libtorch.
 bool DecodeKernelsSupported();

@@ -32,9 +32,10 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
 // autograd (the decode path) go to SmallLinear, split by output rows over
 // the intra-op threads; everything else to BLAS through F::linear.
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias) {
-  const bool small = x.dim() == 2 && x.size(0) > 0 && x.size(0) <= SmallLinearMaxRows() && x.is_cpu() && w.is_cpu() &&
+  const bool small = x.dim() == 2 && x.size(0) > 0 && x.size(0) <= kSmallLinearMaxRows && x.is_cpu() && w.is_cpu() &&
                      x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
-                     (!bias.defined() || bias.scalar_type() == torch::kFloat32) && !torch::GradMode::is_enabled();
+                     (!bias.defined() || bias.scalar_type() == torch::kFloat32) && !torch::GradMode::is_enabled() &&
+                     DecodeKernelsSupported();
   if (!small) return F::linear(x, w, bias);
   SLUICE_CHECK(w.dim() == 2 && w.size(1) == x.size(1)) << "linear: input " << x.sizes() << ", weight " << w.sizes();
   const auto xc = x.contiguous(), wc = w.contiguous();

@@ -236,14 +236,14 @@ TEST(TransformerInit, SameSeedSameWeightsDifferentSeedDifferent) {
 }
 
 // The small-batch linear kernel against BLAS: row and output counts off its
-// 2x4 / 4x4 blocking, inputs off its 8- / 16-lane chunks, with and without bias, into a
+// 2x4 blocking, inputs off its 8-lane chunks, with and without bias, into a
 // wider output (ldy); and a row's result is bit-identical whichever rows it
 // is computed with (no dependence on the decode batch).
 TEST(SmallLinearTest, MatchesBlasAndEachRowIsIndependentOfTheBatch) {
   torch::manual_seed(3);
-  for (int64_t in : {5, 8, 16, 37, 256}) {
+  for (int64_t in : {5, 8, 37, 256}) {
     for (int64_t outs : {1, 3, 4, 9}) {
-      for (int64_t rows : {1, 2, 5, 11}) {
+      for (int64_t rows : {1, 2, 5}) {
         auto x = torch::randn({rows, in}), w = torch::randn({outs, in}), bias = torch::randn({outs});
         const int64_t ldy = outs + 2;
         auto y = torch::full({rows, ldy}, 7.0f);

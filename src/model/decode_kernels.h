@@ -5,8 +5,8 @@
 //
 // * SmallLinear: BLAS sgemm copies ("packs") the whole weight matrix into its
 //   own layout on every call; at a few rows that copy costs more than the
-//   arithmetic (a 256x704 layer: ~40 us for 1 row with OpenBLAS, ~5 us read
-//   in place). This kernel reads the weight where it lies, four output rows
+//   arithmetic (a 256x704 layer: ~40 us for 1 row with OpenBLAS, ~5-15 us
+//   read in place). This kernel reads the weight where it lies, four output rows
 //   at a time against two input rows.
 // * DecodeAttention: the libtorch path attends a block of rows over the
 //   block's longest context (shorter rows padded and masked), gathers
@@ -22,9 +22,11 @@
 
 namespace sluice::model {
 
-// Rows up to which SmallLinear beats sgemm (measured with OpenBLAS 0.3.21:
-// 7x at 1 row, even at ~32).
-inline constexpr int64_t kSmallLinearMaxRows = 16;
+// Rows up to which SmallLinear beats sgemm inside a decode step, where each
+// layer's weights arrive cold (5M model, OpenBLAS 0.3.21: a whole step 2.6x
+// faster at 1 row, 2x at 2, even at 4, ~10% faster at 8, slower at 16; a
+// loop over one hot matrix flatters it: 7x at 1 row, even only at ~32).
+inline constexpr int64_t kSmallLinearMaxRows = 8;
 
 // Whether this CPU runs the kernels (AVX2 and FMA); otherwise use libtorch.
 bool DecodeKernelsSupported();

@@ -1,6 +1,7 @@
 #include "decode_kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -11,11 +12,18 @@
 
 namespace sluice::model {
 
+namespace {
+std::atomic<bool> kernels_enabled{true};
+}  // namespace
+
+bool DecodeKernelsEnabled() { return kernels_enabled.load(std::memory_order_relaxed); }
+void SetDecodeKernelsEnabled(bool enabled) { kernels_enabled.store(enabled, std::memory_order_relaxed); }
+
 #ifdef SLUICE_SMALL_LINEAR_X86
 
 bool DecodeKernelsSupported() {
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return supported;
+  return supported && DecodeKernelsEnabled();
 }
 
 namespace {
@@ -187,7 +195,7 @@ void DecodeAttention(const float* q, const float* keys, const float* values, con
 
 #else  // not x86: callers use libtorch; plain loops keep the kernels correct
 
-bool DecodeKernelsSupported() { return false; }
+bool DecodeKernelsSupported() { return false; }  // callers use libtorch
 
 void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                  int64_t ldy) {

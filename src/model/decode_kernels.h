@@ -20,6 +20,8 @@
 
 #include <cstdint>
 
+#include "sluice/model/decode_kernels_switch.h"
+
 namespace sluice::model {
 
 // Rows up to which SmallLinear beats sgemm inside a decode step, where each
@@ -28,7 +30,8 @@ namespace sluice::model {
 // loop over one hot matrix flatters it: 7x at 1 row, even only at ~32).
 inline constexpr int64_t kSmallLinearMaxRows = 8;
 
-// Whether this CPU runs the kernels (AVX2 and FMA); otherwise use libtorch.
+// Whether the vector kernels run here: enabled, and this CPU has AVX2 and
+// FMA; otherwise use libtorch.
 bool DecodeKernelsSupported();
 
 // y[i, o] = sum_k x[i, k] * w[o, k] (+ bias[o]) for i < rows, o < outs.

@@ -65,7 +65,7 @@ torch::Tensor Project(const torch::nn::Linear& layer, const torch::Tensor& x) {
 // keep libtorch's operations).
 bool ElementwiseKernelsApply(const torch::Tensor& x, int64_t packed_dims) {
   return x.dim() == packed_dims && x.is_cpu() && x.scalar_type() == torch::kFloat32 && x.is_contiguous() &&
-         !torch::GradMode::is_enabled();
+         !torch::GradMode::is_enabled() && DecodeKernelsEnabled();
 }
 
 // Cached path: x [N, heads, D] fresh from a projection; cos/sin [N, 1, D].

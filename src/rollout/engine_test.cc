@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "sluice/model/decode_kernels_switch.h"
 #include "sluice/model/transformer.h"
 
 namespace sluice::rollout {
@@ -78,6 +79,10 @@ class EngineTest : public ::testing::Test {
   void SetUp() override {
     model_ = TinyModel();
     requests_ = MixedRequests(14, 5);
+    GenerateAlone();
+  }
+  void GenerateAlone() {
+    alone_.clear();
     for (const auto& r : requests_) {  // each request generated alone, in a 1-slot engine
       auto engine = MakeEngine(model_, 1);
       ASSERT_TRUE(engine->Submit(r).ok());
@@ -87,6 +92,7 @@ class EngineTest : public ::testing::Test {
       alone_.emplace(r.id, std::move(done->front()));
     }
   }
+  void CheckContinuousBatchingMatchesAlone();
   std::shared_ptr<Transformer> model_;
   std::vector<GenerationRequest> requests_;
   std::map<uint64_t, GenerationResult> alone_;
@@ -109,7 +115,22 @@ TEST_F(EngineTest, WorkloadHasVariedLengthsAndFinishReasons) {
   EXPECT_LT(eos, static_cast<int>(alone_.size()));
 }
 
+// On both model paths: the CPU decode kernels (one decode block, each row
+// over its own context) and libtorch (decode blocks split by context length,
+// as on GPUs).
 TEST_F(EngineTest, ContinuousBatchingMatchesGeneratingEachRequestAlone) {
+  struct KernelsBackOn {
+    ~KernelsBackOn() { model::SetDecodeKernelsEnabled(true); }
+  } back_on;
+  for (bool kernels : {true, false}) {
+    SCOPED_TRACE(kernels ? "decode kernels" : "libtorch path");
+    model::SetDecodeKernelsEnabled(kernels);
+    if (!kernels) GenerateAlone();
+    CheckContinuousBatchingMatchesAlone();
+  }
+}
+
+void EngineTest::CheckContinuousBatchingMatchesAlone() {
   std::mt19937_64 rng(3);
   for (int32_t slots : {2, 3, 5, 16}) {
     for (int order = 0; order < 2; ++order) {

@@ -7,7 +7,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
-#define SLUICE_SMALL_LINEAR_X86 1
+#define SLUICE_DECODE_KERNELS_X86 1
 #endif
 
 namespace sluice::model {
@@ -19,7 +19,7 @@ std::atomic<bool> kernels_enabled{true};
 bool DecodeKernelsEnabled() { return kernels_enabled.load(std::memory_order_relaxed); }
 void SetDecodeKernelsEnabled(bool enabled) { kernels_enabled.store(enabled, std::memory_order_relaxed); }
 
-#ifdef SLUICE_SMALL_LINEAR_X86
+#ifdef SLUICE_DECODE_KERNELS_X86
 
 bool DecodeKernelsSupported() {
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

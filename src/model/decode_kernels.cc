@@ -142,8 +142,8 @@ SLUICE_AVX2 void AttendOneGroup(const float* q, const float* k, const float* v, 
       scores[h * len + l] = Sum(acc) * scale;
     }
   }
-  // Softmax per head: subtract the maximum, exponentiate, normalise at the end.
-  std::vector<float> inv(static_cast<size_t>(rep));
+  // Per head: softmax (subtract the maximum, exponentiate, normalise at the
+  // end), then out_h = sum_l p_h[l] v_l in 8-lane chunks of the head.
   for (int64_t h = 0; h < rep; ++h) {
     float* s = scores + h * len;
     const float m = *std::max_element(s, s + len);
@@ -162,16 +162,12 @@ SLUICE_AVX2 void AttendOneGroup(const float* q, const float* k, const float* v, 
       _mm256_maskstore_ps(s + l, mask, e);
       total = _mm256_add_ps(total, e);
     }
-    inv[static_cast<size_t>(h)] = 1.0f / Sum(total);
-  }
-  // out_h = sum_l p_h[l] v_l, in 8-lane chunks of the head.
-  for (int64_t h = 0; h < rep; ++h) {
-    const float* p = scores + h * len;
+    const __m256 inv = _mm256_set1_ps(1.0f / Sum(total));
     for (int64_t d = 0; d < D; d += 8) {
       __m256 acc = _mm256_setzero_ps();
-      for (int64_t l = 0; l < len; ++l)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(p[l]), _mm256_loadu_ps(v + l * D + d), acc);
-      _mm256_storeu_ps(out + h * D + d, _mm256_mul_ps(acc, _mm256_set1_ps(inv[static_cast<size_t>(h)])));
+      for (int64_t i = 0; i < len; ++i)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(s[i]), _mm256_loadu_ps(v + i * D + d), acc);
+      _mm256_storeu_ps(out + h * D + d, _mm256_mul_ps(acc, inv));
     }
   }
 }

@@ -28,21 +28,28 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
+// Whether the elementwise kernels apply: the cached path's packed [N, ...]
+// float32 CPU tensors outside autograd (training and full-sequence passes
+// keep libtorch's operations).
+bool ElementwiseKernelsApply(const torch::Tensor& x, int64_t packed_dims) {
+  return x.dim() == packed_dims && x.is_cpu() && x.scalar_type() == torch::kFloat32 && x.is_contiguous() &&
+         !torch::GradMode::is_enabled() && DecodeKernelsEnabled();
+}
+
 // x [rows, in] * w[out, in]^T (+ bias): a few float32 CPU rows outside
 // autograd (the decode path) go to SmallLinear, split by output rows over
 // the intra-op threads; everything else to BLAS through F::linear.
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias) {
-  const bool small = x.dim() == 2 && x.size(0) > 0 && x.size(0) <= kSmallLinearMaxRows && x.is_cpu() && w.is_cpu() &&
-                     x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
-                     (!bias.defined() || bias.scalar_type() == torch::kFloat32) && !torch::GradMode::is_enabled() &&
+  const bool small = ElementwiseKernelsApply(x, 2) && x.size(0) > 0 && x.size(0) <= kSmallLinearMaxRows && w.is_cpu() &&
+                     w.scalar_type() == torch::kFloat32 && (!bias.defined() || bias.scalar_type() == torch::kFloat32) &&
                      DecodeKernelsSupported();
   if (!small) return F::linear(x, w, bias);
   SLUICE_CHECK(w.dim() == 2 && w.size(1) == x.size(1)) << "linear: input " << x.sizes() << ", weight " << w.sizes();
-  const auto xc = x.contiguous(), wc = w.contiguous();
+  const auto wc = w.contiguous();  // x is contiguous (ElementwiseKernelsApply)
   const auto bc = bias.defined() ? bias.contiguous() : bias;
-  const int64_t rows = xc.size(0), in = xc.size(1), outs = wc.size(0);
-  auto y = torch::empty({rows, outs}, xc.options());
-  const float* xp = xc.data_ptr<float>();
+  const int64_t rows = x.size(0), in = x.size(1), outs = wc.size(0);
+  auto y = torch::empty({rows, outs}, x.options());
+  const float* xp = x.data_ptr<float>();
   const float* wp = wc.data_ptr<float>();
   const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
@@ -58,14 +65,6 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w, const torc
 
 torch::Tensor Project(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return Project(x, layer->weight, layer->bias);
-}
-
-// Whether the elementwise kernels apply: the cached path's packed [N, ...]
-// float32 CPU tensors outside autograd (training and full-sequence passes
-// keep libtorch's operations).
-bool ElementwiseKernelsApply(const torch::Tensor& x, int64_t packed_dims) {
-  return x.dim() == packed_dims && x.is_cpu() && x.scalar_type() == torch::kFloat32 && x.is_contiguous() &&
-         !torch::GradMode::is_enabled() && DecodeKernelsEnabled();
 }
 
 // Cached path: x [N, heads, D] fresh from a projection; cos/sin [N, 1, D].

@@ -45,16 +45,21 @@ SLUICE_AVX2 inline __m256i TailMask(int64_t n) {
 
 // R input rows against W output rows: acc[r][o] += x_r . w_o, 8 lanes at a
 // time, then a horizontal sum. Every output is summed in the same order, so
-// the blocking (R, W) never changes a result.
+// the blocking (R, W) never changes a result. pf: the weight rows of the next
+// block, fetched into cache meanwhile (a decode step's weights arrive cold
+// from memory; fetching ahead overlaps that with the arithmetic).
 template <int R, int W>
 SLUICE_AVX2 inline void Block(const float* const* x, const float* const* w, const float* bias, float* const* y,
-                              int64_t in) {
+                              int64_t in, const float* const* pf) {
   __m256 acc[R][W];
   for (int r = 0; r < R; ++r) {
     for (int o = 0; o < W; ++o) acc[r][o] = _mm256_setzero_ps();
   }
   int64_t k = 0;
   for (; k + 8 <= in; k += 8) {
+    if ((k & 15) == 0) {
+      for (int o = 0; o < W; ++o) _mm_prefetch(reinterpret_cast<const char*>(pf[o] + k), _MM_HINT_T0);
+    }
     __m256 wv[W];
     for (int o = 0; o < W; ++o) wv[o] = _mm256_loadu_ps(w[o] + k);
     for (int r = 0; r < R; ++r) {
@@ -76,33 +81,152 @@ SLUICE_AVX2 inline void Block(const float* const* x, const float* const* w, cons
   }
 }
 
+// The weight rows of the block after [o, o + W), clamped to the last row.
+template <int W>
+inline void NextRows(const float* w, int64_t in, int64_t outs, int64_t o, const float** wr, const float** pf) {
+  for (int j = 0; j < W; ++j) {
+    wr[j] = w + (o + j) * in;
+    pf[j] = w + std::min(o + W + j, outs - 1) * in;
+  }
+}
+
 // All rows against W output rows starting at `o`.
 template <int W>
 SLUICE_AVX2 void Columns(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
-                         int64_t ldy, int64_t o) {
-  const float* wr[W];
-  for (int j = 0; j < W; ++j) wr[j] = w + (o + j) * in;
+                         int64_t outs, int64_t ldy, int64_t o) {
+  const float *wr[W], *pf[W];
+  NextRows<W>(w, in, outs, o, wr, pf);
   const float* b = bias != nullptr ? bias + o : nullptr;
   int64_t i = 0;
   for (; i + 2 <= rows; i += 2) {
     const float* xr[2] = {x + i * in, x + (i + 1) * in};
     float* yr[2] = {y + i * ldy + o, y + (i + 1) * ldy + o};
-    Block<2, W>(xr, wr, b, yr, in);
+    Block<2, W>(xr, wr, b, yr, in, pf);
   }
   if (i < rows) {
     const float* xr[1] = {x + i * in};
     float* yr[1] = {y + i * ldy + o};
-    Block<1, W>(xr, wr, b, yr, in);
+    Block<1, W>(xr, wr, b, yr, in, pf);
   }
+}
+
+void SmallLinearAvx2(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
+                     int64_t outs, int64_t ldy) {
+  int64_t o = 0;
+  for (; o + 4 <= outs; o += 4) Columns<4>(x, w, bias, y, rows, in, outs, ldy, o);
+  for (; o < outs; ++o) Columns<1>(x, w, bias, y, rows, in, outs, ldy, o);
+}
+
+// The same with 16 lanes where the CPU has AVX-512 (32 vector registers):
+// blocks of 4 input rows against 6 output rows, 24 accumulators, so each
+// weight vector loaded serves 4 rows. Measured on the 20M model's layers with
+// cold weights (Zen 5, one core): 2.7x faster than the AVX2 kernel without
+// fetching ahead at 8 rows, and faster than OpenBLAS sgemm up to 256 rows.
+#define SLUICE_AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+// GCC 12's AVX-512 intrinsics initialise their "undefined" operands from
+// themselves, which -Wuninitialized reports wherever they inline (GCC bug
+// 105593); the operands are placeholders the instructions never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// The 16 lanes' sum: the halves added, then Sum.
+SLUICE_AVX512 inline float Sum16(__m512 v) {
+  const __m512 swapped = _mm512_shuffle_f32x4(v, v, 0x4E);
+  return Sum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(swapped)));
+}
+
+template <int R, int W>
+SLUICE_AVX512 inline void Block16(const float* const* x, const float* const* w, const float* bias, float* const* y,
+                                  int64_t in, const float* const* pf) {
+  __m512 acc[R][W];
+  for (int r = 0; r < R; ++r) {
+    for (int o = 0; o < W; ++o) acc[r][o] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < in; k += 16) {
+    const __mmask16 mask = in - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (in - k)) - 1);
+    for (int o = 0; o < W; ++o) _mm_prefetch(reinterpret_cast<const char*>(pf[o] + k), _MM_HINT_T0);
+    __m512 wv[W];
+    for (int o = 0; o < W; ++o) wv[o] = _mm512_maskz_loadu_ps(mask, w[o] + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x[r] + k);
+      for (int o = 0; o < W; ++o) acc[r][o] = _mm512_fmadd_ps(xv, wv[o], acc[r][o]);
+    }
+  }
+  // Unrolled, so acc stays in registers (a loop here would keep it in memory
+  // and store all 24 accumulators on every step of the loop above).
+#pragma GCC unroll 32
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int o = 0; o < W; ++o) y[r][o] = Sum16(acc[r][o]) + (bias != nullptr ? bias[o] : 0.0f);
+  }
+}
+
+template <int R, int W>
+SLUICE_AVX512 void Rows16(const float* x, const float* const* wr, const float* b, float* y, int64_t i, int64_t in,
+                          int64_t ldy, int64_t o, const float* const* pf) {
+  const float* xr[R];
+  float* yr[R];
+  for (int r = 0; r < R; ++r) {
+    xr[r] = x + (i + r) * in;
+    yr[r] = y + (i + r) * ldy + o;
+  }
+  Block16<R, W>(xr, wr, b, yr, in, pf);
+}
+
+template <int W>
+SLUICE_AVX512 void Columns16(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
+                             int64_t outs, int64_t ldy, int64_t o) {
+  const float *wr[W], *pf[W];
+  NextRows<W>(w, in, outs, o, wr, pf);
+  const float* b = bias != nullptr ? bias + o : nullptr;
+  int64_t i = 0;
+  for (; i + 4 <= rows; i += 4) Rows16<4, W>(x, wr, b, y, i, in, ldy, o, pf);
+  switch (rows - i) {
+    case 3:
+      Rows16<3, W>(x, wr, b, y, i, in, ldy, o, pf);
+      break;
+    case 2:
+      Rows16<2, W>(x, wr, b, y, i, in, ldy, o, pf);
+      break;
+    case 1:
+      Rows16<1, W>(x, wr, b, y, i, in, ldy, o, pf);
+      break;
+    default:
+      break;
+  }
+}
+
+void SmallLinearAvx512(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
+                       int64_t outs, int64_t ldy) {
+  int64_t o = 0;
+  for (; o + 6 <= outs; o += 6) Columns16<6>(x, w, bias, y, rows, in, outs, ldy, o);
+  for (; o < outs; ++o) Columns16<1>(x, w, bias, y, rows, in, outs, ldy, o);
+}
+
+#pragma GCC diagnostic pop
+
+std::atomic<bool> avx512_wanted{true};
+
+bool HasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has && avx512_wanted.load(std::memory_order_relaxed);
 }
 
 }  // namespace
 
+bool SmallLinearAvx512() { return HasAvx512(); }
+void SetSmallLinearAvx512(bool enabled) { avx512_wanted.store(enabled, std::memory_order_relaxed); }
+int64_t SmallLinearMaxRows() { return HasAvx512() ? 256 : 8; }
+
 void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                  int64_t ldy) {
-  int64_t o = 0;
-  for (; o + 4 <= outs; o += 4) Columns<4>(x, w, bias, y, rows, in, ldy, o);
-  for (; o < outs; ++o) Columns<1>(x, w, bias, y, rows, in, ldy, o);
+  if (HasAvx512()) {
+    SmallLinearAvx512(x, w, bias, y, rows, in, outs, ldy);
+  } else {
+    SmallLinearAvx2(x, w, bias, y, rows, in, outs, ldy);
+  }
 }
 
 namespace {
@@ -192,6 +316,9 @@ void DecodeAttention(const float* q, const float* keys, const float* values, con
 #else  // not x86: callers use libtorch; plain loops keep the kernels correct
 
 bool DecodeKernelsSupported() { return false; }  // callers use libtorch
+bool SmallLinearAvx512() { return false; }
+void SetSmallLinearAvx512(bool) {}
+int64_t SmallLinearMaxRows() { return 8; }
 
 void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                  int64_t ldy) {

@@ -7,7 +7,8 @@
 //   own layout on every call; at a few rows that copy costs more than the
 //   arithmetic (a 256x704 layer: ~40 us for 1 row with OpenBLAS, ~5-15 us
 //   read in place). This kernel reads the weight where it lies, four output rows
-//   at a time against two input rows.
+//   at a time against two input rows (AVX2), or six against four (AVX-512),
+//   fetching the next block's weights into cache while it computes.
 // * DecodeAttention: the libtorch path attends a block of rows over the
 //   block's longest context (shorter rows padded and masked), gathers
 //   non-consecutive cache rows and runs ~15 small operations per block and
@@ -25,10 +26,21 @@
 namespace sluice::model {
 
 // Rows up to which SmallLinear beats sgemm inside a decode step, where each
-// layer's weights arrive cold (5M model, OpenBLAS 0.3.21: a whole step 2.6x
-// faster at 1 row, 2x at 2, even at 4, ~10% faster at 8, slower at 16; a
-// loop over one hot matrix flatters it: 7x at 1 row, even only at ~32).
-inline constexpr int64_t kSmallLinearMaxRows = 8;
+// layer's weights arrive cold. With AVX2 (5M model, OpenBLAS 0.3.21): a whole
+// step 2.6x faster at 1 row, 2x at 2, ~10% faster at 8, slower at 16; a loop
+// over one hot matrix flatters it (even only at ~32). With AVX-512 (the 20M
+// model's layers, Zen 5): faster than sgemm at every count measured, 1 to
+// 256 rows; above that, sgemm.
+int64_t SmallLinearMaxRows();
+
+// Whether SmallLinear runs its AVX-512 kernel: where the CPU has AVX-512,
+// unless set false (tests run the AVX2 kernel on such CPUs too).
+bool SmallLinearAvx512();
+void SetSmallLinearAvx512(bool enabled);
+
+// Output rows per unit of work when SmallLinear is split over threads (a
+// multiple of both kernels' blocks, 4 and 6).
+inline constexpr int64_t kSmallLinearOutputBlock = 12;
 
 // Whether the vector kernels run here: enabled, and this CPU has AVX2 and
 // FMA; otherwise use libtorch.

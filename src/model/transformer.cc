@@ -40,9 +40,9 @@ bool ElementwiseKernelsApply(const torch::Tensor& x, int64_t packed_dims) {
 // autograd (the decode path) go to SmallLinear, split by output rows over
 // the intra-op threads; everything else to BLAS through F::linear.
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias) {
-  const bool small = ElementwiseKernelsApply(x, 2) && x.size(0) > 0 && x.size(0) <= kSmallLinearMaxRows && w.is_cpu() &&
-                     w.scalar_type() == torch::kFloat32 && (!bias.defined() || bias.scalar_type() == torch::kFloat32) &&
-                     DecodeKernelsSupported();
+  const bool small = ElementwiseKernelsApply(x, 2) && x.size(0) > 0 && x.size(0) <= SmallLinearMaxRows() &&
+                     w.is_cpu() && w.scalar_type() == torch::kFloat32 &&
+                     (!bias.defined() || bias.scalar_type() == torch::kFloat32) && DecodeKernelsSupported();
   if (!small) return F::linear(x, w, bias);
   SLUICE_CHECK(w.dim() == 2 && w.size(1) == x.size(1)) << "linear: input " << x.sizes() << ", weight " << w.sizes();
   const auto wc = w.contiguous();  // x is contiguous (ElementwiseKernelsApply)
@@ -53,11 +53,12 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w, const torc
   const float* wp = wc.data_ptr<float>();
   const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  // Blocks of 4 output rows; a thread takes at least ~64k multiply-adds.
-  const int64_t blocks = (outs + 3) / 4;
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (4 * rows * in));
+  // Blocks of output rows; a thread takes at least ~64k multiply-adds.
+  constexpr int64_t kBlock = kSmallLinearOutputBlock;
+  const int64_t blocks = (outs + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (kBlock * rows * in));
   at::parallel_for(0, blocks, grain, [&](int64_t b, int64_t e) {
-    const int64_t o = 4 * b, n = std::min(4 * e, outs) - o;
+    const int64_t o = kBlock * b, n = std::min(kBlock * e, outs) - o;
     SmallLinear(xp, wp + o * in, bp != nullptr ? bp + o : nullptr, yp + o, rows, in, n, outs);
   });
   return y;

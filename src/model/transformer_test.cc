@@ -86,16 +86,22 @@ TEST_P(TransformerTest, ChangingAFutureTokenNeverChangesEarlierLogits) {
 }
 
 // Decode rows are attended by the CPU kernels outside autograd (where the
-// CPU has them) and by libtorch with autograd on: both paths are checked.
+// CPU has them; projections by the AVX2 and, where present, the AVX-512
+// kernel) and by libtorch with autograd on: every path is checked.
 TEST_P(TransformerTest, CachedDecodingMatchesFullRecomputation) {
-  for (bool grad : {false, true}) {
+  const bool had_avx512 = SmallLinearAvx512();
+  for (int path = 0; path < 3; ++path) {
+    const bool grad = path == 2;
+    SetSmallLinearAvx512(path == 1);
+    if (path == 1 && !SmallLinearAvx512()) continue;  // this CPU has no AVX-512
     torch::AutoGradMode mode(grad);
-    SCOPED_TRACE(grad ? "libtorch path (autograd on)" : "decode kernels");
+    SCOPED_TRACE(grad ? "libtorch path (autograd on)" : path == 1 ? "decode kernels, AVX-512" : "decode kernels");
     if (!grad) {
       EXPECT_EQ(model_->AttendsDecodeRowsInPlace(), DecodeAttentionApplies(config_.resolved_head_dim()));
     }
     CheckCachedDecoding();
   }
+  SetSmallLinearAvx512(had_avx512);
 }
 
 void TransformerTest::CheckCachedDecoding() {
@@ -235,32 +241,42 @@ TEST(TransformerInit, SameSeedSameWeightsDifferentSeedDifferent) {
   EXPECT_FALSE(torch::equal(pa["model.embed_tokens.weight"], pd["model.embed_tokens.weight"]));
 }
 
-// The small-batch linear kernel against BLAS: row and output counts off its
-// 2x4 blocking, inputs off its 8-lane chunks, with and without bias, into a
-// wider output (ldy); and a row's result is bit-identical whichever rows it
-// is computed with (no dependence on the decode batch).
+// The small-batch linear kernels against BLAS (AVX2, and AVX-512 where the CPU
+// has it): row and output counts off their blockings (2x4, 4x6), inputs off
+// their 8- and 16-lane chunks, with and without bias, into a wider output
+// (ldy); and a row's result is bit-identical whichever rows it is computed
+// with (no dependence on the decode batch).
 TEST(SmallLinearTest, MatchesBlasAndEachRowIsIndependentOfTheBatch) {
-  torch::manual_seed(3);
-  for (int64_t in : {5, 8, 37, 256}) {
-    for (int64_t outs : {1, 3, 4, 9}) {
-      for (int64_t rows : {1, 2, 5}) {
-        auto x = torch::randn({rows, in}), w = torch::randn({outs, in}), bias = torch::randn({outs});
-        const int64_t ldy = outs + 2;
-        auto y = torch::full({rows, ldy}, 7.0f);
-        SmallLinear(x.data_ptr<float>(), w.data_ptr<float>(), bias.data_ptr<float>(), y.data_ptr<float>(), rows, in,
-                    outs, ldy);
-        auto want = torch::nn::functional::linear(x, w, bias);
-        EXPECT_TRUE(torch::allclose(y.narrow(1, 0, outs), want, 1e-4, 1e-4)) << in << " " << outs << " " << rows;
-        EXPECT_TRUE(torch::all(y.narrow(1, outs, 2) == 7.0f).item<bool>()) << "wrote past outs";
-        auto alone = torch::empty({1, outs});
-        SmallLinear(x[rows - 1].data_ptr<float>(), w.data_ptr<float>(), nullptr, alone.data_ptr<float>(), 1, in, outs,
-                    outs);
-        auto batched = torch::empty({rows, outs});
-        SmallLinear(x.data_ptr<float>(), w.data_ptr<float>(), nullptr, batched.data_ptr<float>(), rows, in, outs, outs);
-        EXPECT_TRUE(torch::equal(alone[0], batched[rows - 1])) << in << " " << outs << " " << rows;
+  const bool had_avx512 = SmallLinearAvx512();
+  for (bool avx512 : {false, true}) {
+    SetSmallLinearAvx512(avx512);
+    if (avx512 && !SmallLinearAvx512()) continue;  // this CPU has no AVX-512
+    torch::manual_seed(3);
+    for (int64_t in : {5, 8, 37, 256}) {
+      for (int64_t outs : {1, 3, 4, 6, 9, 13}) {
+        for (int64_t rows : {1, 2, 3, 4, 5, 9}) {
+          auto x = torch::randn({rows, in}), w = torch::randn({outs, in}), bias = torch::randn({outs});
+          const int64_t ldy = outs + 2;
+          auto y = torch::full({rows, ldy}, 7.0f);
+          SmallLinear(x.data_ptr<float>(), w.data_ptr<float>(), bias.data_ptr<float>(), y.data_ptr<float>(), rows, in,
+                      outs, ldy);
+          auto want = torch::nn::functional::linear(x, w, bias);
+          const std::string where = (avx512 ? "avx512 " : "avx2 ") + std::to_string(in) + " " + std::to_string(outs) +
+                                    " " + std::to_string(rows);
+          EXPECT_TRUE(torch::allclose(y.narrow(1, 0, outs), want, 1e-4, 1e-4)) << where;
+          EXPECT_TRUE(torch::all(y.narrow(1, outs, 2) == 7.0f).item<bool>()) << "wrote past outs: " << where;
+          auto alone = torch::empty({1, outs});
+          SmallLinear(x[rows - 1].data_ptr<float>(), w.data_ptr<float>(), nullptr, alone.data_ptr<float>(), 1, in, outs,
+                      outs);
+          auto batched = torch::empty({rows, outs});
+          SmallLinear(x.data_ptr<float>(), w.data_ptr<float>(), nullptr, batched.data_ptr<float>(), rows, in, outs,
+                      outs);
+          EXPECT_TRUE(torch::equal(alone[0], batched[rows - 1])) << where;
+        }
       }
     }
   }
+  SetSmallLinearAvx512(had_avx512);
 }
 
 // The decode attention kernel against softmax(q k^T / sqrt(D)) v in libtorch:

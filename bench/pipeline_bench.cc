@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_stats.h"
 #include "bench_util.h"
 #include "sluice/launch/flags.h"
 #include "sluice/launch/process.h"
@@ -122,6 +123,8 @@ Status Main(int argc, char** argv) {
   flags.Add("order", "prompt", "one_step_off/async: the trainer takes each step's own prompts (prompt) or groups as they complete (completion)");
   flags.Add("lend", "true", "one_step_off/async: the rollout's cores train while the rollout idles", /*is_bool=*/true);
   flags.Add("seed", "1", "seed of the model, prompts, sampling and lengths");
+  flags.Add("repeat", "1",
+            "runs of every mode, interleaved (sync, async, sync, async, ...); the table shows the median run");
   flags.Add("json", "", "also write results as JSON to this path");
   SLUICE_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(argv + 1, argv + argc)));
   if (flags.help_requested()) {
@@ -145,6 +148,7 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(std::string order, flags.GetString("order"));
   if (order != "prompt" && order != "completion") return Status::InvalidArgument("--order must be prompt or completion");
   SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
+  SLUICE_ASSIGN_OR_RETURN(int64_t repeat, flags.GetInt("repeat", 1, 100));
   SLUICE_ASSIGN_OR_RETURN(std::string json_path, flags.GetString("json"));
   if (rollout_threads >= threads) return Status::InvalidArgument("--rollout-threads must leave the trainer at least one of --threads");
   torch::set_num_threads(static_cast<int>(threads));
@@ -190,26 +194,44 @@ Status Main(int argc, char** argv) {
                static_cast<long long>(group), static_cast<long long>(total_tokens), static_cast<long long>(median), longest,
                static_cast<long long>(slots), static_cast<long long>(threads));
 
-  std::vector<ModeResult> results;
+  std::vector<std::string> names;
   for (size_t pos = 0; pos <= modes.size();) {
     const size_t comma = std::min(modes.find(',', pos), modes.size());
-    const std::string name = modes.substr(pos, comma - pos);
+    names.push_back(modes.substr(pos, comma - pos));
     pos = comma + 1;
-    SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(name));
-    const bool split = mode == pipeline::PipelineMode::kOneStepOff || mode == pipeline::PipelineMode::kAsync;
-    pipeline::LoopOptions o = base;
-    o.rl.trainer.loss.correction = split ? corr : sluice::trainer::OffPolicyCorrection::kNone;
-    o.pipeline.lend_idle_cores = lend;
-    o.pipeline.train_order = order == "prompt" ? pipeline::TrainOrder::kPrompt : pipeline::TrainOrder::kCompletion;
-    if (!split && sync_dp) {
-      o.rl.trainer.micro_batch_threads = static_cast<int32_t>(threads);
-      o.pipeline.rollout_engines = static_cast<int32_t>(threads);
+  }
+  // Every mode `repeat` times, interleaved, so a slow spell of a shared
+  // machine falls on all modes alike; per mode, the run of median wall time.
+  std::vector<std::vector<ModeResult>> mode_runs_all(names.size());
+  for (int64_t rep = 0; rep < repeat; ++rep) {
+    for (size_t m = 0; m < names.size(); ++m) {
+      const std::string& name = names[m];
+      SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(name));
+      const bool split = mode == pipeline::PipelineMode::kOneStepOff || mode == pipeline::PipelineMode::kAsync;
+      pipeline::LoopOptions o = base;
+      o.rl.trainer.loss.correction = split ? corr : sluice::trainer::OffPolicyCorrection::kNone;
+      o.pipeline.lend_idle_cores = lend;
+      o.pipeline.train_order = order == "prompt" ? pipeline::TrainOrder::kPrompt : pipeline::TrainOrder::kCompletion;
+      if (!split && sync_dp) {
+        o.rl.trainer.micro_batch_threads = static_cast<int32_t>(threads);
+        o.pipeline.rollout_engines = static_cast<int32_t>(threads);
+      }
+      const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
+      const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
+      SLUICE_ASSIGN_OR_RETURN(ModeResult r, RunMode(mode, name, o, config, task, rt, tt));
+      std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s\n", name.c_str(), r.wall, r.samples / r.wall);
+      mode_runs_all[m].push_back(r);
     }
-    const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
-    const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
-    SLUICE_ASSIGN_OR_RETURN(ModeResult r, RunMode(mode, name, o, config, task, rt, tt));
-    std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s\n", name.c_str(), r.wall, r.samples / r.wall);
-    results.push_back(r);
+  }
+  std::vector<ModeResult> results;
+  std::vector<sluice::bench::Stats> wall_stats, train_stats;
+  for (auto& mode_runs : mode_runs_all) {
+    std::vector<double> walls, trains;
+    for (const auto& r : mode_runs) walls.push_back(r.wall), trains.push_back(r.train_seconds);
+    wall_stats.push_back(sluice::bench::Summarize(walls));
+    train_stats.push_back(sluice::bench::Summarize(trains));
+    std::sort(mode_runs.begin(), mode_runs.end(), [](const auto& a, const auto& b) { return a.wall < b.wall; });
+    results.push_back(mode_runs[mode_runs.size() / 2]);
   }
 
   // The ideal bound: the work of both stages in core-seconds, packed onto
@@ -217,13 +239,15 @@ Status Main(int argc, char** argv) {
   // (where it runs on trainer_threads cores) x those cores; decode work: the
   // workload's tokens decoded at full occupancy (lockstep at `slots`) on
   // rollout_threads cores, x those cores.
+  // (With --repeat, the median training time over the mode's runs.)
   double train_core_seconds = -1;
-  for (const auto& r : results) {
-    if (r.name == "sync" && sync_dp) train_core_seconds = r.train_seconds * static_cast<double>(threads);
+  for (size_t m = 0; m < results.size(); ++m) {
+    if (results[m].name == "sync" && sync_dp) train_core_seconds = train_stats[m].median * static_cast<double>(threads);
   }
-  for (const auto& r : results) {
-    if (train_core_seconds < 0 && !lend && (r.name == "one_step_off" || r.name == "async")) {
-      train_core_seconds = r.train_seconds * static_cast<double>(threads - rollout_threads);
+  for (size_t m = 0; m < results.size(); ++m) {
+    const std::string& name = results[m].name;
+    if (train_core_seconds < 0 && !lend && (name == "one_step_off" || name == "async")) {
+      train_core_seconds = train_stats[m].median * static_cast<double>(threads - rollout_threads);
     }
   }
   // Decode: lockstep runs of K steps attend, on average, the same context as
@@ -266,15 +290,22 @@ Status Main(int argc, char** argv) {
       "\npipeline throughput, %s, %lld x %lld x %lld answers, %s lengths (median %lld, longest %d), %lld threads\n",
       preset.c_str(), static_cast<long long>(steps), static_cast<long long>(prompts), static_cast<long long>(group),
       tail > 1 ? "long-tail" : "uniform", static_cast<long long>(median), longest, static_cast<long long>(threads));
+  if (repeat > 1) {
+    std::printf("(%lld runs of each mode, interleaved; each row is a mode's median run, wall min..max after it)\n",
+                static_cast<long long>(repeat));
+  }
   std::printf("%-13s %9s %11s %10s %13s %13s %10s %10s %9s\n", "mode", "wall s", "samples/s", "tokens/s",
               "trainer idle", "rollout busy", "occupancy", "staleness", "of ideal");
   const ModeResult* sync = nullptr;
   std::string json = "[";
   for (const auto& r : results) {
     if (r.name == "sync") sync = &r;
-    std::printf("%-13s %9.1f %11.2f %10.0f %12.0f%% %12.0f%% %9.0f%% %10.2f %8.0f%%\n", r.name.c_str(), r.wall,
+    std::printf("%-13s %9.1f %11.2f %10.0f %12.0f%% %12.0f%% %9.0f%% %10.2f %8.0f%%", r.name.c_str(), r.wall,
                 r.samples / r.wall, r.tokens / r.wall, 100 * r.trainer_idle, 100 * r.rollout_busy, 100 * r.occupancy,
                 r.staleness, ideal > 0 ? 100 * ideal / r.wall : 0.0);
+    const sluice::bench::Stats& ws = wall_stats[static_cast<size_t>(&r - results.data())];
+    if (repeat > 1) std::printf("   %.1f..%.1f s", ws.min, ws.max);
+    std::printf("\n");
     json +=
         std::string(json.size() > 1 ? "," : "") + "{\"mode\":\"" + r.name +
         "\",\"wall_seconds\":" + std::to_string(r.wall) + ",\"samples_per_s\":" + std::to_string(r.samples / r.wall) +

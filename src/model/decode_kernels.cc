@@ -253,11 +253,54 @@ SLUICE_AVX2 inline __m256 ExpNonPositive(__m256 x) {
   return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
 }
 
+// The sums of a[0..7]'s lanes as one vector (lane j: a[j]'s sum).
+SLUICE_AVX2 inline __m256 Sum8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  // u0: the sums of a[0..3] over the low lanes 0-3 then over the high lanes 4-7; u1: a[4..7].
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// out[0, 8N) = inv * sum_l p[l] v[l, 0, 8N) over len rows of stride ld: the
+// positions outer and N independent accumulators (one per 8 lanes), so the
+// multiply-adds pipeline instead of each waiting on the previous one.
+template <int N>
+SLUICE_AVX2 inline void WeightedRows(const float* p, const float* v, int64_t len, int64_t ld, __m256 inv, float* out) {
+  __m256 acc[N];
+#pragma GCC unroll 8
+  for (int c = 0; c < N; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t l = 0; l < len; ++l) {
+    const __m256 pl = _mm256_set1_ps(p[l]);
+#pragma GCC unroll 8
+    for (int c = 0; c < N; ++c) acc[c] = _mm256_fmadd_ps(pl, _mm256_loadu_ps(v + l * ld + 8 * c), acc[c]);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < N; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(acc[c], inv));
+}
+
 // One (row, kv head): its rep query heads against len cached positions.
 SLUICE_AVX2 void AttendOneGroup(const float* q, const float* k, const float* v, int64_t len, int64_t rep, int64_t D,
                                 float scale, float* scores, float* out) {
-  // scores[h][l] = scale * q_h . k_l
-  for (int64_t l = 0; l < len; ++l) {
+  // scores[h][l] = scale * q_h . k_l: 8 positions at a time (8 accumulators,
+  // their sums as one vector), the rest one at a time.
+  const __m256 scale8 = _mm256_set1_ps(scale);
+  int64_t l0 = 0;
+  for (; l0 + 8 <= len; l0 += 8) {
+    for (int64_t h = 0; h < rep; ++h) {
+      const float* qh = q + h * D;
+      __m256 acc[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+      for (int64_t d = 0; d < D; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(qh + d);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (l0 + j) * D + d), acc[j]);
+      }
+      _mm256_storeu_ps(scores + h * len + l0, _mm256_mul_ps(Sum8(acc), scale8));
+    }
+  }
+  for (int64_t l = l0; l < len; ++l) {
     const float* kl = k + l * D;
     for (int64_t h = 0; h < rep; ++h) {
       const float* qh = q + h * D;
@@ -287,11 +330,33 @@ SLUICE_AVX2 void AttendOneGroup(const float* q, const float* k, const float* v, 
       total = _mm256_add_ps(total, e);
     }
     const __m256 inv = _mm256_set1_ps(1.0f / Sum(total));
-    for (int64_t d = 0; d < D; d += 8) {
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t i = 0; i < len; ++i)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(s[i]), _mm256_loadu_ps(v + i * D + d), acc);
-      _mm256_storeu_ps(out + h * D + d, _mm256_mul_ps(acc, inv));
+    for (int64_t d = 0; d < D; d += 64) {
+      switch (std::min<int64_t>(8, (D - d) / 8)) {
+        case 8:
+          WeightedRows<8>(s, v + d, len, D, inv, out + h * D + d);
+          break;
+        case 7:
+          WeightedRows<7>(s, v + d, len, D, inv, out + h * D + d);
+          break;
+        case 6:
+          WeightedRows<6>(s, v + d, len, D, inv, out + h * D + d);
+          break;
+        case 5:
+          WeightedRows<5>(s, v + d, len, D, inv, out + h * D + d);
+          break;
+        case 4:
+          WeightedRows<4>(s, v + d, len, D, inv, out + h * D + d);
+          break;
+        case 3:
+          WeightedRows<3>(s, v + d, len, D, inv, out + h * D + d);
+          break;
+        case 2:
+          WeightedRows<2>(s, v + d, len, D, inv, out + h * D + d);
+          break;
+        default:
+          WeightedRows<1>(s, v + d, len, D, inv, out + h * D + d);
+          break;
+      }
     }
   }
 }

@@ -285,21 +285,26 @@ TEST(SmallLinearTest, MatchesBlasAndEachRowIsIndependentOfTheBatch) {
 TEST(DecodeAttentionTest, MatchesSoftmaxAttentionOverEachRowsOwnContext) {
   if (!DecodeAttentionApplies(32)) GTEST_SKIP() << "no AVX2/FMA on this CPU";
   torch::manual_seed(5);
-  for (int64_t kv : {1, 2, 4}) {
-    const int64_t H = 4, D = 32, slots = 3, max_len = 80;
-    auto keys = torch::randn({slots, kv, max_len, D}) * 3, values = torch::randn({slots, kv, max_len, D});
-    auto q = torch::randn({4, H, D}) * 3;
-    const std::vector<int64_t> slot = {2, 0, 1, 2}, len = {77, 1, 8, 9};
-    auto out = torch::empty({4, H, D});
-    const DecodeAttentionShape shape{H, kv, D, max_len, static_cast<float>(1 / std::sqrt(32.0))};
-    DecodeAttention(q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(), slot.data(), len.data(),
-                    out.data_ptr<float>(), shape, 0, 4);
-    for (int64_t r = 0; r < 4; ++r) {
-      for (int64_t h = 0; h < H; ++h) {
-        auto k = keys[slot[r]][h / (H / kv)].narrow(0, 0, len[r]);
-        auto v = values[slot[r]][h / (H / kv)].narrow(0, 0, len[r]);
-        auto want = torch::softmax(torch::mv(k, q[r][h]) / std::sqrt(32.0), 0).matmul(v);
-        EXPECT_TRUE(torch::allclose(out[r][h], want, 1e-5, 1e-5)) << "kv " << kv << " row " << r << " head " << h;
+  // Head sizes of 4 and 9 8-lane chunks (the values are summed 8 chunks at a time).
+  for (int64_t D : {32, 72}) {
+    for (int64_t kv : {1, 2, 4}) {
+      const int64_t H = 4, slots = 3, max_len = 80;
+      auto keys = torch::randn({slots, kv, max_len, D}) * 3, values = torch::randn({slots, kv, max_len, D});
+      auto q = torch::randn({4, H, D}) * 3;
+      const std::vector<int64_t> slot = {2, 0, 1, 2}, len = {77, 1, 8, 9};
+      auto out = torch::empty({4, H, D});
+      const double scale = 1 / std::sqrt(static_cast<double>(D));
+      const DecodeAttentionShape shape{H, kv, D, max_len, static_cast<float>(scale)};
+      DecodeAttention(q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(), slot.data(), len.data(),
+                      out.data_ptr<float>(), shape, 0, 4);
+      for (int64_t r = 0; r < 4; ++r) {
+        for (int64_t h = 0; h < H; ++h) {
+          auto k = keys[slot[r]][h / (H / kv)].narrow(0, 0, len[r]);
+          auto v = values[slot[r]][h / (H / kv)].narrow(0, 0, len[r]);
+          auto want = torch::softmax(torch::mv(k, q[r][h]) * scale, 0).matmul(v);
+          EXPECT_TRUE(torch::allclose(out[r][h], want, 1e-5, 1e-5))
+              << "D " << D << " kv " << kv << " row " << r << " head " << h;
+        }
       }
     }
   }

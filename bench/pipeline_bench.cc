@@ -65,14 +65,15 @@ struct ModeResult {
   double staleness = 0;      // mean per sample
 };
 
-Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name, const pipeline::LoopOptions& base,
+Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name, const std::string& dir,
+                           const pipeline::LoopOptions& base,
                            const model::ModelConfig& config, std::shared_ptr<const sluice::reward::Task> task,
                            int32_t rollout_threads, int32_t trainer_threads) {
   pipeline::LoopOptions o = base;
   o.pipeline.mode = mode;
   o.pipeline.rollout_threads = rollout_threads;
   o.pipeline.trainer_threads = trainer_threads;
-  o.run_dir = base.run_dir + "/" + name;
+  o.run_dir = base.run_dir + "/" + dir;
   auto policy = std::make_shared<model::Transformer>(config, o.seed);
   SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, task, o));
   const auto t0 = Clock::now();
@@ -126,6 +127,7 @@ Status Main(int argc, char** argv) {
   flags.Add("repeat", "1",
             "runs of every mode, interleaved (sync, async, sync, async, ...); the table shows the median run");
   flags.Add("json", "", "also write results as JSON to this path");
+  flags.Add("run-dir", "", "keep each run's directory (metrics.jsonl, timeline) under this path (default: a temporary one, removed)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(argv + 1, argv + argc)));
   if (flags.help_requested()) {
     std::printf("usage: pipeline_bench [flags]\n%s", flags.Usage().c_str());
@@ -150,6 +152,7 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(int64_t repeat, flags.GetInt("repeat", 1, 100));
   SLUICE_ASSIGN_OR_RETURN(std::string json_path, flags.GetString("json"));
+  SLUICE_ASSIGN_OR_RETURN(std::string keep_dir, flags.GetString("run-dir"));
   if (rollout_threads >= threads) return Status::InvalidArgument("--rollout-threads must leave the trainer at least one of --threads");
   torch::set_num_threads(static_cast<int>(threads));
 
@@ -171,7 +174,7 @@ Status Main(int argc, char** argv) {
   std::shared_ptr<const sluice::reward::Task> task(std::move(task_ptr));
 
   pipeline::LoopOptions base;
-  base.run_dir = "/tmp/sluice-pipeline-bench-" + std::to_string(::getpid());
+  base.run_dir = keep_dir.empty() ? "/tmp/sluice-pipeline-bench-" + std::to_string(::getpid()) : keep_dir;
   base.seed = static_cast<uint64_t>(seed);
   base.checkpoint_interval = 0;
   base.rl.steps = steps;
@@ -218,7 +221,7 @@ Status Main(int argc, char** argv) {
       }
       const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
       const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
-      SLUICE_ASSIGN_OR_RETURN(ModeResult r, RunMode(mode, name, o, config, task, rt, tt));
+      SLUICE_ASSIGN_OR_RETURN(ModeResult r, RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, config, task, rt, tt));
       std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s\n", name.c_str(), r.wall, r.samples / r.wall);
       mode_runs_all[m].push_back(r);
     }
@@ -325,7 +328,7 @@ Status Main(int argc, char** argv) {
   }
   if (!json_path.empty()) std::ofstream(json_path) << json;
   std::error_code ec;
-  std::filesystem::remove_all(base.run_dir, ec);
+  if (keep_dir.empty()) std::filesystem::remove_all(base.run_dir, ec);
   return Status::Ok();
 }
 

@@ -279,6 +279,11 @@ SLUICE_AVX2 inline void WeightedRows(const float* p, const float* v, int64_t len
   for (int c = 0; c < N; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(acc[c], inv));
 }
 
+// WeightedRows<N> by N - 1.
+using WeightedRowsFn = void (*)(const float*, const float*, int64_t, int64_t, __m256, float*);
+constexpr WeightedRowsFn kWeightedRows[8] = {WeightedRows<1>, WeightedRows<2>, WeightedRows<3>, WeightedRows<4>,
+                                             WeightedRows<5>, WeightedRows<6>, WeightedRows<7>, WeightedRows<8>};
+
 // One (row, kv head): its rep query heads against len cached positions.
 SLUICE_AVX2 void AttendOneGroup(const float* q, const float* k, const float* v, int64_t len, int64_t rep, int64_t D,
                                 float scale, float* scores, float* out) {
@@ -331,32 +336,8 @@ SLUICE_AVX2 void AttendOneGroup(const float* q, const float* k, const float* v, 
     }
     const __m256 inv = _mm256_set1_ps(1.0f / Sum(total));
     for (int64_t d = 0; d < D; d += 64) {
-      switch (std::min<int64_t>(8, (D - d) / 8)) {
-        case 8:
-          WeightedRows<8>(s, v + d, len, D, inv, out + h * D + d);
-          break;
-        case 7:
-          WeightedRows<7>(s, v + d, len, D, inv, out + h * D + d);
-          break;
-        case 6:
-          WeightedRows<6>(s, v + d, len, D, inv, out + h * D + d);
-          break;
-        case 5:
-          WeightedRows<5>(s, v + d, len, D, inv, out + h * D + d);
-          break;
-        case 4:
-          WeightedRows<4>(s, v + d, len, D, inv, out + h * D + d);
-          break;
-        case 3:
-          WeightedRows<3>(s, v + d, len, D, inv, out + h * D + d);
-          break;
-        case 2:
-          WeightedRows<2>(s, v + d, len, D, inv, out + h * D + d);
-          break;
-        default:
-          WeightedRows<1>(s, v + d, len, D, inv, out + h * D + d);
-          break;
-      }
+      const int64_t chunks = std::min<int64_t>(8, (D - d) / 8);
+      kWeightedRows[chunks - 1](s, v + d, len, D, inv, out + h * D + d);
     }
   }
 }

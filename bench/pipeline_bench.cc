@@ -66,9 +66,9 @@ struct ModeResult {
 };
 
 Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name, const std::string& dir,
-                           const pipeline::LoopOptions& base,
-                           const model::ModelConfig& config, std::shared_ptr<const sluice::reward::Task> task,
-                           int32_t rollout_threads, int32_t trainer_threads) {
+                           const pipeline::LoopOptions& base, const model::ModelConfig& config,
+                           std::shared_ptr<const sluice::reward::Task> task, int32_t rollout_threads,
+                           int32_t trainer_threads) {
   pipeline::LoopOptions o = base;
   o.pipeline.mode = mode;
   o.pipeline.rollout_threads = rollout_threads;
@@ -127,7 +127,8 @@ Status Main(int argc, char** argv) {
   flags.Add("repeat", "1",
             "runs of every mode, interleaved (sync, async, sync, async, ...); the table shows the median run");
   flags.Add("json", "", "also write results as JSON to this path");
-  flags.Add("run-dir", "", "keep each run's directory (metrics.jsonl, timeline) under this path (default: a temporary one, removed)");
+  flags.Add("run-dir", "",
+            "keep each run's directory (metrics.jsonl, timeline) under this path (default: a temporary one, removed)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(argv + 1, argv + argc)));
   if (flags.help_requested()) {
     std::printf("usage: pipeline_bench [flags]\n%s", flags.Usage().c_str());
@@ -221,7 +222,9 @@ Status Main(int argc, char** argv) {
       }
       const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
       const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
-      SLUICE_ASSIGN_OR_RETURN(ModeResult r, RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, config, task, rt, tt));
+      SLUICE_ASSIGN_OR_RETURN(
+          ModeResult r,
+          RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, config, task, rt, tt));
       std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s\n", name.c_str(), r.wall, r.samples / r.wall);
       mode_runs_all[m].push_back(r);
     }

@@ -110,7 +110,7 @@ SLUICE_AVX2 void Columns(const float* x, const float* w, const float* bias, floa
   }
 }
 
-void SmallLinearAvx2(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
+void LinearAvx2(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
                      int64_t outs, int64_t ldy) {
   int64_t o = 0;
   for (; o + 4 <= outs; o += 4) Columns<4>(x, w, bias, y, rows, in, outs, ldy, o);
@@ -198,7 +198,7 @@ SLUICE_AVX512 void Columns16(const float* x, const float* w, const float* bias, 
   }
 }
 
-void SmallLinearAvx512(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
+void LinearAvx512(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
                        int64_t outs, int64_t ldy) {
   int64_t o = 0;
   for (; o + 6 <= outs; o += 6) Columns16<6>(x, w, bias, y, rows, in, outs, ldy, o);
@@ -209,23 +209,21 @@ void SmallLinearAvx512(const float* x, const float* w, const float* bias, float*
 
 std::atomic<bool> avx512_wanted{true};
 
-bool HasAvx512() {
+}  // namespace
+
+bool SmallLinearAvx512() {
   static const bool has = __builtin_cpu_supports("avx512f");
   return has && avx512_wanted.load(std::memory_order_relaxed);
 }
-
-}  // namespace
-
-bool SmallLinearAvx512() { return HasAvx512(); }
 void SetSmallLinearAvx512(bool enabled) { avx512_wanted.store(enabled, std::memory_order_relaxed); }
-int64_t SmallLinearMaxRows() { return HasAvx512() ? 256 : 8; }
+int64_t SmallLinearMaxRows() { return SmallLinearAvx512() ? 256 : 8; }
 
 void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                  int64_t ldy) {
-  if (HasAvx512()) {
-    SmallLinearAvx512(x, w, bias, y, rows, in, outs, ldy);
+  if (SmallLinearAvx512()) {
+    LinearAvx512(x, w, bias, y, rows, in, outs, ldy);
   } else {
-    SmallLinearAvx2(x, w, bias, y, rows, in, outs, ldy);
+    LinearAvx2(x, w, bias, y, rows, in, outs, ldy);
   }
 }
 

@@ -8,20 +8,24 @@
 // rollout and training overlap. Rewards are irrelevant here (dynamic sampling
 // off: every sample is trained).
 //
-// Threads: `threads` cores in total in every mode. sync gives each role all of
-// them (the roles alternate; the trainer as `threads` single-threaded
+// Threads: `threads` cores in total in every mode, and never more busy
+// threads than that (each mode's budget is printed). sync gives each role all
+// of them, since the roles alternate (the trainer as `threads` single-threaded
 // micro-batch workers and the rollout as `threads` single-threaded engines,
-// data parallel, their best use of the cores, unless --sync-dp=false); one_step_off and async split them between the
-// rollout and trainer roles (--rollout-threads), and the rollout's cores train while the rollout idles
-// (pipeline.lend_idle_cores, --lend).
+// data parallel, their best use of the cores, unless --sync-dp=false);
+// one_step_off and async split them between the rollout and trainer roles
+// (--rollout-threads), and the rollout's cores train while the rollout idles
+// (pipeline.lend_idle_cores, --lend), handed back before it decodes again.
 //
-// The ideal bound is the total work of both stages at full occupancy over the
-// same cores: trainer core-seconds plus the core-seconds to decode the
-// workload's tokens at a full batch of `slots` sequences (a lockstep decode on
-// the rollout's threads, at the workload's mean context, plus one prefill per
-// prompt), divided by the cores. Trainer core-seconds: sync's
-// training time x all cores (with --sync-dp, every core is a busy worker),
-// else a split mode's training time x the trainer's cores.
+// The bound is a lower bound on any mode's wall time, measured in every
+// repetition next to the modes: each stage's work at its best rate per core,
+// alone on one thread. Trainer: the workload's batches (same lengths, same
+// options, no off-policy correction) trained by one single-threaded worker.
+// Rollout: the workload's tokens decoded at full occupancy (a lockstep batch
+// of `slots` sequences at the workload's mean context, one prefill per
+// prompt). More threads or processes at best keep a stage's core-seconds
+// (scaling is at most linear) and stages running at once only slow each
+// other, so no mode can finish before (train + decode core-seconds) / cores.
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -43,6 +47,8 @@
 #include "sluice/pipeline/sync_loop.h"
 #include "sluice/reward/task.h"
 #include "sluice/rollout/engine.h"
+#include "sluice/trainer/losses.h"
+#include "sluice/trainer/trainer.h"
 
 namespace {
 
@@ -55,6 +61,7 @@ using Clock = std::chrono::steady_clock;
 
 struct ModeResult {
   std::string name;
+  std::string budget;        // the mode's threads, as configured
   double wall = 0;           // RL wall seconds (excluding the final evaluation)
   double samples = 0;        // trained
   double tokens = 0;         // trained response tokens
@@ -74,6 +81,11 @@ Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name,
   o.pipeline.rollout_threads = rollout_threads;
   o.pipeline.trainer_threads = trainer_threads;
   o.run_dir = base.run_dir + "/" + dir;
+  const pipeline::ThreadBudget budget = o.Threads(torch::get_num_threads());
+  if (budget.max_busy > torch::get_num_threads()) {
+    return Status::Internal(name + " would run " + std::to_string(budget.max_busy) + " busy threads on " +
+                            std::to_string(torch::get_num_threads()) + " cores: " + budget.ToString());
+  }
   auto policy = std::make_shared<model::Transformer>(config, o.seed);
   SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, task, o));
   const auto t0 = Clock::now();
@@ -81,6 +93,7 @@ Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name,
   const double total = std::chrono::duration<double>(Clock::now() - t0).count();
   ModeResult r;
   r.name = name;
+  r.budget = budget.ToString();
   double waits = 0, stale = 0;
   for (const auto& rec : loop->history()) {
     r.samples += static_cast<double>(rec.samples_trained);
@@ -101,6 +114,92 @@ Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name,
   }
   r.staleness = stale / static_cast<double>(loop->history().size());
   return r;
+}
+
+// The bound's two parts in core-seconds, measured alone on one thread (see
+// the file comment).
+struct BoundParts {
+  double train = 0, decode = 0;
+};
+
+Result<BoundParts> MeasureBound(const pipeline::LoopOptions& base, const model::ModelConfig& config,
+                                const sluice::reward::Task& task, const std::vector<int32_t>& lengths, int64_t slots,
+                                uint64_t seed) {
+  const int64_t P = base.rl.prompts_per_step, G = base.rl.group_size;
+  const int64_t answers = static_cast<int64_t>(lengths.size());
+  BoundParts out;
+  torch::set_num_threads(1);
+  auto m = std::make_shared<model::Transformer>(config, seed);
+  {
+    sluice::trainer::TrainerOptions to = base.rl.trainer;
+    to.loss.correction = sluice::trainer::OffPolicyCorrection::kNone;
+    to.micro_batch_threads = 1;
+    SLUICE_ASSIGN_OR_RETURN(auto trainer, sluice::trainer::Trainer::Create(m, nullptr, to));
+    model::ByteTokenizer tok;
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::uniform_int_distribution<int> byte(0, 255);
+    const auto t0 = Clock::now();
+    for (int64_t step = 0; step < base.rl.steps; ++step) {
+      std::vector<sluice::trainer::RolloutSample> batch;
+      std::vector<double> rewards;
+      std::vector<uint64_t> groups;
+      for (int64_t k = 0; k < P; ++k) {
+        const uint64_t cursor = static_cast<uint64_t>(step * P + k);
+        SLUICE_ASSIGN_OR_RETURN(sluice::reward::Example ex, task.Get(sluice::reward::Split::kTrain, cursor % task.size(sluice::reward::Split::kTrain)));
+        std::vector<model::TokenId> prompt = {tok.bos_id()};
+        for (model::TokenId t : tok.Encode(ex.prompt)) prompt.push_back(t);
+        for (int64_t g = 0; g < G; ++g) {
+          sluice::trainer::RolloutSample smp;
+          smp.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
+          smp.group_id = cursor;
+          smp.prompt = prompt;
+          const int32_t len = lengths.at(static_cast<size_t>(smp.id));
+          for (int32_t i = 0; i < len; ++i) smp.response.push_back(byte(rng));
+          smp.behavior_logprobs.assign(static_cast<size_t>(len), -5.0f);
+          smp.versions.assign(static_cast<size_t>(len), 0);
+          smp.reward = static_cast<double>(g % 2);
+          rewards.push_back(smp.reward);
+          groups.push_back(cursor);
+          batch.push_back(std::move(smp));
+        }
+      }
+      SLUICE_ASSIGN_OR_RETURN(auto adv, sluice::trainer::GroupAdvantages(rewards, groups, base.rl.divide_adv_by_std));
+      for (size_t i = 0; i < batch.size(); ++i) batch[i].advantage = adv[i];
+      SLUICE_RETURN_IF_ERROR(trainer->RlStep(batch).status());
+    }
+    out.train = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  // Decode: lockstep runs of K steps attend, on average, the same context as
+  // the workload's tokens when K = sum(L^2) / sum(L) (a token at position j
+  // attends prompt + j; the workload's mean j is sum(L^2) / (2 sum L)); enough
+  // runs to decode the workload's tokens, their prefill taken out and the time
+  // scaled to exactly that count (an answer's first token comes from the
+  // prefill). Prefill: each prompt computed once (a group shares it), `slots`
+  // prompts per pass.
+  double sum_sq = 0;
+  int64_t total_tokens = 0;
+  for (int32_t len : lengths) sum_sq += static_cast<double>(len) * len, total_tokens += len;
+  const int32_t lock_steps =
+      std::max<int32_t>(2, static_cast<int32_t>(std::lround(sum_sq / static_cast<double>(total_tokens))));
+  const int64_t per_run = slots * lock_steps;
+  const int64_t runs = (total_tokens + per_run - 1) / per_run;
+  auto timed_lockstep = [&](int32_t decode_steps, int64_t reps) -> Result<double> {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < reps; ++i) {
+      SLUICE_RETURN_IF_ERROR(
+          rollout::RunLockstepDecode({m, 0}, static_cast<int32_t>(slots), 16, decode_steps, 1).status());
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  SLUICE_ASSIGN_OR_RETURN(double prefill_pass, timed_lockstep(1, 8));  // prefill + sampling, no decode
+  prefill_pass /= 8;
+  SLUICE_ASSIGN_OR_RETURN(double full, timed_lockstep(lock_steps, runs));
+  const double decode_only = std::max(0.0, full - static_cast<double>(runs) * prefill_pass) *
+                             static_cast<double>(total_tokens - answers) /
+                             static_cast<double>(runs * (per_run - slots));
+  const double prefill_all = prefill_pass * static_cast<double>(answers / G) / static_cast<double>(slots);
+  out.decode = decode_only + prefill_all;
+  return out;
 }
 
 Status Main(int argc, char** argv) {
@@ -207,6 +306,7 @@ Status Main(int argc, char** argv) {
   // Every mode `repeat` times, interleaved, so a slow spell of a shared
   // machine falls on all modes alike; per mode, the run of median wall time.
   std::vector<std::vector<ModeResult>> mode_runs_all(names.size());
+  std::vector<double> bound_runs, bound_train, bound_decode;
   for (int64_t rep = 0; rep < repeat; ++rep) {
     for (size_t m = 0; m < names.size(); ++m) {
       const std::string& name = names[m];
@@ -225,9 +325,18 @@ Status Main(int argc, char** argv) {
       SLUICE_ASSIGN_OR_RETURN(
           ModeResult r,
           RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, config, task, rt, tt));
-      std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s\n", name.c_str(), r.wall, r.samples / r.wall);
+      std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s; %s\n", name.c_str(), r.wall, r.samples / r.wall,
+                   r.budget.c_str());
       mode_runs_all[m].push_back(r);
     }
+    SLUICE_ASSIGN_OR_RETURN(BoundParts b, MeasureBound(base, config, *task, lengths, slots, static_cast<uint64_t>(seed)));
+    torch::set_num_threads(static_cast<int>(threads));
+    const double bound = (b.train + b.decode) / static_cast<double>(threads);
+    std::fprintf(stderr, "  %-12s %.1f s = (trainer %.1f + rollout %.1f core-seconds, each alone on 1 thread) / %lld cores\n",
+                 "bound", bound, b.train, b.decode, static_cast<long long>(threads));
+    bound_runs.push_back(bound);
+    bound_train.push_back(b.train);
+    bound_decode.push_back(b.decode);
   }
   std::vector<ModeResult> results;
   std::vector<sluice::bench::Stats> wall_stats, train_stats;
@@ -240,58 +349,8 @@ Status Main(int argc, char** argv) {
     results.push_back(mode_runs[mode_runs.size() / 2]);
   }
 
-  // The ideal bound: the work of both stages in core-seconds, packed onto
-  // every core with no idle time. Trainer work: its busy time in a split mode
-  // (where it runs on trainer_threads cores) x those cores; decode work: the
-  // workload's tokens decoded at full occupancy (lockstep at `slots`) on
-  // rollout_threads cores, x those cores.
-  // (With --repeat, the median training time over the mode's runs.)
-  double train_core_seconds = -1;
-  for (size_t m = 0; m < results.size(); ++m) {
-    if (results[m].name == "sync" && sync_dp) train_core_seconds = train_stats[m].median * static_cast<double>(threads);
-  }
-  for (size_t m = 0; m < results.size(); ++m) {
-    const std::string& name = results[m].name;
-    if (train_core_seconds < 0 && !lend && (name == "one_step_off" || name == "async")) {
-      train_core_seconds = train_stats[m].median * static_cast<double>(threads - rollout_threads);
-    }
-  }
-  // Decode: lockstep runs of K steps attend, on average, the same context as
-  // the workload's tokens when K = sum(L^2) / sum(L) (a token at position j
-  // attends prompt + j; the workload's mean j is sum(L^2) / (2 sum L)); enough
-  // runs to decode the workload's tokens, their prefill taken out and the time
-  // scaled to exactly that count (an answer's first token comes from the
-  // prefill). Prefill: each prompt computed once (a group
-  // shares it), `slots` prompts per pass.
-  double sum_sq = 0;
-  for (int32_t len : lengths) sum_sq += static_cast<double>(len) * len;
-  const int32_t lock_steps =
-      std::max<int32_t>(2, static_cast<int32_t>(std::lround(sum_sq / static_cast<double>(total_tokens))));
-  const int64_t per_run = slots * lock_steps;
-  const int64_t runs = (total_tokens + per_run - 1) / per_run;
-  auto m = std::make_shared<model::Transformer>(config, static_cast<uint64_t>(seed));
-  torch::set_num_threads(static_cast<int>(rollout_threads));
-  auto timed_lockstep = [&](int32_t decode_steps, int64_t reps) -> Result<double> {
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < reps; ++i) {
-      SLUICE_RETURN_IF_ERROR(
-          rollout::RunLockstepDecode({m, 0}, static_cast<int32_t>(slots), 16, decode_steps, 1).status());
-    }
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  };
-  SLUICE_ASSIGN_OR_RETURN(double prefill_pass, timed_lockstep(1, 8));  // prefill + sampling, no decode
-  prefill_pass /= 8;
-  SLUICE_ASSIGN_OR_RETURN(double full, timed_lockstep(lock_steps, runs));
-  const double decode_only = std::max(0.0, full - static_cast<double>(runs) * prefill_pass) *
-                             static_cast<double>(total_tokens - answers) /
-                             static_cast<double>(runs * (per_run - slots));
-  const double prefill_all = prefill_pass * static_cast<double>(steps * prompts) / static_cast<double>(slots);
-  const double decode_core_seconds = (decode_only + prefill_all) * static_cast<double>(rollout_threads);
-  torch::set_num_threads(static_cast<int>(threads));
-  const double ideal =
-      train_core_seconds >= 0 ? (train_core_seconds + decode_core_seconds) / static_cast<double>(threads) : -1;
-  if (ideal < 0) std::fprintf(stderr, "no ideal bound: run sync with --sync-dp, or a split mode with --lend=false\n");
-
+  const sluice::bench::Stats bound_stats = sluice::bench::Summarize(bound_runs);
+  const double ideal = bound_stats.median;
   std::printf(
       "\npipeline throughput, %s, %lld x %lld x %lld answers, %s lengths (median %lld, longest %d), %lld threads\n",
       preset.c_str(), static_cast<long long>(steps), static_cast<long long>(prompts), static_cast<long long>(group),
@@ -301,14 +360,14 @@ Status Main(int argc, char** argv) {
                 static_cast<long long>(repeat));
   }
   std::printf("%-13s %9s %11s %10s %13s %13s %10s %10s %9s\n", "mode", "wall s", "samples/s", "tokens/s",
-              "trainer idle", "rollout busy", "occupancy", "staleness", "of ideal");
+              "trainer idle", "rollout busy", "occupancy", "staleness", "of bound");
   const ModeResult* sync = nullptr;
   std::string json = "[";
   for (const auto& r : results) {
     if (r.name == "sync") sync = &r;
     std::printf("%-13s %9.1f %11.2f %10.0f %12.0f%% %12.0f%% %9.0f%% %10.2f %8.0f%%", r.name.c_str(), r.wall,
                 r.samples / r.wall, r.tokens / r.wall, 100 * r.trainer_idle, 100 * r.rollout_busy, 100 * r.occupancy,
-                r.staleness, ideal > 0 ? 100 * ideal / r.wall : 0.0);
+                r.staleness, 100 * ideal / r.wall);
     const sluice::bench::Stats& ws = wall_stats[static_cast<size_t>(&r - results.data())];
     if (repeat > 1) std::printf("   %.1f..%.1f s", ws.min, ws.max);
     std::printf("\n");
@@ -320,10 +379,20 @@ Status Main(int argc, char** argv) {
         ",\"occupancy\":" + std::to_string(r.occupancy) + ",\"staleness\":" + std::to_string(r.staleness) + "}";
   }
   json += "]\n";
-  if (ideal > 0) {
-    std::printf("ideal bound: %.1f s = (trainer %.1f + full-occupancy rollout %.1f core-seconds) / %lld cores\n", ideal,
-                train_core_seconds, decode_core_seconds, static_cast<long long>(threads));
+  std::printf("bound: %.1f s = (trainer %.1f + full-occupancy rollout %.1f core-seconds, each alone on 1 thread) / %lld "
+              "cores",
+              ideal, sluice::bench::Summarize(bound_train).median, sluice::bench::Summarize(bound_decode).median,
+              static_cast<long long>(threads));
+  if (repeat > 1) std::printf(", median of %lld measurements %.1f..%.1f s", static_cast<long long>(repeat), bound_stats.min, bound_stats.max);
+  std::printf("\n");
+  for (const auto& r : results) {
+    if (r.wall < ideal) {
+      std::printf("WARNING: %s finished in %.1f s, under the bound: the bound is wrong, not the mode\n",
+                  r.name.c_str(), r.wall);
+    }
   }
+  std::printf("threads (budget %lld cores):\n", static_cast<long long>(threads));
+  for (const auto& r : results) std::printf("  %-12s %s\n", r.name.c_str(), r.budget.c_str());
   if (sync) {
     for (const auto& r : results) {
       if (&r != sync) std::printf("%s/sync throughput: %.2fx\n", r.name.c_str(), sync->wall / r.wall);

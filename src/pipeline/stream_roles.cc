@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 
+#include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
 
 namespace sluice::pipeline {
@@ -140,6 +142,11 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
         }
       }
       busy.Set(!engine->idle());
+      // Lent cores come back before decoding: wait for the trainer's lent
+      // workers to finish their micro-batches (bounded by one micro-batch).
+      while (!engine->idle() && board.lent_workers_running.load() > 0 && board.stop.load() == 0 && !stopping()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
       // A step on an idle engine still runs the weight-swap hook.
       const auto t0 = Clock::now();
       SLUICE_ASSIGN_OR_RETURN(auto done, engine->Step());
@@ -227,9 +234,18 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
     ~RestoreWorkers() { (void)t->SetMicroBatchWorkers(n, nullptr); }
   } restore{s.trainer.get(), own_workers};
   if (po.Lending()) {
-    const int32_t own = std::max(po.trainer_threads, own_workers);
-    SLUICE_RETURN_IF_ERROR(s.trainer->SetMicroBatchWorkers(
-        own + po.rollout_threads, [&board, own](int32_t w) { return w < own || board.rollout_idle.load() != 0; }));
+    const int32_t own = po.trainer_threads;
+    auto may_run = [&board, own](int32_t w) {
+      if (w < own) return true;
+      board.lent_workers_running.fetch_add(1);  // in first, then look (see RoleBoard)
+      if (board.rollout_idle.load() != 0) return true;
+      board.lent_workers_running.fetch_sub(1);
+      return false;
+    };
+    auto done_running = [&board, own](int32_t w) {
+      if (w >= own) board.lent_workers_running.fetch_sub(1);
+    };
+    SLUICE_RETURN_IF_ERROR(s.trainer->SetMicroBatchWorkers(own + po.rollout_threads, may_run, done_running));
   }
 
   const auto run_start = Clock::now();
@@ -239,8 +255,12 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
   const std::vector<std::string> columns = {"prompt", "response", "logprobs", "versions", "reward"};
   tq::SamplingPolicy whole_groups;
   whole_groups.mode = tq::SamplingMode::kWholeGroup;
-  // Groups taken from the hub and not trained yet, by prompt cursor.
+  // Groups taken from the hub and not trained yet, by prompt cursor; the
+  // cursors trained by this process (a group delivered twice is dropped and
+  // counted, never trained twice).
   std::map<uint64_t, std::vector<trainer::RolloutSample>> taken;
+  std::set<uint64_t> trained;
+  int64_t duplicates = 0;
   while (s.step < rl.steps) {
     StepRecord rec;
     rec.step = s.step + 1;
@@ -281,12 +301,31 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
       SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
       SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());
       const uint64_t cursor = static_cast<uint64_t>(meta->rows[0].tags.group_id);
+      if (meta->rows.size() != static_cast<size_t>(G)) {
+        return Status::DataLoss("the hub delivered " + std::to_string(meta->rows.size()) + " rows of group " +
+                                std::to_string(cursor) + ", expected the whole group of " + std::to_string(G));
+      }
+      if (taken.count(cursor) > 0 || trained.count(cursor) > 0) {
+        ++duplicates;
+        SLUICE_LOG(WARNING) << "group " << cursor << " delivered again; dropped (trained once)";
+        continue;
+      }
       std::vector<trainer::RolloutSample> group(static_cast<size_t>(G));
+      std::vector<bool> filled(static_cast<size_t>(G), false);
       for (size_t i = 0; i < meta->rows.size(); ++i) {
-        const int64_t g = std::stoll(meta->rows[i].tags.user.at("answer"));
-        trainer::RolloutSample& smp = group.at(static_cast<size_t>(g));
+        const tq::RowTags& tags = meta->rows[i].tags;
+        const auto answer = tags.user.find("answer");
+        int64_t g = -1;
+        if (answer != tags.user.end()) g = std::strtoll(answer->second.c_str(), nullptr, 10);
+        if (static_cast<uint64_t>(tags.group_id) != cursor || g < 0 || g >= G || filled[static_cast<size_t>(g)]) {
+          return Status::DataLoss("group " + std::to_string(cursor) + " from the hub is not G distinct answers of one " +
+                                  "prompt (row of group " + std::to_string(tags.group_id) + ", answer " +
+                                  std::to_string(g) + ")");
+        }
+        filled[static_cast<size_t>(g)] = true;
+        trainer::RolloutSample& smp = group[static_cast<size_t>(g)];
         smp.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
-        smp.group_id = cursor;
+        smp.group_id = static_cast<uint64_t>(tags.group_id);
         smp.prompt = TensorVector<model::TokenId>(data.columns["prompt"][i]);
         smp.response = TensorVector<model::TokenId>(data.columns["response"][i]);
         smp.behavior_logprobs = TensorVector<float>(data.columns["logprobs"][i]);
@@ -303,7 +342,8 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
     for (uint64_t cursor : step_cursors) {
       auto node = taken.extract(cursor);
       std::vector<trainer::RolloutSample> group = std::move(node.mapped());
-      rec.prompts.push_back(cursor);
+      trained.insert(cursor);
+      rec.prompts.push_back(group.front().group_id);  // as the rows say, not as the loop expects
       for (const trainer::RolloutSample& smp : group) {
         reward_sum += smp.reward;
         correct += smp.reward >= 1.0 ? 1.0 : 0.0;
@@ -334,6 +374,8 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
     rec.token_staleness_mean = tokens > 0 ? token_stale_sum / tokens : 0;
     rec.wait_seconds = std::chrono::duration<double>(t1 - t0).count();
     rec.groups_kept = static_cast<int64_t>(groups.size());
+    rec.duplicate_groups = duplicates;
+    duplicates = 0;
     // Train on the kept groups in prompt order (so sync mode trains exactly
     // the batch the direct loop trains).
     std::vector<trainer::RolloutSample> samples;

@@ -42,6 +42,11 @@ struct RoleBoard {
   // begins waiting). The rollout then admits no prompt past it, so the
   // groups the trainer waits for decode in small, fast batches.
   std::atomic<int64_t> trainer_needs_until;
+  // Trainer workers running on the rollout's lent cores now. A lent worker
+  // counts itself in, then checks rollout_idle; the rollout clears
+  // rollout_idle, then waits for this to reach 0 before decoding: so a lent
+  // core and the rollout never compute at the same time.
+  std::atomic<int32_t> lent_workers_running;
 
   // What the run measured, for SyncLoop::stream_summary().
   SyncLoop::StreamSummary Summary(double wall_seconds) const;

@@ -61,7 +61,42 @@ Status LoopOptions::Validate() const {
   if (pipeline.rollout_threads < 0 || pipeline.trainer_threads < 0) {
     return bad("pipeline.rollout_threads/trainer_threads", "must be >= 0 (0: the process setting)");
   }
+  if (pipeline.train_order == TrainOrder::kCompletion && pipeline.EffectiveMaxStaleness() > 0) {
+    return bad("pipeline.train_order",
+               "'completion' cannot keep pipeline.max_staleness in " + PipelineModeName(pipeline.mode) +
+                   " mode (a long answer can be outlasted by any number of steps of short ones); use 'prompt'");
+  }
   return Status::Ok();
+}
+
+ThreadBudget LoopOptions::Threads(int32_t process_threads) const {
+  const PipelineOptions& po = pipeline;
+  ThreadBudget b;
+  const bool direct = po.mode == PipelineMode::kDirect;
+  b.roles_alternate = direct || po.mode == PipelineMode::kSync;
+  const int32_t rollout_threads = !direct && po.rollout_threads > 0 ? po.rollout_threads : process_threads;
+  const int32_t trainer_threads = !direct && po.trainer_threads > 0 ? po.trainer_threads : process_threads;
+  b.rollout_engines = direct ? 1 : std::max(1, po.rollout_engines);
+  b.threads_per_engine = direct ? process_threads : std::max(1, rollout_threads / b.rollout_engines);
+  if (po.Lending()) {
+    b.trainer_workers = po.trainer_threads;
+    b.lent_workers = po.rollout_threads;
+  } else {
+    b.trainer_workers = rl.trainer.micro_batch_threads;
+  }
+  b.threads_per_worker = b.trainer_workers + b.lent_workers > 1 ? 1 : trainer_threads;
+  const int32_t rollout = b.rollout_engines * b.threads_per_engine, trainer = b.trainer_workers * b.threads_per_worker;
+  b.max_busy = b.roles_alternate ? std::max(rollout, trainer + b.lent_workers) : rollout + trainer;
+  return b;
+}
+
+std::string ThreadBudget::ToString() const {
+  auto n = [](int32_t k, const char* what) { return std::to_string(k) + " " + what + (k == 1 ? "" : "s"); };
+  std::string out = "rollout " + n(rollout_engines, "engine") + " x " + n(threads_per_engine, "thread") + ", trainer " +
+                    n(trainer_workers, "worker") + " x " + n(threads_per_worker, "thread");
+  if (lent_workers > 0) out += " + " + n(lent_workers, "worker") + " on the rollout's cores while it idles";
+  out += roles_alternate ? " (roles alternate)" : " (roles overlap)";
+  return out + ": at most " + std::to_string(max_busy) + " busy";
 }
 
 std::string StepRecord::ToJson() const {
@@ -83,6 +118,7 @@ std::string StepRecord::ToJson() const {
             {"token_staleness_mean", token_staleness_mean},
             {"wait_seconds", wait_seconds},
             {"queue_ready", queue_ready}});
+  if (duplicate_groups > 0) j["duplicate_groups"] = duplicate_groups;
   if (!prompts.empty()) j["prompts"] = prompts;
   if (!staleness_hist.empty()) {
     j.update({{"rollout_tokens", rollout_tokens},

@@ -28,22 +28,47 @@ std::shared_ptr<model::Transformer> UntiedModel() {
   return std::make_shared<model::Transformer>(c, 1);
 }
 
-// Weights under which the model emits kBaseToken + version whatever it reads:
-// every block writes nothing into the residual stream, every token embeds to
-// the same vector, and the output projection has one non-zero row.
+// Weights under which the model emits kBaseToken + version whatever it reads,
+// with every tensor different in every version: every token embeds to the
+// same vector and every other matrix has all entries equal, so the residual
+// stream stays a positive multiple of the all-ones vector (small, equal
+// contributions from the blocks) and the output projection's one positive
+// row wins. A snapshot that mixes tensors of two versions still emits a
+// plausible token, so CheckedHook compares every tensor of what is served.
 TensorMap WeightsForVersion(model::Transformer& m, int64_t version) {
   TensorMap w = *model::ExportWeights(m);
+  const float v = static_cast<float>(version);
   for (auto& [name, t] : w) {
-    std::vector<float> values(t.numel(), 0.0f);
+    std::vector<float> values(t.numel(), 1e-3f * (1.0f + v));
     if (name == "model.embed_tokens.weight" || name.find("norm") != std::string::npos) {
-      std::fill(values.begin(), values.end(), 1.0f);
+      std::fill(values.begin(), values.end(), 1.0f + 0.1f * v);
     } else if (name == "lm_head.weight") {
       const int64_t hidden = t.shape[1];
+      std::fill(values.begin(), values.end(), -1e-3f * (1.0f + v));
       for (int64_t j = 0; j < hidden; ++j) values[(kBaseToken + version) * hidden + j] = 1.0f;
     }
     t = HostTensor::Copy(DType::kF32, t.shape, values.data(), values.size() * sizeof(float));
   }
   return w;
+}
+
+// `hook`, checking that every snapshot it hands the engine holds exactly the
+// weights of its version in every tensor (a torn or mislabelled set fails).
+WeightSwapHook CheckedHook(WeightSwapHook hook, std::shared_ptr<model::Transformer> shape, int* checked) {
+  return [hook = std::move(hook), shape, checked](PolicyVersion current) -> std::optional<PolicySnapshot> {
+    std::optional<PolicySnapshot> snap = hook(current);
+    if (!snap) return snap;
+    const TensorMap want = WeightsForVersion(*shape, snap->version);
+    const TensorMap got = *model::ExportWeights(*snap->model);
+    EXPECT_EQ(got.size(), want.size());
+    for (const auto& [name, t] : want) {
+      auto it = got.find(name);
+      EXPECT_TRUE(it != got.end() && it->second.nbytes == t.nbytes && std::memcmp(it->second.data, t.data, t.nbytes) == 0)
+          << "version " << snap->version << ": tensor " << name << " is not that version's";
+    }
+    ++*checked;
+    return snap;
+  };
 }
 
 GenerationRequest Greedy(uint64_t id, int32_t tokens) {
@@ -90,7 +115,8 @@ class StandbyWeightsTest : public ::testing::Test {
 TEST_F(StandbyWeightsTest, InFlightSwitchContinuesSequencesOnTheNewWeights) {
   auto engine = Engine(SwitchPolicy::kInFlight);
   auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(*store_))).value();
-  engine->SetWeightSwapHook(standby->Hook());
+  int checked = 0;
+  engine->SetWeightSwapHook(CheckedHook(standby->Hook(), serving_, &checked));
   ASSERT_TRUE(engine->Submit(Greedy(1, 12)).ok());
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(engine->Step().ok());
   Publish(1);
@@ -105,6 +131,7 @@ TEST_F(StandbyWeightsTest, InFlightSwitchContinuesSequencesOnTheNewWeights) {
   EXPECT_EQ(r.versions.back(), 1);
   EXPECT_EQ(engine->policy_version(), 1);
   EXPECT_EQ(standby->stats().handed, 1);
+  EXPECT_EQ(checked, 1);
 }
 
 TEST_F(StandbyWeightsTest, SharedHookNeverRecyclesWeightsALaggingEngineServes) {
@@ -168,7 +195,8 @@ TEST_F(StandbyWeightsTest, AtBoundarySwitchFinishesSequencesInFlightOnTheOldWeig
 TEST_F(StandbyWeightsTest, OnlyTheNewestVersionIsServedAndBuffersAreNotOverwrittenWhileServing) {
   auto engine = Engine(SwitchPolicy::kInFlight);
   auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(*store_))).value();
-  engine->SetWeightSwapHook(standby->Hook());
+  int checked = 0;
+  engine->SetWeightSwapHook(CheckedHook(standby->Hook(), serving_, &checked));
   // Many versions while generating: each forward pass must still be one whole version.
   for (uint64_t id = 1; id <= 6; ++id) ASSERT_TRUE(engine->Submit(Greedy(id, 20)).ok());
   int64_t published = 0;
@@ -193,6 +221,8 @@ TEST_F(StandbyWeightsTest, OnlyTheNewestVersionIsServedAndBuffersAreNotOverwritt
   const StandbyStats stats = standby->stats();
   EXPECT_LE(stats.fills, published);
   EXPECT_EQ(stats.fill_errors, 0) << stats.last_error;
+  EXPECT_EQ(checked, stats.handed);
+  EXPECT_GE(checked, 2) << "several versions served, each checked whole";
 }
 
 TEST_F(StandbyWeightsTest, ReadsVersionsFromTheSharedMemoryStore) {
@@ -209,7 +239,8 @@ TEST_F(StandbyWeightsTest, ReadsVersionsFromTheSharedMemoryStore) {
   {
     auto engine = Engine(SwitchPolicy::kInFlight);
     auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(**subscriber))).value();
-    engine->SetWeightSwapHook(standby->Hook());
+    int checked = 0;
+    engine->SetWeightSwapHook(CheckedHook(standby->Hook(), serving_, &checked));
     ASSERT_TRUE((*publisher)->Publish(3, WeightsForVersion(*serving_, 3)).ok());
     ASSERT_TRUE(standby->WaitUntilReady(3, milliseconds(10000)).ok());
     ASSERT_TRUE(engine->Submit(Greedy(1, 4)).ok());
@@ -217,6 +248,7 @@ TEST_F(StandbyWeightsTest, ReadsVersionsFromTheSharedMemoryStore) {
     ASSERT_TRUE(results.ok());
     ExpectVersionsMatchTokens((*results)[0]);
     EXPECT_EQ((*results)[0].versions.front(), 3);
+    EXPECT_EQ(checked, 1);
   }
   subscriber->reset();
   publisher->reset();  // the last detach removes every segment of the store

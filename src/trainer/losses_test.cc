@@ -39,7 +39,7 @@ TEST(PolicyLossTest, ClippedSurrogateMatchesHandComputation) {
   auto old = torch::log(torch::tensor({{0.4f, 0.4f, 0.4f, 0.1f}}));
   auto adv = torch::tensor({{1.0f, -1.0f, 2.0f, 5.0f}});
   auto mask = torch::tensor({{1.0f, 1.0f, 1.0f, 0.0f}});
-  PolicyLossInputs in{logp, old, old, torch::zeros({1, 4}, torch::kInt64), adv, mask, {}};
+  PolicyLossInputs in{logp, old, old, adv, mask, {}};
   PolicyLossOptions o;
   auto r = PolicyLoss(in, o, /*normalizer=*/3.0);
   EXPECT_NEAR(r.loss.item<double>(), (-1.2 + 0.8 - 2.1) / 3.0, 1e-5);
@@ -57,7 +57,7 @@ TEST(PolicyLossTest, AggregationTokenMeanVsSequenceMean) {
   auto zero = torch::zeros({2, 2});
   auto adv = torch::tensor({{-1.0f, -3.0f}, {-8.0f, 0.0f}});
   auto mask = torch::tensor({{1.0f, 1.0f}, {1.0f, 0.0f}});
-  PolicyLossInputs in{zero, zero, zero, torch::zeros({2, 2}, torch::kInt64), adv, mask, {}};
+  PolicyLossInputs in{zero, zero, zero, adv, mask, {}};
   PolicyLossOptions o;
   o.aggregation = LossAggregation::kTokenMean;
   EXPECT_NEAR(PolicyLoss(in, o, 3.0).loss.item<double>(), 12.0 / 3.0, 1e-6);
@@ -65,9 +65,9 @@ TEST(PolicyLossTest, AggregationTokenMeanVsSequenceMean) {
   EXPECT_NEAR(PolicyLoss(in, o, 2.0).loss.item<double>(), (2.0 + 8.0) / 2.0, 1e-6);
   // Micro-batches with the mini-batch normalizer add up to the whole.
   PolicyLossInputs first{zero.narrow(0, 0, 1), zero.narrow(0, 0, 1), zero.narrow(0, 0, 1),
-                         torch::zeros({1, 2}, torch::kInt64), adv.narrow(0, 0, 1), mask.narrow(0, 0, 1), {}};
+                         adv.narrow(0, 0, 1), mask.narrow(0, 0, 1), {}};
   PolicyLossInputs second{zero.narrow(0, 1, 1), zero.narrow(0, 1, 1), zero.narrow(0, 1, 1),
-                          torch::zeros({1, 2}, torch::kInt64), adv.narrow(0, 1, 1), mask.narrow(0, 1, 1), {}};
+                          adv.narrow(0, 1, 1), mask.narrow(0, 1, 1), {}};
   o.aggregation = LossAggregation::kTokenMean;
   EXPECT_NEAR(PolicyLoss(first, o, 3.0).loss.item<double>() + PolicyLoss(second, o, 3.0).loss.item<double>(), 4.0, 1e-6);
 }
@@ -78,7 +78,7 @@ TEST(PolicyLossTest, KlEstimatorsAndPenalty) {
   EXPECT_NEAR(KlPenalty(logp, ref, KlEstimator::kK1).item<double>(), std::log(2.0), 1e-6);
   EXPECT_NEAR(KlPenalty(logp, ref, KlEstimator::kK3).item<double>(), 0.5 + std::log(2.0) - 1.0, 1e-6);
   EXPECT_NEAR(KlPenalty(ref, ref, KlEstimator::kK3).item<double>(), 0.0, 1e-7);
-  PolicyLossInputs in{logp, logp, logp, torch::zeros({1, 1}, torch::kInt64), torch::zeros({1, 1}),
+  PolicyLossInputs in{logp, logp, logp, torch::zeros({1, 1}),
                       torch::ones({1, 1}), ref};
   PolicyLossOptions o;
   o.kl_coef = 0.1;
@@ -92,7 +92,7 @@ TEST(PolicyLossTest, GradientIsZeroWhereTheMaskIsZero) {
   auto old = logp.detach().clone();
   auto mask = torch::tensor({{0.f, 1.f, 1.f, 0.f, 0.f}, {1.f, 1.f, 0.f, 0.f, 0.f}});
   auto adv = torch::randn({2, 5});
-  PolicyLossInputs in{logp, old, old, torch::zeros({2, 5}, torch::kInt64), adv, mask, {}};
+  PolicyLossInputs in{logp, old, old, adv, mask, {}};
   PolicyLoss(in, PolicyLossOptions{}, 4.0).loss.backward();
   auto grad = logp.grad();
   EXPECT_EQ((grad * (1 - mask)).abs().sum().item<float>(), 0.0f);
@@ -114,7 +114,7 @@ TEST(PolicyLossTest, OffPolicyCorrectionsMatchHandComputation) {
   auto behav = torch::log(torch::tensor({{0.4f, 0.2f, 0.4f, 0.9f}}));
   auto adv = torch::tensor({{1.0f, 1.0f, 2.0f, 7.0f}});
   auto mask = torch::tensor({{1.0f, 1.0f, 1.0f, 0.0f}});
-  PolicyLossInputs in{prox.clone(), prox, behav, torch::zeros({1, 4}, torch::kInt64), adv, mask, {}};
+  PolicyLossInputs in{prox.clone(), prox, behav, adv, mask, {}};
   PolicyLossOptions o;
   o.is_cap = 2.0;
   o.correction = OffPolicyCorrection::kNone;
@@ -136,7 +136,7 @@ TEST(PolicyLossTest, OffPolicyCorrectionsMatchHandComputation) {
   o.correction = OffPolicyCorrection::kTokenTis;
   o.is_cap = 2.0;
   auto logp = prox.clone().requires_grad_(true);
-  PolicyLossInputs g{logp, prox, behav, torch::zeros({1, 4}, torch::kInt64), adv, mask, {}};
+  PolicyLossInputs g{logp, prox, behav, adv, mask, {}};
   PolicyLoss(g, o, 3.0).loss.backward();
   auto grad = logp.grad();
   EXPECT_NEAR(grad[0][0].item<double>(), -0.5 * 1.0 / 3.0, 1e-5);

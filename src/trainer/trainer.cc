@@ -33,6 +33,12 @@ Status TrainerOptions::Validate() const {
   }
   if (!(loss.kl_coef >= 0)) return Status::InvalidArgument("kl_coef must be >= 0");
   if (!(loss.is_cap > 0)) return Status::InvalidArgument("is_cap must be > 0");
+  if (loss.correction != OffPolicyCorrection::kNone && !recompute_old_logprobs) {
+    // Without a recomputed proximal policy, pi_prox is the behaviour policy
+    // and every behaviour weight is exactly 1: the correction would be a no-op.
+    return Status::InvalidArgument("trainer.off_policy_correction " + OffPolicyCorrectionName(loss.correction) +
+                                   " needs trainer.recompute_old_logprobs=true (without it the correction does nothing)");
+  }
   return Status::Ok();
 }
 
@@ -43,7 +49,6 @@ struct Trainer::Batch {
   torch::Tensor mask;        // 1 where token j + 1 is a response token
   torch::Tensor advantages;
   torch::Tensor behavior;
-  torch::Tensor versions;    // int64
   torch::Tensor old_logprobs, ref_logprobs;
   std::vector<size_t> samples;
   std::vector<int64_t> prompt_len, response_len;
@@ -149,7 +154,7 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
     int64_t L = 0;
     for (size_t i : g) L = std::max<int64_t>(L, samples[i].prompt.size() + samples[i].response.size());
     const int64_t B = static_cast<int64_t>(g.size());
-    std::vector<int64_t> tokens(B * L, options_.pad_token), versions(B * (L - 1), 0);
+    std::vector<int64_t> tokens(B * L, options_.pad_token);
     std::vector<float> mask(B * (L - 1), 0.f), adv(B * (L - 1), 0.f), behavior(B * (L - 1), 0.f);
     for (int64_t r = 0; r < B; ++r) {
       const RolloutSample& s = samples[g[r]];
@@ -161,7 +166,6 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
         mask[pos] = 1.f;
         adv[pos] = static_cast<float>(s.advantage);
         behavior[pos] = s.behavior_logprobs[j];
-        versions[pos] = s.versions.empty() ? 0 : s.versions[j];
       }
       b.prompt_len.push_back(P);
       b.response_len.push_back(R);
@@ -171,7 +175,6 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
     b.mask = torch::tensor(mask, f32).view({B, L - 1}).to(device);
     b.advantages = torch::tensor(adv, f32).view({B, L - 1}).to(device);
     b.behavior = torch::tensor(behavior, f32).view({B, L - 1}).to(device);
-    b.versions = torch::tensor(versions, torch::kInt64).view({B, L - 1}).to(device);
     out.push_back(std::move(b));
   }
   return out;
@@ -234,10 +237,12 @@ double Trainer::OptimizerStep() {
   return norm;
 }
 
-Status Trainer::SetMicroBatchWorkers(int32_t threads, std::function<bool(int32_t)> may_run) {
+Status Trainer::SetMicroBatchWorkers(int32_t threads, std::function<bool(int32_t)> may_run,
+                                     std::function<void(int32_t)> done_running) {
   if (threads < 1 || threads > 256) return Status::InvalidArgument("micro_batch_threads must be in 1..256");
   options_.micro_batch_threads = threads;
   options_.may_run = std::move(may_run);
+  options_.done_running = std::move(done_running);
   return Status::Ok();
 }
 
@@ -253,11 +258,20 @@ void Trainer::ForEachMicroBatch(size_t n, const std::function<void(size_t, int32
   auto work = [&](int32_t worker) {
     try {
       for (;;) {
-        if (worker > 0 && options_.may_run && !options_.may_run(worker)) {
+        const bool lent = worker > 0 && options_.may_run;
+        if (lent && !options_.may_run(worker)) {
           if (next.load() >= n) return;
           std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the core is lent only when idle
           continue;
         }
+        struct Done {
+          const TrainerOptions& o;
+          int32_t worker;
+          bool lent;
+          ~Done() {
+            if (lent && o.done_running) o.done_running(worker);
+          }
+        } done{options_, worker, lent};
         const size_t i = next.fetch_add(1);
         if (i >= n) return;
         fn(i, worker);
@@ -329,7 +343,7 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
           const Batch& b = mini[i];
           torch::Tensor logits;
           auto logp = TokenLogprobs(*policy_, b, &logits);
-          PolicyLossInputs in{logp, b.old_logprobs, b.behavior, b.versions, b.advantages, b.mask, b.ref_logprobs};
+          PolicyLossInputs in{logp, b.old_logprobs, b.behavior, b.advantages, b.mask, b.ref_logprobs};
           PolicyLossResult r = PolicyLoss(in, options_.loss, normalizer);
           r.loss.backward();
           Sums& s = sums[i];

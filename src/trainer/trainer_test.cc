@@ -129,6 +129,18 @@ TEST(TrainerTest, ParallelMicroBatchWorkersGiveTheSameUpdate) {
     EXPECT_TRUE(torch::allclose(p.value(), par->named_parameters()[p.key()], 1e-4, 1e-4)) << p.key();
     EXPECT_TRUE(torch::allclose(p.value(), lent->named_parameters()[p.key()], 1e-4, 1e-4)) << p.key();
   }
+  // A lent worker hands its core back after every micro-batch it was allowed to take.
+  TrainerOptions counted = two;
+  std::atomic<int> granted{0}, handed_back{0};
+  counted.may_run = [&](int32_t) {
+    granted.fetch_add(1);
+    return true;
+  };
+  counted.done_running = [&](int32_t) { handed_back.fetch_add(1); };
+  auto tc = MakeTrainer(TinyModel(), counted);
+  ASSERT_TRUE(tc->RlStep(FixedBatch()).ok());
+  EXPECT_GT(granted.load(), 0);
+  EXPECT_EQ(handed_back.load(), granted.load());
   // SFT steps use the workers too.
   std::vector<SftExample> sft = {{{257, 1, 2}, {3, 4, 258}}, {{257, 5}, {6, 7, 8, 258}}, {{257, 9}, {10, 258}}};
   auto ss = ts->SftStep(sft), sp = tp->SftStep(sft);
@@ -215,6 +227,26 @@ TEST(TrainerTest, LearningRateWarmupAndCosineDecay) {
   EXPECT_NEAR(lrs[9], 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.5)), 1e-12);
   EXPECT_DOUBLE_EQ(lrs[14], 0.1);
   EXPECT_DOUBLE_EQ(lrs[15], 0.1);
+}
+
+// Regression: recompute_old_logprobs=false made pi_prox the behaviour policy,
+// so every correction weight was 1 and the correction silently did nothing.
+TEST(TrainerTest, ACorrectionWithoutRecomputedOldLogprobsIsRejected) {
+  for (OffPolicyCorrection c :
+       {OffPolicyCorrection::kDecoupled, OffPolicyCorrection::kTokenTis, OffPolicyCorrection::kSequenceTis}) {
+    TrainerOptions o;
+    o.loss.correction = c;
+    o.recompute_old_logprobs = false;
+    Status st = o.Validate();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << OffPolicyCorrectionName(c);
+    EXPECT_NE(st.message().find("trainer.recompute_old_logprobs"), std::string::npos) << st.ToString();
+    EXPECT_EQ(Trainer::Create(TinyModel(), nullptr, o).status().code(), StatusCode::kInvalidArgument);
+    o.recompute_old_logprobs = true;
+    EXPECT_TRUE(o.Validate().ok());
+  }
+  TrainerOptions on_policy;
+  on_policy.recompute_old_logprobs = false;  // no correction: allowed
+  EXPECT_TRUE(on_policy.Validate().ok());
 }
 
 TEST(TrainerTest, BadInputIsRejectedWithoutChangingTheModel) {

@@ -90,6 +90,10 @@ enum class TrainOrder {
   // the batches of the direct loop, each stale by at most the bound.
   kPrompt,
 };
+// kCompletion is refused when samples may be stale (one_step_off, async):
+// admission bounds how far a prompt's start runs ahead of the trainer, but
+// in completion order a long answer can be outlasted by any number of steps
+// of short ones, so no staleness bound would hold.
 
 struct PipelineOptions {
   PipelineMode mode = PipelineMode::kDirect;
@@ -106,10 +110,14 @@ struct PipelineOptions {
   // single-threaded engines generate ~1.6x one two-threaded engine
   // (shared/NOTES-libtorch.md).
   int32_t rollout_engines = 1;
-  // Streaming modes with both thread counts set: the trainer computes
+  // one_step_off and async with both thread counts set: the trainer computes
   // micro-batches on trainer_threads + rollout_threads single-threaded
   // workers, the rollout's only while the rollout is idle (no sequence to
   // decode, waiting for admission): an idle stage's cores help the busy one.
+  // The rollout takes its cores back before its next decode step (it waits
+  // for the lent workers' current micro-batches), so the run never has more
+  // busy threads than rollout_threads + trainer_threads. Not in sync, where
+  // the roles alternate and each already has every core.
   bool lend_idle_cores = true;
   TrainOrder train_order = TrainOrder::kPrompt;
   // Streaming modes: run the trainer, rollout and reward roles each as its
@@ -124,8 +132,12 @@ struct PipelineOptions {
   std::vector<std::string> role_command;
   // Versions a sample may lag the weights it is trained with.
   int64_t EffectiveMaxStaleness() const;
-  // Whether the rollout's cores train while it idles (lend_idle_cores with both thread counts set).
-  bool Lending() const { return lend_idle_cores && rollout_threads > 0 && trainer_threads > 0; }
+  // Whether the rollout's cores train while it idles (lend_idle_cores in
+  // one_step_off or async, with both thread counts set).
+  bool Lending() const {
+    return lend_idle_cores && (mode == PipelineMode::kOneStepOff || mode == PipelineMode::kAsync) &&
+           rollout_threads > 0 && trainer_threads > 0;
+  }
 };
 
 // The roles of the streaming modes.
@@ -143,6 +155,18 @@ struct RoleConnection {
   int64_t start_version = 0;
 };
 
+// The threads a run's roles compute on, as configured (0 thread counts read
+// as `process_threads`, the process's intra-op setting).
+struct ThreadBudget {
+  int32_t rollout_engines = 0, threads_per_engine = 0;
+  int32_t trainer_workers = 0, threads_per_worker = 0;
+  int32_t lent_workers = 0;  // trainer workers that run only on the idle rollout's cores
+  bool roles_alternate = false;  // direct and sync: rollout and trainer never compute at once
+  // Most threads computing at any moment (the light reward thread aside).
+  int32_t max_busy = 0;
+  std::string ToString() const;  // e.g. "rollout 1 engine x 1 thread, trainer 1 worker x 1 thread + 1 lent ..."
+};
+
 struct LoopOptions {
   std::string run_dir;      // metrics.jsonl, checkpoints/, sft/, final/
   uint64_t seed = 0;
@@ -155,6 +179,7 @@ struct LoopOptions {
 
   // InvalidArgument naming the option for bad values (e.g. group_size 1).
   Status Validate() const;
+  ThreadBudget Threads(int32_t process_threads) const;
 };
 
 struct EvalResult {
@@ -199,7 +224,12 @@ struct StepRecord {
   double rollout_busy = 0, trainer_busy = 0;
   // staleness_hist[k]: trained samples whose first token is k versions old.
   std::vector<int64_t> staleness_hist;
-  std::vector<uint64_t> prompts;  // prompt cursors consumed by the step (kept or dropped)
+  // Prompt cursors consumed by the step (kept or dropped), read from the
+  // rows the trainer took.
+  std::vector<uint64_t> prompts;
+  // Streaming modes: groups the hub delivered again after the trainer had
+  // taken them (dropped, never trained twice); 0 unless exactly-once broke.
+  int64_t duplicate_groups = 0;
   bool has_eval = false;
   EvalResult eval;
   std::string ToJson() const;

@@ -73,16 +73,16 @@ struct PolicyLossOptions {
   double is_cap = 2.0;  // cap on the behaviour importance weight (> 0)
 };
 
-// Everything per token the policy loss sees. `behavior_logprobs` and
-// `versions` come from rollout; `old_logprobs` are the proximal policy's
-// (recomputed by the trainer before the update; equal to the behaviour
-// logprobs when rollout is on-policy). The off-policy corrections of the
-// async pipeline use behavior_logprobs and versions.
+// Everything per token the policy loss sees. `behavior_logprobs` come from
+// rollout: each token's logprob under the weights version that sampled it
+// (so a sequence that spans versions carries each token's own behaviour
+// policy); `old_logprobs` are the proximal policy's (recomputed by the
+// trainer before the update). The off-policy corrections weight each token
+// by pi_prox / pi_behav from these two.
 struct PolicyLossInputs {
   torch::Tensor logprobs;           // [B, T] current policy, with grad
   torch::Tensor old_logprobs;       // [B, T] proximal policy
   torch::Tensor behavior_logprobs;  // [B, T] the policy that sampled the tokens
-  torch::Tensor versions;           // [B, T] int64 policy version per token
   torch::Tensor advantages;         // [B, T]
   torch::Tensor mask;               // [B, T]
   torch::Tensor ref_logprobs;       // [B, T] or undefined when kl_coef == 0

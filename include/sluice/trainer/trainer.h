@@ -74,10 +74,12 @@ struct TrainerOptions {
   // the order gradients are summed in (so the last bits) varies.
   int32_t micro_batch_threads = 1;
   // With micro_batch_threads > 1: worker w > 0 takes the next micro-batch
-  // only while may_run(w) is true (worker 0, the caller, always runs). Lets a
-  // pipeline lend the trainer a core only while its owner is idle. Unset:
-  // every worker always runs.
+  // only while may_run(w) is true (worker 0, the caller, always runs), and
+  // calls done_running(w) (if set) when that micro-batch is finished. Lets a
+  // pipeline lend the trainer a core only while its owner is idle, and the
+  // owner wait until its core is handed back. Unset: every worker always runs.
   std::function<bool(int32_t worker)> may_run;
+  std::function<void(int32_t worker)> done_running;
 
   Status Validate() const;
 };
@@ -125,9 +127,11 @@ class Trainer {
   int64_t optimizer_steps() const { return optimizer_steps_; }
   double CurrentLr() const;
   const TrainerOptions& options() const { return options_; }
-  // Changes micro_batch_threads and may_run between steps (a pipeline lends
-  // the trainer cores while another role idles). InvalidArgument outside 1..256.
-  Status SetMicroBatchWorkers(int32_t threads, std::function<bool(int32_t)> may_run);
+  // Changes micro_batch_threads, may_run and done_running between steps (a
+  // pipeline lends the trainer cores while another role idles).
+  // InvalidArgument outside 1..256.
+  Status SetMicroBatchWorkers(int32_t threads, std::function<bool(int32_t)> may_run,
+                              std::function<void(int32_t)> done_running = {});
   model::Transformer& policy() { return *policy_; }
 
  private:

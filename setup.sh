@@ -54,7 +54,7 @@ install_packages() {
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# libtorch settings that matter on CPU (shared/NOTES-libtorch.md): idle OpenMP
+# libtorch settings that matter on CPU (docs/design.md, libtorch on CPU): idle OpenMP
 # threads must sleep, not spin.
 export OMP_WAIT_POLICY=PASSIVE
 

@@ -55,7 +55,7 @@ inline std::vector<int32_t> LongTailLengths(int n, int median, double tail, uint
 
 
 // The main() of every benchmark: passive OpenMP waiting and the allocator
-// settings of shared/NOTES-libtorch.md, then `body`; an error is printed and
+// settings of docs/design.md (libtorch on CPU), then `body`; an error is printed and
 // exits with 2.
 template <typename Body>
 int BenchMain(int argc, char** argv, Body body) {

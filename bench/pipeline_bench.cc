@@ -1,5 +1,6 @@
-// Sync vs one_step_off vs async training throughput (shared/BENCHMARKS.md §1)
-// on the same cores, same seed, same workload, measured in the same run.
+// Sync vs one_step_off vs async training throughput on the same cores, same
+// seed, same workload, measured in the same run (docs/design.md, how
+// performance is measured).
 //
 // Workload: GRPO steps of P prompts x G answers on the built-in arithmetic
 // task with a freshly initialised model; every answer's length is fixed up
@@ -20,8 +21,11 @@
 // The bound is a lower bound on any mode's wall time, measured in every
 // repetition next to the modes: each stage's work at its best rate per core,
 // alone on one thread. Trainer: the workload's batches (same lengths, same
-// options, no off-policy correction) trained by one single-threaded worker.
-// Rollout: the workload's tokens decoded at full occupancy (a lockstep batch
+// options, no off-policy correction) trained on one thread, packed into the
+// micro-batches of `threads` workers as every mode packs them (sync's data
+// parallel workers; a split mode's own and lent ones) and computed one after
+// another. Rollout: the workload's tokens
+// decoded at full occupancy (a lockstep batch
 // of `slots` sequences at the workload's mean context, one prefill per
 // prompt). More threads or processes at best keep a stage's core-seconds
 // (scaling is at most linear) and stages running at once only slow each
@@ -74,17 +78,18 @@ struct ModeResult {
 
 Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name, const std::string& dir,
                            const pipeline::LoopOptions& base, const model::ModelConfig& config,
-                           std::shared_ptr<const sluice::reward::Task> task, int32_t rollout_threads,
+                           std::shared_ptr<const sluice::reward::Task> task, int32_t cores, int32_t rollout_threads,
                            int32_t trainer_threads) {
+  torch::set_num_threads(cores);  // the loop's roles set their own from here
   pipeline::LoopOptions o = base;
   o.pipeline.mode = mode;
   o.pipeline.rollout_threads = rollout_threads;
   o.pipeline.trainer_threads = trainer_threads;
   o.run_dir = base.run_dir + "/" + dir;
-  const pipeline::ThreadBudget budget = o.Threads(torch::get_num_threads());
-  if (budget.max_busy > torch::get_num_threads()) {
+  const pipeline::ThreadBudget budget = o.Threads(cores);
+  if (budget.max_busy > cores) {
     return Status::Internal(name + " would run " + std::to_string(budget.max_busy) + " busy threads on " +
-                            std::to_string(torch::get_num_threads()) + " cores: " + budget.ToString());
+                            std::to_string(cores) + " cores: " + budget.ToString());
   }
   auto policy = std::make_shared<model::Transformer>(config, o.seed);
   SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, task, o));
@@ -124,7 +129,7 @@ struct BoundParts {
 
 Result<BoundParts> MeasureBound(const pipeline::LoopOptions& base, const model::ModelConfig& config,
                                 const sluice::reward::Task& task, const std::vector<int32_t>& lengths, int64_t slots,
-                                uint64_t seed) {
+                                int32_t workers, uint64_t seed) {
   const int64_t P = base.rl.prompts_per_step, G = base.rl.group_size;
   const int64_t answers = static_cast<int64_t>(lengths.size());
   BoundParts out;
@@ -133,7 +138,11 @@ Result<BoundParts> MeasureBound(const pipeline::LoopOptions& base, const model::
   {
     sluice::trainer::TrainerOptions to = base.rl.trainer;
     to.loss.correction = sluice::trainer::OffPolicyCorrection::kNone;
-    to.micro_batch_threads = 1;
+    // The micro-batches every mode packs (for `workers` workers: sync's data
+    // parallel workers, a split mode's own + lent ones), all computed on this
+    // one thread: the second worker never runs.
+    to.micro_batch_threads = workers;
+    to.may_run = [](int32_t) { return false; };
     SLUICE_ASSIGN_OR_RETURN(auto trainer, sluice::trainer::Trainer::Create(m, nullptr, to));
     model::ByteTokenizer tok;
     std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -324,12 +333,14 @@ Status Main(int argc, char** argv) {
       const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
       SLUICE_ASSIGN_OR_RETURN(
           ModeResult r,
-          RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, config, task, rt, tt));
+          RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, config, task,
+                  static_cast<int32_t>(threads), rt, tt));
       std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s; %s\n", name.c_str(), r.wall, r.samples / r.wall,
                    r.budget.c_str());
       mode_runs_all[m].push_back(r);
     }
-    SLUICE_ASSIGN_OR_RETURN(BoundParts b, MeasureBound(base, config, *task, lengths, slots, static_cast<uint64_t>(seed)));
+    SLUICE_ASSIGN_OR_RETURN(BoundParts b, MeasureBound(base, config, *task, lengths, slots, static_cast<int32_t>(threads),
+                                                         static_cast<uint64_t>(seed)));
     torch::set_num_threads(static_cast<int>(threads));
     const double bound = (b.train + b.decode) / static_cast<double>(threads);
     std::fprintf(stderr, "  %-12s %.1f s = (trainer %.1f + rollout %.1f core-seconds, each alone on 1 thread) / %lld cores\n",

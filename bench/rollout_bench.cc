@@ -1,5 +1,5 @@
 // Rollout decode throughput on a long-tail length workload
-// (shared/BENCHMARKS.md §4): continuous batching vs static batching vs a plain
+// (docs/design.md, how performance is measured): continuous batching vs static batching vs a plain
 // lockstep decode loop at full batch (the bound), measured in the same run,
 // interleaved and repeated; prints medians, spreads and ratios.
 //

@@ -1,4 +1,4 @@
-// Rollout stall per weight switch (shared/BENCHMARKS.md §3): a rollout
+// Rollout stall per weight switch (docs/checkpoint_engine.md): a rollout
 // engine decodes at full occupancy while a publisher commits a new weight
 // version into the CheckpointEngine's VersionStore every `interval-ms`. Two
 // ways for rollout to take a version, measured in the same run:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Convergence parity (shared/BENCHMARKS.md §1, issue "async pipeline" item 8):
+# Convergence parity (docs/design.md, how performance is measured):
 # does the async pipeline learn as well as the synchronous one, per sample
 # trained? On the built-in arithmetic task, from one shared warm start:
 #

@@ -70,7 +70,7 @@ std::unique_ptr<std::byte[]> AllocateTouched(size_t n);
 // MemAvailable from /proc/meminfo, in bytes (0 if unreadable).
 size_t MemAvailableBytes();
 
-// "10 MB" / "1 GB" (decimal units, as in BENCHMARKS.md).
+// "10 MB" / "1 GB" (decimal units, as in docs/benchmarks.md).
 std::string HumanBytes(size_t bytes);
 // Parses "10M", "100M", "1G", "4096" (decimal units).
 Result<size_t> ParseBytes(const std::string& text);

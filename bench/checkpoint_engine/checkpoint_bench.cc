@@ -1,4 +1,4 @@
-// CheckpointEngine benchmark (shared/BENCHMARKS.md §3): the time from
+// CheckpointEngine benchmark (docs/benchmarks.md): the time from
 // "publish version v" to "every subscriber serves v", for several version
 // sizes and subscriber counts, per transport, each next to a baseline
 // measured in the same run:

@@ -1,4 +1,4 @@
-// TransferQueue benchmark (shared/BENCHMARKS.md §2). Every figure is shown
+// TransferQueue benchmark (docs/benchmarks.md). Every figure is shown
 // next to a baseline measured in the same run:
 //
 //   1. put+get round trips of U8 rows (64 B .. 16 MiB, batches 1 and 256):

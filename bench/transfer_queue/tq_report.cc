@@ -1,6 +1,6 @@
 // Tables, targets and JSON of the TransferQueue benchmark; see tq_report.h.
 // The targets printed next to the figures are the project's aims for the
-// TransferQueue (below); BENCHMARKS.md §2 says what is measured.
+// TransferQueue (below); docs/design.md says how it is measured.
 #include "tq_report.h"
 
 #include <cstdio>
@@ -271,7 +271,7 @@ void PrintMemory(const Report& report) {
 
 void PrintReport(const Report& report) {
   std::printf(
-      "\nTransferQueue benchmark (shared/BENCHMARKS.md §2)%s: %u CPUs; every ratio is against a baseline"
+      "\nTransferQueue benchmark (docs/design.md)%s: %u CPUs; every ratio is against a baseline"
       " of this run.\n",
       report.quick ? ", --quick" : "", std::thread::hardware_concurrency());
   for (const std::string& n : report.notes) std::printf("note: %s\n", n.c_str());

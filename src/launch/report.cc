@@ -274,7 +274,50 @@ Result<RunCurves> Curves(const LabeledRun& run) {
 
 struct Band {
   std::vector<double> x, mean, lo, hi;
+  std::vector<std::vector<double>> values;  // per point, one value per seed
 };
+
+// The two-sided 95% quantile of Student's t with `df` degrees of freedom,
+// df rounded down (a wider, conservative interval); 1.96 in the limit.
+double StudentT975(double df) {
+  static const double kTable[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                  2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                  2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  df += 1e-9;  // 2 computed as 1.999...: still 2
+  if (!(df >= 1)) return kTable[0];
+  if (df < 30) return kTable[static_cast<int>(df) - 1];
+  return df < 60 ? 2.000 : (df < 120 ? 1.980 : 1.960);
+}
+
+void MeanAndVariance(const std::vector<double>& v, double* mean, double* var) {
+  *mean = 0;
+  for (double x : v) *mean += x;
+  *mean /= static_cast<double>(v.size());
+  *var = 0;
+  for (double x : v) *var += (x - *mean) * (x - *mean);
+  *var = v.size() > 1 ? *var / static_cast<double>(v.size() - 1) : 0;
+}
+
+}  // namespace
+
+MeanDifference DifferenceOfMeans(const std::vector<double>& base, const std::vector<double>& other) {
+  MeanDifference d;
+  if (base.empty() || other.empty()) return d;
+  double ma = 0, va = 0, mb = 0, vb = 0;
+  MeanAndVariance(base, &ma, &va);
+  MeanAndVariance(other, &mb, &vb);
+  d.diff = mb - ma;
+  if (base.size() < 2 || other.size() < 2) return d;  // no spread to estimate: no interval
+  const double na = static_cast<double>(base.size()), nb = static_cast<double>(other.size());
+  const double sa = va / na, sb = vb / nb, se2 = sa + sb;
+  // Welch-Satterthwaite degrees of freedom (unequal variances).
+  const double df = se2 > 0 ? se2 * se2 / (sa * sa / (na - 1) + sb * sb / (nb - 1)) : na + nb - 2;
+  d.half_width = StudentT975(df) * std::sqrt(se2);
+  d.has_interval = true;
+  return d;
+}
+
+namespace {
 
 // Point i of every seed's curve (curves are cut to the shortest), averaged.
 Band Aggregate(const std::vector<std::vector<std::pair<double, double>>>& curves) {
@@ -289,6 +332,8 @@ Band Aggregate(const std::vector<std::vector<std::pair<double, double>>>& curves
     }
     const double k = static_cast<double>(curves.size());
     b.x.push_back(x / k), b.mean.push_back(sum / k), b.lo.push_back(lo), b.hi.push_back(hi);
+    b.values.emplace_back();
+    for (const auto& c : curves) b.values.back().push_back(c[i].second);
   }
   return b;
 }
@@ -334,12 +379,29 @@ Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {
     for (Series& s : BandSeries(labels[i], color, Aggregate(rewards))) reward_series.push_back(std::move(s));
   }
 
-  // Table: per label, means over seeds (min..max); parity against the first label.
+  // Table: per label, means over seeds (min..max); parity against the first
+  // label: the difference of the mean held-out accuracies with a 95%
+  // confidence interval across seeds (Welch), at the last evaluation and at
+  // every one. Parity: every interval includes 0 and is at most
+  // kParityPoints wide on each side.
+  constexpr double kParityPoints = 0.02;
   const Band& base = eval_bands[labels.front()];
-  std::ostringstream md;
-  md << "| config | seeds | final held-out acc (min..max) | reward, last 10 steps | samples trained | mean staleness | "
-        "wall s | samples/s | eval points inside " << labels.front() << "'s seed range |\n"
-     << "|---|---|---|---|---|---|---|---|---|\n";
+  auto points_str = [](double v) {
+    const std::string p = Fixed(100 * v, 1);
+    return p == "-0.0" ? std::string("+0.0") : (v >= 0 ? "+" : "") + p;
+  };
+  std::ostringstream md, per_point;
+  md << "| config | seeds | final held-out acc (min..max) | final acc - " << labels.front()
+     << " (95% CI) | parity with " << labels.front() << " | reward, last 10 steps | samples trained | mean staleness | "
+     << "wall s | samples/s |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
+  per_point << "\nHeld-out accuracy minus " << labels.front()
+            << "'s, in points, with the 95% confidence interval across seeds, at each evaluation (samples trained):\n\n"
+            << "| config |";
+  for (double x : base.x) per_point << " " << Fixed(x, 0) << " |";
+  per_point << "\n|---|";
+  for (size_t i = 0; i < base.x.size(); ++i) per_point << "---|";
+  per_point << "\n";
   for (const std::string& label : labels) {
     const auto& group = by_label[label];
     double acc = 0, acc_lo = 1e300, acc_hi = -1e300, reward = 0, samples = 0, stale = 0, wall = 0;
@@ -349,15 +411,46 @@ Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {
     }
     const double k = static_cast<double>(group.size());
     const Band& b = eval_bands[label];
-    size_t inside = 0, points = std::min(b.mean.size(), base.mean.size());
-    for (size_t i = 0; i < points; ++i) inside += (b.mean[i] >= base.lo[i] - 1e-12 && b.mean[i] <= base.hi[i] + 1e-12);
+    std::string final_diff = "(baseline)", verdict = "(baseline)";
+    if (label != labels.front()) {
+      const size_t points = std::min(b.values.size(), base.values.size());
+      bool all_zero = points > 0, worse = false, better = false, defined = points > 0;
+      double widest = 0;
+      per_point << "| " << label << " |";
+      for (size_t i = 0; i < points; ++i) {
+        const MeanDifference d = DifferenceOfMeans(base.values[i], b.values[i]);
+        defined = defined && d.has_interval;
+        widest = std::max(widest, d.half_width);
+        all_zero = all_zero && d.diff - d.half_width <= 0 && d.diff + d.half_width >= 0;
+        worse = worse || (d.has_interval && d.diff + d.half_width < 0);
+        better = better || (d.has_interval && d.diff - d.half_width > 0);
+        per_point << " " << points_str(d.diff) << (d.has_interval ? " ± " + Fixed(100 * d.half_width, 1) : "") << " |";
+      }
+      per_point << "\n";
+      std::vector<double> base_final, final;
+      for (const RunCurves& c : by_label[labels.front()]) base_final.push_back(c.final_eval);
+      for (const RunCurves& c : group) final.push_back(c.final_eval);
+      const MeanDifference fd = DifferenceOfMeans(base_final, final);
+      final_diff = points_str(fd.diff) + (fd.has_interval ? " ± " + Fixed(100 * fd.half_width, 1) : "") + " points";
+      if (!defined) {
+        verdict = "unknown: needs 2+ seeds of each";
+      } else if (worse) {
+        verdict = "no: worse at some evaluation";
+      } else if (all_zero && widest <= kParityPoints) {
+        verdict = "yes";
+      } else if (better) {
+        verdict = "no: better at some evaluation";
+      } else {
+        verdict = "not shown: interval up to ±" + Fixed(100 * widest, 1) + " points (parity needs ±" +
+                  Fixed(100 * kParityPoints, 0) + ")";
+      }
+    }
     md << "| " << label << " | " << group.size() << " | " << Fixed(100 * acc / k, 1) << "% (" << Fixed(100 * acc_lo, 1)
-       << ".." << Fixed(100 * acc_hi, 1) << ") | " << Fixed(reward / k, 3) << " | " << Fixed(samples / k, 0) << " | "
-       << Fixed(stale / k, 2) << " | " << Fixed(wall / k, 0) << " | " << Fixed(wall > 0 ? samples / wall : 0, 1)
-       << " | " << (label == labels.front() ? std::string("(baseline)")
-                                             : std::to_string(inside) + "/" + std::to_string(points))
-       << " |\n";
+       << ".." << Fixed(100 * acc_hi, 1) << ") | " << final_diff << " | " << verdict << " | " << Fixed(reward / k, 3)
+       << " | " << Fixed(samples / k, 0) << " | " << Fixed(stale / k, 2) << " | " << Fixed(wall / k, 0) << " | "
+       << Fixed(wall > 0 ? samples / wall : 0, 1) << " |\n";
   }
+  if (labels.size() > 1) md << per_point.str();
 
   std::ostringstream html;
   html << "<!doctype html><html><head><meta charset='utf-8'><title>Sluice comparison</title><style>"

@@ -1,6 +1,8 @@
 #include "sluice/launch/report.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <unistd.h>
 
 #include <filesystem>
@@ -77,7 +79,10 @@ TEST_F(ReportTest, CompareAggregatesSeedsAndChecksParityAgainstTheBaseline) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_NE(c->markdown.find("| sync | 2 | 75.0% (70.0..80.0) |"), std::string::npos) << c->markdown;
   EXPECT_NE(c->markdown.find("| async | 2 | 85.0% (80.0..90.0) |"), std::string::npos) << c->markdown;
-  EXPECT_NE(c->markdown.find("| 1/2 |"), std::string::npos) << c->markdown;
+  // Final accuracy: async - sync = +10 points; seeds' variances 0.005 each: se 0.0707, 2 df -> t 4.303.
+  // At the first evaluation async's seeds agree (variance 0): Welch's df is 1, t 12.706 x se 0.05.
+  EXPECT_NE(c->markdown.find("| +10.0 ± 30.4 points |"), std::string::npos) << c->markdown;
+  EXPECT_NE(c->markdown.find("not shown: interval up to ±63.5 points"), std::string::npos) << c->markdown;
   EXPECT_NE(c->markdown.find("(baseline)"), std::string::npos);
   EXPECT_NE(c->html.find("<svg"), std::string::npos);
   EXPECT_NE(c->html.find("stroke-dasharray"), std::string::npos) << "seed ranges are drawn";
@@ -87,6 +92,49 @@ TEST_F(ReportTest, CompareAggregatesSeedsAndChecksParityAgainstTheBaseline) {
   std::ofstream(dir_ / "noeval" / "metrics.jsonl") << "{\"step\":1}\n";
   auto missing = CompareRuns({{"x", (dir_ / "noeval").string()}});
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+// Parity is a difference of means with a confidence interval, not "inside
+// the baseline's seed range" (which let a 2-3 point drop pass).
+TEST(DifferenceOfMeansTest, WelchIntervalAcrossSeeds) {
+  // Equal spreads, 3 seeds each: diff -0.02, se sqrt(2 * 1e-4 / 3), df 4 -> t 2.776.
+  MeanDifference d = DifferenceOfMeans({0.94, 0.95, 0.96}, {0.92, 0.93, 0.94});
+  EXPECT_TRUE(d.has_interval);
+  EXPECT_NEAR(d.diff, -0.02, 1e-12);
+  EXPECT_NEAR(d.half_width, 2.776 * std::sqrt(2 * 1e-4 / 3), 1e-9);
+  // A clear drop: the interval excludes 0.
+  d = DifferenceOfMeans({0.94, 0.95, 0.96, 0.95}, {0.91, 0.92, 0.93, 0.92});
+  EXPECT_LT(d.diff + d.half_width, 0);
+  // One seed: a difference but no interval.
+  d = DifferenceOfMeans({0.9}, {0.8, 0.85});
+  EXPECT_FALSE(d.has_interval);
+  EXPECT_NEAR(d.diff, -0.075, 1e-12);
+}
+
+TEST_F(ReportTest, CompareSaysWhereAsyncIsNotAtParity) {
+  auto run = [&](const std::string& name, double acc) {
+    fs::create_directories(dir_ / name);
+    std::ofstream(dir_ / name / "metrics.jsonl")
+        << "{\"step\":1,\"samples_trained\":10,\"reward_mean\":0.5,\"eval_accuracy\":" << acc << "}\n";
+    return (dir_ / name).string();
+  };
+  // Inside sync's seed range (0.92..0.98), yet 3 points lower with a tight interval: not parity.
+  auto c = CompareRuns({{"sync", run("s0", 0.92)}, {"sync", run("s1", 0.95)}, {"sync", run("s2", 0.98)},
+                        {"close", run("c0", 0.945)}, {"close", run("c1", 0.95)}, {"close", run("c2", 0.955)},
+                        {"drop", run("d0", 0.93)}, {"drop", run("d1", 0.93)}, {"drop", run("d2", 0.92)}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE(c->markdown.find("| close | 3 | 95.0% (94.5..95.5) | +0.0 ± "), std::string::npos) << c->markdown;
+  EXPECT_NE(c->markdown.find("| drop | 3 | 92.7% (92.0..93.0) | -2.3 ± "), std::string::npos) << c->markdown;
+  // sync's own spread (sd 3 points) keeps every interval wider than +-2 points: no claim either way.
+  EXPECT_NE(c->markdown.find("not shown: interval up to"), std::string::npos) << c->markdown;
+  // A tight baseline: the drop is shown as such, the close config as parity.
+  c = CompareRuns({{"sync", run("t0", 0.95)}, {"sync", run("t1", 0.951)}, {"sync", run("t2", 0.949)},
+                   {"close", run("c0", 0.945)}, {"close", run("c1", 0.95)}, {"close", run("c2", 0.955)},
+                   {"drop", run("d0", 0.93)}, {"drop", run("d1", 0.93)}, {"drop", run("d2", 0.92)}});
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c->markdown.find("| close | 3 | 95.0% (94.5..95.5) | +0.0 ± 1.3 points | yes |"), std::string::npos)
+      << c->markdown;
+  EXPECT_NE(c->markdown.find("no: worse at some evaluation"), std::string::npos) << c->markdown;
 }
 
 TEST_F(ReportTest, MissingOrMalformedMetricsAreClearErrors) {

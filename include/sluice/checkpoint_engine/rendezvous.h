@@ -1,5 +1,5 @@
 // A small TCP key-value store by which the hosts of a run find each other
-// (the "rendezvous store" of DESIGN.md): the cross-host weight broadcast
+// (the "rendezvous store" of docs/checkpoint_engine.md): the cross-host weight broadcast
 // (broadcast.h) announces its publisher, members, generations and per-version
 // headers here, and Gloo exchanges its pair addresses through it.
 //

@@ -1,5 +1,5 @@
 // Process-level settings that decide libtorch CPU performance (see
-// shared/NOTES-libtorch.md): OpenMP must not spin while idle, glibc malloc
+// docs/design.md, libtorch on CPU): OpenMP must not spin while idle, glibc malloc
 // must not map and unmap large buffers every step.
 #ifndef SLUICE_LAUNCH_PROCESS_H_
 #define SLUICE_LAUNCH_PROCESS_H_

@@ -27,8 +27,21 @@ struct LabeledRun {
 };
 struct Comparison {
   std::string html;      // curves: held-out accuracy and reward vs samples trained, mean and seed range
-  std::string markdown;  // one row per label; the first label is the baseline
+  // One row per label; the first label is the baseline: each other label's
+  // held-out accuracy minus the baseline's with a 95% confidence interval
+  // across seeds, and whether that shows parity (every interval includes 0
+  // and is within +-2 points), at the last evaluation and at each one.
+  std::string markdown;
 };
+
+// The difference of two means (other - base) with the half-width of its 95%
+// confidence interval (Welch's t interval, unequal variances). No interval
+// (has_interval false) when a side has fewer than two values.
+struct MeanDifference {
+  double diff = 0, half_width = 0;
+  bool has_interval = false;
+};
+MeanDifference DifferenceOfMeans(const std::vector<double>& base, const std::vector<double>& other);
 // Errors: InvalidArgument (no runs, an empty label), those of RenderRunReport
 // for each run directory, NotFound if a run has no evaluations.
 Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs);

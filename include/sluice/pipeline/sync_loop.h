@@ -108,7 +108,7 @@ struct PipelineOptions {
   // rollout_threads / rollout_engines intra-op threads and its share of
   // rl.rollout_slots, all taking prompts from the same stream. On CPUs two
   // single-threaded engines generate ~1.6x one two-threaded engine
-  // (shared/NOTES-libtorch.md).
+  // (docs/design.md, libtorch on CPU).
   int32_t rollout_engines = 1;
   // one_step_off and async with both thread counts set: the trainer computes
   // micro-batches on trainer_threads + rollout_threads single-threaded

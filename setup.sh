@@ -22,7 +22,8 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev                   # TransferQueue/CheckpointEngine network transport
   libgloo-dev                              # CheckpointEngine cross-host weight broadcast (optional; skipped without)
   libgtest-dev libgmock-dev                # tests
-  clang libclang-rt-dev                    # the wire-format fuzz smoke test (libFuzzer)
+  clang libclang-rt-dev                    # fuzz smoke test (libFuzzer); the core's clang build (-Wthread-safety, TSan)
+  clang-format                             # the format check of the test suite
   redis-server libhiredis-dev              # TransferQueue benchmark's Redis baseline (bench/transfer_queue)
 )
 

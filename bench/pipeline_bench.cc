@@ -151,7 +151,7 @@ Result<BoundParts> MeasureBound(const pipeline::LoopOptions& base, const model::
     for (int64_t step = 0; step < base.rl.steps; ++step) {
       std::vector<sluice::trainer::RolloutSample> batch;
       std::vector<double> rewards;
-      std::vector<uint64_t> groups;
+      std::vector<sluice::GroupId> groups;
       for (int64_t k = 0; k < P; ++k) {
         const uint64_t cursor = static_cast<uint64_t>(step * P + k);
         SLUICE_ASSIGN_OR_RETURN(sluice::reward::Example ex, task.Get(sluice::reward::Split::kTrain, cursor % task.size(sluice::reward::Split::kTrain)));
@@ -160,7 +160,7 @@ Result<BoundParts> MeasureBound(const pipeline::LoopOptions& base, const model::
         for (int64_t g = 0; g < G; ++g) {
           sluice::trainer::RolloutSample smp;
           smp.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
-          smp.group_id = cursor;
+          smp.group_id = static_cast<sluice::GroupId>(cursor);
           smp.prompt = prompt;
           const int32_t len = lengths.at(static_cast<size_t>(smp.id));
           for (int32_t i = 0; i < len; ++i) smp.response.push_back(byte(rng));
@@ -168,7 +168,7 @@ Result<BoundParts> MeasureBound(const pipeline::LoopOptions& base, const model::
           smp.versions.assign(static_cast<size_t>(len), 0);
           smp.reward = static_cast<double>(g % 2);
           rewards.push_back(smp.reward);
-          groups.push_back(cursor);
+          groups.push_back(static_cast<sluice::GroupId>(cursor));
           batch.push_back(std::move(smp));
         }
       }

@@ -2,7 +2,12 @@
 
 set(SLUICE_WARNINGS -Wall -Wextra -Wno-unused-parameter)
 if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  # Checks every SLUICE_GUARDED_BY / SLUICE_REQUIRES annotation; the core-tsan
+  # preset builds with clang so the test command enforces them.
   list(APPEND SLUICE_WARNINGS -Wthread-safety)
+endif()
+if(SLUICE_WERROR)
+  list(APPEND SLUICE_WARNINGS -Werror)
 endif()
 
 set(SLUICE_SANITIZE_FLAGS "")

@@ -8,8 +8,7 @@
 #   async-s1/s2/s4-tis-lr5  pipeline.mode=async, max_staleness 1, 2, 4, token-level truncated IS
 #   async-s4-nocorr-lr5  the largest staleness with the correction off (the ablation)
 # The first study (docs/parity), at lr 1e-4:
-#   sync, async-s1/2/4 (decoupled PPO), async-s4-nocorr, async-s1-completion (groups trained as
-#   they complete), async-s2-tis, async-s4-tis
+#   sync, async-s1/2/4 (decoupled PPO), async-s4-nocorr, async-s2-tis, async-s4-tis
 # Staleness-4 trials at lr 1e-4: async-s4-tis-cap1 (is_cap 1), async-s4-seqtis (sequence-level
 # TIS), async-s4-tis-kl / sync-kl (KL anchor 0.05), async-s4-tis-kl2 (KL 0.2), async-s4-tis-lr5.
 #
@@ -36,7 +35,7 @@ EVAL_SIZE=${EVAL_SIZE:-500}
 EVAL_INTERVAL=${EVAL_INTERVAL:-10}
 ROLE_THREADS=${ROLE_THREADS:-1}
 # The headline study (docs/parity-lr5) at lr 5e-5; the first study (docs/parity) at the 1e-4 of the
-# time: CONFIGS="sync async-s1 async-s2 async-s4 async-s4-nocorr async-s1-completion async-s2-tis async-s4-tis"
+# time: CONFIGS="sync async-s1 async-s2 async-s4 async-s4-nocorr async-s2-tis async-s4-tis"
 CONFIGS=${CONFIGS:-"sync-lr5 async-s1-tis-lr5 async-s2-tis-lr5 async-s4-tis-lr5 async-s4-nocorr-lr5"}
 DOCS=${DOCS:-}
 
@@ -60,7 +59,6 @@ overrides_for() {
     async-s2) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=decoupled" ;;
     async-s4) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=decoupled" ;;
     async-s4-nocorr) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=none" ;;
-    async-s1-completion) echo "pipeline.mode=async pipeline.max_staleness=1 pipeline.train_order=completion trainer.off_policy_correction=decoupled" ;;
     async-s2-tis) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=tis" ;;
     async-s4-tis) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis" ;;
     async-s4-tis-cap1) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis trainer.is_cap=1" ;;

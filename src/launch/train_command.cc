@@ -105,9 +105,9 @@ ConfigSchema TrainSchema() {
             "over shared memory), supervised by this one; Ctrl-C stops them all");
   s.AddEnum("pipeline.train_order", "prompt", {"prompt", "completion"},
             "streaming trainer: each step's own prompts in order (the direct loop's batches), or whole groups as "
-            "they complete (less waiting, biased toward quick answers)");
+            "they complete (sync only: refused where samples may be stale)");
   s.AddBool("pipeline.lend_idle_cores", true,
-            "streaming modes with both thread counts set: the rollout's cores train while the rollout idles");
+            "one_step_off/async with both thread counts set: the rollout's cores train while the rollout idles");
   s.AddInt("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)");
   s.AddInt("eval.size", 200, 1, 1000000, "held-out examples per evaluation (greedy decoding)");
   s.AddInt("eval.max_new_tokens", 96, 1, 1000000, "held-out response length limit");

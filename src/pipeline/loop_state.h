@@ -89,7 +89,7 @@ struct SyncLoop::State {
   Status TrainOnGroups(std::vector<trainer::RolloutSample>& samples, StepRecord* rec) {
     if (samples.empty()) return Status::Ok();
     std::vector<double> rewards;
-    std::vector<uint64_t> group_ids;
+    std::vector<GroupId> group_ids;
     for (const auto& smp : samples) {
       rewards.push_back(smp.reward);
       group_ids.push_back(smp.group_id);

@@ -29,11 +29,36 @@ HostTensor VectorTensor(DType dtype, const std::vector<T>& v) {
   return HostTensor::Copy(dtype, {static_cast<int64_t>(v.size())}, v.data(), v.size() * sizeof(T));
 }
 
+// A cell read back with the type its column was written with (checked: the
+// hub validates writes against the schema, so a mismatch is data loss).
 template <typename T>
-std::vector<T> TensorVector(const HostTensor& t) {
+Result<std::vector<T>> TensorVector(const HostTensor& t, DType dtype, const char* column) {
+  if (t.dtype != dtype || t.nbytes % sizeof(T) != 0) {
+    return Status::DataLoss(std::string("hub column '") + column + "' holds " + std::string(DTypeName(t.dtype)) +
+                            ", expected " + std::string(DTypeName(dtype)));
+  }
   std::vector<T> v(t.nbytes / sizeof(T));
   if (!v.empty()) std::memcpy(v.data(), t.data, v.size() * sizeof(T));
   return v;
+}
+
+template <typename T>
+Result<T> TensorScalar(const HostTensor& t, DType dtype, const char* column) {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<T> v, TensorVector<T>(t, dtype, column));
+  if (v.size() != 1) {
+    return Status::DataLoss(std::string("hub column '") + column + "' holds " + std::to_string(v.size()) +
+                            " values, expected one");
+  }
+  return v[0];
+}
+
+// The cell of `column` in row i of a batch (DataLoss if the hub left it out).
+Result<const HostTensor*> Cell(const tq::BatchData& data, const char* column, size_t i) {
+  auto it = data.columns.find(column);
+  if (it == data.columns.end() || it->second.size() <= i) {
+    return Status::DataLoss(std::string("the hub returned no '") + column + "' for row " + std::to_string(i));
+  }
+  return &it->second[i];
 }
 
 }  // namespace
@@ -54,11 +79,10 @@ SyncLoop::StreamSummary RoleBoard::Summary(double wall_seconds) const {
 }
 
 std::vector<tq::ColumnSchema> RolloutColumns() {
-  return {{"prompt", DType::kI32, {tq::kRaggedDim}},
-          {"response", DType::kI32, {tq::kRaggedDim}},
-          {"logprobs", DType::kF32, {tq::kRaggedDim}},
-          {"versions", DType::kI64, {tq::kRaggedDim}},
-          {"reward", DType::kF32, {}}};
+  return {{column::kPrompt, DType::kI32, {tq::kRaggedDim}},       {column::kResponse, DType::kI32, {tq::kRaggedDim}},
+          {column::kLogprobs, DType::kF32, {tq::kRaggedDim}},     {column::kVersions, DType::kI64, {tq::kRaggedDim}},
+          {column::kAnswerIndex, DType::kI32, {}},                {column::kExample, DType::kI64, {}},
+          {column::kReferenceAnswer, DType::kU8, {tq::kRaggedDim}}, {column::kReward, DType::kF32, {}}};
 }
 
 Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& client, const Rollout& r, RoleBoard& board,
@@ -161,16 +185,22 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
       for (auto& res : done) {
         board.rollout_tokens += static_cast<int64_t>(res.tokens.size());
         const uint64_t c = res.id / static_cast<uint64_t>(G);
+        SLUICE_ASSIGN_OR_RETURN(reward::Example ex, ExampleOf(s, c));
         tq::RowTags tags;
-        tags.group_id = static_cast<tq::GroupId>(c);
+        tags.group_id = static_cast<GroupId>(c);
         tags.policy_version = res.versions.empty() ? engine->policy_version() : res.versions.front();
         tags.token_length = static_cast<int64_t>(res.tokens.size());
-        tags.user["answer"] = std::to_string(res.id % static_cast<uint64_t>(G));
+        const int32_t answer_index = static_cast<int32_t>(res.id % static_cast<uint64_t>(G));
+        const int64_t example = static_cast<int64_t>(ex.index);
         tq::ColumnBatch cols;
-        cols["prompt"] = {VectorTensor(DType::kI32, res.prompt)};
-        cols["response"] = {VectorTensor(DType::kI32, res.tokens)};
-        cols["logprobs"] = {VectorTensor(DType::kF32, res.logprobs)};
-        cols["versions"] = {VectorTensor(DType::kI64, res.versions)};
+        cols[column::kPrompt] = {VectorTensor(DType::kI32, res.prompt)};
+        cols[column::kResponse] = {VectorTensor(DType::kI32, res.tokens)};
+        cols[column::kLogprobs] = {VectorTensor(DType::kF32, res.logprobs)};
+        cols[column::kVersions] = {VectorTensor(DType::kI64, res.versions)};
+        cols[column::kAnswerIndex] = {HostTensor::Copy(DType::kI32, {}, &answer_index, sizeof(answer_index))};
+        cols[column::kExample] = {HostTensor::Copy(DType::kI64, {}, &example, sizeof(example))};
+        cols[column::kReferenceAnswer] = {HostTensor::Copy(DType::kU8, {static_cast<int64_t>(ex.answer.size())},
+                                                           ex.answer.data(), ex.answer.size())};
         SLUICE_RETURN_IF_ERROR(client.PutRows(kRolloutPartition, {tags}, cols).status());
       }
     }
@@ -198,19 +228,30 @@ Status StreamRoles::RunReward(SyncLoop::State& s, tq::TransferQueueClient& clien
   const RlOptions& rl = s.options.rl;
   const int64_t total = (rl.steps - s.step) * rl.prompts_per_step * rl.group_size;
   for (int64_t scored = 0; scored < total && !stopping() && board.stop.load() == 0;) {
-    auto meta = client.GetMeta(kRewardTask, {"response"}, 1, kRolloutPartition, {}, kPoll);
+    // What it scores comes from the hub: the answer, and the reference answer
+    // the rollout wrote next to it (no lookup in the dataset).
+    auto meta = client.GetMeta(kRewardTask, {column::kResponse, column::kExample, column::kReferenceAnswer}, 1,
+                               kRolloutPartition, {}, kPoll);
     if (!meta.ok()) {
       if (meta.status().code() != StatusCode::kTimeout) return meta.status();
       continue;
     }
     SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
-    const uint64_t cursor = static_cast<uint64_t>(meta->rows[0].tags.group_id);
-    SLUICE_ASSIGN_OR_RETURN(reward::Example ex, ExampleOf(s, cursor));
-    SLUICE_ASSIGN_OR_RETURN(std::string text,
-                            s.tokenizer.Decode(TensorVector<model::TokenId>(data.columns["response"][0])));
+    reward::Example ex;
+    SLUICE_ASSIGN_OR_RETURN(const HostTensor* example, Cell(data, column::kExample, 0));
+    SLUICE_ASSIGN_OR_RETURN(int64_t index, TensorScalar<int64_t>(*example, DType::kI64, column::kExample));
+    ex.index = static_cast<uint64_t>(index);
+    SLUICE_ASSIGN_OR_RETURN(const HostTensor* reference, Cell(data, column::kReferenceAnswer, 0));
+    SLUICE_ASSIGN_OR_RETURN(std::vector<uint8_t> answer,
+                            TensorVector<uint8_t>(*reference, DType::kU8, column::kReferenceAnswer));
+    ex.answer.assign(answer.begin(), answer.end());
+    SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, 0));
+    SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> tokens,
+                            TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
+    SLUICE_ASSIGN_OR_RETURN(std::string text, s.tokenizer.Decode(tokens));
     const float reward = static_cast<float>(s.task->Score(ex, text));
     tq::ColumnBatch cols;
-    cols["reward"] = {HostTensor::Copy(DType::kF32, {}, &reward, sizeof(reward))};
+    cols[column::kReward] = {HostTensor::Copy(DType::kF32, {}, &reward, sizeof(reward))};
     SLUICE_RETURN_IF_ERROR(client.PutColumns(meta->row_ids(), cols));
     SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());
     ++scored;
@@ -252,7 +293,8 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
   auto interval_start = run_start;
   int64_t busy_us_before = board.rollout_busy_us.load(), tokens_before = board.rollout_tokens.load();
   std::ofstream metrics(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::app);
-  const std::vector<std::string> columns = {"prompt", "response", "logprobs", "versions", "reward"};
+  const std::vector<std::string> columns = {column::kPrompt,   column::kResponse,    column::kLogprobs,
+                                            column::kVersions, column::kAnswerIndex, column::kReward};
   tq::SamplingPolicy whole_groups;
   whole_groups.mode = tq::SamplingMode::kWholeGroup;
   // Groups taken from the hub and not trained yet, by prompt cursor; the
@@ -314,9 +356,8 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
       std::vector<bool> filled(static_cast<size_t>(G), false);
       for (size_t i = 0; i < meta->rows.size(); ++i) {
         const tq::RowTags& tags = meta->rows[i].tags;
-        const auto answer = tags.user.find("answer");
-        int64_t g = -1;
-        if (answer != tags.user.end()) g = std::strtoll(answer->second.c_str(), nullptr, 10);
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* answer, Cell(data, column::kAnswerIndex, i));
+        SLUICE_ASSIGN_OR_RETURN(const int32_t g, TensorScalar<int32_t>(*answer, DType::kI32, column::kAnswerIndex));
         if (static_cast<uint64_t>(tags.group_id) != cursor || g < 0 || g >= G || filled[static_cast<size_t>(g)]) {
           return Status::DataLoss("group " + std::to_string(cursor) + " from the hub is not G distinct answers of one " +
                                   "prompt (row of group " + std::to_string(tags.group_id) + ", answer " +
@@ -325,12 +366,17 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
         filled[static_cast<size_t>(g)] = true;
         trainer::RolloutSample& smp = group[static_cast<size_t>(g)];
         smp.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
-        smp.group_id = static_cast<uint64_t>(tags.group_id);
-        smp.prompt = TensorVector<model::TokenId>(data.columns["prompt"][i]);
-        smp.response = TensorVector<model::TokenId>(data.columns["response"][i]);
-        smp.behavior_logprobs = TensorVector<float>(data.columns["logprobs"][i]);
-        smp.versions = TensorVector<int64_t>(data.columns["versions"][i]);
-        smp.reward = *reinterpret_cast<const float*>(data.columns["reward"][i].data);
+        smp.group_id = tags.group_id;
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt, Cell(data, column::kPrompt, i));
+        SLUICE_ASSIGN_OR_RETURN(smp.prompt, TensorVector<model::TokenId>(*prompt, DType::kI32, column::kPrompt));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, i));
+        SLUICE_ASSIGN_OR_RETURN(smp.response, TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* logprobs, Cell(data, column::kLogprobs, i));
+        SLUICE_ASSIGN_OR_RETURN(smp.behavior_logprobs, TensorVector<float>(*logprobs, DType::kF32, column::kLogprobs));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* versions, Cell(data, column::kVersions, i));
+        SLUICE_ASSIGN_OR_RETURN(smp.versions, TensorVector<PolicyVersion>(*versions, DType::kI64, column::kVersions));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* reward, Cell(data, column::kReward, i));
+        SLUICE_ASSIGN_OR_RETURN(smp.reward, TensorScalar<float>(*reward, DType::kF32, column::kReward));
       }
       taken.emplace(cursor, std::move(group));
       if (po.train_order == TrainOrder::kCompletion) step_cursors.push_back(cursor);
@@ -343,7 +389,7 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
       auto node = taken.extract(cursor);
       std::vector<trainer::RolloutSample> group = std::move(node.mapped());
       trained.insert(cursor);
-      rec.prompts.push_back(group.front().group_id);  // as the rows say, not as the loop expects
+      rec.prompts.push_back(static_cast<uint64_t>(group.front().group_id));  // as the rows say, not as the loop expects
       for (const trainer::RolloutSample& smp : group) {
         reward_sum += smp.reward;
         correct += smp.reward >= 1.0 ? 1.0 : 0.0;

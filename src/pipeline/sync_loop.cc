@@ -354,7 +354,7 @@ Status SyncLoop::Train(const ProgressFn& progress, const std::atomic<bool>* stop
         rec.generated_tokens += static_cast<int64_t>(r.tokens.size());
         trainer::RolloutSample sample;
         sample.id = static_cast<uint64_t>(s.step) * static_cast<uint64_t>(rl.prompts_per_step * rl.group_size) + r.id;
-        sample.group_id = static_cast<uint64_t>(k);
+        sample.group_id = static_cast<GroupId>(k);
         sample.prompt = std::move(r.prompt);
         sample.response = std::move(r.tokens);
         sample.behavior_logprobs = std::move(r.logprobs);

@@ -326,8 +326,8 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryAnswerOnceWithinTheStalenessBound) 
       std::set<uint64_t> groups;
       for (const auto& smp : samples) {
         ++trained_ids[smp.id];
-        groups.insert(smp.group_id);
-        EXPECT_EQ(smp.id / kGroup, smp.group_id) << "sample " << smp.id;
+        groups.insert(static_cast<uint64_t>(smp.group_id));
+        EXPECT_EQ(smp.id / kGroup, static_cast<uint64_t>(smp.group_id)) << "sample " << smp.id;
       }
       EXPECT_EQ(groups.size(), static_cast<size_t>(kPrompts)) << "step " << step << ": whole groups, P of them";
       if (c.order == TrainOrder::kPrompt) {  // each step trains exactly its own prompts, as the direct loop does

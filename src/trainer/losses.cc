@@ -7,7 +7,7 @@
 
 namespace sluice::trainer {
 
-Result<std::vector<double>> GroupAdvantages(const std::vector<double>& rewards, const std::vector<uint64_t>& group_ids,
+Result<std::vector<double>> GroupAdvantages(const std::vector<double>& rewards, const std::vector<GroupId>& group_ids,
                                             bool divide_by_std, double eps) {
   if (rewards.size() != group_ids.size()) {
     return Status::InvalidArgument("GroupAdvantages: " + std::to_string(rewards.size()) + " rewards but " +

@@ -9,7 +9,7 @@ namespace {
 
 TEST(GroupAdvantagesTest, HandComputedWithAndWithoutStd) {
   std::vector<double> rewards = {1, 0, 0, 1, 1, 1, 1, 0};
-  std::vector<uint64_t> groups = {7, 7, 7, 7, 9, 9, 9, 9};
+  std::vector<GroupId> groups = {7, 7, 7, 7, 9, 9, 9, 9};
   auto a = GroupAdvantages(rewards, groups, /*divide_by_std=*/true, 0.0);
   ASSERT_TRUE(a.ok());
   // Group 7: mean 0.5, unbiased std sqrt(1/3); group 9: mean 0.75, std 0.5.

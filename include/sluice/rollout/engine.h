@@ -33,6 +33,7 @@
 #include <optional>
 #include <vector>
 
+#include "sluice/common/ids.h"
 #include "sluice/common/status.h"
 #include "sluice/model/tokenizer.h"
 
@@ -43,7 +44,7 @@ class Transformer;
 namespace sluice::rollout {
 
 using model::TokenId;
-using PolicyVersion = int64_t;
+using sluice::PolicyVersion;  // sluice/common/ids.h
 
 struct SamplingParams {
   float temperature = 1.0f;     // 0: greedy (argmax)

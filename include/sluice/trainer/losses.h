@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/common/ids.h"
 #include "sluice/common/status.h"
 
 namespace sluice::trainer {
@@ -23,7 +24,7 @@ namespace sluice::trainer {
 // unless `divide_by_std` is false. Groups are identified by `group_ids`.
 // Errors: InvalidArgument when sizes differ or a group has a single member
 // (its advantage would be undefined: GRPO needs at least two samples a group).
-Result<std::vector<double>> GroupAdvantages(const std::vector<double>& rewards, const std::vector<uint64_t>& group_ids,
+Result<std::vector<double>> GroupAdvantages(const std::vector<double>& rewards, const std::vector<GroupId>& group_ids,
                                             bool divide_by_std, double eps = 1e-6);
 
 enum class LossAggregation {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "sluice/common/host_tensor.h"
+#include "sluice/common/ids.h"
 #include "sluice/common/status.h"
 #include "sluice/model/tokenizer.h"
 #include "sluice/model/transformer.h"
@@ -31,11 +32,11 @@ using model::TokenId;
 // One response to one prompt, as rollout and reward produced it.
 struct RolloutSample {
   uint64_t id = 0;
-  uint64_t group_id = 0;  // samples of one prompt share it (GRPO group)
+  GroupId group_id = 0;  // samples of one prompt share it (GRPO group)
   std::vector<TokenId> prompt;
   std::vector<TokenId> response;
   std::vector<float> behavior_logprobs;  // one per response token
-  std::vector<int64_t> versions;         // policy version per response token
+  std::vector<PolicyVersion> versions;   // policy version per response token
   double reward = 0;
   double advantage = 0;                  // set by the caller (GroupAdvantages)
 };

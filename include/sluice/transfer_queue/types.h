@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "sluice/common/host_tensor.h"
+#include "sluice/common/ids.h"
 
 namespace sluice::transfer_queue {
 
@@ -29,11 +30,10 @@ using RowId = uint64_t;
 using LeaseId = uint64_t;
 using WriteId = uint64_t;
 using ReclaimId = uint64_t;
-// GRPO group id: the G samples generated from one prompt share it. Group ids
-// are scoped to a partition.
-using GroupId = int64_t;
-// Version of the policy weights (CheckpointEngine version) that produced a row.
-using PolicyVersion = int64_t;
+// GRPO group id (the G samples generated from one prompt share it; scoped to
+// a partition) and the policy version that produced a row: sluice/common/ids.h.
+using sluice::GroupId;
+using sluice::PolicyVersion;
 
 inline constexpr GroupId kNoGroup = -1;
 inline constexpr PolicyVersion kNoPolicyVersion = -1;

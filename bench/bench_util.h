@@ -6,10 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <vector>
-
-#include <cstdio>
 
 #include "bench_stats.h"
 #include "sluice/common/status.h"
@@ -19,13 +18,14 @@ namespace sluice::bench {
 
 // Inverse standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9).
 inline double NormalQuantile(double p) {
-  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
-                             1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00};
+  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
+                             1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
   static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
                              6.680131188771972e+01, -1.328068155288572e+01};
   static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
-                             -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00};
-  static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00};
+                             -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
+  static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+                             3.754408661907416e+00};
   const double lo = 0.02425;
   if (p < lo) {
     double q = std::sqrt(-2 * std::log(p));
@@ -51,8 +51,6 @@ inline std::vector<int32_t> LongTailLengths(int n, int median, double tail, uint
   std::shuffle(lengths.begin(), lengths.end(), std::mt19937_64(seed));
   return lengths;
 }
-
-
 
 // The main() of every benchmark: passive OpenMP waiting and the allocator
 // settings of docs/design.md (libtorch on CPU), then `body`; an error is printed and

@@ -154,7 +154,9 @@ Result<BoundParts> MeasureBound(const pipeline::LoopOptions& base, const model::
       std::vector<sluice::GroupId> groups;
       for (int64_t k = 0; k < P; ++k) {
         const uint64_t cursor = static_cast<uint64_t>(step * P + k);
-        SLUICE_ASSIGN_OR_RETURN(sluice::reward::Example ex, task.Get(sluice::reward::Split::kTrain, cursor % task.size(sluice::reward::Split::kTrain)));
+        SLUICE_ASSIGN_OR_RETURN(
+            sluice::reward::Example ex,
+            task.Get(sluice::reward::Split::kTrain, cursor % task.size(sluice::reward::Split::kTrain)));
         std::vector<model::TokenId> prompt = {tok.bos_id()};
         for (model::TokenId t : tok.Encode(ex.prompt)) prompt.push_back(t);
         for (int64_t g = 0; g < G; ++g) {
@@ -229,7 +231,9 @@ Status Main(int argc, char** argv) {
             "sync: train with one single-threaded micro-batch worker per core and generate with one single-threaded "
             "engine per core (else intra-op threads)",
             /*is_bool=*/true);
-  flags.Add("order", "prompt", "one_step_off/async: the trainer takes each step's own prompts (prompt) or groups as they complete (completion)");
+  flags.Add(
+      "order", "prompt",
+      "one_step_off/async: the trainer takes each step's own prompts (prompt) or groups as they complete (completion)");
   flags.Add("lend", "true", "one_step_off/async: the rollout's cores train while the rollout idles", /*is_bool=*/true);
   flags.Add("seed", "1", "seed of the model, prompts, sampling and lengths");
   flags.Add("repeat", "1",
@@ -257,18 +261,20 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(bool sync_dp, flags.GetBool("sync-dp"));
   SLUICE_ASSIGN_OR_RETURN(bool lend, flags.GetBool("lend"));
   SLUICE_ASSIGN_OR_RETURN(std::string order, flags.GetString("order"));
-  if (order != "prompt" && order != "completion") return Status::InvalidArgument("--order must be prompt or completion");
+  if (order != "prompt" && order != "completion")
+    return Status::InvalidArgument("--order must be prompt or completion");
   SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(int64_t repeat, flags.GetInt("repeat", 1, 100));
   SLUICE_ASSIGN_OR_RETURN(std::string json_path, flags.GetString("json"));
   SLUICE_ASSIGN_OR_RETURN(std::string keep_dir, flags.GetString("run-dir"));
-  if (rollout_threads >= threads) return Status::InvalidArgument("--rollout-threads must leave the trainer at least one of --threads");
+  if (rollout_threads >= threads)
+    return Status::InvalidArgument("--rollout-threads must leave the trainer at least one of --threads");
   torch::set_num_threads(static_cast<int>(threads));
 
   SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(preset));
   const int64_t answers = steps * prompts * group;
-  const std::vector<int32_t> lengths =
-      sluice::bench::LongTailLengths(static_cast<int>(answers), static_cast<int>(median), tail, static_cast<uint64_t>(seed));
+  const std::vector<int32_t> lengths = sluice::bench::LongTailLengths(
+      static_cast<int>(answers), static_cast<int>(median), tail, static_cast<uint64_t>(seed));
   const int32_t longest = *std::max_element(lengths.begin(), lengths.end());
   if (longest + 64 > config.max_position_embeddings) {
     return Status::InvalidArgument("the longest answer (" + std::to_string(longest) + " tokens) does not fit the " +
@@ -301,10 +307,12 @@ Status Main(int argc, char** argv) {
   base.pipeline.max_staleness = staleness;
   SLUICE_ASSIGN_OR_RETURN(auto corr, sluice::trainer::ParseOffPolicyCorrection(correction));
 
-  std::fprintf(stderr, "%s (%.1fM params): %lld steps x %lld prompts x %lld answers, %lld tokens (median %lld, longest %d), %lld slots, %lld threads\n",
-               preset.c_str(), config.NumParameters() / 1e6, static_cast<long long>(steps), static_cast<long long>(prompts),
-               static_cast<long long>(group), static_cast<long long>(total_tokens), static_cast<long long>(median), longest,
-               static_cast<long long>(slots), static_cast<long long>(threads));
+  std::fprintf(stderr,
+               "%s (%.1fM params): %lld steps x %lld prompts x %lld answers, %lld tokens (median %lld, longest %d), "
+               "%lld slots, %lld threads\n",
+               preset.c_str(), config.NumParameters() / 1e6, static_cast<long long>(steps),
+               static_cast<long long>(prompts), static_cast<long long>(group), static_cast<long long>(total_tokens),
+               static_cast<long long>(median), longest, static_cast<long long>(slots), static_cast<long long>(threads));
 
   std::vector<std::string> names;
   for (size_t pos = 0; pos <= modes.size();) {
@@ -332,18 +340,18 @@ Status Main(int argc, char** argv) {
       const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
       const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
       SLUICE_ASSIGN_OR_RETURN(
-          ModeResult r,
-          RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, config, task,
-                  static_cast<int32_t>(threads), rt, tt));
+          ModeResult r, RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, config, task,
+                                static_cast<int32_t>(threads), rt, tt));
       std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s; %s\n", name.c_str(), r.wall, r.samples / r.wall,
                    r.budget.c_str());
       mode_runs_all[m].push_back(r);
     }
-    SLUICE_ASSIGN_OR_RETURN(BoundParts b, MeasureBound(base, config, *task, lengths, slots, static_cast<int32_t>(threads),
-                                                         static_cast<uint64_t>(seed)));
+    SLUICE_ASSIGN_OR_RETURN(BoundParts b, MeasureBound(base, config, *task, lengths, slots,
+                                                       static_cast<int32_t>(threads), static_cast<uint64_t>(seed)));
     torch::set_num_threads(static_cast<int>(threads));
     const double bound = (b.train + b.decode) / static_cast<double>(threads);
-    std::fprintf(stderr, "  %-12s %.1f s = (trainer %.1f + rollout %.1f core-seconds, each alone on 1 thread) / %lld cores\n",
+    std::fprintf(stderr,
+                 "  %-12s %.1f s = (trainer %.1f + rollout %.1f core-seconds, each alone on 1 thread) / %lld cores\n",
                  "bound", bound, b.train, b.decode, static_cast<long long>(threads));
     bound_runs.push_back(bound);
     bound_train.push_back(b.train);
@@ -390,16 +398,19 @@ Status Main(int argc, char** argv) {
         ",\"occupancy\":" + std::to_string(r.occupancy) + ",\"staleness\":" + std::to_string(r.staleness) + "}";
   }
   json += "]\n";
-  std::printf("bound: %.1f s = (trainer %.1f + full-occupancy rollout %.1f core-seconds, each alone on 1 thread) / %lld "
-              "cores",
-              ideal, sluice::bench::Summarize(bound_train).median, sluice::bench::Summarize(bound_decode).median,
-              static_cast<long long>(threads));
-  if (repeat > 1) std::printf(", median of %lld measurements %.1f..%.1f s", static_cast<long long>(repeat), bound_stats.min, bound_stats.max);
+  std::printf(
+      "bound: %.1f s = (trainer %.1f + full-occupancy rollout %.1f core-seconds, each alone on 1 thread) / %lld "
+      "cores",
+      ideal, sluice::bench::Summarize(bound_train).median, sluice::bench::Summarize(bound_decode).median,
+      static_cast<long long>(threads));
+  if (repeat > 1)
+    std::printf(", median of %lld measurements %.1f..%.1f s", static_cast<long long>(repeat), bound_stats.min,
+                bound_stats.max);
   std::printf("\n");
   for (const auto& r : results) {
     if (r.wall < ideal) {
-      std::printf("WARNING: %s finished in %.1f s, under the bound: the bound is wrong, not the mode\n",
-                  r.name.c_str(), r.wall);
+      std::printf("WARNING: %s finished in %.1f s, under the bound: the bound is wrong, not the mode\n", r.name.c_str(),
+                  r.wall);
     }
   }
   std::printf("threads (budget %lld cores):\n", static_cast<long long>(threads));

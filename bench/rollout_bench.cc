@@ -21,12 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "sluice/launch/flags.h"
 #include "sluice/launch/process.h"
 #include "sluice/model/transformer.h"
 #include "sluice/rollout/engine.h"
-
-#include "bench_util.h"
 
 namespace {
 
@@ -53,7 +52,8 @@ Workload MakeWorkload(int n, int prompt_len, int median, double tail, int64_t vo
   for (int i = 0; i < n; ++i) {
     rollout::GenerationRequest r;
     r.id = i;
-    for (int t = 0; t < prompt_len; ++t) r.prompt.push_back(static_cast<rollout::TokenId>(rng() % std::min<int64_t>(vocab, 256)));
+    for (int t = 0; t < prompt_len; ++t)
+      r.prompt.push_back(static_cast<rollout::TokenId>(rng() % std::min<int64_t>(vocab, 256)));
     r.sampling.seed = seed + i;
     r.sampling.forced_length = lengths[i];
     r.sampling.max_new_tokens = lengths[i];
@@ -92,7 +92,8 @@ Result<Sample> RunEngine(const rollout::PolicySnapshot& policy, const Workload& 
   return Sample{w.tokens / secs, engine->stats().occupancy(slots)};
 }
 
-Result<Sample> RunLockstep(const rollout::PolicySnapshot& policy, const Workload& w, int32_t slots, int32_t prompt_len) {
+Result<Sample> RunLockstep(const rollout::PolicySnapshot& policy, const Workload& w, int32_t slots,
+                           int32_t prompt_len) {
   auto start = std::chrono::steady_clock::now();
   SLUICE_ASSIGN_OR_RETURN(int64_t tokens, rollout::RunLockstepDecode(policy, slots, prompt_len, w.lockstep_steps, 1));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -131,7 +132,8 @@ Status Main(int argc, char** argv) {
 
   std::string table, json = "[";
   char line[512];
-  std::snprintf(line, sizeof(line), "%-6s %-11s %14s %18s %10s\n", "model", "mode", "tokens/s", "(min..max)", "occupancy");
+  std::snprintf(line, sizeof(line), "%-6s %-11s %14s %18s %10s\n", "model", "mode", "tokens/s", "(min..max)",
+                "occupancy");
   table += line;
   std::vector<std::string> names;
   for (size_t pos = 0; pos <= presets.size();) {
@@ -155,13 +157,16 @@ Status Main(int argc, char** argv) {
     m->to(device);
     rollout::PolicySnapshot policy{m, 0};
     std::fprintf(stderr, "%s (%.1fM params): %lld requests, %lld tokens, longest %d, median %lld, lockstep %d steps\n",
-                 name.c_str(), config.NumParameters() / 1e6, static_cast<long long>(n), static_cast<long long>(w.tokens),
-                 longest, static_cast<long long>(median), w.lockstep_steps);
+                 name.c_str(), config.NumParameters() / 1e6, static_cast<long long>(n),
+                 static_cast<long long>(w.tokens), longest, static_cast<long long>(median), w.lockstep_steps);
     std::vector<double> cont, stat, lock, cont_occ, stat_occ;
     for (int64_t rep = 0; rep < repeats; ++rep) {
-      SLUICE_ASSIGN_OR_RETURN(Sample c, RunEngine(policy, w, static_cast<int32_t>(slots), rollout::Scheduling::kContinuous, max_seq_len));
-      SLUICE_ASSIGN_OR_RETURN(Sample s, RunEngine(policy, w, static_cast<int32_t>(slots), rollout::Scheduling::kStatic, max_seq_len));
-      SLUICE_ASSIGN_OR_RETURN(Sample l, RunLockstep(policy, w, static_cast<int32_t>(slots), static_cast<int32_t>(prompt_len)));
+      SLUICE_ASSIGN_OR_RETURN(
+          Sample c, RunEngine(policy, w, static_cast<int32_t>(slots), rollout::Scheduling::kContinuous, max_seq_len));
+      SLUICE_ASSIGN_OR_RETURN(
+          Sample s, RunEngine(policy, w, static_cast<int32_t>(slots), rollout::Scheduling::kStatic, max_seq_len));
+      SLUICE_ASSIGN_OR_RETURN(Sample l,
+                              RunLockstep(policy, w, static_cast<int32_t>(slots), static_cast<int32_t>(prompt_len)));
       cont.push_back(c.tokens_per_s);
       stat.push_back(s.tokens_per_s);
       lock.push_back(l.tokens_per_s);
@@ -194,15 +199,18 @@ Status Main(int argc, char** argv) {
       sl.push_back(stat[i] / lock[i]);
     }
     Stats a = Summarize(cs), b = Summarize(cl), c = Summarize(sl);
-    std::snprintf(line, sizeof(line),
-                  "%-6s continuous/static %.2fx (%.2f..%.2f)   continuous/bound %.0f%% (%.0f..%.0f)   static/bound %.0f%%\n",
-                  name.c_str(), a.median, a.min, a.max, 100 * b.median, 100 * b.min, 100 * b.max, 100 * c.median);
+    std::snprintf(
+        line, sizeof(line),
+        "%-6s continuous/static %.2fx (%.2f..%.2f)   continuous/bound %.0f%% (%.0f..%.0f)   static/bound %.0f%%\n",
+        name.c_str(), a.median, a.min, a.max, 100 * b.median, 100 * b.min, 100 * b.max, 100 * c.median);
     ratios += line;
   }
   json += "]\n";
-  std::printf("\nlong-tail workload: %lld requests, median %lld tokens, longest %.0fx median, %lld slots, %s, %d threads\n%s\n%s",
-              static_cast<long long>(n), static_cast<long long>(median), tail, static_cast<long long>(slots),
-              device.str().c_str(), torch::get_num_threads(), table.c_str(), ratios.c_str());
+  std::printf(
+      "\nlong-tail workload: %lld requests, median %lld tokens, longest %.0fx median, %lld slots, %s, %d "
+      "threads\n%s\n%s",
+      static_cast<long long>(n), static_cast<long long>(median), tail, static_cast<long long>(slots),
+      device.str().c_str(), torch::get_num_threads(), table.c_str(), ratios.c_str());
   if (!json_path.empty()) {
     std::ofstream(json_path) << json;
   }

@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "sluice/checkpoint_engine/version_store.h"
 #include "bench_util.h"
+#include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/launch/flags.h"
 #include "sluice/launch/process.h"
 #include "sluice/model/transformer.h"
@@ -46,10 +46,10 @@ double Quantile(std::vector<double> v, double q) {
 }
 
 struct Run {
-  std::vector<double> stalls;      // per switch, seconds
-  std::vector<double> plain_steps; // decode steps without a switch
+  std::vector<double> stalls;       // per switch, seconds
+  std::vector<double> plain_steps;  // decode steps without a switch
   int64_t switches = 0;
-  double copy_seconds = 0;         // standby: last background fill; blocking: mean copy
+  double copy_seconds = 0;  // standby: last background fill; blocking: mean copy
 };
 
 // Keeps `slots` sequences decoding; new requests replace finished ones.
@@ -74,8 +74,8 @@ Result<Run> Measure(bool standby_mode, std::shared_ptr<model::Transformer> servi
   SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create({serving, first_version}, eo));
   std::unique_ptr<rollout::StandbyWeights> standby;
   if (standby_mode) {
-    SLUICE_ASSIGN_OR_RETURN(standby, rollout::StandbyWeights::Create(serving, first_version,
-                                                                     rollout::MakeWeightSource(store)));
+    SLUICE_ASSIGN_OR_RETURN(standby,
+                            rollout::StandbyWeights::Create(serving, first_version, rollout::MakeWeightSource(store)));
   }
   std::vector<double> hook_seconds;  // standby: time of each hook call that handed a version
   if (standby_mode) {
@@ -109,22 +109,28 @@ Result<Run> Measure(bool standby_mode, std::shared_ptr<model::Transformer> servi
       // Blocking switch: copy the newest version into the serving model now.
       const auto t0 = Clock::now();
       auto handle = store.AcquireLatest();
-      if (!handle.ok()) { status = handle.status(); break; }
+      if (!handle.ok()) {
+        status = handle.status();
+        break;
+      }
       sluice::TensorMap views;
       for (const auto& spec : store.layout()) views.emplace(spec.name, *handle->tensor(spec.name));
       status = model::LoadWeights(*serving, views);
       if (!status.ok()) break;
       stall = Seconds(Clock::now() - t0);
       copies.push_back(stall);
-      engine->SetWeightSwapHook([v = handle->version(), serving](rollout::PolicyVersion current)
-                                    -> std::optional<rollout::PolicySnapshot> {
-        if (current < v) return rollout::PolicySnapshot{serving, v};
-        return std::nullopt;
-      });
+      engine->SetWeightSwapHook(
+          [v = handle->version(), serving](rollout::PolicyVersion current) -> std::optional<rollout::PolicySnapshot> {
+            if (current < v) return rollout::PolicySnapshot{serving, v};
+            return std::nullopt;
+          });
     }
     const auto t0 = Clock::now();
     auto done = engine->Step();
-    if (!done.ok()) { status = done.status(); break; }
+    if (!done.ok()) {
+      status = done.status();
+      break;
+    }
     const double step = Seconds(Clock::now() - t0);
     if (engine->policy_version() != before) {
       ++run.switches;
@@ -168,7 +174,8 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 0, 1024));
   torch::set_num_threads(threads > 0 ? static_cast<int>(threads) : std::max(1u, std::thread::hardware_concurrency()));
   SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(preset));
-  if (length + 4 > config.max_position_embeddings) return Status::InvalidArgument("--length exceeds the model's context");
+  if (length + 4 > config.max_position_embeddings)
+    return Status::InvalidArgument("--length exceeds the model's context");
   auto serving = std::make_shared<model::Transformer>(config, 0);
   SLUICE_ASSIGN_OR_RETURN(sluice::TensorMap initial, model::ExportWeights(*serving));
   ce::VersionStoreOptions so;
@@ -178,13 +185,16 @@ Status Main(int argc, char** argv) {
   std::fprintf(stderr, "%s (%.1fM params, %.1f MB of weights): %lld slots x %lld tokens, a version every %lld ms\n",
                preset.c_str(), config.NumParameters() / 1e6, static_cast<double>(store->version_bytes()) / 1e6,
                static_cast<long long>(slots), static_cast<long long>(length), static_cast<long long>(interval));
-  SLUICE_ASSIGN_OR_RETURN(Run standby, Measure(true, serving, *store, store->latest_version(), static_cast<int32_t>(slots),
-                                               static_cast<int32_t>(length), seconds, static_cast<int>(interval)));
-  SLUICE_ASSIGN_OR_RETURN(Run blocking, Measure(false, serving, *store, store->latest_version(), static_cast<int32_t>(slots),
-                                                static_cast<int32_t>(length), seconds, static_cast<int>(interval)));
+  SLUICE_ASSIGN_OR_RETURN(Run standby,
+                          Measure(true, serving, *store, store->latest_version(), static_cast<int32_t>(slots),
+                                  static_cast<int32_t>(length), seconds, static_cast<int>(interval)));
+  SLUICE_ASSIGN_OR_RETURN(Run blocking,
+                          Measure(false, serving, *store, store->latest_version(), static_cast<int32_t>(slots),
+                                  static_cast<int32_t>(length), seconds, static_cast<int>(interval)));
   auto row = [](const char* name, const Run& r) {
     std::printf("%-9s %8lld %14.3f %14.3f %14.2f %16.2f\n", name, static_cast<long long>(r.switches),
-                1e3 * Quantile(r.stalls, 0.5), 1e3 * (r.stalls.empty() ? 0 : *std::max_element(r.stalls.begin(), r.stalls.end())),
+                1e3 * Quantile(r.stalls, 0.5),
+                1e3 * (r.stalls.empty() ? 0 : *std::max_element(r.stalls.begin(), r.stalls.end())),
                 1e3 * r.copy_seconds, 1e3 * Quantile(r.plain_steps, 0.5));
   };
   std::printf("\nrollout stall per weight switch, %s, %d threads\n", preset.c_str(), torch::get_num_threads());

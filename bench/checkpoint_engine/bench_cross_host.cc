@@ -2,6 +2,8 @@
 // configuration runs fresh peer processes: the publisher (or TCP sender) in
 // host 0, one subscriber (or receiver) in each of hosts 1..N. Peers print one
 // "RESULT {json}" line; everything else goes to stderr.
+#include "bench_cross_host.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,15 +11,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
-#include "bench_cross_host.h"
 #include "sluice/checkpoint_engine/broadcast.h"
 #include "sluice/checkpoint_engine/rendezvous.h"
 
@@ -149,17 +149,16 @@ Result<Measurement> MeasureGlooBroadcast(const NetTopology& net, const RunConfig
   const std::string versions = std::to_string(config.rounds());
   const std::string bytes = std::to_string(config.bytes);
   std::vector<std::vector<std::string>> commands;
-  commands.push_back(InNamespace(net.ns(0), {"--role=bc-pub", "--bind=" + net.ip(0),
-                                             "--port=" + std::to_string(kRendezvousPort), "--bytes=" + bytes,
-                                             "--subscribers=" + std::to_string(config.subscribers),
-                                             "--versions=" + versions,
-                                             "--bucket=" + std::to_string(settings.bucket_bytes),
-                                             "--in-flight=" + std::to_string(settings.in_flight)}));
+  commands.push_back(InNamespace(
+      net.ns(0),
+      {"--role=bc-pub", "--bind=" + net.ip(0), "--port=" + std::to_string(kRendezvousPort), "--bytes=" + bytes,
+       "--subscribers=" + std::to_string(config.subscribers), "--versions=" + versions,
+       "--bucket=" + std::to_string(settings.bucket_bytes), "--in-flight=" + std::to_string(settings.in_flight)}));
   for (int s = 1; s <= config.subscribers; ++s) {
     commands.push_back(InNamespace(
-        net.ns(s), {"--role=bc-sub", "--bind=" + net.ip(s),
-                    "--rendezvous=" + net.ip(0) + ":" + std::to_string(kRendezvousPort), "--bytes=" + bytes,
-                    "--versions=" + versions, "--name=host" + std::to_string(s)}));
+        net.ns(s),
+        {"--role=bc-sub", "--bind=" + net.ip(s), "--rendezvous=" + net.ip(0) + ":" + std::to_string(kRendezvousPort),
+         "--bytes=" + bytes, "--versions=" + versions, "--name=host" + std::to_string(s)}));
   }
   SLUICE_ASSIGN_OR_RETURN(nlohmann::json result, RunPeers(commands, 0));
   Measurement m = FromResult(result, "gloo", config);
@@ -170,8 +169,8 @@ Result<Measurement> MeasureGlooBroadcast(const NetTopology& net, const RunConfig
     return Summarize(std::vector<double>(v.begin() + warmups, v.end())).median * 1e3;
   };
   char note[160];
-  std::snprintf(note, sizeof(note), "publisher: checksums %.1f ms, send %.1f ms, acks %.1f ms",
-                median_ms("checksum"), median_ms("send"), median_ms("ack"));
+  std::snprintf(note, sizeof(note), "publisher: checksums %.1f ms, send %.1f ms, acks %.1f ms", median_ms("checksum"),
+                median_ms("send"), median_ms("ack"));
   m.note = note;
   return m;
 }
@@ -183,13 +182,13 @@ Result<Measurement> MeasureRawTcp(const NetTopology& net, const RunConfig& confi
   std::string targets;
   for (int s = 1; s <= config.subscribers; ++s) {
     targets += (targets.empty() ? "" : ",") + net.ip(s);
-    commands.push_back(InNamespace(net.ns(s), {"--role=tcp-recv", "--bind=" + net.ip(s),
-                                               "--port=" + std::to_string(kTcpPort), "--bytes=" + bytes,
-                                               "--versions=" + versions}));
+    commands.push_back(
+        InNamespace(net.ns(s), {"--role=tcp-recv", "--bind=" + net.ip(s), "--port=" + std::to_string(kTcpPort),
+                                "--bytes=" + bytes, "--versions=" + versions}));
   }
-  commands.push_back(InNamespace(net.ns(0), {"--role=tcp-send", "--targets=" + targets,
-                                             "--port=" + std::to_string(kTcpPort), "--bytes=" + bytes,
-                                             "--versions=" + versions}));
+  commands.push_back(
+      InNamespace(net.ns(0), {"--role=tcp-send", "--targets=" + targets, "--port=" + std::to_string(kTcpPort),
+                              "--bytes=" + bytes, "--versions=" + versions}));
   SLUICE_ASSIGN_OR_RETURN(nlohmann::json result, RunPeers(commands, commands.size() - 1));
   return FromResult(result, "tcp", config);
 }
@@ -237,13 +236,14 @@ int BroadcastPublisherMain(const std::map<std::string, std::string>& args) {
     send.push_back(report->send_seconds);
     ack.push_back(report->ack_seconds);
     if (report->subscribers.size() != o.min_subscribers || report->attempts != 1) {
-      std::fprintf(stderr, "bc-pub: version %lld reached %zu subscribers in %u attempts\n",
-                   static_cast<long long>(v), report->subscribers.size(), report->attempts);
+      std::fprintf(stderr, "bc-pub: version %lld reached %zu subscribers in %u attempts\n", static_cast<long long>(v),
+                   report->subscribers.size(), report->attempts);
       return 1;
     }
   }
-  std::printf("RESULT %s\n",
-              nlohmann::json{{"seconds", seconds}, {"checksum", checksum}, {"send", send}, {"ack", ack}}.dump().c_str());
+  std::printf(
+      "RESULT %s\n",
+      nlohmann::json{{"seconds", seconds}, {"checksum", checksum}, {"send", send}, {"ack", ack}}.dump().c_str());
   std::fflush(stdout);
   return 0;
 }
@@ -276,8 +276,8 @@ int BroadcastSubscriberMain(const std::map<std::string, std::string>& args) {
   }
   if (std::getenv("SLUICE_BENCH_VERBOSE") != nullptr) {
     const auto st = (*sub)->stats();
-    std::fprintf(stderr, "bc-sub %s: last version received+verified in %.1f ms, committed in %.1f ms\n",
-                 o.name.c_str(), st.last_receive_seconds * 1e3, st.last_commit_seconds * 1e3);
+    std::fprintf(stderr, "bc-sub %s: last version received+verified in %.1f ms, committed in %.1f ms\n", o.name.c_str(),
+                 st.last_receive_seconds * 1e3, st.last_commit_seconds * 1e3);
   }
   // The stamp of the last version is in place (the store verified every checksum).
   auto h = store->AcquireLatest();

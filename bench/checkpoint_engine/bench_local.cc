@@ -197,10 +197,10 @@ Result<Measurement> MeasureSharedMemory(const RunConfig& config) {
   const int64_t last = config.rounds();
   std::vector<Child> children;
   for (int s = 0; s < config.subscribers; ++s) {
-    SLUICE_ASSIGN_OR_RETURN(Child c, Child::Spawn({SelfExe(), "--role=shm-sub", "--prefix=" + prefix, "--store=w",
-                                                   "--bytes=" + std::to_string(config.bytes),
-                                                   "--versions=" + std::to_string(last)},
-                                                  /*capture_stdout=*/false, /*signal_pipe=*/true));
+    SLUICE_ASSIGN_OR_RETURN(
+        Child c, Child::Spawn({SelfExe(), "--role=shm-sub", "--prefix=" + prefix, "--store=w",
+                               "--bytes=" + std::to_string(config.bytes), "--versions=" + std::to_string(last)},
+                              /*capture_stdout=*/false, /*signal_pipe=*/true));
     children.push_back(std::move(c));
   }
   const auto deadline = [] { return Clock::now() + kPatience; };

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "../bench_stats.h"
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/host_tensor.h"
-#include "../bench_stats.h"
 #include "sluice/common/status.h"
 
 namespace sluice::bench::ce {

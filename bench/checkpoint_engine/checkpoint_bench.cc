@@ -26,11 +26,10 @@
 //                    [--bucket-mb=4] [--in-flight=2] [--json=results.json]
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -175,12 +174,15 @@ Status Run(const launch::FlagSet& flags) {
   table << "\nCheckpointEngine: publish -> every subscriber serving; " << std::thread::hardware_concurrency()
         << " CPUs, median of " << repeats << " after 2 warm-up rounds [min..max]; GB/s = bytes x subscribers / time\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "%-8s %4s  %-7s %26s %8s  %s\n", "bytes", "subs", "transport", "time ms",
-                "GB/s", "vs baseline (time ratio; aims: shm <= 1.5x memcpy, gloo >= 80% of tcp)");
+  std::snprintf(line, sizeof(line), "%-8s %4s  %-7s %26s %8s  %s\n", "bytes", "subs", "transport", "time ms", "GB/s",
+                "vs baseline (time ratio; aims: shm <= 1.5x memcpy, gloo >= 80% of tcp)");
   table << line;
   for (const Measurement& m : rows) {
-    nlohmann::json j = {{"transport", m.transport}, {"baseline", m.baseline}, {"bytes", m.bytes},
-                        {"subscribers", m.subscribers}, {"skipped", m.skipped}};
+    nlohmann::json j = {{"transport", m.transport},
+                        {"baseline", m.baseline},
+                        {"bytes", m.bytes},
+                        {"subscribers", m.subscribers},
+                        {"skipped", m.skipped}};
     if (m.skipped) {
       j["note"] = m.note;
       results.push_back(j);
@@ -211,8 +213,8 @@ Status Run(const launch::FlagSet& flags) {
     }
     char time[64];
     std::snprintf(time, sizeof(time), "%.1f [%.1f..%.1f]", s.median * 1e3, s.min * 1e3, s.max * 1e3);
-    std::snprintf(line, sizeof(line), "%-8s %4d  %-7s %26s %8.2f  %s\n", HumanBytes(m.bytes).c_str(),
-                  m.subscribers, m.transport.c_str(), time, gbps, versus.c_str());
+    std::snprintf(line, sizeof(line), "%-8s %4d  %-7s %26s %8.2f  %s\n", HumanBytes(m.bytes).c_str(), m.subscribers,
+                  m.transport.c_str(), time, gbps, versus.c_str());
     table << line;
     results.push_back(j);
   }

@@ -3,11 +3,10 @@
 // are this binary re-executed (posix_spawn) into a BcastChild.DISABLED_*
 // test with its parameters in the environment. Every test uses its own
 // rendezvous server on an OS-chosen port and its own group name.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
@@ -59,8 +58,8 @@ std::function<void(int64_t, size_t, size_t)> PauseHookFromEnv() {
 // read back through a ShmSubscriber as a rollout process would) and checks
 // that each is served whole and checksum-valid.
 TEST(BcastChild, DISABLED_Subscriber) {
-  BroadcastSubscriberOptions o = testing::TestSubscriberOptions(ChildEnv("SLUICE_BC_ADDRESS"),
-                                                                ChildEnv("SLUICE_BC_GROUP"), ChildEnv("SLUICE_BC_NAME"));
+  BroadcastSubscriberOptions o = testing::TestSubscriberOptions(
+      ChildEnv("SLUICE_BC_ADDRESS"), ChildEnv("SLUICE_BC_GROUP"), ChildEnv("SLUICE_BC_NAME"));
   o.test_hooks.after_bucket = PauseHookFromEnv();
   const int64_t versions = EnvInt("SLUICE_BC_VERSIONS", 1);
   const char* shm_prefix = std::getenv("SLUICE_BC_SHM_PREFIX");
@@ -100,7 +99,8 @@ TEST(BcastChild, DISABLED_Subscriber) {
 // Publishes versions 1..SLUICE_BC_VERSIONS to SLUICE_BC_SUBSCRIBERS
 // subscribers (optionally pausing mid-version to be killed).
 TEST(BcastChild, DISABLED_Publisher) {
-  BroadcastPublisherOptions o = testing::TestPublisherOptions(ChildEnv("SLUICE_BC_ADDRESS"), ChildEnv("SLUICE_BC_GROUP"));
+  BroadcastPublisherOptions o =
+      testing::TestPublisherOptions(ChildEnv("SLUICE_BC_ADDRESS"), ChildEnv("SLUICE_BC_GROUP"));
   o.min_subscribers = static_cast<size_t>(EnvInt("SLUICE_BC_SUBSCRIBERS", 1));
   o.test_hooks.after_bucket = PauseHookFromEnv();
   auto pub = BroadcastPublisher::Start(o);

@@ -11,11 +11,11 @@
 #include "checksum.h"
 #include "gloo_group.h"
 #include "layout_check.h"
-#include "socket_util.h"
 #include "sluice/checkpoint_engine/broadcast.h"
 #include "sluice/checkpoint_engine/rendezvous.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
+#include "socket_util.h"
 
 namespace sluice::checkpoint_engine {
 
@@ -106,7 +106,8 @@ void BroadcastPublisher::Impl::Announce(bcast::Kind kind) {
   a.seq = seq;
   if (options.test_hooks.announced_protocol) a.protocol = *options.test_hooks.announced_protocol;
   Status s = kv->Set(keys.Seq(generation, seq), bcast::Encode(a));
-  if (!s.ok()) SLUICE_LOG(WARNING) << "broadcast publisher: cannot announce " << bcast::KindName(kind) << ": " << s.ToString();
+  if (!s.ok())
+    SLUICE_LOG(WARNING) << "broadcast publisher: cannot announce " << bcast::KindName(kind) << ": " << s.ToString();
   ++seq;
 }
 
@@ -132,10 +133,10 @@ Status BroadcastPublisher::Impl::EnsureGroup(BroadcastPublishReport* report, boo
     for (const auto& [id, k] : known) {
       if (changed) break;
       if (k.gone || !k.usable) continue;
-      Result<std::string> probe = members.count(id) > 0 ? kv->Get(keys.Subscriber(id))
-                                                        : kv->Get(keys.Ready(generation + 1, id));
+      Result<std::string> probe =
+          members.count(id) > 0 ? kv->Get(keys.Subscriber(id)) : kv->Get(keys.Ready(generation + 1, id));
       if (members.count(id) > 0 && probe.status().code() == StatusCode::kNotFound) changed = true;  // gone
-      if (members.count(id) == 0 && probe.ok()) changed = true;                                       // ready
+      if (members.count(id) == 0 && probe.ok()) changed = true;                                     // ready
       if (!probe.ok() && probe.status().code() != StatusCode::kNotFound) return probe.status();
     }
     if (!changed) return Status::Ok();
@@ -199,10 +200,9 @@ Status BroadcastPublisher::Impl::FormGroup(BroadcastPublishReport* report, bool*
     const bool enough = ready.size() >= (generations_formed_before ? 0 : options.min_subscribers);
     if (enough && (pending.empty() || now >= ready_deadline)) break;
     if (now >= join_deadline) {
-      return Status::Unavailable("only " + std::to_string(ready.size()) + " subscriber(s) of group '" +
-                                 options.group + "' were ready within join_timeout (" +
-                                 std::to_string(options.join_timeout.count()) + " ms); min_subscribers is " +
-                                 std::to_string(options.min_subscribers));
+      return Status::Unavailable("only " + std::to_string(ready.size()) + " subscriber(s) of group '" + options.group +
+                                 "' were ready within join_timeout (" + std::to_string(options.join_timeout.count()) +
+                                 " ms); min_subscribers is " + std::to_string(options.min_subscribers));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -263,9 +263,8 @@ BroadcastPublisher::~BroadcastPublisher() = default;
 
 Result<std::unique_ptr<BroadcastPublisher>> BroadcastPublisher::Start(BroadcastPublisherOptions options) {
   SLUICE_RETURN_IF_ERROR(bcast::ValidateGroupName(options.group, "BroadcastPublisherOptions.group"));
-  SLUICE_ASSIGN_OR_RETURN(std::vector<size_t> bytes,
-                          internal::ValidateLayout(options.layout, options.max_tensor_bytes,
-                                                   "BroadcastPublisherOptions"));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<size_t> bytes, internal::ValidateLayout(options.layout, options.max_tensor_bytes,
+                                                                              "BroadcastPublisherOptions"));
   if (options.bucket_bytes < (size_t{64} << 10) || options.bucket_bytes > (size_t{1} << 30)) {
     return Status::InvalidArgument("BroadcastPublisherOptions.bucket_bytes must be 64 KiB..1 GiB, got " +
                                    std::to_string(options.bucket_bytes));
@@ -440,12 +439,12 @@ Result<BroadcastPublishReport> BroadcastPublisher::Publish(int64_t version, cons
       report.subscribers.push_back(std::move(d));
     }
     if (failed.empty()) return m.Finish(report, Status::Ok(), start);
-    return m.Finish(report,
-                    Status(first_failure, what + ": " + std::to_string(failed.size()) + " of " +
-                                              std::to_string(m.member_ids.size()) +
-                                              " subscriber(s) rejected it and keep serving their previous version (" +
-                                              Names(failed) + ")"),
-                    start);
+    return m.Finish(
+        report,
+        Status(first_failure,
+               what + ": " + std::to_string(failed.size()) + " of " + std::to_string(m.member_ids.size()) +
+                   " subscriber(s) rejected it and keep serving their previous version (" + Names(failed) + ")"),
+        start);
   }
   return m.Finish(report,
                   Status::Unavailable(what + " after " + std::to_string(report.attempts) +

@@ -12,12 +12,12 @@
 #include "broadcast_wire.h"
 #include "gloo_group.h"
 #include "shm_control.h"
-#include "staging_target.h"
 #include "sluice/checkpoint_engine/broadcast.h"
 #include "sluice/checkpoint_engine/rendezvous.h"
 #include "sluice/common/background_thread.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
+#include "staging_target.h"
 
 namespace sluice::checkpoint_engine {
 
@@ -130,9 +130,8 @@ Status BroadcastSubscriber::Impl::AcceptHello(std::string_view bytes) {
                                       ", the local store's layout hashes to " + Hex(layout_hash));
   }
   if (h->bucket_bytes > (size_t{1} << 30) || h->max_in_flight > 16) {
-    return Status::FailedPrecondition(what + ": the publisher asks for buckets of " +
-                                      std::to_string(h->bucket_bytes) + " bytes, " +
-                                      std::to_string(h->max_in_flight) + " in flight (limits 1 GiB, 16)");
+    return Status::FailedPrecondition(what + ": the publisher asks for buckets of " + std::to_string(h->bucket_bytes) +
+                                      " bytes, " + std::to_string(h->max_in_flight) + " in flight (limits 1 GiB, 16)");
   }
   hello = std::move(h).value();
   keys.set_epoch(hello.epoch);
@@ -230,8 +229,10 @@ bool BroadcastSubscriber::Impl::WaitForPublisher(std::stop_token stop) {
     if (!accepted.ok()) {
       // An incompatible publisher: report it once per epoch, keep waiting.
       RecordError(accepted, /*broken=*/true);
-      if (h.ok()) departed_epoch = h->epoch;  // reported once; wait for another publisher
-      else std::this_thread::sleep_for(kWaitSlice);
+      if (h.ok())
+        departed_epoch = h->epoch;  // reported once; wait for another publisher
+      else
+        std::this_thread::sleep_for(kWaitSlice);
       continue;
     }
     Status registered_now = Register();
@@ -266,11 +267,19 @@ void BroadcastSubscriber::Impl::Session(std::stop_token stop) {
     }
     std::string members_bytes;
     switch (WaitKey(keys.Members(g), stop, g + 1, &members_bytes)) {
-      case Wait::kGot: break;
-      case Wait::kStop: return;
-      case Wait::kPublisherGone: PublisherDeparted(); continue;
-      case Wait::kError: kv.reset(); continue;
-      case Wait::kMovedOn: (void)kv->Delete(keys.Ready(g, id)); continue;
+      case Wait::kGot:
+        break;
+      case Wait::kStop:
+        return;
+      case Wait::kPublisherGone:
+        PublisherDeparted();
+        continue;
+      case Wait::kError:
+        kv.reset();
+        continue;
+      case Wait::kMovedOn:
+        (void)kv->Delete(keys.Ready(g, id));
+        continue;
     }
     (void)kv->Delete(keys.Ready(g, id));
     Result<bcast::Members> members = bcast::DecodeMembers(members_bytes);
@@ -285,9 +294,8 @@ void BroadcastSubscriber::Impl::Session(std::stop_token stop) {
       continue;
     }
     const int rank = static_cast<int>(self - members->ids.begin()) + 1;
-    Result<std::unique_ptr<GlooGroup>> group = GlooGroup::Connect(device, kv.get(), keys.MeshPrefix(g), rank,
-                                                                  static_cast<int>(members->ids.size()) + 1,
-                                                                  options.op_timeout);
+    Result<std::unique_ptr<GlooGroup>> group = GlooGroup::Connect(
+        device, kv.get(), keys.MeshPrefix(g), rank, static_cast<int>(members->ids.size()) + 1, options.op_timeout);
     if (!group.ok()) {
       RecordError(group.status().WithContext("generation " + std::to_string(g)), /*broken=*/true);
       ++next_generation;
@@ -349,11 +357,18 @@ bool BroadcastSubscriber::Impl::RunGeneration(std::stop_token stop, GlooGroup& g
   for (uint64_t seq = 0;; ++seq) {
     std::string bytes;
     switch (WaitKey(keys.Seq(generation, seq), stop, generation + 1, &bytes)) {
-      case Wait::kGot: break;
-      case Wait::kStop: return false;
-      case Wait::kPublisherGone: PublisherDeparted(); return true;
-      case Wait::kError: kv.reset(); return false;
-      case Wait::kMovedOn: return true;
+      case Wait::kGot:
+        break;
+      case Wait::kStop:
+        return false;
+      case Wait::kPublisherGone:
+        PublisherDeparted();
+        return true;
+      case Wait::kError:
+        kv.reset();
+        return false;
+      case Wait::kMovedOn:
+        return true;
     }
     Result<bcast::Announcement> a = bcast::DecodeAnnouncement(bytes);
     if (a.ok() && a->kind == bcast::Kind::kReform) return true;
@@ -383,10 +398,10 @@ bool BroadcastSubscriber::Impl::ReceiveOne(GlooGroup& group, const Result<bcast:
       verdict = Status::FailedPrecondition(what + ": header announces layout hash " + Hex(a.layout_hash) +
                                            ", the local store's layout hashes to " + Hex(layout_hash));
     } else if (a.checksums.size() != tensor_bytes.size() || a.total_bytes != plan.total_bytes) {
-      verdict = Status::DataLoss(what + ": header has " + std::to_string(a.checksums.size()) + " checksums and " +
-                                 std::to_string(a.total_bytes) + " bytes, the layout " +
-                                 std::to_string(tensor_bytes.size()) + " tensors and " +
-                                 std::to_string(plan.total_bytes) + " bytes");
+      verdict =
+          Status::DataLoss(what + ": header has " + std::to_string(a.checksums.size()) + " checksums and " +
+                           std::to_string(a.total_bytes) + " bytes, the layout " + std::to_string(tensor_bytes.size()) +
+                           " tensors and " + std::to_string(plan.total_bytes) + " bytes");
     }
   }
 
@@ -404,8 +419,10 @@ bool BroadcastSubscriber::Impl::ReceiveOne(GlooGroup& group, const Result<bcast:
         staged = std::move(begun).value();
         for (size_t t = 0; t < tensor_bytes.size() && verdict.ok(); ++t) {
           Result<std::span<std::byte>> span = staged->Stage(t);
-          if (span.ok()) ro.destinations.push_back(*span);
-          else verdict = span.status();
+          if (span.ok())
+            ro.destinations.push_back(*span);
+          else
+            verdict = span.status();
         }
         if (!verdict.ok()) {
           staged.reset();

@@ -3,6 +3,8 @@
 // of local store, protocol and layout mismatches, rejected versions, late
 // joiners, leavers and a publisher restart. The multi-process and crash
 // tests are in broadcast_process_test.cc.
+#include "sluice/checkpoint_engine/broadcast.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -10,7 +12,6 @@
 #include "broadcast_test_util.h"
 #include "broadcast_wire.h"
 #include "shm_test_util.h"
-#include "sluice/checkpoint_engine/broadcast.h"
 
 namespace sluice::checkpoint_engine {
 namespace {
@@ -140,8 +141,8 @@ TEST_F(BroadcastTest, LayoutMismatchIsRefusedWithTheDifferenceNamed) {
 TEST_F(BroadcastTest, RejectedVersionsLeaveThePreviousOneServingAndTheGroupUp) {
   BroadcastPublisherOptions po = PublisherOptions();
   po.test_hooks.mutate_header = [](int64_t version, std::string* header) {
-    if (version == 2) (*header)[header->size() - 8] ^= 1;   // the last tensor's checksum
-    if (version == 3) (*header)[0] = 'X';                   // not a broadcast message
+    if (version == 2) (*header)[header->size() - 8] ^= 1;          // the last tensor's checksum
+    if (version == 3) (*header)[0] = 'X';                          // not a broadcast message
     if (version == 4) (*header)[bcast::kPreambleBytes + 24] ^= 1;  // the layout hash
   };
   auto pub = StartPublisher(po);

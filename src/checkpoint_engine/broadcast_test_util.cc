@@ -1,8 +1,7 @@
 #include "broadcast_test_util.h"
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <random>
 

@@ -54,9 +54,8 @@ class CompletionQueue {
       }
       if (closed_) return false;
       // Bounded wait: Close() always notifies, this only guards a lost wakeup.
-      cv_.WaitFor(&mu_, std::chrono::milliseconds(100), [this]() SLUICE_NO_THREAD_SAFETY_ANALYSIS {
-        return closed_ || !ready_.empty();
-      });
+      cv_.WaitFor(&mu_, std::chrono::milliseconds(100),
+                  [this]() SLUICE_NO_THREAD_SAFETY_ANALYSIS { return closed_ || !ready_.empty(); });
     }
   }
 
@@ -163,8 +162,8 @@ ReceiveResult ReceiveVersion(GlooGroup& group, const bcast::StreamPlan& plan, ui
           if (!discard) {
             for (const bcast::Piece& piece : bucket.pieces) {
               if (bucket.packed) {
-                std::memcpy(options.destinations[piece.tensor].data() + piece.tensor_offset,
-                            data + piece.bucket_offset, piece.nbytes);
+                std::memcpy(options.destinations[piece.tensor].data() + piece.tensor_offset, data + piece.bucket_offset,
+                            piece.nbytes);
               }
               if (remaining[piece.tensor].fetch_sub(1, std::memory_order_acq_rel) == 1) completed.Push(piece.tensor);
             }

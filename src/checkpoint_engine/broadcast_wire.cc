@@ -99,12 +99,18 @@ class Reader {
 
 std::string_view KindName(Kind kind) {
   switch (kind) {
-    case Kind::kPublisherHello: return "publisher hello";
-    case Kind::kSubscriberHello: return "subscriber hello";
-    case Kind::kMembers: return "member list";
-    case Kind::kVersion: return "version header";
-    case Kind::kReform: return "re-form notice";
-    case Kind::kShutdown: return "shutdown notice";
+    case Kind::kPublisherHello:
+      return "publisher hello";
+    case Kind::kSubscriberHello:
+      return "subscriber hello";
+    case Kind::kMembers:
+      return "member list";
+    case Kind::kVersion:
+      return "version header";
+    case Kind::kReform:
+      return "re-form notice";
+    case Kind::kShutdown:
+      return "shutdown notice";
   }
   return "unknown message";
 }
@@ -130,11 +136,10 @@ Status CheckPreamble(std::string_view bytes, Kind kind, std::string_view who, ui
                                       std::to_string(own_protocol) + " (peers must run the same protocol)");
   }
   const uint32_t found = LoadLe<uint32_t>(b + 12);
-  const bool kind_ok = kind == Kind::kVersion
-                           ? (found == static_cast<uint32_t>(Kind::kVersion) ||
-                              found == static_cast<uint32_t>(Kind::kReform) ||
-                              found == static_cast<uint32_t>(Kind::kShutdown))
-                           : found == static_cast<uint32_t>(kind);
+  const bool kind_ok = kind == Kind::kVersion ? (found == static_cast<uint32_t>(Kind::kVersion) ||
+                                                 found == static_cast<uint32_t>(Kind::kReform) ||
+                                                 found == static_cast<uint32_t>(Kind::kShutdown))
+                                              : found == static_cast<uint32_t>(kind);
   if (!kind_ok) {
     return Status::InvalidArgument(what + ": unexpected message kind " + std::to_string(found));
   }
@@ -176,8 +181,8 @@ Result<PublisherHello> DecodePublisherHello(std::string_view bytes) {
     return Status::DataLoss("the publisher's hello has bucket_bytes " + std::to_string(m.bucket_bytes) +
                             " and max_in_flight " + std::to_string(m.max_in_flight));
   }
-  SLUICE_ASSIGN_OR_RETURN(m.layout, shm::ParseLayout(reinterpret_cast<const std::byte*>(blob.data()), blob.size(),
-                                                     tensors));
+  SLUICE_ASSIGN_OR_RETURN(m.layout,
+                          shm::ParseLayout(reinterpret_cast<const std::byte*>(blob.data()), blob.size(), tensors));
   return m;
 }
 

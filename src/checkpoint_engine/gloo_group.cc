@@ -1,7 +1,5 @@
 #include "gloo_group.h"
 
-#include <signal.h>
-
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/gather.h>
@@ -9,6 +7,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <signal.h>
 
 #include <exception>
 
@@ -89,12 +88,12 @@ Result<std::unique_ptr<GlooGroup>> GlooGroup::Connect(std::shared_ptr<gloo::tran
                                                       RendezvousClient* kv, const std::string& key_prefix, int rank,
                                                       int size, std::chrono::milliseconds timeout) {
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  Status s = Guard("rank " + std::to_string(rank) + " of " + std::to_string(size) + " could not join the Gloo mesh",
-                   [&] {
-                     context->setTimeout(timeout);
-                     RendezvousGlooStore store(kv, key_prefix, timeout);
-                     context->connectFullMesh(store, device);
-                   });
+  Status s =
+      Guard("rank " + std::to_string(rank) + " of " + std::to_string(size) + " could not join the Gloo mesh", [&] {
+        context->setTimeout(timeout);
+        RendezvousGlooStore store(kv, key_prefix, timeout);
+        context->connectFullMesh(store, device);
+      });
   if (!s.ok()) return s;
   return std::unique_ptr<GlooGroup>(new GlooGroup(std::move(context), rank, size, timeout));
 }

@@ -28,8 +28,8 @@ Result<std::vector<size_t>> ValidateLayout(const Layout& layout, size_t max_tens
     if (!numel.ok()) return numel.status().WithContext(where + " shape " + ShapeToString(spec.shape));
     const uint64_t n = *numel * DTypeSize(spec.dtype);
     if (n > max_tensor_bytes) {
-      return Status::InvalidArgument(where + ": " + std::to_string(n) + " bytes exceeds max_tensor_bytes=" +
-                                     std::to_string(max_tensor_bytes));
+      return Status::InvalidArgument(where + ": " + std::to_string(n) +
+                                     " bytes exceeds max_tensor_bytes=" + std::to_string(max_tensor_bytes));
     }
     if (!names.insert(spec.name).second) {
       return Status::InvalidArgument(where + ": duplicate tensor name in the layout");

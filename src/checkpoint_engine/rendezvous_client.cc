@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "rendezvous_wire.h"
-#include "socket_util.h"
 #include "sluice/checkpoint_engine/rendezvous.h"
 #include "sluice/common/mutex.h"
+#include "socket_util.h"
 
 namespace sluice::checkpoint_engine {
 
@@ -94,10 +94,10 @@ RendezvousClient::~RendezvousClient() = default;
 Result<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(RendezvousClientOptions options) {
   SLUICE_ASSIGN_OR_RETURN(auto host_port, internal::ParseHostPort(options.address));
   if (options.io_timeout.count() <= 0) return Status::InvalidArgument("RendezvousClientOptions.io_timeout must be > 0");
-  SLUICE_ASSIGN_OR_RETURN(internal::UniqueFd fd,
-                          internal::ConnectTcp(host_port.first, host_port.second,
-                                               Clock::now() + std::max(options.connect_timeout,
-                                                                       std::chrono::milliseconds(1))));
+  SLUICE_ASSIGN_OR_RETURN(
+      internal::UniqueFd fd,
+      internal::ConnectTcp(host_port.first, host_port.second,
+                           Clock::now() + std::max(options.connect_timeout, std::chrono::milliseconds(1))));
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   {
@@ -122,8 +122,8 @@ Status CheckKey(std::string_view key) {
 
 Status RendezvousClient::Set(std::string_view key, std::string_view value, KeyLifetime lifetime, bool create_only) {
   SLUICE_RETURN_IF_ERROR(CheckKey(key));
-  uint8_t flags = (lifetime == KeyLifetime::kEphemeral ? wire::kFlagEphemeral : 0) |
-                  (create_only ? wire::kFlagCreateOnly : 0);
+  uint8_t flags =
+      (lifetime == KeyLifetime::kEphemeral ? wire::kFlagEphemeral : 0) | (create_only ? wire::kFlagCreateOnly : 0);
   SLUICE_ASSIGN_OR_RETURN(Impl::Answer a, impl_->Call(wire::Op::kSet, flags, key, value, 0, {}));
   return a.status;
 }

@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "rendezvous_wire.h"
-#include "socket_util.h"
 #include "sluice/checkpoint_engine/rendezvous.h"
 #include "sluice/common/background_thread.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
+#include "socket_util.h"
 
 namespace sluice::checkpoint_engine {
 
@@ -85,8 +85,7 @@ struct RendezvousServer::Impl {
   void OnReadable(Connection& c);
   void OnWritable(Connection& c);
   void Handle(Connection& c);
-  void Respond(Connection& c, const Status& status, std::string_view value = {}, int64_t arg = 0,
-               bool closing = false);
+  void Respond(Connection& c, const Status& status, std::string_view value = {}, int64_t arg = 0, bool closing = false);
   void Unpark(Connection& c);
   void WakeWaiters(const std::string& key);
   void Close(uint64_t id);
@@ -221,9 +220,9 @@ void RendezvousServer::Impl::Handle(Connection& c) {
       int64_t current = 0;
       if (it != kv.end()) {
         if (it->second.value.size() != sizeof(int64_t)) {
-          return Respond(c, Status::FailedPrecondition("key " + quoted + " holds " +
-                                                       std::to_string(it->second.value.size()) +
-                                                       " bytes, not an 8-byte counter"));
+          return Respond(
+              c, Status::FailedPrecondition("key " + quoted + " holds " + std::to_string(it->second.value.size()) +
+                                            " bytes, not an 8-byte counter"));
         }
         current = internal::LoadLe<int64_t>(reinterpret_cast<const std::byte*>(it->second.value.data()));
       } else {
@@ -285,11 +284,11 @@ void RendezvousServer::Impl::OnReadable(Connection& c) {
       bad = Status::FailedPrecondition("the client speaks rendezvous protocol " + std::to_string(h.protocol) +
                                        "; this server speaks " + std::to_string(wire::kProtocolVersion));
     } else if (h.key_len == 0 || h.key_len > options.max_key_bytes) {
-      bad = Status::InvalidArgument("key length " + std::to_string(h.key_len) + " is outside 1..max_key_bytes=" +
-                                    std::to_string(options.max_key_bytes));
+      bad = Status::InvalidArgument("key length " + std::to_string(h.key_len) +
+                                    " is outside 1..max_key_bytes=" + std::to_string(options.max_key_bytes));
     } else if (h.value_len > options.max_value_bytes) {
-      bad = Status::InvalidArgument("value length " + std::to_string(h.value_len) + " exceeds max_value_bytes=" +
-                                    std::to_string(options.max_value_bytes));
+      bad = Status::InvalidArgument("value length " + std::to_string(h.value_len) +
+                                    " exceeds max_value_bytes=" + std::to_string(options.max_value_bytes));
     }
     if (!bad.ok()) {
       // The framing cannot be trusted any more: answer, then hang up.
@@ -438,8 +437,8 @@ RendezvousServer::~RendezvousServer() { impl_->thread.Stop(); }
 Result<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(RendezvousServerOptions options) {
   auto limit = [](size_t v, size_t lo, size_t hi, const char* name) -> Status {
     if (v < lo || v > hi) {
-      return Status::InvalidArgument(std::string("RendezvousServerOptions.") + name + " must be " +
-                                     std::to_string(lo) + ".." + std::to_string(hi) + ", got " + std::to_string(v));
+      return Status::InvalidArgument(std::string("RendezvousServerOptions.") + name + " must be " + std::to_string(lo) +
+                                     ".." + std::to_string(hi) + ", got " + std::to_string(v));
     }
     return Status::Ok();
   };

@@ -2,9 +2,8 @@
 // straight onto the wire.
 #include "sluice/checkpoint_engine/rendezvous.h"
 
-#include <sys/socket.h>
-
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <thread>

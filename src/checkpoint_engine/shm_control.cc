@@ -116,7 +116,8 @@ Result<std::unique_ptr<Control>> Control::Create(const StoreNames& names, const 
 }
 
 Result<std::unique_ptr<Control>> Control::Open(const StoreNames& names) {
-  SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment segment, SharedMemorySegment::Open(names.control(), ShmAccess::kReadWrite));
+  SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment segment,
+                          SharedMemorySegment::Open(names.control(), ShmAccess::kReadWrite));
   const std::string what = "control segment " + names.control();
   SLUICE_RETURN_IF_ERROR(CheckPreamble(segment, kControlMagic, what));
   if (segment.size() < sizeof(ControlBlock)) {
@@ -297,8 +298,8 @@ void Control::Repair(const Locked& lock) {
   Collect(lock);
   Result<std::vector<std::string>> segments = names_.List();
   if (!segments.ok()) {
-    SLUICE_LOG(WARNING) << "shm store " << names_.control() << ": cannot scan for orphans: "
-                        << segments.status().ToString();
+    SLUICE_LOG(WARNING) << "shm store " << names_.control()
+                        << ": cannot scan for orphans: " << segments.status().ToString();
     return;
   }
   const int64_t staging = block_->staging.load(std::memory_order_acquire);

@@ -99,13 +99,15 @@ Geometry ComputeGeometry(const std::vector<size_t>& tensor_bytes, uint32_t max_r
 
 Status CheckPreamble(const SharedMemorySegment& segment, uint64_t magic, const std::string& what) {
   if (segment.size() < sizeof(SegmentPreamble)) {
-    if (segment.size() == 0) return Status::Unavailable(what + " is empty: its creator is still initializing it (or died doing so)");
+    if (segment.size() == 0)
+      return Status::Unavailable(what + " is empty: its creator is still initializing it (or died doing so)");
     return Status::DataLoss(what + " is truncated: " + std::to_string(segment.size()) + " bytes, shorter than its " +
                             std::to_string(sizeof(SegmentPreamble)) + "-byte preamble");
   }
   const auto* pre = reinterpret_cast<const SegmentPreamble*>(segment.data());
   const uint64_t found = pre->magic.load(std::memory_order_acquire);
-  if (found == 0) return Status::Unavailable(what + " is not initialized yet (its creator is still writing it, or died doing so)");
+  if (found == 0)
+    return Status::Unavailable(what + " is not initialized yet (its creator is still writing it, or died doing so)");
   if (found != magic) {
     std::ostringstream msg;
     msg << what << " is not a Sluice CheckpointEngine segment of this kind (magic 0x" << std::hex << found

@@ -60,18 +60,18 @@ struct PublisherCore {
 
 }  // namespace shm
 
+using internal::Quoted;
 using shm::Control;
 using shm::ControlBlock;
 using shm::PublisherCore;
-using internal::Quoted;
 
 // The open staging segment of one publish.
 struct ShmPublishHandle::Staging {
   SharedMemorySegment segment;
   shm::VersionHeader* header = nullptr;
   shm::TensorRecord* records = nullptr;
-  std::vector<bool> put;        // put, or staged in place and sealed
-  std::vector<bool> in_place;   // handed out by StageInPlace
+  std::vector<bool> put;       // put, or staged in place and sealed
+  std::vector<bool> in_place;  // handed out by StageInPlace
   size_t bytes_staged = 0;
 };
 
@@ -106,13 +106,15 @@ void ShmPublishHandle::Abort() {
 
 Status ShmPublishHandle::Put(std::string_view name, const HostTensor& tensor) {
   const std::string where = "version " + std::to_string(version_) + ", tensor " + Quoted(name);
-  if (staging_ == nullptr) return Status::FailedPrecondition(where + ": Put after the publish was committed or aborted");
+  if (staging_ == nullptr)
+    return Status::FailedPrecondition(where + ": Put after the publish was committed or aborted");
   auto it = core_->index.find(name);
   if (it == core_->index.end()) return Status::InvalidArgument(where + ": not in the registered layout");
   const size_t t = it->second;
   const TensorSpec& spec = core_->control->layout()[t];
   SLUICE_RETURN_IF_ERROR(internal::CheckTensorMatchesSpec(where, spec, tensor, core_->options.max_tensor_bytes));
-  if (staging_->put[t]) return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
+  if (staging_->put[t])
+    return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
   if (staging_->in_place[t]) {
     return Status::AlreadyExists(where + ": already staged in place; seal it instead of putting it");
   }
@@ -136,7 +138,8 @@ Result<std::span<std::byte>> ShmPublishHandle::StageInPlace(std::string_view nam
   auto it = core_->index.find(name);
   if (it == core_->index.end()) return Status::InvalidArgument(where + ": not in the registered layout");
   const size_t t = it->second;
-  if (staging_->put[t]) return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
+  if (staging_->put[t])
+    return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
   staging_->in_place[t] = true;
   const shm::TensorRecord& record = staging_->records[t];
   return std::span<std::byte>(staging_->segment.data() + record.offset, record.nbytes);
@@ -151,7 +154,8 @@ Status ShmPublishHandle::SealInPlace(std::string_view name, uint64_t expected_ch
   if (it == core_->index.end()) return Status::InvalidArgument(where + ": not in the registered layout");
   const size_t t = it->second;
   if (staging_->put[t]) return Status::AlreadyExists(where + ": already put or sealed");
-  if (!staging_->in_place[t]) return Status::FailedPrecondition(where + ": not staged in place (call StageInPlace first)");
+  if (!staging_->in_place[t])
+    return Status::FailedPrecondition(where + ": not staged in place (call StageInPlace first)");
   shm::TensorRecord& record = staging_->records[t];
   const uint64_t actual = Checksum64(staging_->segment.data() + record.offset, record.nbytes);
   if (actual != expected_checksum) {
@@ -310,9 +314,8 @@ Result<std::unique_ptr<ShmPublisher>> ShmPublisher::Attach(ShmPublisherOptions o
     Control::SetOwner(&block->publisher, candidate->self());
     if (options.max_readers != candidate->geometry().max_readers ||
         options.max_pins_per_reader != candidate->geometry().pins_per_reader) {
-      SLUICE_LOG(INFO) << names.control() << " keeps its own limits: max_readers "
-                       << candidate->geometry().max_readers << ", max_pins_per_reader "
-                       << candidate->geometry().pins_per_reader;
+      SLUICE_LOG(INFO) << names.control() << " keeps its own limits: max_readers " << candidate->geometry().max_readers
+                       << ", max_pins_per_reader " << candidate->geometry().pins_per_reader;
     }
     control = std::move(candidate);
   }
@@ -331,7 +334,8 @@ Result<std::unique_ptr<ShmPublishHandle>> ShmPublisher::BeginPublish(int64_t ver
   if (version < 0) return Status::InvalidArgument(what + ": versions are >= 0");
   {
     MutexLock lock(&core_->mu);
-    if (core_->publishing) return Status::FailedPrecondition(what + ": another publish is open; commit or abort it first");
+    if (core_->publishing)
+      return Status::FailedPrecondition(what + ": another publish is open; commit or abort it first");
     core_->publishing = true;
   }
   auto release = [&](Status s) -> Result<std::unique_ptr<ShmPublishHandle>> {
@@ -412,9 +416,7 @@ Status ShmPublisher::Sweep() {
   return Status::Ok();
 }
 
-int64_t ShmPublisher::latest_version() const {
-  return core_->control->block()->latest.load(std::memory_order_acquire);
-}
+int64_t ShmPublisher::latest_version() const { return core_->control->block()->latest.load(std::memory_order_acquire); }
 
 Result<ShmStoreStats> ShmPublisher::stats() const {
   SLUICE_ASSIGN_OR_RETURN(Control::Locked lock, core_->control->Lock(core_->options.lock_timeout));

@@ -2,11 +2,10 @@
 // re-executed (posix_spawn) to run one ShmChild.DISABLED_* test with its
 // parameters in the environment; they report through their exit status and
 // single bytes on fd 3.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
@@ -102,9 +101,14 @@ TEST(ShmChild, DISABLED_Reader) {
   while (latest_seen < final_version && std::chrono::steady_clock::now() < deadline) {
     Result<ShmVersionHandle> h = Status::NotFound("");
     switch (rng() % 3) {
-      case 0: h = (*sub)->AcquireLatest(); break;
-      case 1: h = (*sub)->WaitForVersion(latest_seen + 1, 50ms); break;
-      default: h = latest_seen > 0 ? (*sub)->Acquire(1 + static_cast<int64_t>(rng() % latest_seen)) : (*sub)->AcquireLatest();
+      case 0:
+        h = (*sub)->AcquireLatest();
+        break;
+      case 1:
+        h = (*sub)->WaitForVersion(latest_seen + 1, 50ms);
+        break;
+      default:
+        h = latest_seen > 0 ? (*sub)->Acquire(1 + static_cast<int64_t>(rng() % latest_seen)) : (*sub)->AcquireLatest();
     }
     if (!h.ok()) {
       const StatusCode c = h.status().code();
@@ -172,8 +176,8 @@ TEST(ShmChild, DISABLED_DieInsideCommit) {
 
 // Pins the latest version, checks it, and holds the pin until killed.
 TEST(ShmChild, DISABLED_PinAndHold) {
-  auto sub = ShmSubscriber::Attach(
-      SubscriberOptions(ChildEnv("SLUICE_SHM_TEST_PREFIX"), ChildEnv("SLUICE_SHM_TEST_STORE")));
+  auto sub =
+      ShmSubscriber::Attach(SubscriberOptions(ChildEnv("SLUICE_SHM_TEST_PREFIX"), ChildEnv("SLUICE_SHM_TEST_STORE")));
   ASSERT_TRUE(sub.ok()) << sub.status().ToString();
   auto h = (*sub)->AcquireLatest();
   ASSERT_TRUE(h.ok()) << h.status().ToString();
@@ -223,14 +227,13 @@ class ShmStoreProcessTest : public ::testing::Test {
 TEST_F(ShmStoreProcessTest, NoTornReadsAcrossProcesses) {
   constexpr int kReaders = 3;
   constexpr int64_t kVersions = 60;
-  ChildProcess publisher = ChildProcess::Spawn(
-      "Publisher", Env({{"SLUICE_SHM_TEST_VERSIONS", std::to_string(kVersions)},
-                        {"SLUICE_SHM_TEST_WAIT_READERS", std::to_string(kReaders + 1)}}));
+  ChildProcess publisher =
+      ChildProcess::Spawn("Publisher", Env({{"SLUICE_SHM_TEST_VERSIONS", std::to_string(kVersions)},
+                                            {"SLUICE_SHM_TEST_WAIT_READERS", std::to_string(kReaders + 1)}}));
   std::vector<ChildProcess> readers;
   for (int r = 0; r < kReaders; ++r) {
-    readers.push_back(ChildProcess::Spawn(
-        "Reader", Env({{"SLUICE_SHM_TEST_VERSIONS", std::to_string(kVersions)},
-                       {"SLUICE_SHM_TEST_SEED", std::to_string(100 + r)}})));
+    readers.push_back(ChildProcess::Spawn("Reader", Env({{"SLUICE_SHM_TEST_VERSIONS", std::to_string(kVersions)},
+                                                         {"SLUICE_SHM_TEST_SEED", std::to_string(100 + r)}})));
   }
   auto sub = Subscribe();
   ASSERT_TRUE(sub);

@@ -492,7 +492,7 @@ TEST_F(ShmStoreTest, TheLastDetachRemovesEverySegment) {
   auto open = pub->BeginPublish(3);
   ASSERT_TRUE(open.ok());
   EXPECT_EQ(testing::SegmentsWithPrefix(prefix_).size(), 4u);  // control, v1 (pinned), v2, staging v3
-  pub.reset();  // the open publish still holds the attachment
+  pub.reset();                                                 // the open publish still holds the attachment
   EXPECT_TRUE(SegmentExists("v3"));
   open->reset();
   EXPECT_FALSE(SegmentExists("v3"));

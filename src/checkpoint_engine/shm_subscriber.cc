@@ -93,16 +93,16 @@ Status SubscriberCore::CheckSegment(const SharedMemorySegment& segment, int64_t 
   if (header->layout_hash != control->layout_hash() || header->version != version ||
       header->num_tensors != g.tensor_bytes.size()) {
     return Status::DataLoss(what + " does not hold version " + std::to_string(version) + " of this layout (it says " +
-                            "version " + std::to_string(header->version) + ", " +
-                            std::to_string(header->num_tensors) + " tensors)");
+                            "version " + std::to_string(header->version) + ", " + std::to_string(header->num_tensors) +
+                            " tensors)");
   }
   const auto* records = reinterpret_cast<const TensorRecord*>(header + 1);
   for (size_t t = 0; t < g.tensor_bytes.size(); ++t) {
     if (records[t].offset != g.tensor_offsets[t] || records[t].nbytes != g.tensor_bytes[t]) {
-      return Status::DataLoss(what + ": record of tensor " + internal::Quoted(control->layout()[t].name) +
-                              " says " + std::to_string(records[t].nbytes) + " bytes at " +
-                              std::to_string(records[t].offset) + ", the layout puts " +
-                              std::to_string(g.tensor_bytes[t]) + " at " + std::to_string(g.tensor_offsets[t]));
+      return Status::DataLoss(what + ": record of tensor " + internal::Quoted(control->layout()[t].name) + " says " +
+                              std::to_string(records[t].nbytes) + " bytes at " + std::to_string(records[t].offset) +
+                              ", the layout puts " + std::to_string(g.tensor_bytes[t]) + " at " +
+                              std::to_string(g.tensor_offsets[t]));
     }
   }
   if (header->sealed.load(std::memory_order_acquire) != 1) {
@@ -124,19 +124,21 @@ Result<ShmVersionHandle> SubscriberCore::Pin(std::optional<int64_t> version) {
     std::string held;
     for (const auto& [v, c] : cache) held += (held.empty() ? "" : ", ") + std::to_string(v);
     return Status::ResourceExhausted("this subscriber already pins " + std::to_string(pin_used.size()) +
-                                     " versions (max_pins_per_reader of " + control->names().control() +
-                                     "): " + held + "; release a handle first");
+                                     " versions (max_pins_per_reader of " + control->names().control() + "): " + held +
+                                     "; release a handle first");
   }
   const uint32_t pin_index = static_cast<uint32_t>(free_pin - pin_used.begin());
 
   int64_t resolved = kNoVersion;
   {
-    const std::string what = version ? "cannot pin version " + std::to_string(*version) : "cannot pin the latest version";
+    const std::string what =
+        version ? "cannot pin version " + std::to_string(*version) : "cannot pin the latest version";
     SLUICE_ASSIGN_OR_RETURN(Control::Locked control_lock, control->Lock(options.lock_timeout));
     SLUICE_RETURN_IF_ERROR(CheckAttached(control_lock, what));
     const int64_t latest = block->latest.load(std::memory_order_acquire);
     resolved = version.value_or(latest);
-    if (resolved == kNoVersion) return Status::NotFound("no version has been committed yet to " + control->names().control());
+    if (resolved == kNoVersion)
+      return Status::NotFound("no version has been committed yet to " + control->names().control());
     if (control->FindEntry(control_lock, resolved) == nullptr) {
       return Status::NotFound("version " + std::to_string(resolved) + " is not in shared memory (never committed, " +
                               "or superseded and freed); latest is " + std::to_string(latest));
@@ -147,7 +149,8 @@ Result<ShmVersionHandle> SubscriberCore::Pin(std::optional<int64_t> version) {
     SlotPins(slot())[pin_index].store(resolved, std::memory_order_release);
   }
 
-  Result<SharedMemorySegment> segment = SharedMemorySegment::Open(control->names().Version(resolved), ShmAccess::kReadOnly);
+  Result<SharedMemorySegment> segment =
+      SharedMemorySegment::Open(control->names().Version(resolved), ShmAccess::kReadOnly);
   Status checked = segment.ok() ? CheckSegment(*segment, resolved) : segment.status();
   if (!checked.ok()) {
     if (segment.ok()) segment->Reset();
@@ -164,8 +167,8 @@ Result<ShmVersionHandle> SubscriberCore::Pin(std::optional<int64_t> version) {
   pinned->version = resolved;
   pinned->pin_index = pin_index;
   pinned->segment = std::move(segment).value();
-  pinned->records = reinterpret_cast<const TensorRecord*>(
-      reinterpret_cast<const VersionHeader*>(pinned->segment.data()) + 1);
+  pinned->records =
+      reinterpret_cast<const TensorRecord*>(reinterpret_cast<const VersionHeader*>(pinned->segment.data()) + 1);
   pin_used[pin_index] = true;
   cache[resolved] = Cached{pinned, pinned.get()};
   return ShmVersionHandle(std::move(pinned));
@@ -211,11 +214,11 @@ void SubscriberCore::Detach() {
 
 }  // namespace shm
 
+using internal::Quoted;
 using shm::Control;
 using shm::ControlBlock;
 using shm::MappedPin;
 using shm::SubscriberCore;
-using internal::Quoted;
 
 // ----------------------------------------------------------- ShmVersionHandle
 
@@ -358,8 +361,9 @@ Result<std::unique_ptr<ShmSubscriber>> ShmSubscriber::Attach(ShmSubscriberOption
     const StatusCode code = retryable.code();
     if (code != StatusCode::kNotFound && code != StatusCode::kUnavailable) return retryable.WithContext(what);
     if (std::chrono::steady_clock::now() >= deadline) {
-      return Status(code, what + " within " + std::to_string(options.attach_timeout.count()) + " ms: " +
-                              retryable.message() + (code == StatusCode::kNotFound ? " (has a publisher attached?)" : ""));
+      return Status(code, what + " within " + std::to_string(options.attach_timeout.count()) +
+                              " ms: " + retryable.message() +
+                              (code == StatusCode::kNotFound ? " (has a publisher attached?)" : ""));
     }
   }
   auto core = std::make_shared<SubscriberCore>();
@@ -380,7 +384,8 @@ ShmSubscriber::~ShmSubscriber() = default;
 Result<ShmVersionHandle> ShmSubscriber::AcquireLatest() { return core_->Pin(std::nullopt); }
 
 Result<ShmVersionHandle> ShmSubscriber::Acquire(int64_t version) {
-  if (version < 0) return Status::NotFound("version " + std::to_string(version) + " does not exist (versions are >= 0)");
+  if (version < 0)
+    return Status::NotFound("version " + std::to_string(version) + " does not exist (versions are >= 0)");
   return core_->Pin(version);
 }
 
@@ -394,16 +399,17 @@ Result<ShmVersionHandle> ShmSubscriber::WaitForVersion(int64_t at_least, std::ch
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       const ProcessIdentity publisher = Control::Owner(block->publisher);
-      std::string who = publisher.pid == 0            ? "no publisher is attached"
+      std::string who = publisher.pid == 0          ? "no publisher is attached"
                         : IsProcessAlive(publisher) ? "publisher pid " + std::to_string(publisher.pid) + " is alive"
-                                                      : "publisher pid " + std::to_string(publisher.pid) + " is dead";
+                                                    : "publisher pid " + std::to_string(publisher.pid) + " is dead";
       return Status::Timeout("no version >= " + std::to_string(at_least) + " was committed to " +
                              core_->control->names().control() + " within " + std::to_string(timeout.count()) +
                              " ms; latest is " + std::to_string(latest) + "; " + who);
     }
     // A commit between the loads above and this wait changes commit_seq, so
     // the futex returns at once; slices bound any missed wake-up.
-    ShmFutexWait(&block->commit_seq, seq, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(50)));
+    ShmFutexWait(&block->commit_seq, seq,
+                 std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(50)));
   }
 }
 

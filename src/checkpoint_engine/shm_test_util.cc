@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -9,8 +10,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
@@ -64,8 +63,12 @@ Layout TestLayout() {
 
 namespace {
 
-float F32Value(int64_t v, size_t t, size_t i) { return static_cast<float>(v * 4096 + static_cast<int64_t>((i + t * 37) % 4096)); }
-int64_t I64Value(int64_t v, size_t t, size_t i) { return (v << 32) | (static_cast<int64_t>(t) << 24) | static_cast<int64_t>(i); }
+float F32Value(int64_t v, size_t t, size_t i) {
+  return static_cast<float>(v * 4096 + static_cast<int64_t>((i + t * 37) % 4096));
+}
+int64_t I64Value(int64_t v, size_t t, size_t i) {
+  return (v << 32) | (static_cast<int64_t>(t) << 24) | static_cast<int64_t>(i);
+}
 int32_t I32Value(int64_t v, size_t t, size_t i) {
   return static_cast<int32_t>(v * 1000000 + static_cast<int64_t>(t) * 100000 + static_cast<int64_t>(i % 100000));
 }
@@ -106,8 +109,7 @@ TensorMap MakeVersion(const Layout& layout, int64_t version) {
   return map;
 }
 
-std::string CheckTensorBytes(const TensorSpec& spec, size_t t, int64_t version, const std::byte* bytes,
-                             size_t nbytes) {
+std::string CheckTensorBytes(const TensorSpec& spec, size_t t, int64_t version, const std::byte* bytes, size_t nbytes) {
   const size_t numel = CheckedNumel(spec.shape).value();
   if (nbytes != numel * DTypeSize(spec.dtype)) return spec.name + ": " + std::to_string(nbytes) + " bytes";
   auto bad = [&](size_t i, const std::string& got) {

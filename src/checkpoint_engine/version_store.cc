@@ -34,9 +34,9 @@ struct Snapshot {
 };
 
 struct Staging {
-  std::map<std::string, StoredTensor, std::less<>> tensors;    // put or sealed
-  std::map<std::string, StoredTensor, std::less<>> in_place;   // staged in place, not sealed yet
-  size_t nbytes = 0;                                           // bytes of both maps
+  std::map<std::string, StoredTensor, std::less<>> tensors;   // put or sealed
+  std::map<std::string, StoredTensor, std::less<>> in_place;  // staged in place, not sealed yet
+  size_t nbytes = 0;                                          // bytes of both maps
 };
 
 namespace {
@@ -101,13 +101,11 @@ struct StoreCore {
   // beyond max_pinned_versions.
   Result<VersionHandle> PinLocked(const std::shared_ptr<StoreCore>& self, std::map<int64_t, Entry>::iterator it)
       SLUICE_REQUIRES(mu) {
-    if (it->second.pins == 0 && options.max_pinned_versions > 0 &&
-        PinnedCountLocked() >= options.max_pinned_versions) {
-      return Status::ResourceExhausted("cannot pin version " + std::to_string(it->first) + ": " +
-                                       std::to_string(PinnedCountLocked()) +
-                                       " versions are pinned (max_pinned_versions=" +
-                                       std::to_string(options.max_pinned_versions) +
-                                       "); release an older VersionHandle first");
+    if (it->second.pins == 0 && options.max_pinned_versions > 0 && PinnedCountLocked() >= options.max_pinned_versions) {
+      return Status::ResourceExhausted(
+          "cannot pin version " + std::to_string(it->first) + ": " + std::to_string(PinnedCountLocked()) +
+          " versions are pinned (max_pinned_versions=" + std::to_string(options.max_pinned_versions) +
+          "); release an older VersionHandle first");
     }
     ++it->second.pins;
     return VersionHandle(self, it->second.snapshot.get());
@@ -156,10 +154,10 @@ void StoreCore::KeepAsSpareLocked(Snapshot* doomed) {
 
 }  // namespace internal
 
+using internal::Quoted;
 using internal::Snapshot;
 using internal::StoreCore;
 using internal::StoredTensor;
-using internal::Quoted;
 
 namespace {
 
@@ -234,7 +232,8 @@ Result<HostTensor> VersionHandle::tensor(std::string_view name) const {
 }
 
 Result<uint64_t> VersionHandle::checksum(std::string_view name) const {
-  if (snapshot_ == nullptr) return Status::FailedPrecondition("checksum(" + Quoted(name) + ") on an empty VersionHandle");
+  if (snapshot_ == nullptr)
+    return Status::FailedPrecondition("checksum(" + Quoted(name) + ") on an empty VersionHandle");
   auto it = snapshot_->tensors.find(name);
   if (it == snapshot_->tensors.end()) {
     return Status::NotFound("version " + std::to_string(snapshot_->version) + " has no tensor " + Quoted(name));
@@ -263,7 +262,8 @@ void PublishHandle::Abort() {
 
 Status PublishHandle::Put(std::string_view name, const HostTensor& tensor) {
   const std::string where = "version " + std::to_string(version_) + ", tensor " + Quoted(name);
-  if (staging_ == nullptr) return Status::FailedPrecondition(where + ": Put after the publish was committed or aborted");
+  if (staging_ == nullptr)
+    return Status::FailedPrecondition(where + ": Put after the publish was committed or aborted");
   auto spec_it = core_->specs.find(name);
   if (spec_it == core_->specs.end()) {
     return Status::InvalidArgument(where + ": not in the registered layout");

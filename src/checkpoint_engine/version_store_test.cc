@@ -35,7 +35,9 @@ std::unique_ptr<VersionStore> MakeStore(Layout layout = SmallLayout(), size_t ma
 // in float for version < 16000 and i < 1000), I64 elements are
 // version*1e6 + tensor_index*1e4 + i. A snapshot mixing two versions, or a
 // tensor torn mid-copy, fails CheckSnapshot.
-float F32Value(int64_t version, size_t i) { return static_cast<float>(version * 1000 + static_cast<int64_t>(i % 1000)); }
+float F32Value(int64_t version, size_t i) {
+  return static_cast<float>(version * 1000 + static_cast<int64_t>(i % 1000));
+}
 int64_t I64Value(int64_t version, size_t tensor_index, size_t i) {
   return version * 1000000 + static_cast<int64_t>(tensor_index) * 10000 + static_cast<int64_t>(i);
 }
@@ -386,7 +388,7 @@ TEST(VersionStoreTest, ReuseBuffersKeepsOneFreedVersionForTheNextPublish) {
   ExpectServing(store, 3);
   EXPECT_EQ(store.AcquireLatest()->tensor("w")->data, v1_w);
   // ... and a pinned old version is freed, not kept, while a spare exists.
-  auto pinned = store.AcquireLatest();  // 3
+  auto pinned = store.AcquireLatest();                         // 3
   ASSERT_TRUE(store.Publish(4, MakeVersion(layout, 4)).ok());  // 2 freed -> spare; 3 pinned
   ASSERT_TRUE(store.Publish(5, MakeVersion(layout, 5)).ok());  // 4 freed, spare taken by 5 then 4 -> spare
   s = store.stats();
@@ -692,7 +694,8 @@ TEST(VersionStoreTest, NoTornReadsUnderStress) {
           std::this_thread::yield();
           continue;
         }
-        if (h->version() < last) fail("reader went backwards: " + std::to_string(last) + " -> " + std::to_string(h->version()));
+        if (h->version() < last)
+          fail("reader went backwards: " + std::to_string(last) + " -> " + std::to_string(h->version()));
         if (h->version() != last) seen[r].push_back(h->version());
         last = h->version();
         if (std::string e = CheckSnapshot(*h, layout); !e.empty()) fail("torn read: " + e);

@@ -78,9 +78,11 @@ TEST(BackgroundThreadTest, StopRequestsStopAndJoins) {
 
 TEST(BackgroundThreadTest, DoubleStartIsFailedPrecondition) {
   BackgroundThread thread("twice");
-  ASSERT_TRUE(thread.Start([](std::stop_token stop) {
-    while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
-  }).ok());
+  ASSERT_TRUE(thread
+                  .Start([](std::stop_token stop) {
+                    while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
+                  })
+                  .ok());
   std::atomic<bool> second_ran{false};
   Status s = thread.Start([&](std::stop_token) { second_ran = true; });
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);

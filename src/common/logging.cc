@@ -29,10 +29,14 @@ std::atomic<int>& Threshold() {
 
 const char* LevelLetter(LogLevel level) {
   switch (level) {
-    case LogLevel::kDEBUG: return "D";
-    case LogLevel::kINFO: return "I";
-    case LogLevel::kWARNING: return "W";
-    case LogLevel::kERROR: return "E";
+    case LogLevel::kDEBUG:
+      return "D";
+    case LogLevel::kINFO:
+      return "I";
+    case LogLevel::kWARNING:
+      return "W";
+    case LogLevel::kERROR:
+      return "E";
   }
   return "?";
 }
@@ -45,11 +49,16 @@ LogLevel GetLogLevel() { return static_cast<LogLevel>(Threshold().load(std::memo
 bool ParseLogLevel(std::string_view text, LogLevel* level) {
   std::string lower(text);
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (lower == "debug") *level = LogLevel::kDEBUG;
-  else if (lower == "info") *level = LogLevel::kINFO;
-  else if (lower == "warning" || lower == "warn") *level = LogLevel::kWARNING;
-  else if (lower == "error") *level = LogLevel::kERROR;
-  else return false;
+  if (lower == "debug")
+    *level = LogLevel::kDEBUG;
+  else if (lower == "info")
+    *level = LogLevel::kINFO;
+  else if (lower == "warning" || lower == "warn")
+    *level = LogLevel::kWARNING;
+  else if (lower == "error")
+    *level = LogLevel::kERROR;
+  else
+    return false;
   return true;
 }
 

@@ -12,9 +12,9 @@ TEST(ParseLogLevelTest, AcceptsNamesInAnyCase) {
     const char* text;
     LogLevel level;
   };
-  for (const Case& c : {Case{"debug", LogLevel::kDEBUG}, Case{"INFO", LogLevel::kINFO},
-                        Case{"Warning", LogLevel::kWARNING}, Case{"warn", LogLevel::kWARNING},
-                        Case{"ERROR", LogLevel::kERROR}}) {
+  for (const Case& c :
+       {Case{"debug", LogLevel::kDEBUG}, Case{"INFO", LogLevel::kINFO}, Case{"Warning", LogLevel::kWARNING},
+        Case{"warn", LogLevel::kWARNING}, Case{"ERROR", LogLevel::kERROR}}) {
     SCOPED_TRACE(c.text);
     LogLevel level = c.level == LogLevel::kDEBUG ? LogLevel::kERROR : LogLevel::kDEBUG;
     EXPECT_TRUE(ParseLogLevel(c.text, &level));

@@ -80,8 +80,7 @@ Result<std::vector<std::string>> ListShmSegments(std::initializer_list<std::stri
 
 Status SharedMemorySegment::ValidateName(std::string_view name) {
   if (name.size() < 2 || name.size() > 251 || name[0] != '/') {
-    return Status::InvalidArgument("shm name '" + std::string(name) +
-                                   "' must be '/' followed by 1..250 characters");
+    return Status::InvalidArgument("shm name '" + std::string(name) + "' must be '/' followed by 1..250 characters");
   }
   for (char c : name.substr(1)) {
     if (!IsComponentChar(c) && c != '.') {

@@ -215,8 +215,8 @@ TEST(DTypeTest, NamesRoundTripAndSizes) {
     size_t size;
   };
   const std::vector<Case> cases = {
-      {DType::kF64, "F64", 8}, {DType::kF32, "F32", 4}, {DType::kF16, "F16", 2},   {DType::kBF16, "BF16", 2},
-      {DType::kI64, "I64", 8}, {DType::kI32, "I32", 4}, {DType::kI16, "I16", 2},   {DType::kI8, "I8", 1},
+      {DType::kF64, "F64", 8}, {DType::kF32, "F32", 4},   {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2},
+      {DType::kI64, "I64", 8}, {DType::kI32, "I32", 4},   {DType::kI16, "I16", 2}, {DType::kI8, "I8", 1},
       {DType::kU8, "U8", 1},   {DType::kBool, "BOOL", 1},
   };
   for (const Case& c : cases) {

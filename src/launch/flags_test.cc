@@ -39,7 +39,8 @@ TEST(FlagsTest, ErrorsNameTheFlagAndWhatIsAllowed) {
   ASSERT_TRUE(h.Parse({"--slots=abc", "--temperature=9", "--mode=fast", "--verbose=maybe"}).ok());
   EXPECT_NE(h.GetInt("slots", 1, 10).status().message().find("must be an integer"), std::string::npos);
   EXPECT_NE(h.GetDouble("temperature", 0, 2).status().message().find("[0, 2]"), std::string::npos);
-  EXPECT_NE(h.GetChoice("mode", {"continuous", "static"}).status().message().find("continuous, static"), std::string::npos);
+  EXPECT_NE(h.GetChoice("mode", {"continuous", "static"}).status().message().find("continuous, static"),
+            std::string::npos);
   EXPECT_FALSE(h.GetBool("verbose").ok());
 
   FlagSet k = MakeFlags();

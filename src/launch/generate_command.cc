@@ -159,8 +159,8 @@ Status Generate(const std::vector<std::string>& args) {
   }
   const auto& st = engine->stats();
   std::printf("\n%s model, %.2fM parameters, device %s, %d slots (%s batching)\n",
-              model_dir.empty() ? "fresh" : model_dir.c_str(), m->config().NumParameters() / 1e6,
-              device.str().c_str(), options.num_slots, scheduling.c_str());
+              model_dir.empty() ? "fresh" : model_dir.c_str(), m->config().NumParameters() / 1e6, device.str().c_str(),
+              options.num_slots, scheduling.c_str());
   std::printf("%zu sequences, %lld tokens in %.2f s: %.0f tokens/s, %lld steps, slot occupancy %.0f%%\n",
               results.size(), static_cast<long long>(st.generated_tokens), secs, st.generated_tokens / secs,
               static_cast<long long>(st.steps), 100.0 * st.occupancy(options.num_slots));
@@ -170,7 +170,8 @@ Status Generate(const std::vector<std::string>& args) {
 }  // namespace
 
 void SetIntraOpThreads(int64_t threads) {
-  torch::set_num_threads(threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  torch::set_num_threads(threads > 0 ? static_cast<int>(threads)
+                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
 int RunCommand(Status (*command)(const std::vector<std::string>&), const std::vector<std::string>& args) {

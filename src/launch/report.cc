@@ -29,11 +29,20 @@ std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -86,10 +95,11 @@ std::string Chart(const std::string& title, const std::vector<Series>& series, c
     out << "'/>";
     if (s.dashed) continue;
     if (s.points.size() == 1) {
-      out << "<circle cx='" << px(s.points[0].first) << "' cy='" << py(s.points[0].second) << "' r='3' fill='" << s.color
-          << "'/>";
+      out << "<circle cx='" << px(s.points[0].first) << "' cy='" << py(s.points[0].second) << "' r='3' fill='"
+          << s.color << "'/>";
     }
-    out << "<text x='" << legend_x << "' y='16' font-size='11' fill='" << s.color << "'>" << Escape(s.label) << "</text>";
+    out << "<text x='" << legend_x << "' y='16' font-size='11' fill='" << s.color << "'>" << Escape(s.label)
+        << "</text>";
     legend_x += 7.0 * static_cast<double>(s.label.size()) + 16;
   }
   return out.str() + "</svg>";
@@ -160,7 +170,8 @@ Result<std::string> RenderRunReport(const std::string& run_dir) {
        << " RL steps recorded</p>";
   if (!rows.empty()) {
     const json& last = rows.back();
-    html << "<table><tr><th>step</th><th>reward</th><th>held-out accuracy</th><th>elapsed s</th><th>staleness max</th></tr>";
+    html << "<table><tr><th>step</th><th>reward</th><th>held-out accuracy</th><th>elapsed s</th><th>staleness "
+            "max</th></tr>";
     auto cell = [&](const char* key) {
       return last.contains(key) && last[key].is_number() ? Num(last[key].get<double>()) : std::string("-");
     };
@@ -175,14 +186,14 @@ Result<std::string> RenderRunReport(const std::string& run_dir) {
   html << "<div class='grid'>";
   html << Chart("Reward and accuracy (training samples)",
                 {series("reward_mean", "reward", "#1f77b4"), series("accuracy", "accuracy", "#2ca02c")});
-  html << Chart("Held-out accuracy (greedy)", {series("eval_accuracy", "greedy", "#d62728"),
-                                               series("eval_sampled_accuracy", "sampled", "#ff7f0e")});
+  html << Chart("Held-out accuracy (greedy)",
+                {series("eval_accuracy", "greedy", "#d62728"), series("eval_sampled_accuracy", "sampled", "#ff7f0e")});
   html << Chart("Response length (tokens)",
                 {series("response_len_mean", "mean", "#9467bd"), series("response_len_max", "max", "#8c564b")});
   html << Chart("Staleness (weight versions)",
                 {series("staleness_mean", "mean per sample", "#17becf"), series("staleness_max", "max", "#7f7f7f")});
-  html << Chart("Trainer time per step (s)",
-                {series("train_seconds", "training", "#2ca02c"), series("wait_seconds", "waiting for data", "#d62728")});
+  html << Chart("Trainer time per step (s)", {series("train_seconds", "training", "#2ca02c"),
+                                              series("wait_seconds", "waiting for data", "#d62728")});
   html << Chart("Queue depth (rows ready for the trainer)", {series("queue_ready", "ready rows", "#1f77b4")});
   html << Chart("Role timeline: busy fraction per step",
                 {series("rollout_busy", "rollout", "#1f77b4"), series("trainer_busy", "trainer", "#2ca02c")});
@@ -263,7 +274,8 @@ Result<RunCurves> Curves(const LabeledRun& run) {
     c.wall_seconds = Number(r, "elapsed_seconds");
   }
   if (c.eval.empty()) {
-    return Status::NotFound(run.run_dir + "/metrics.jsonl has no held-out evaluation (eval_accuracy); set eval.interval");
+    return Status::NotFound(run.run_dir +
+                            "/metrics.jsonl has no held-out evaluation (eval_accuracy); set eval.interval");
   }
   c.final_eval = c.eval.back().second;
   c.final_reward = c.reward.back().second;

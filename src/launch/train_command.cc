@@ -13,10 +13,10 @@
 
 #include "sluice/common/file_util.h"
 #include "sluice/launch/commands.h"
-#include "sluice/launch/report.h"
-#include "sluice/launch/supervisor.h"
 #include "sluice/launch/config.h"
 #include "sluice/launch/flags.h"
+#include "sluice/launch/report.h"
+#include "sluice/launch/supervisor.h"
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/sync_loop.h"
 #include "sluice/reward/task.h"
@@ -71,9 +71,11 @@ ConfigSchema TrainSchema() {
   s.AddDouble("trainer.weight_decay", 0.0, 0.0, 10.0, "AdamW decoupled weight decay");
   s.AddDouble("trainer.max_grad_norm", 1.0, 0.0, 1e9, "gradient clipping (0 = off)");
   s.AddInt("trainer.warmup_steps", 0, 0, 10000000, "linear learning-rate warm-up (optimizer steps)");
-  s.AddEnum("trainer.lr_schedule", "constant", {"constant", "cosine"}, "after warm-up: constant, or cosine decay over the run");
+  s.AddEnum("trainer.lr_schedule", "constant", {"constant", "cosine"},
+            "after warm-up: constant, or cosine decay over the run");
   s.AddDouble("trainer.min_lr_ratio", 0.1, 0.0, 1.0, "cosine: final learning rate / lr");
-  s.AddInt("trainer.micro_batch_tokens", 8192, 1, 100000000, "padded tokens per forward/backward (gradient accumulation beyond)");
+  s.AddInt("trainer.micro_batch_tokens", 8192, 1, 100000000,
+           "padded tokens per forward/backward (gradient accumulation beyond)");
   s.AddInt("trainer.micro_batch_threads", 1, 1, 256,
            "micro-batches computed at once, one single-threaded worker each (1: sequential and deterministic)");
   s.AddInt("trainer.mini_batches", 1, 1, 100000, "optimizer steps per RL batch");
@@ -86,7 +88,8 @@ ConfigSchema TrainSchema() {
   s.AddEnum("trainer.off_policy_correction", "auto", {"auto", "none", "decoupled", "tis", "seq-tis"},
             "weight of stale samples by pi_prox/pi_behav: decoupled PPO, truncated IS per token or per sequence; "
             "auto: tis in one_step_off/async (samples may be stale), none otherwise");
-  s.AddDouble("trainer.is_cap", 2.0, 1e-6, 1e6, "cap on the behaviour importance weight (decoupled: tokens above are masked)");
+  s.AddDouble("trainer.is_cap", 2.0, 1e-6, 1e6,
+              "cap on the behaviour importance weight (decoupled: tokens above are masked)");
   s.AddBool("trainer.recompute_old_logprobs", true, "recompute the proximal logprobs on the trainer");
   s.AddEnum("pipeline.mode", "direct", {"direct", "sync", "one_step_off", "async"},
             "direct: one loop, no hub; sync/one_step_off/async: rollout, reward and trainer roles over the "
@@ -209,7 +212,7 @@ Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
   o.pipeline.rollout_engines = static_cast<int32_t>(c.GetInt("pipeline.rollout_engines"));
   o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
   o.pipeline.train_order = c.GetString("pipeline.train_order") == "prompt" ? pipeline::TrainOrder::kPrompt
-                                                                            : pipeline::TrainOrder::kCompletion;
+                                                                           : pipeline::TrainOrder::kCompletion;
   o.pipeline.processes = c.GetBool("pipeline.processes");
   SLUICE_RETURN_IF_ERROR(o.Validate());
   return o;
@@ -265,9 +268,9 @@ class Progress {
         busy_train = " (" + std::to_string(static_cast<int>(100 * r->trainer_busy)) + "% busy)";
       }
       std::snprintf(line, sizeof(line),
-                    "RL [%s] %lld/%lld ETA %s reward %.2f acc %.2f%s gen %.0f tok/s%s train %.0f tok/s%s",
-                    bar.c_str(), static_cast<long long>(done), static_cast<long long>(total), Duration(eta).c_str(),
-                    r->reward_mean, r->accuracy,
+                    "RL [%s] %lld/%lld ETA %s reward %.2f acc %.2f%s gen %.0f tok/s%s train %.0f tok/s%s", bar.c_str(),
+                    static_cast<long long>(done), static_cast<long long>(total), Duration(eta).c_str(), r->reward_mean,
+                    r->accuracy,
                     last_eval_ >= 0 ? (" eval_acc " + std::to_string(last_eval_).substr(0, 4)).c_str() : "",
                     gen_s_ > 0 ? gen_tokens_ / gen_s_ : 0.0, busy_gen.c_str(),
                     train_s_ > 0 ? train_tokens_ / train_s_ : 0.0, busy_train.c_str());
@@ -303,11 +306,8 @@ Result<std::vector<std::string>> RoleCommand(const std::string& run_dir) {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return Status::Unavailable("cannot resolve /proc/self/exe: " + ec.message());
-  return std::vector<std::string>{exe.string(),
-                                  "train",
-                                  "--config=" + (fs::path(run_dir) / "config.yaml").string(),
-                                  "model.path=" + (fs::path(run_dir) / "roles" / "init").string(),
-                                  "sft.steps=0"};
+  return std::vector<std::string>{exe.string(), "train", "--config=" + (fs::path(run_dir) / "config.yaml").string(),
+                                  "model.path=" + (fs::path(run_dir) / "roles" / "init").string(), "sft.steps=0"};
 }
 
 // In a role process (started by a launcher with --role): runs that role.
@@ -373,10 +373,11 @@ Status Train(const std::vector<std::string>& args) {
   std::error_code ec;
   fs::create_directories(options.run_dir, ec);
   std::ofstream(fs::path(options.run_dir) / "config.yaml") << config.ToYaml();
-  std::fprintf(stderr, "sluice train: task %s, %.2fM-parameter model, %lld RL steps x %lld prompts x %lld answers, run dir %s\n",
-               task->name().c_str(), policy->config().NumParameters() / 1e6, static_cast<long long>(options.rl.steps),
-               static_cast<long long>(options.rl.prompts_per_step), static_cast<long long>(options.rl.group_size),
-               options.run_dir.c_str());
+  std::fprintf(
+      stderr, "sluice train: task %s, %.2fM-parameter model, %lld RL steps x %lld prompts x %lld answers, run dir %s\n",
+      task->name().c_str(), policy->config().NumParameters() / 1e6, static_cast<long long>(options.rl.steps),
+      static_cast<long long>(options.rl.prompts_per_step), static_cast<long long>(options.rl.group_size),
+      options.run_dir.c_str());
   SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, std::move(task), options));
   Progress progress(config.GetString("run.progress"));
   auto report = [&](const std::string& phase, int64_t done, int64_t total, const pipeline::StepRecord* r) {
@@ -448,8 +449,9 @@ Status Eval(const std::vector<std::string>& args) {
 
 Status Report(const std::vector<std::string>& args) {
   FlagSet flags;
-  flags.Add("compare", "", "compare runs instead: write OUT/comparison.html and OUT/comparison.md from LABEL=RUN_DIR "
-                           "arguments (runs sharing a label are seeds; the first label is the baseline)");
+  flags.Add("compare", "",
+            "compare runs instead: write OUT/comparison.html and OUT/comparison.md from LABEL=RUN_DIR "
+            "arguments (runs sharing a label are seeds; the first label is the baseline)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   SLUICE_ASSIGN_OR_RETURN(std::string compare_out, flags.GetString("compare"));
   if (!flags.help_requested() && !compare_out.empty()) {
@@ -470,9 +472,10 @@ Status Report(const std::vector<std::string>& args) {
     return Status::Ok();
   }
   if (flags.help_requested() || flags.positional().size() != 1) {
-    std::printf("usage: sluice report RUN_DIR\n  writes RUN_DIR/report.html: charts of the run's metrics, one "
-                "self-contained page\n       sluice report --compare=OUT LABEL=RUN_DIR ...\n%s",
-                flags.Usage().c_str());
+    std::printf(
+        "usage: sluice report RUN_DIR\n  writes RUN_DIR/report.html: charts of the run's metrics, one "
+        "self-contained page\n       sluice report --compare=OUT LABEL=RUN_DIR ...\n%s",
+        flags.Usage().c_str());
     return flags.help_requested() ? Status::Ok() : Status::InvalidArgument("sluice report takes one RUN_DIR");
   }
   SLUICE_ASSIGN_OR_RETURN(std::string path, WriteRunReport(flags.positional()[0]));

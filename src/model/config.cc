@@ -13,9 +13,9 @@ using nlohmann::json;
 int64_t ModelConfig::NumParameters() const {
   const int64_t hd = resolved_head_dim();
   const int64_t q = num_attention_heads * hd, kv = num_key_value_heads * hd;
-  int64_t per_layer = 2 * hidden_size                       // two RMSNorms
-                      + hidden_size * (q + 2 * kv)           // q, k, v
-                      + q * hidden_size                      // o
+  int64_t per_layer = 2 * hidden_size                         // two RMSNorms
+                      + hidden_size * (q + 2 * kv)            // q, k, v
+                      + q * hidden_size                       // o
                       + 3 * hidden_size * intermediate_size;  // gate, up, down
   if (attention_bias) per_layer += q + 2 * kv;
   int64_t total = vocab_size * hidden_size + num_hidden_layers * per_layer + hidden_size;
@@ -41,8 +41,8 @@ Status ModelConfig::Validate() const {
   }
   if (head_dim < 0) return bad("head_dim", "must be positive when given");
   if (head_dim == 0 && hidden_size % num_attention_heads != 0) {
-    return bad("num_attention_heads", std::to_string(num_attention_heads) + " heads do not divide hidden_size " +
-                                          std::to_string(hidden_size));
+    return bad("num_attention_heads",
+               std::to_string(num_attention_heads) + " heads do not divide hidden_size " + std::to_string(hidden_size));
   }
   if (num_attention_heads % num_key_value_heads != 0) {
     return bad("num_key_value_heads", std::to_string(num_key_value_heads) + " does not divide num_attention_heads " +
@@ -212,11 +212,16 @@ Result<ModelConfig> PresetModelConfig(const std::string& name) {
     c.num_key_value_heads = kv;
     c.intermediate_size = inter;
   };
-  if (name == "tiny") set(32, 2, 4, 2, 64);
-  else if (name == "1m") set(128, 5, 4, 2, 384);
-  else if (name == "5m") set(256, 6, 8, 4, 704);
-  else if (name == "20m") set(512, 7, 8, 4, 1408);
-  else return Status::InvalidArgument("unknown model preset '" + name + "' (allowed: tiny, 1m, 5m, 20m)");
+  if (name == "tiny")
+    set(32, 2, 4, 2, 64);
+  else if (name == "1m")
+    set(128, 5, 4, 2, 384);
+  else if (name == "5m")
+    set(256, 6, 8, 4, 704);
+  else if (name == "20m")
+    set(512, 7, 8, 4, 1408);
+  else
+    return Status::InvalidArgument("unknown model preset '" + name + "' (allowed: tiny, 1m, 5m, 20m)");
   SLUICE_RETURN_IF_ERROR(c.Validate());
   return c;
 }

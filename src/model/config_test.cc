@@ -1,12 +1,12 @@
 #include "sluice/model/config.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <unistd.h>
 
 #include "sluice/model/tokenizer.h"
 
@@ -70,7 +70,10 @@ constexpr const char* kQwen2Config = R"({
 
 // A small valid config to mutate one key at a time.
 json MinimalConfig() {
-  return {{"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"intermediate_size", 128},
+  return {{"hidden_size", 64},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},
+          {"intermediate_size", 128},
           {"vocab_size", 100}};
 }
 

@@ -110,8 +110,8 @@ SLUICE_AVX2 void Columns(const float* x, const float* w, const float* bias, floa
   }
 }
 
-void LinearAvx2(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
-                     int64_t outs, int64_t ldy) {
+void LinearAvx2(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
+                int64_t ldy) {
   int64_t o = 0;
   for (; o + 4 <= outs; o += 4) Columns<4>(x, w, bias, y, rows, in, outs, ldy, o);
   for (; o < outs; ++o) Columns<1>(x, w, bias, y, rows, in, outs, ldy, o);
@@ -198,8 +198,8 @@ SLUICE_AVX512 void Columns16(const float* x, const float* w, const float* bias, 
   }
 }
 
-void LinearAvx512(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
-                       int64_t outs, int64_t ldy) {
+void LinearAvx512(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
+                  int64_t ldy) {
   int64_t o = 0;
   for (; o + 6 <= outs; o += 6) Columns16<6>(x, w, bias, y, rows, in, outs, ldy, o);
   for (; o < outs; ++o) Columns16<1>(x, w, bias, y, rows, in, outs, ldy, o);

@@ -21,7 +21,8 @@
 
 namespace sluice::model {
 
-static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; big-endian hosts unsupported");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; big-endian hosts unsupported");
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -36,9 +37,7 @@ struct Entry {
 
 Status ParseEntry(const std::string& origin, const std::string& name, const json& spec, uint64_t data_size,
                   HostTensor* out, Entry* entry) {
-  auto fail = [&](const std::string& what) {
-    return Status::DataLoss(origin + ": tensor '" + name + "': " + what);
-  };
+  auto fail = [&](const std::string& what) { return Status::DataLoss(origin + ": tensor '" + name + "': " + what); };
   if (!spec.is_object()) return fail("entry is not a JSON object");
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
     if (!spec.contains(key)) return fail(std::string("missing \"") + key + "\"");
@@ -207,7 +206,8 @@ std::string SerializeSafetensors(const TensorMap& tensors, const std::map<std::s
     auto numel = CheckedNumel(t.shape);
     SLUICE_CHECK(numel.ok() && *numel * DTypeSize(t.dtype) == t.nbytes)
         << "tensor '" << name << "' has " << t.nbytes << " bytes, which does not match its shape and dtype";
-    header[name] = {{"dtype", std::string(DTypeName(t.dtype))}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.nbytes}}};
+    header[name] = {
+        {"dtype", std::string(DTypeName(t.dtype))}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.nbytes}}};
     offset += t.nbytes;
   }
   std::string text = header.dump();

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <sstream>
@@ -196,12 +196,11 @@ TEST(SafetensorsTest, FilesWithoutTensors) {
 // out of name order in the buffer, an unaligned-length header padded with
 // spaces, and little-endian values whose bit patterns are spelled out.
 TEST(SafetensorsTest, ReadsHandBuiltSpecFile) {
-  const std::string header =
-      R"({"__metadata__":{"format":"pt","source":"hand"},)"
-      R"("zeta":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("alpha":{"dtype":"I16","shape":[1,3],"data_offsets":[10,16]},)"
-      R"("mid":{"dtype":"BF16","shape":[],"data_offsets":[8,10]}}     )";
-  const std::string data = std::string("\x00\x00\x80\x3f", 4)  // zeta[0] = 1.0f
+  const std::string header = R"({"__metadata__":{"format":"pt","source":"hand"},)"
+                             R"("zeta":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("alpha":{"dtype":"I16","shape":[1,3],"data_offsets":[10,16]},)"
+                             R"("mid":{"dtype":"BF16","shape":[],"data_offsets":[8,10]}}     )";
+  const std::string data = std::string("\x00\x00\x80\x3f", 4)    // zeta[0] = 1.0f
                            + std::string("\x00\x00\x20\xc0", 4)  // zeta[1] = -2.5f
                            + std::string("\xc0\x3f", 2)          // mid = bf16 1.5
                            + std::string("\xfe\xff", 2)          // alpha = -2
@@ -284,7 +283,9 @@ TEST(SafetensorsTest, RejectsMalformedFilesWithClearMessages) {
       {"dtype not string", Image(W(Entry("4", "[2]", "[0,8]")), d8), kLoss, {"'w'", "\"dtype\""}},
       {"missing dtype", Image(W(R"({"shape":[2],"data_offsets":[0,8]})"), d8), kLoss, {"'w'", "missing \"dtype\""}},
       {"missing shape", Image(W(R"({"dtype":"F32","data_offsets":[0,8]})"), d8), kLoss, {"'w'", "missing \"shape\""}},
-      {"missing data_offsets", Image(W(R"({"dtype":"F32","shape":[2]})"), d8), kLoss,
+      {"missing data_offsets",
+       Image(W(R"({"dtype":"F32","shape":[2]})"), d8),
+       kLoss,
        {"'w'", "missing \"data_offsets\""}},
       {"shape not array", Image(W(Entry(f32, "2", "[0,8]")), d8), kLoss, {"'w'", "\"shape\" is not an array"}},
       {"negative shape", Image(W(Entry(f32, "[-2]", "[0,8]")), d8), kLoss, {"'w'", "shape", "non-negative integer"}},
@@ -294,17 +295,23 @@ TEST(SafetensorsTest, RejectsMalformedFilesWithClearMessages) {
       {"one offset", Image(W(Entry(f32, "[2]", "[8]")), d8), kLoss, {"'w'", "\"data_offsets\""}},
       {"negative offset", Image(W(Entry(f32, "[2]", "[-8,0]")), d8), kLoss, {"'w'", "\"data_offsets\""}},
       {"begin after end", Image(W(Entry(f32, "[1]", "[8,4]")), d8), kLoss, {"'w'", "begin 8 > end 4"}},
-      {"offsets past data", Image(W(Entry(f32, "[4]", "[0,16]")), d8), kLoss,
+      {"offsets past data",
+       Image(W(Entry(f32, "[4]", "[0,16]")), d8),
+       kLoss,
        {"'w'", "end 16", "past the data buffer"}},
       {"size mismatch", Image(W(Entry(f32, "[3]", "[0,8]")), d8), kLoss, {"'w'", "holds 8 bytes", "needs 12"}},
       {"overlap", Image(AB(Entry(f32, "[2]", "[0,8]"), Entry(f32, "[1]", "[4,8]")), d8), kLoss, {"'b'", "overlaps"}},
       {"aliasing", Image(AB(Entry(f32, "[2]", "[0,8]"), Entry("\"I64\"", "[1]", "[0,8]")), d8), kLoss, {"overlaps"}},
-      {"hole", Image(AB(Entry(f32, "[1]", "[0,4]"), Entry("\"I16\"", "[1]", "[6,8]")), d8), kLoss,
+      {"hole",
+       Image(AB(Entry(f32, "[1]", "[0,4]"), Entry("\"I16\"", "[1]", "[6,8]")), d8),
+       kLoss,
        {"bytes 4..6", "'b'", "belong to no tensor"}},
       {"hole at start", Image(W(Entry(f32, "[1]", "[4,8]")), d8), kLoss, {"bytes 0..4", "belong to no tensor"}},
       {"trailing bytes", valid + "xyz", kLoss, {"3 trailing bytes"}},
       {"metadata not object", Image(R"({"__metadata__":["a"]})"), kLoss, {"\"__metadata__\" is not an object"}},
-      {"metadata value not string", Image(R"({"__metadata__":{"step":17}})"), kLoss,
+      {"metadata value not string",
+       Image(R"({"__metadata__":{"step":17}})"),
+       kLoss,
        {"\"__metadata__\"", "'step'", "not a string"}},
   };
   for (const BadCase& c : cases) {

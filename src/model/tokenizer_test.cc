@@ -59,8 +59,7 @@ TEST(ByteTokenizerTest, OutOfRangeIdIsAnError) {
     auto r = tok.Decode({'a', bad, 'b'});
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);
-    EXPECT_NE(r.status().message().find("token id " + std::to_string(bad)), std::string::npos)
-        << r.status().ToString();
+    EXPECT_NE(r.status().message().find("token id " + std::to_string(bad)), std::string::npos) << r.status().ToString();
   }
 }
 

@@ -87,7 +87,8 @@ KvCache KvCache::Allocate(const ModelConfig& config, int64_t num_slots, int64_t 
   cache.max_len = max_len;
   auto opts = torch::TensorOptions().device(device).dtype(dtype);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    cache.keys.push_back(torch::zeros({num_slots, config.num_key_value_heads, max_len, config.resolved_head_dim()}, opts));
+    cache.keys.push_back(
+        torch::zeros({num_slots, config.num_key_value_heads, max_len, config.resolved_head_dim()}, opts));
     cache.values.push_back(torch::zeros_like(cache.keys.back()));
   }
   return cache;
@@ -126,9 +127,9 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& keys, const to
   const int64_t KV = keys.size(1), L = keys.size(2), rep = H / KV;
   auto qg = q.view({B, T, KV, rep, D}).permute({0, 2, 3, 1, 4}).reshape({B, KV, rep * T, D});
   auto scores = torch::matmul(qg, keys.transpose(2, 3)).mul_(1.0 / std::sqrt(static_cast<double>(D)));
-  auto masked = scores.view({B, KV, rep, T, L})
-                    .masked_fill(allowed.logical_not().unsqueeze(1).unsqueeze(1),
-                                 -std::numeric_limits<float>::infinity());
+  auto masked =
+      scores.view({B, KV, rep, T, L})
+          .masked_fill(allowed.logical_not().unsqueeze(1).unsqueeze(1), -std::numeric_limits<float>::infinity());
   auto probs = torch::softmax(masked.to(torch::kFloat32), -1).to(q.scalar_type()).view({B, KV, rep * T, L});
   return torch::matmul(probs, values)  // [B, KV, rep*T, D]
       .view({B, KV, rep, T, D})
@@ -262,8 +263,7 @@ torch::Tensor Transformer::output_weight() const {
   return config_.tie_word_embeddings ? model_->embed_tokens->weight : lm_head_->weight;
 }
 
-torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                  AttentionContext& ctx) {
+torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const torch::Tensor& positions, AttentionContext& ctx) {
   const int64_t D = config_.resolved_head_dim();
   std::vector<int64_t> table_shape(positions.sizes().begin(), positions.sizes().end());
   table_shape.push_back(D);
@@ -292,7 +292,8 @@ torch::Tensor Transformer::Forward(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   SLUICE_CHECK_LE(T, config_.max_position_embeddings);
   auto device = tokens.device();
-  auto positions = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(device)).unsqueeze(0).expand(tokens.sizes());
+  auto positions =
+      torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(device)).unsqueeze(0).expand(tokens.sizes());
   AttentionContext ctx;
   ctx.causal = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(device)).tril().unsqueeze(0);
   return Logits(Hidden(tokens, positions, ctx));

@@ -78,7 +78,8 @@ TEST_P(TransformerTest, ChangingAFutureTokenNeverChangesEarlierLogits) {
   auto base = model_->Forward(tokens);
   for (int64_t pos : {3, 7, 11}) {
     auto changed = tokens.clone();
-    changed.index_put_({torch::indexing::Slice(), pos}, (tokens.index({torch::indexing::Slice(), pos}) + 1) % config_.vocab_size);
+    changed.index_put_({torch::indexing::Slice(), pos},
+                       (tokens.index({torch::indexing::Slice(), pos}) + 1) % config_.vocab_size);
     auto out = model_->Forward(changed);
     EXPECT_TRUE(torch::equal(out.narrow(1, 0, pos), base.narrow(1, 0, pos))) << "position " << pos;
     EXPECT_FALSE(torch::allclose(out.narrow(1, pos, 1), base.narrow(1, pos, 1))) << "position " << pos;

@@ -10,37 +10,60 @@ namespace {
 
 std::optional<torch::Dtype> TorchDtype(DType d) {
   switch (d) {
-    case DType::kF64: return torch::kFloat64;
-    case DType::kF32: return torch::kFloat32;
-    case DType::kF16: return torch::kFloat16;
-    case DType::kBF16: return torch::kBFloat16;
-    case DType::kI64: return torch::kInt64;
-    case DType::kI32: return torch::kInt32;
-    case DType::kI16: return torch::kInt16;
-    case DType::kI8: return torch::kInt8;
-    case DType::kU8: return torch::kUInt8;
-    case DType::kBool: return torch::kBool;
+    case DType::kF64:
+      return torch::kFloat64;
+    case DType::kF32:
+      return torch::kFloat32;
+    case DType::kF16:
+      return torch::kFloat16;
+    case DType::kBF16:
+      return torch::kBFloat16;
+    case DType::kI64:
+      return torch::kInt64;
+    case DType::kI32:
+      return torch::kInt32;
+    case DType::kI16:
+      return torch::kInt16;
+    case DType::kI8:
+      return torch::kInt8;
+    case DType::kU8:
+      return torch::kUInt8;
+    case DType::kBool:
+      return torch::kBool;
   }
   return std::nullopt;
 }
 
 std::optional<DType> HostDtype(torch::Dtype d) {
   switch (d) {
-    case torch::kFloat64: return DType::kF64;
-    case torch::kFloat32: return DType::kF32;
-    case torch::kFloat16: return DType::kF16;
-    case torch::kBFloat16: return DType::kBF16;
-    case torch::kInt64: return DType::kI64;
-    case torch::kInt32: return DType::kI32;
-    case torch::kInt16: return DType::kI16;
-    case torch::kInt8: return DType::kI8;
-    case torch::kUInt8: return DType::kU8;
-    case torch::kBool: return DType::kBool;
-    default: return std::nullopt;
+    case torch::kFloat64:
+      return DType::kF64;
+    case torch::kFloat32:
+      return DType::kF32;
+    case torch::kFloat16:
+      return DType::kF16;
+    case torch::kBFloat16:
+      return DType::kBF16;
+    case torch::kInt64:
+      return DType::kI64;
+    case torch::kInt32:
+      return DType::kI32;
+    case torch::kInt16:
+      return DType::kI16;
+    case torch::kInt8:
+      return DType::kI8;
+    case torch::kUInt8:
+      return DType::kU8;
+    case torch::kBool:
+      return DType::kBool;
+    default:
+      return std::nullopt;
   }
 }
 
-std::string ShapeString(c10::IntArrayRef shape) { return ShapeToString(std::vector<int64_t>(shape.begin(), shape.end())); }
+std::string ShapeString(c10::IntArrayRef shape) {
+  return ShapeToString(std::vector<int64_t>(shape.begin(), shape.end()));
+}
 
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF64; }
 
@@ -48,16 +71,19 @@ bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DTyp
 
 Result<torch::Tensor> ToTorch(const HostTensor& host) {
   auto dtype = TorchDtype(host.dtype);
-  if (!dtype) return Status::InvalidArgument("dtype " + std::string(DTypeName(host.dtype)) + " has no torch equivalent");
+  if (!dtype)
+    return Status::InvalidArgument("dtype " + std::string(DTypeName(host.dtype)) + " has no torch equivalent");
   auto owner = host.owner;
   // from_blob never writes through the pointer here: callers only read or copy.
-  return torch::from_blob(const_cast<std::byte*>(host.data), host.shape, [owner](void*) {},
-                          torch::TensorOptions().dtype(*dtype));
+  return torch::from_blob(
+      const_cast<std::byte*>(host.data), host.shape, [owner](void*) {}, torch::TensorOptions().dtype(*dtype));
 }
 
 Result<HostTensor> FromTorch(const torch::Tensor& tensor) {
   auto dtype = HostDtype(tensor.scalar_type());
-  if (!dtype) return Status::InvalidArgument(std::string("torch dtype ") + c10::toString(tensor.scalar_type()) + " has no safetensors equivalent");
+  if (!dtype)
+    return Status::InvalidArgument(std::string("torch dtype ") + c10::toString(tensor.scalar_type()) +
+                                   " has no safetensors equivalent");
   auto cpu = tensor.detach().to(torch::kCPU).contiguous();
   HostTensor host;
   host.dtype = *dtype;
@@ -87,8 +113,11 @@ Status LoadWeights(Transformer& model, const TensorMap& weights) {
   for (const auto& p : params) expected.insert(p.key());
   for (const auto& [name, host] : weights) {
     if (expected.count(name)) continue;
-    bool tolerated = (name == "lm_head.weight" && model.config().tie_word_embeddings) || name.ends_with("rotary_emb.inv_freq");
-    if (!tolerated) return Status::InvalidArgument("checkpoint tensor '" + name + "' is not a parameter of this model (wrong architecture or config?)");
+    bool tolerated =
+        (name == "lm_head.weight" && model.config().tie_word_embeddings) || name.ends_with("rotary_emb.inv_freq");
+    if (!tolerated)
+      return Status::InvalidArgument("checkpoint tensor '" + name +
+                                     "' is not a parameter of this model (wrong architecture or config?)");
   }
   // Validate every tensor before copying any, so a bad checkpoint leaves the model as it was.
   for (auto& p : params) {

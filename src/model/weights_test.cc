@@ -92,7 +92,8 @@ TEST_F(WeightsTest, MissingTensorIsNamed) {
 TEST_F(WeightsTest, MisShapedTensorIsNamedWithBothShapes) {
   auto weights = *ExportWeights(*model_);
   std::vector<float> wrong(10 * 32, 0.0f);
-  weights["model.layers.0.self_attn.k_proj.weight"] = HostTensor::Copy(DType::kF32, {10, 32}, wrong.data(), wrong.size() * 4);
+  weights["model.layers.0.self_attn.k_proj.weight"] =
+      HostTensor::Copy(DType::kF32, {10, 32}, wrong.data(), wrong.size() * 4);
   Transformer fresh(config_, 0);
   auto untouched = CloneModel(fresh);
   Status s = LoadWeights(fresh, weights);

@@ -27,7 +27,6 @@ namespace sluice::pipeline {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-
 // The cursor-th prompt of a seeded sequence of permutations of [0, n): each
 // epoch visits every index once, in an order fixed by (seed, epoch).
 inline uint64_t PermutedIndex(uint64_t seed, uint64_t cursor, uint64_t n) {
@@ -44,12 +43,18 @@ constexpr uint64_t kSftSalt = 0x5f7;
 constexpr uint64_t kShortcutSalt = 0x5c07;
 
 inline nlohmann::json MetricsJson(const trainer::StepMetrics& m) {
-  return {{"loss", m.loss},         {"pg_loss", m.pg_loss},     {"kl", m.kl},
-          {"entropy", m.entropy},   {"clip_frac", m.clip_frac}, {"ratio_mean", m.ratio_mean},
-          {"grad_norm", m.grad_norm}, {"lr", m.lr},             {"train_tokens", m.tokens},
-          {"is_weight_mean", m.is_weight_mean}, {"is_capped_frac", m.is_capped_frac}};
+  return {{"loss", m.loss},
+          {"pg_loss", m.pg_loss},
+          {"kl", m.kl},
+          {"entropy", m.entropy},
+          {"clip_frac", m.clip_frac},
+          {"ratio_mean", m.ratio_mean},
+          {"grad_norm", m.grad_norm},
+          {"lr", m.lr},
+          {"train_tokens", m.tokens},
+          {"is_weight_mean", m.is_weight_mean},
+          {"is_capped_frac", m.is_capped_frac}};
 }
-
 
 // The sampling seed of answer g to the prompt at `cursor` (the same in every
 // mode, so sync over the hub reproduces the direct loop).
@@ -147,12 +152,13 @@ struct SyncLoop::State {
     std::snprintf(name, sizeof(name), "step_%06lld", static_cast<long long>(step));
     fs::path dir = CheckpointRoot() / name;
     SLUICE_RETURN_IF_ERROR(model::SavePretrained(*policy, dir.string()));
-    SLUICE_RETURN_IF_ERROR(model::WriteSafetensorsFile((dir / "optimizer.safetensors").string(), trainer->OptimizerState()));
+    SLUICE_RETURN_IF_ERROR(
+        model::WriteSafetensorsFile((dir / "optimizer.safetensors").string(), trainer->OptimizerState()));
     nlohmann::json state = {{"step", step},
-                  {"version", version},
-                  {"optimizer_steps", trainer->optimizer_steps()},
-                  {"seed", options.seed},
-                  {"elapsed_seconds", elapsed_total}};
+                            {"version", version},
+                            {"optimizer_steps", trainer->optimizer_steps()},
+                            {"seed", options.seed},
+                            {"elapsed_seconds", elapsed_total}};
     SLUICE_RETURN_IF_ERROR(WriteFileAtomically((dir / "trainer_state.json").string(), state.dump(2) + "\n"));
     // The pointer moves last: a crash mid-save leaves the previous checkpoint current.
     return WriteFileAtomically((CheckpointRoot() / "latest").string(), std::string(name) + "\n");
@@ -168,7 +174,8 @@ struct SyncLoop::State {
     std::ifstream state_file(dir / "trainer_state.json");
     nlohmann::json state = nlohmann::json::parse(state_file, nullptr, /*allow_exceptions=*/false);
     const fs::path state_path = dir / "trainer_state.json";
-    if (state.is_discarded() || !state.is_object()) return Status::DataLoss(state_path.string() + ": missing or not JSON");
+    if (state.is_discarded() || !state.is_object())
+      return Status::DataLoss(state_path.string() + ": missing or not JSON");
     for (const char* key : {"step", "version", "optimizer_steps", "seed"}) {
       if (!state.contains(key) || !state[key].is_number_integer()) {
         return Status::DataLoss(state_path.string() + ": '" + key + "' is missing or not an integer");

@@ -79,9 +79,12 @@ Result<PipelineRole> ParsePipelineRole(const std::string& name) {
 
 std::string PipelineRoleName(PipelineRole role) {
   switch (role) {
-    case PipelineRole::kTrainer: return "trainer";
-    case PipelineRole::kRollout: return "rollout";
-    case PipelineRole::kReward: return "reward";
+    case PipelineRole::kTrainer:
+      return "trainer";
+    case PipelineRole::kRollout:
+      return "rollout";
+    case PipelineRole::kReward:
+      return "reward";
   }
   return "?";
 }
@@ -98,8 +101,8 @@ Status SyncLoop::TrainInProcesses(const std::atomic<bool>* stop) {
   // Names of this run's shared-memory objects: unique per launcher process.
   static std::atomic<int> runs{0};
   const ProcessIdentity me = CurrentProcess();
-  const std::string tag = std::to_string(me.pid) + "-" + std::to_string(me.start_time) + "-" +
-                          std::to_string(runs.fetch_add(1));
+  const std::string tag =
+      std::to_string(me.pid) + "-" + std::to_string(me.start_time) + "-" + std::to_string(runs.fetch_add(1));
   const std::string store_name = "run-" + tag;
   const std::string board_name = ShmSegmentName({kShmPrefix, "board", tag});
 
@@ -116,7 +119,8 @@ Status SyncLoop::TrainInProcesses(const std::atomic<bool>* stop) {
   SLUICE_ASSIGN_OR_RETURN(auto server, tq::TransferQueueServer::Start(so));
   SLUICE_RETURN_IF_ERROR(tq::TransferQueueClient(server->controller(), server->storage())
                              .CreatePartition(kRolloutPartition, static_cast<uint32_t>(s.options.rl.group_size)));
-  SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment board_segment, SharedMemorySegment::Create(board_name, sizeof(RoleBoard)));
+  SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment board_segment,
+                          SharedMemorySegment::Create(board_name, sizeof(RoleBoard)));
   auto* board = reinterpret_cast<RoleBoard*>(board_segment.data());  // zero-filled: every counter 0
   // The trainer waits for its first batch from the start.
   board->trainer_needs_until.store((s.step + 1) * s.options.rl.prompts_per_step);
@@ -168,7 +172,8 @@ Status SyncLoop::RunRole(const RoleConnection& c, const ProgressFn& progress) {
   State& s = *state_;
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;
-  if (po.mode == PipelineMode::kDirect) return Status::InvalidArgument("a role process needs a streaming pipeline.mode");
+  if (po.mode == PipelineMode::kDirect)
+    return Status::InvalidArgument("a role process needs a streaming pipeline.mode");
   s.step = c.start_step;
   s.version = c.start_version;
   SLUICE_ASSIGN_OR_RETURN(MappedBoard mapped, OpenBoard(c.board));
@@ -184,8 +189,8 @@ Status SyncLoop::RunRole(const RoleConnection& c, const ProgressFn& progress) {
     case PipelineRole::kTrainer: {
       SLUICE_RETURN_IF_ERROR(PrepareTraining());
       if (s.step != c.start_step || s.version != c.start_version) {
-        return Status::FailedPrecondition("the trainer resumed at step " + std::to_string(s.step) + ", the launcher at " +
-                                          std::to_string(c.start_step));
+        return Status::FailedPrecondition("the trainer resumed at step " + std::to_string(s.step) +
+                                          ", the launcher at " + std::to_string(c.start_step));
       }
       SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*s.policy));
       ce::ShmPublisherOptions pub;
@@ -197,7 +202,8 @@ Status SyncLoop::RunRole(const RoleConnection& c, const ProgressFn& progress) {
       initial.clear();
       StreamRoles::Trainer t;
       t.publish = [&](int64_t version, const TensorMap& weights) { return publisher->Publish(version, weights); };
-      done = StreamRoles::RunTrainer(s, client, t, board, [this] { return Evaluate(); }, progress);
+      done = StreamRoles::RunTrainer(
+          s, client, t, board, [this] { return Evaluate(); }, progress);
       break;
     }
     case PipelineRole::kRollout: {
@@ -209,8 +215,8 @@ Status SyncLoop::RunRole(const RoleConnection& c, const ProgressFn& progress) {
       sub_options.attach_timeout = milliseconds(120000);  // the trainer creates the store after loading
       initial.clear();
       SLUICE_ASSIGN_OR_RETURN(auto subscriber, ce::ShmSubscriber::Attach(sub_options));
-      SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(s.policy, s.version,
-                                                                            rollout::MakeWeightSource(*subscriber)));
+      SLUICE_ASSIGN_OR_RETURN(
+          auto standby, rollout::StandbyWeights::Create(s.policy, s.version, rollout::MakeWeightSource(*subscriber)));
       tq::StalenessOptions so;
       so.max_staleness = po.EffectiveMaxStaleness();
       so.prompts_per_version = rl.prompts_per_step * po.sync_interval;
@@ -223,8 +229,7 @@ Status SyncLoop::RunRole(const RoleConnection& c, const ProgressFn& progress) {
       r.before_admit = [&]() -> Status {
         const int64_t latest = subscriber->latest_version();
         if (latest <= seen) return Status::Ok();
-        const int64_t consumed =
-            std::min(so.prompts_per_version * (latest - seen), admission->stats().pending);
+        const int64_t consumed = std::min(so.prompts_per_version * (latest - seen), admission->stats().pending);
         seen = latest;
         return admission->CompleteStep(latest, consumed);
       };

@@ -79,10 +79,14 @@ SyncLoop::StreamSummary RoleBoard::Summary(double wall_seconds) const {
 }
 
 std::vector<tq::ColumnSchema> RolloutColumns() {
-  return {{column::kPrompt, DType::kI32, {tq::kRaggedDim}},       {column::kResponse, DType::kI32, {tq::kRaggedDim}},
-          {column::kLogprobs, DType::kF32, {tq::kRaggedDim}},     {column::kVersions, DType::kI64, {tq::kRaggedDim}},
-          {column::kAnswerIndex, DType::kI32, {}},                {column::kExample, DType::kI64, {}},
-          {column::kReferenceAnswer, DType::kU8, {tq::kRaggedDim}}, {column::kReward, DType::kF32, {}}};
+  return {{column::kPrompt, DType::kI32, {tq::kRaggedDim}},
+          {column::kResponse, DType::kI32, {tq::kRaggedDim}},
+          {column::kLogprobs, DType::kF32, {tq::kRaggedDim}},
+          {column::kVersions, DType::kI64, {tq::kRaggedDim}},
+          {column::kAnswerIndex, DType::kI32, {}},
+          {column::kExample, DType::kI64, {}},
+          {column::kReferenceAnswer, DType::kU8, {tq::kRaggedDim}},
+          {column::kReward, DType::kF32, {}}};
 }
 
 Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& client, const Rollout& r, RoleBoard& board,
@@ -199,8 +203,8 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
         cols[column::kVersions] = {VectorTensor(DType::kI64, res.versions)};
         cols[column::kAnswerIndex] = {HostTensor::Copy(DType::kI32, {}, &answer_index, sizeof(answer_index))};
         cols[column::kExample] = {HostTensor::Copy(DType::kI64, {}, &example, sizeof(example))};
-        cols[column::kReferenceAnswer] = {HostTensor::Copy(DType::kU8, {static_cast<int64_t>(ex.answer.size())},
-                                                           ex.answer.data(), ex.answer.size())};
+        cols[column::kReferenceAnswer] = {
+            HostTensor::Copy(DType::kU8, {static_cast<int64_t>(ex.answer.size())}, ex.answer.data(), ex.answer.size())};
         SLUICE_RETURN_IF_ERROR(client.PutRows(kRolloutPartition, {tags}, cols).status());
       }
     }
@@ -359,9 +363,9 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
         SLUICE_ASSIGN_OR_RETURN(const HostTensor* answer, Cell(data, column::kAnswerIndex, i));
         SLUICE_ASSIGN_OR_RETURN(const int32_t g, TensorScalar<int32_t>(*answer, DType::kI32, column::kAnswerIndex));
         if (static_cast<uint64_t>(tags.group_id) != cursor || g < 0 || g >= G || filled[static_cast<size_t>(g)]) {
-          return Status::DataLoss("group " + std::to_string(cursor) + " from the hub is not G distinct answers of one " +
-                                  "prompt (row of group " + std::to_string(tags.group_id) + ", answer " +
-                                  std::to_string(g) + ")");
+          return Status::DataLoss("group " + std::to_string(cursor) +
+                                  " from the hub is not G distinct answers of one " + "prompt (row of group " +
+                                  std::to_string(tags.group_id) + ", answer " + std::to_string(g) + ")");
         }
         filled[static_cast<size_t>(g)] = true;
         trainer::RolloutSample& smp = group[static_cast<size_t>(g)];

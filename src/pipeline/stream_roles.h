@@ -60,14 +60,14 @@ inline constexpr char kTrainTask[] = "train";
 // The hub's columns, named once. A row is one answer; its group id tag is
 // the prompt's cursor in the run's prompt order.
 namespace column {
-inline constexpr char kPrompt[] = "prompt";                    // I32 [tokens]: the prompt the rollout fed
-inline constexpr char kResponse[] = "response";                // I32 [tokens]
-inline constexpr char kLogprobs[] = "logprobs";                // F32 [tokens]: behaviour logprob per token
-inline constexpr char kVersions[] = "versions";                // I64 [tokens]: policy version per token
-inline constexpr char kAnswerIndex[] = "answer_index";         // I32 []: which of the group's G answers
-inline constexpr char kExample[] = "example";                  // I64 []: index in the task's train split
+inline constexpr char kPrompt[] = "prompt";                     // I32 [tokens]: the prompt the rollout fed
+inline constexpr char kResponse[] = "response";                 // I32 [tokens]
+inline constexpr char kLogprobs[] = "logprobs";                 // F32 [tokens]: behaviour logprob per token
+inline constexpr char kVersions[] = "versions";                 // I64 [tokens]: policy version per token
+inline constexpr char kAnswerIndex[] = "answer_index";          // I32 []: which of the group's G answers
+inline constexpr char kExample[] = "example";                   // I64 []: index in the task's train split
 inline constexpr char kReferenceAnswer[] = "reference_answer";  // U8 [bytes]: what the reward compares with
-inline constexpr char kReward[] = "reward";                    // F32 []: written by the reward role
+inline constexpr char kReward[] = "reward";                     // F32 []: written by the reward role
 }  // namespace column
 
 // The hub's columns with their types, as listed above.

@@ -17,13 +17,13 @@
 #include <atomic>
 
 #include "loop_state.h"
-#include "stream_roles.h"
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/background_thread.h"
 #include "sluice/common/mutex.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/transfer_queue/client.h"
 #include "sluice/transfer_queue/staleness.h"
+#include "stream_roles.h"
 
 namespace sluice::pipeline {
 
@@ -64,10 +64,14 @@ Result<PipelineMode> ParsePipelineMode(const std::string& name) {
 
 std::string PipelineModeName(PipelineMode mode) {
   switch (mode) {
-    case PipelineMode::kDirect: return "direct";
-    case PipelineMode::kSync: return "sync";
-    case PipelineMode::kOneStepOff: return "one_step_off";
-    case PipelineMode::kAsync: return "async";
+    case PipelineMode::kDirect:
+      return "direct";
+    case PipelineMode::kSync:
+      return "sync";
+    case PipelineMode::kOneStepOff:
+      return "one_step_off";
+    case PipelineMode::kAsync:
+      return "async";
   }
   return "?";
 }
@@ -75,9 +79,12 @@ std::string PipelineModeName(PipelineMode mode) {
 int64_t PipelineOptions::EffectiveMaxStaleness() const {
   switch (mode) {
     case PipelineMode::kDirect:
-    case PipelineMode::kSync: return 0;
-    case PipelineMode::kOneStepOff: return 1;
-    case PipelineMode::kAsync: return max_staleness;
+    case PipelineMode::kSync:
+      return 0;
+    case PipelineMode::kOneStepOff:
+      return 1;
+    case PipelineMode::kAsync:
+      return max_staleness;
   }
   return 0;
 }
@@ -134,7 +141,8 @@ Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
   };
   trainer_args.check = [&] { return errors.failed() ? errors.Get() : Status::Ok(); };
   const auto run_start = Clock::now();
-  Status trained = StreamRoles::RunTrainer(s, client, trainer_args, board, [this] { return Evaluate(); }, progress);
+  Status trained = StreamRoles::RunTrainer(
+      s, client, trainer_args, board, [this] { return Evaluate(); }, progress);
   board.stop.store(1);
   admission->Close();
   rollout_thread.Stop();

@@ -1,7 +1,5 @@
 #include "sluice/pipeline/sync_loop.h"
 
-#include "loop_state.h"
-
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +11,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "loop_state.h"
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/random.h"
@@ -22,7 +21,6 @@
 namespace sluice::pipeline {
 
 using nlohmann::json;
-
 
 Status LoopOptions::Validate() const {
   auto bad = [](const std::string& key, const std::string& why) {
@@ -45,7 +43,8 @@ Status LoopOptions::Validate() const {
   }
   if (sft.steps < 0) return bad("sft.steps", "must be >= 0");
   if (sft.batch_size < 1) return bad("sft.batch_size", "must be >= 1");
-  if (!(sft.shortcut_fraction >= 0 && sft.shortcut_fraction <= 1)) return bad("sft.shortcut_fraction", "must be in [0, 1]");
+  if (!(sft.shortcut_fraction >= 0 && sft.shortcut_fraction <= 1))
+    return bad("sft.shortcut_fraction", "must be in [0, 1]");
   if (eval.interval < 0) return bad("eval.interval", "must be >= 0");
   if (eval.size < 1) return bad("eval.size", "must be >= 1");
   if (eval.max_new_tokens < 1) return bad("eval.max_new_tokens", "must be >= 1");
@@ -135,7 +134,6 @@ std::string StepRecord::ToJson() const {
   return j.dump();
 }
 
-
 SyncLoop::SyncLoop(std::unique_ptr<State> state) : state_(std::move(state)) {}
 SyncLoop::~SyncLoop() = default;
 
@@ -147,10 +145,13 @@ Result<std::unique_ptr<SyncLoop>> SyncLoop::Create(std::shared_ptr<model::Transf
   auto s = std::make_unique<State>();
   if (policy->config().vocab_size < s->tokenizer.vocab_size()) {
     return Status::InvalidArgument("model vocab_size " + std::to_string(policy->config().vocab_size) +
-                                   " is smaller than the byte tokenizer's " + std::to_string(s->tokenizer.vocab_size()));
+                                   " is smaller than the byte tokenizer's " +
+                                   std::to_string(s->tokenizer.vocab_size()));
   }
-  if (task->size(reward::Split::kTrain) == 0) return Status::InvalidArgument("task '" + task->name() + "' has no train examples");
-  if (task->size(reward::Split::kEval) == 0) return Status::InvalidArgument("task '" + task->name() + "' has no eval examples");
+  if (task->size(reward::Split::kTrain) == 0)
+    return Status::InvalidArgument("task '" + task->name() + "' has no train examples");
+  if (task->size(reward::Split::kEval) == 0)
+    return Status::InvalidArgument("task '" + task->name() + "' has no eval examples");
   s->policy = std::move(policy);
   s->task = std::move(task);
   s->options = options;
@@ -160,7 +161,8 @@ Result<std::unique_ptr<SyncLoop>> SyncLoop::Create(std::shared_ptr<model::Transf
   rollout::EngineOptions engine_options;
   engine_options.num_slots = options.rl.rollout_slots;
   engine_options.eos_token_id = s->tokenizer.eos_id();
-  SLUICE_ASSIGN_OR_RETURN(s->engine, rollout::RolloutEngine::Create(rollout::PolicySnapshot{s->policy, 0}, engine_options));
+  SLUICE_ASSIGN_OR_RETURN(s->engine,
+                          rollout::RolloutEngine::Create(rollout::PolicySnapshot{s->policy, 0}, engine_options));
   State* raw = s.get();
   // Sync mode: the engine is idle while the trainer updates the shared model in
   // place; at the next step it serves the new version.
@@ -198,8 +200,8 @@ Status SyncLoop::WarmStart(const ProgressFn& progress) {
       SLUICE_ASSIGN_OR_RETURN(reward::Example ex,
                               s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed ^ kSftSalt, cursor, n)));
       if (ex.solution.empty()) continue;
-      const bool shortcut =
-          sft.shortcut_fraction > 0 && UnitInterval(HashCombine(s.options.seed ^ kShortcutSalt, cursor)) < sft.shortcut_fraction;
+      const bool shortcut = sft.shortcut_fraction > 0 &&
+                            UnitInterval(HashCombine(s.options.seed ^ kShortcutSalt, cursor)) < sft.shortcut_fraction;
       const std::string target = shortcut ? std::string(1, reward::kAnswerMarker) + ex.answer : ex.solution;
       trainer::SftExample e{s.EncodePrompt(ex.prompt), s.tokenizer.Encode(target)};
       e.target.push_back(s.tokenizer.eos_id());
@@ -292,7 +294,8 @@ Status SyncLoop::PrepareTraining() {
     if (!(s.options.resume && fs::exists(ref_dir / "config.json", ec))) {
       SLUICE_RETURN_IF_ERROR(model::SavePretrained(*s.policy, ref_dir.string()));
     }
-    SLUICE_ASSIGN_OR_RETURN(s.reference, model::LoadPretrained(ref_dir.string(), s.policy->parameters().front().device()));
+    SLUICE_ASSIGN_OR_RETURN(s.reference,
+                            model::LoadPretrained(ref_dir.string(), s.policy->parameters().front().device()));
   }
   if (s.options.pipeline.trainer_threads > 0) SetIntraOpThreadsHere(s.options.pipeline.trainer_threads);
   SLUICE_ASSIGN_OR_RETURN(s.trainer, trainer::Trainer::Create(s.policy, s.reference, rl.trainer));
@@ -379,7 +382,8 @@ Status SyncLoop::Train(const ProgressFn& progress, const std::atomic<bool>* stop
     rec.train_seconds = std::chrono::duration<double>(t2 - t1).count();
     s.elapsed_total = s.elapsed_offset + std::chrono::duration<double>(Clock::now() - run_start).count();
     rec.elapsed_seconds = s.elapsed_total;
-    SLUICE_RETURN_IF_ERROR(s.FinishStep(rec, metrics, [this] { return Evaluate(); }, progress));
+    SLUICE_RETURN_IF_ERROR(s.FinishStep(
+        rec, metrics, [this] { return Evaluate(); }, progress));
   }
   return Status::Ok();
 }

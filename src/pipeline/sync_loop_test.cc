@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "sluice/model/weights.h"
@@ -423,8 +423,8 @@ struct VersionCounts {
           mixed_sequences = 0, not_increasing = 0, distinct_versions = 0;
 
   json ToJson() const {
-    return {{"checked", checked_tokens},   {"mismatches", mismatches}, {"switch_tokens", switch_tokens},
-            {"early", early_switches},     {"bad_lengths", bad_lengths}, {"mixed", mixed_sequences},
+    return {{"checked", checked_tokens},        {"mismatches", mismatches},     {"switch_tokens", switch_tokens},
+            {"early", early_switches},          {"bad_lengths", bad_lengths},   {"mixed", mixed_sequences},
             {"not_increasing", not_increasing}, {"distinct", distinct_versions}};
   }
   static VersionCounts FromJson(const json& j) {
@@ -476,7 +476,9 @@ class VersionCheck {
     o.pipeline.max_staleness = 2;
     o.eval.interval = 0;
     o.rl.dynamic_sampling = false;
-    o.rl.forced_length = [](uint64_t c, int64_t g) { return static_cast<int32_t>(g == 0 && c % 2 == 0 ? 30 : 4 + 3 * g); };
+    o.rl.forced_length = [](uint64_t c, int64_t g) {
+      return static_cast<int32_t>(g == 0 && c % 2 == 0 ? 30 : 4 + 3 * g);
+    };
   }
   // Configure, and the check's hooks into the trainer.
   void Install(LoopOptions& o, std::function<void(const VersionCounts&)> after_batch = {}) {

@@ -159,7 +159,8 @@ TEST(GeneratedTaskTest, ALargeEvalSplitDoesNotStarveAShape) {
     ++train_one_op_draws;
     train_one_op.insert(e.prompt);
   }
-  EXPECT_GT(train_one_op.size(), 3 * eval_one_op.size()) << "train " << train_one_op.size() << " eval " << eval_one_op.size();
+  EXPECT_GT(train_one_op.size(), 3 * eval_one_op.size())
+      << "train " << train_one_op.size() << " eval " << eval_one_op.size();
   // The shape distribution of train is unchanged by the split (P(1 op) is the largest).
   EXPECT_GT(train_one_op_draws, 20000 / 4);
   for (const std::string& p : eval_one_op) EXPECT_EQ(train_one_op.count(p), 0u) << p;
@@ -168,7 +169,7 @@ TEST(GeneratedTaskTest, ALargeEvalSplitDoesNotStarveAShape) {
 TEST(GeneratedTaskTest, AnEmptyHeldOutSpaceIsAFailedPrecondition) {
   TaskOptions options = Sort(5);
   options.sort.min_length = options.sort.max_length = 1;  // 10 prompts
-  options.eval_fraction = 1e-6;                            // none of them held out
+  options.eval_fraction = 1e-6;                           // none of them held out
   auto task = MakeTask(options);
   ExpectContains(task.status(), StatusCode::kFailedPrecondition, "eval_fraction");
 }

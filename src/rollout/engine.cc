@@ -27,16 +27,20 @@ Status SamplingParams::Validate() const {
     return Status::InvalidArgument("sampling.max_new_tokens must be >= 1, got " + std::to_string(max_new_tokens));
   }
   if (forced_length < 0) {
-    return Status::InvalidArgument("sampling.forced_length must be >= 0 (0 = off), got " + std::to_string(forced_length));
+    return Status::InvalidArgument("sampling.forced_length must be >= 0 (0 = off), got " +
+                                   std::to_string(forced_length));
   }
   return Status::Ok();
 }
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kForcedLength: return "forced_length";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kForcedLength:
+      return "forced_length";
   }
   return "?";
 }

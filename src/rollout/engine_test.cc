@@ -40,10 +40,20 @@ std::vector<GenerationRequest> MixedRequests(int n, uint64_t seed) {
     r.sampling.seed = rng();
     r.sampling.max_new_tokens = 4 + static_cast<int>(rng() % 40);
     switch (i % 4) {
-      case 0: r.sampling.temperature = 0.0f; break;
-      case 1: r.sampling.temperature = 1.0f; break;
-      case 2: r.sampling.temperature = 0.8f; r.sampling.top_k = 20; break;
-      case 3: r.sampling.temperature = 1.2f; r.sampling.top_p = 0.9f; break;
+      case 0:
+        r.sampling.temperature = 0.0f;
+        break;
+      case 1:
+        r.sampling.temperature = 1.0f;
+        break;
+      case 2:
+        r.sampling.temperature = 0.8f;
+        r.sampling.top_k = 20;
+        break;
+      case 3:
+        r.sampling.temperature = 1.2f;
+        r.sampling.top_p = 0.9f;
+        break;
     }
     out.push_back(std::move(r));
   }
@@ -286,8 +296,10 @@ TEST(EngineBadInput, ClearErrorsNeverCrashes) {
   EXPECT_NE(e.status().message().find("num_slots"), std::string::npos);
   EngineOptions too_long;
   too_long.max_seq_len = 10000;
-  EXPECT_NE(RolloutEngine::Create(PolicySnapshot{m, 1}, too_long).status().message().find("max_seq_len"), std::string::npos);
-  EXPECT_EQ(RolloutEngine::Create(PolicySnapshot{nullptr, 1}, EngineOptions{}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(RolloutEngine::Create(PolicySnapshot{m, 1}, too_long).status().message().find("max_seq_len"),
+            std::string::npos);
+  EXPECT_EQ(RolloutEngine::Create(PolicySnapshot{nullptr, 1}, EngineOptions{}).status().code(),
+            StatusCode::kInvalidArgument);
 
   auto engine = std::move(RolloutEngine::Create(PolicySnapshot{m, 1}, EngineOptions{})).value();
   auto expect = [&](GenerationRequest r, StatusCode code, const char* needle) {
@@ -405,8 +417,9 @@ TEST(EngineWeightSwap, OlderVersionOrOtherArchitectureIsRefused) {
   EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
   ModelConfig other = v1->config();
   other.num_hidden_layers = 3;
-  engine->SetWeightSwapHook(
-      [&](PolicyVersion) { return std::optional<PolicySnapshot>(PolicySnapshot{std::make_shared<Transformer>(other, 1), 6}); });
+  engine->SetWeightSwapHook([&](PolicyVersion) {
+    return std::optional<PolicySnapshot>(PolicySnapshot{std::make_shared<Transformer>(other, 1), 6});
+  });
   s = engine->Step();
   EXPECT_NE(s.status().message().find("architecture"), std::string::npos) << s.status().ToString();
   engine->SetWeightSwapHook(nullptr);

@@ -48,8 +48,13 @@ TEST(SamplerTest, GreedyIsArgmaxWithTemperatureOneLogprob) {
 
 TEST(SamplerTest, TopKAndTopPNeverLeaveTheAllowedSet) {
   const int64_t V = 40;
-  struct Case { float t; int32_t k; float p; };
-  for (Case c : {Case{1.0f, 5, 1.0f}, Case{0.7f, 0, 0.5f}, Case{1.3f, 10, 0.8f}, Case{1.0f, 1, 1.0f}, Case{2.0f, 0, 0.05f}}) {
+  struct Case {
+    float t;
+    int32_t k;
+    float p;
+  };
+  for (Case c :
+       {Case{1.0f, 5, 1.0f}, Case{0.7f, 0, 0.5f}, Case{1.3f, 10, 0.8f}, Case{1.0f, 1, 1.0f}, Case{2.0f, 0, 0.05f}}) {
     auto logits = RandomLogits(1, V, 2);
     auto allowed = AllowedSet(logits[0], c.t, c.k, c.p);
     std::set<int64_t> seen;
@@ -76,7 +81,8 @@ TEST(SamplerTest, FrequenciesFollowTheSoftmax) {
 TEST(SamplerTest, ARowSamplesTheSameAloneOrInABatch) {
   auto logits = RandomLogits(6, 50, 4);
   std::vector<SampleRow> rows;
-  for (int b = 0; b < 6; ++b) rows.push_back(SampleRow{0.5f + 0.2f * b, b % 3 == 0 ? 0 : 7, b % 2 ? 0.9f : 1.0f, StreamUniform(b, 5)});
+  for (int b = 0; b < 6; ++b)
+    rows.push_back(SampleRow{0.5f + 0.2f * b, b % 3 == 0 ? 0 : 7, b % 2 ? 0.9f : 1.0f, StreamUniform(b, 5)});
   rows[2].temperature = 0.0f;
   auto batch = SampleTokens(logits, rows);
   for (int b = 0; b < 6; ++b) {

@@ -57,10 +57,10 @@ struct StandbyWeights::State {
 
   mutable Mutex mu;
   CondVar changed;
-  int serving SLUICE_GUARDED_BY(mu) = 0;                      // buffer the engine reads
+  int serving SLUICE_GUARDED_BY(mu) = 0;  // buffer the engine reads
   std::array<PolicyVersion, 2> version SLUICE_GUARDED_BY(mu) = {0, 0};
-  std::optional<int> handed SLUICE_GUARDED_BY(mu);            // given to the engine, not serving yet
-  std::optional<int> ready SLUICE_GUARDED_BY(mu);             // filled, not handed
+  std::optional<int> handed SLUICE_GUARDED_BY(mu);  // given to the engine, not serving yet
+  std::optional<int> ready SLUICE_GUARDED_BY(mu);   // filled, not handed
   StandbyStats stats SLUICE_GUARDED_BY(mu);
 
   int Other(int b) const { return 1 - b; }
@@ -122,7 +122,8 @@ struct StandbyWeights::State {
         // Wait until a buffer is free (the engine switched to the handed one).
         MutexLock lock(&mu);
         stats.newest_seen = pinned->version;
-        while (!FreeBuffer() && !stop.stop_requested()) changed.WaitFor(&mu, kPollInterval, [&] { return FreeBuffer().has_value(); });
+        while (!FreeBuffer() && !stop.stop_requested())
+          changed.WaitFor(&mu, kPollInterval, [&] { return FreeBuffer().has_value(); });
         if (stop.stop_requested()) return;
         target = *FreeBuffer();
         if (ready && *ready == target) {

@@ -63,7 +63,8 @@ WeightSwapHook CheckedHook(WeightSwapHook hook, std::shared_ptr<model::Transform
     EXPECT_EQ(got.size(), want.size());
     for (const auto& [name, t] : want) {
       auto it = got.find(name);
-      EXPECT_TRUE(it != got.end() && it->second.nbytes == t.nbytes && std::memcmp(it->second.data, t.data, t.nbytes) == 0)
+      EXPECT_TRUE(it != got.end() && it->second.nbytes == t.nbytes &&
+                  std::memcmp(it->second.data, t.data, t.nbytes) == 0)
           << "version " << snap->version << ": tensor " << name << " is not that version's";
     }
     ++*checked;
@@ -226,7 +227,8 @@ TEST_F(StandbyWeightsTest, OnlyTheNewestVersionIsServedAndBuffersAreNotOverwritt
 }
 
 TEST_F(StandbyWeightsTest, ReadsVersionsFromTheSharedMemoryStore) {
-  const std::string name = "standby" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}() % 100000);
+  const std::string name =
+      "standby" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}() % 100000);
   ce::ShmPublisherOptions po;
   po.store_name = name;
   po.layout = ce::LayoutOf(WeightsForVersion(*serving_, 0));

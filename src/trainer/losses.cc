@@ -65,10 +65,14 @@ Result<OffPolicyCorrection> ParseOffPolicyCorrection(const std::string& name) {
 
 std::string OffPolicyCorrectionName(OffPolicyCorrection c) {
   switch (c) {
-    case OffPolicyCorrection::kNone: return "none";
-    case OffPolicyCorrection::kDecoupled: return "decoupled";
-    case OffPolicyCorrection::kTokenTis: return "tis";
-    case OffPolicyCorrection::kSequenceTis: return "seq-tis";
+    case OffPolicyCorrection::kNone:
+      return "none";
+    case OffPolicyCorrection::kDecoupled:
+      return "decoupled";
+    case OffPolicyCorrection::kTokenTis:
+      return "tis";
+    case OffPolicyCorrection::kSequenceTis:
+      return "seq-tis";
   }
   return "?";
 }

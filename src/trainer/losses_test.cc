@@ -65,11 +65,12 @@ TEST(PolicyLossTest, AggregationTokenMeanVsSequenceMean) {
   EXPECT_NEAR(PolicyLoss(in, o, 2.0).loss.item<double>(), (2.0 + 8.0) / 2.0, 1e-6);
   // Micro-batches with the mini-batch normalizer add up to the whole.
   PolicyLossInputs first{zero.narrow(0, 0, 1), zero.narrow(0, 0, 1), zero.narrow(0, 0, 1),
-                         adv.narrow(0, 0, 1), mask.narrow(0, 0, 1), {}};
+                         adv.narrow(0, 0, 1),  mask.narrow(0, 0, 1), {}};
   PolicyLossInputs second{zero.narrow(0, 1, 1), zero.narrow(0, 1, 1), zero.narrow(0, 1, 1),
-                          adv.narrow(0, 1, 1), mask.narrow(0, 1, 1), {}};
+                          adv.narrow(0, 1, 1),  mask.narrow(0, 1, 1), {}};
   o.aggregation = LossAggregation::kTokenMean;
-  EXPECT_NEAR(PolicyLoss(first, o, 3.0).loss.item<double>() + PolicyLoss(second, o, 3.0).loss.item<double>(), 4.0, 1e-6);
+  EXPECT_NEAR(PolicyLoss(first, o, 3.0).loss.item<double>() + PolicyLoss(second, o, 3.0).loss.item<double>(), 4.0,
+              1e-6);
 }
 
 TEST(PolicyLossTest, KlEstimatorsAndPenalty) {
@@ -78,8 +79,7 @@ TEST(PolicyLossTest, KlEstimatorsAndPenalty) {
   EXPECT_NEAR(KlPenalty(logp, ref, KlEstimator::kK1).item<double>(), std::log(2.0), 1e-6);
   EXPECT_NEAR(KlPenalty(logp, ref, KlEstimator::kK3).item<double>(), 0.5 + std::log(2.0) - 1.0, 1e-6);
   EXPECT_NEAR(KlPenalty(ref, ref, KlEstimator::kK3).item<double>(), 0.0, 1e-7);
-  PolicyLossInputs in{logp, logp, logp, torch::zeros({1, 1}),
-                      torch::ones({1, 1}), ref};
+  PolicyLossInputs in{logp, logp, logp, torch::zeros({1, 1}), torch::ones({1, 1}), ref};
   PolicyLossOptions o;
   o.kl_coef = 0.1;
   auto r = PolicyLoss(in, o, 1.0);

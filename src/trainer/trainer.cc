@@ -36,8 +36,9 @@ Status TrainerOptions::Validate() const {
   if (loss.correction != OffPolicyCorrection::kNone && !recompute_old_logprobs) {
     // Without a recomputed proximal policy, pi_prox is the behaviour policy
     // and every behaviour weight is exactly 1: the correction would be a no-op.
-    return Status::InvalidArgument("trainer.off_policy_correction " + OffPolicyCorrectionName(loss.correction) +
-                                   " needs trainer.recompute_old_logprobs=true (without it the correction does nothing)");
+    return Status::InvalidArgument(
+        "trainer.off_policy_correction " + OffPolicyCorrectionName(loss.correction) +
+        " needs trainer.recompute_old_logprobs=true (without it the correction does nothing)");
   }
   return Status::Ok();
 }
@@ -45,8 +46,8 @@ Status TrainerOptions::Validate() const {
 // A right-padded micro-batch. Per-token tensors are [B, L-1]: position j holds
 // what predicts token j + 1.
 struct Trainer::Batch {
-  torch::Tensor tokens;      // [B, L] int64
-  torch::Tensor mask;        // 1 where token j + 1 is a response token
+  torch::Tensor tokens;  // [B, L] int64
+  torch::Tensor mask;    // 1 where token j + 1 is a response token
   torch::Tensor advantages;
   torch::Tensor behavior;
   torch::Tensor old_logprobs, ref_logprobs;
@@ -121,7 +122,8 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
   // while rows x longest <= budget.
   std::vector<size_t> by_length = order;
   std::stable_sort(by_length.begin(), by_length.end(), [&](size_t a, size_t b) {
-    return samples[a].prompt.size() + samples[a].response.size() < samples[b].prompt.size() + samples[b].response.size();
+    return samples[a].prompt.size() + samples[a].response.size() <
+           samples[b].prompt.size() + samples[b].response.size();
   });
   // Parallel workers: about two micro-batches per worker (at least the
   // longest sample each), so a batch that fits one micro-batch still splits
@@ -328,7 +330,8 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
     struct Sums {
       double loss = 0, pg = 0, kl = 0, clipped = 0, ratio = 0, is_weight = 0, is_capped = 0, tokens = 0, entropy = 0;
     };
-    double pg = 0, kl = 0, clipped = 0, ratio = 0, is_weight = 0, is_capped = 0, tokens = 0, entropy = 0, loss = 0, grad_norm = 0;
+    double pg = 0, kl = 0, clipped = 0, ratio = 0, is_weight = 0, is_capped = 0, tokens = 0, entropy = 0, loss = 0,
+           grad_norm = 0;
     for (int64_t epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
       for (auto& mini : mini_batches) {
         double mini_tokens = 0, mini_seqs = 0;
@@ -336,8 +339,7 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
           mini_tokens += b.mask.sum().item<double>();
           mini_seqs += static_cast<double>(b.sequences());
         }
-        const double normalizer =
-            options_.loss.aggregation == LossAggregation::kTokenMean ? mini_tokens : mini_seqs;
+        const double normalizer = options_.loss.aggregation == LossAggregation::kTokenMean ? mini_tokens : mini_seqs;
         std::vector<Sums> sums(mini.size());
         ForEachMicroBatch(mini.size(), [&](size_t i, int32_t) {
           const Batch& b = mini[i];

@@ -151,7 +151,8 @@ TEST(TrainerTest, ParallelMicroBatchWorkersGiveTheSameUpdate) {
 TEST(TrainerTest, RecomputedLogprobsMatchTheRolloutEngine) {
   auto m = TinyModel(5);
   for (float temperature : {1.0f, 0.7f}) {
-    auto engine = std::move(rollout::RolloutEngine::Create(rollout::PolicySnapshot{m, 0}, rollout::EngineOptions{})).value();
+    auto engine =
+        std::move(rollout::RolloutEngine::Create(rollout::PolicySnapshot{m, 0}, rollout::EngineOptions{})).value();
     for (uint64_t i = 0; i < 6; ++i) {
       rollout::GenerationRequest r;
       r.id = i;

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -228,7 +228,8 @@ TEST_P(NetTransportTest, ManyProducersAndConsumersExactlyOncePerTask) {
   for (const std::string task : {"reward", "train"}) {
     for (int c = 0; c < 2; ++c) {
       threads.emplace_back([&, task] {
-        Result<RemoteQueue> own = ConnectTransferQueue(server->endpoint(), TransportOptions(GetParam()));  // own connection
+        Result<RemoteQueue> own =
+            ConnectTransferQueue(server->endpoint(), TransportOptions(GetParam()));  // own connection
         if (!own.ok()) {
           ADD_FAILURE() << own.status().ToString();
           return;
@@ -310,8 +311,7 @@ TEST(NetProcessTest, ShmReadsInPlaceAndViewsOutliveAClear) {
   ColumnBatch put;
   for (int i = 0; i < 6; ++i) put["prompt"].push_back(I64(std::vector<int64_t>(100, i)));
   put["prompt"].push_back(I64({}));  // an empty cell
-  Result<std::vector<RowId>> rows =
-      client.PutRows("a", {Tags(), Tags(), Tags(), Tags(), Tags(), Tags(), Tags()}, put);
+  Result<std::vector<RowId>> rows = client.PutRows("a", {Tags(), Tags(), Tags(), Tags(), Tags(), Tags(), Tags()}, put);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   Result<BatchMeta> meta = client.GetMeta("train", {"prompt"}, 7, "a", {}, 2s);
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();

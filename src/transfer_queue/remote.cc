@@ -147,8 +147,8 @@ class RemoteStorageUnit final : public StorageUnit {
       }
       for (const wire::ShmCell& cell : reply.cells[c]) {
         SLUICE_RETURN_IF_ERROR(internal::ValidateTensorBytes(cell.meta, channel_->limits().max_tensor_bytes, what));
-        SLUICE_ASSIGN_OR_RETURN(HostTensor view, arena_->View(cell.offset, cell.meta.dtype, cell.meta.shape,
-                                                              cell.meta.nbytes, pin));
+        SLUICE_ASSIGN_OR_RETURN(HostTensor view,
+                                arena_->View(cell.offset, cell.meta.dtype, cell.meta.shape, cell.meta.nbytes, pin));
         out.tensors[c].push_back(std::move(view));
       }
     }
@@ -162,8 +162,8 @@ class RemoteStorageUnit final : public StorageUnit {
 
 // The arena named by the server, as options.shm says: null to send payloads
 // in messages.
-Result<std::shared_ptr<internal::ShmArenaClient>> AttachArena(const std::string& endpoint,
-                                                             const wire::ServerInfo& info, ShmMode mode) {
+Result<std::shared_ptr<internal::ShmArenaClient>> AttachArena(const std::string& endpoint, const wire::ServerInfo& info,
+                                                              ShmMode mode) {
   if (mode == ShmMode::kOff) return std::shared_ptr<internal::ShmArenaClient>();
   if (info.shm_segment.empty()) {
     if (mode == ShmMode::kAuto) return std::shared_ptr<internal::ShmArenaClient>();
@@ -173,8 +173,8 @@ Result<std::shared_ptr<internal::ShmArenaClient>> AttachArena(const std::string&
   Result<std::shared_ptr<internal::ShmArenaClient>> arena =
       internal::ShmArenaClient::Open(info.shm_segment, info.shm_data_bytes);
   if (arena.ok()) return arena;
-  const std::string why = "cannot use the shared-memory arena of TransferQueue server " + endpoint + ": " +
-                          arena.status().ToString();
+  const std::string why =
+      "cannot use the shared-memory arena of TransferQueue server " + endpoint + ": " + arena.status().ToString();
   if (mode == ShmMode::kRequired) return Status::FailedPrecondition(why);
   SLUICE_LOG(INFO) << why << "; payloads will travel in messages";
   return std::shared_ptr<internal::ShmArenaClient>();

@@ -150,9 +150,7 @@ void ShmArena::Unlink() {
   if (!s.ok() && s.code() != StatusCode::kNotFound) SLUICE_LOG(WARNING) << "TransferQueue: " << s.ToString();
 }
 
-bool ShmArena::Contains(const void* p) const {
-  return p >= data_ && p < data_ + options_.data_bytes;
-}
+bool ShmArena::Contains(const void* p) const { return p >= data_ && p < data_ + options_.data_bytes; }
 
 uint64_t ShmArena::OffsetOf(const void* p) const {
   return static_cast<uint64_t>(static_cast<const std::byte*>(p) - data_);

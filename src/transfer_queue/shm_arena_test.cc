@@ -121,7 +121,7 @@ TEST(ShmArenaTest, APinDefersReuseOfBlocksFreedAfterIt) {
   std::shared_ptr<const void> pin = (*reader)->Pin();
   Result<HostTensor> view = (*reader)->View(offset, DType::kU8, {8192}, 8192, pin);
   ASSERT_TRUE(view.ok());
-  pin.reset();      // the view holds the pin now
+  pin.reset();            // the view holds the pin now
   *block = HostTensor{};  // the server frees the block
   EXPECT_EQ(arena->Stats().pinned_bytes, 8192u);
   TQ_EXPECT_ERROR(Block(*arena, 8192).status(), kResourceExhausted, "pinned by reader views");

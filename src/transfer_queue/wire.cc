@@ -820,8 +820,8 @@ void Encode(WireWriter& w, const ShmWriteRequest& v) {
 }
 void Decode(WireReader& r, ShmWriteRequest* out) {
   out->write_id = r.U64("write_id");
-  out->items = DecodeList<ShmWriteItem>(r, "items", uint64_t{r.limits().max_batch_rows} * kMaxColumns,
-                                        8 + 4 + kMinTensorMeta);
+  out->items =
+      DecodeList<ShmWriteItem>(r, "items", uint64_t{r.limits().max_batch_rows} * kMaxColumns, 8 + 4 + kMinTensorMeta);
 }
 
 void Encode(WireWriter& w, const ShmWriteReply& v) {

@@ -147,12 +147,12 @@ struct SubscriberDelivery {
 
 struct BroadcastPublishReport {
   int64_t version = kNoVersion;
-  uint32_t attempts = 0;     // 1 unless the group broke and was re-formed
-  uint64_t generation = 0;   // of the attempt that delivered
+  uint32_t attempts = 0;                        // 1 unless the group broke and was re-formed
+  uint64_t generation = 0;                      // of the attempt that delivered
   std::vector<SubscriberDelivery> subscribers;  // members of that generation
   std::vector<std::string> dropped;             // left out when re-forming during this publish
-  size_t bytes = 0;          // one version
-  double seconds = 0;        // Publish call, end to end
+  size_t bytes = 0;                             // one version
+  double seconds = 0;                           // Publish call, end to end
   // Where the time went (the last attempt): checksumming the tensors,
   // (re-)forming the group, sending every bucket, and waiting for the
   // members' answers (their verification and commit).
@@ -164,13 +164,13 @@ struct BroadcastPublishReport {
 
 struct BroadcastPublisherStats {
   uint64_t epoch = 0;
-  uint64_t generation = 0;          // 0 before the first group
+  uint64_t generation = 0;  // 0 before the first group
   size_t members = 0;
   int64_t latest_version = kNoVersion;  // last version every member acknowledged
   uint64_t versions_published = 0;
   uint64_t generations_formed = 0;
-  uint64_t broken_generations = 0;      // generations given up after a failure
-  uint64_t rejected_subscribers = 0;    // hellos refused (protocol/layout)
+  uint64_t broken_generations = 0;    // generations given up after a failure
+  uint64_t rejected_subscribers = 0;  // hellos refused (protocol/layout)
 };
 
 class BroadcastPublisher {
@@ -229,8 +229,8 @@ struct BroadcastSubscriberOptions {
 struct BroadcastSubscriberStats {
   uint64_t subscriber_id = 0;
   uint64_t epoch = 0;
-  uint64_t generation = 0;         // 0 while not a member
-  int rank = -1;                   // -1 while not a member
+  uint64_t generation = 0;              // 0 while not a member
+  int rank = -1;                        // -1 while not a member
   int64_t latest_version = kNoVersion;  // of the local store
   uint64_t versions_committed = 0;
   uint64_t versions_rejected = 0;  // header, checksum or store refused it

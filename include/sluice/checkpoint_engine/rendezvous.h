@@ -56,9 +56,9 @@ struct RendezvousServerOptions {
   // Limits on what a client may send; requests beyond them are refused with
   // a message naming the limit.
   size_t max_key_bytes = 256;
-  size_t max_value_bytes = size_t{1} << 20;     // 1 MiB
+  size_t max_value_bytes = size_t{1} << 20;  // 1 MiB
   size_t max_keys = 65536;
-  size_t max_total_bytes = size_t{256} << 20;   // keys + values held
+  size_t max_total_bytes = size_t{256} << 20;  // keys + values held
   size_t max_connections = 1024;
   // Longest wait a Get may ask for (longer requests are clamped).
   std::chrono::milliseconds max_wait{60000};
@@ -66,11 +66,11 @@ struct RendezvousServerOptions {
 
 struct RendezvousServerStats {
   size_t keys = 0;
-  size_t bytes = 0;               // keys + values held
-  size_t connections = 0;         // open now
-  size_t waiting_gets = 0;        // Gets parked until their key appears
-  uint64_t requests = 0;          // served, errors included
-  uint64_t errors = 0;            // error responses sent
+  size_t bytes = 0;                  // keys + values held
+  size_t connections = 0;            // open now
+  size_t waiting_gets = 0;           // Gets parked until their key appears
+  uint64_t requests = 0;             // served, errors included
+  uint64_t errors = 0;               // error responses sent
   uint64_t dropped_connections = 0;  // closed for a framing error
   uint64_t ephemeral_deleted = 0;    // keys removed because their connection closed
 };

@@ -104,13 +104,13 @@ struct PinnedVersion {
 // A consistent snapshot (taken under the store's lock).
 struct VersionStoreStats {
   int64_t latest_version = kNoVersion;
-  std::vector<PinnedVersion> pinned;          // ascending by version
-  std::vector<int64_t> versions_in_memory;    // committed versions alive, ascending
-  int64_t staging_version = kNoVersion;       // kNoVersion when nothing is staged
-  size_t committed_bytes = 0;                 // bytes of versions_in_memory
-  size_t staging_bytes = 0;                   // bytes put so far into the open publish
-  size_t spare_bytes = 0;                     // kept for reuse (reuse_buffers)
-  size_t bytes_held = 0;                      // committed_bytes + staging_bytes + spare_bytes
+  std::vector<PinnedVersion> pinned;        // ascending by version
+  std::vector<int64_t> versions_in_memory;  // committed versions alive, ascending
+  int64_t staging_version = kNoVersion;     // kNoVersion when nothing is staged
+  size_t committed_bytes = 0;               // bytes of versions_in_memory
+  size_t staging_bytes = 0;                 // bytes put so far into the open publish
+  size_t spare_bytes = 0;                   // kept for reuse (reuse_buffers)
+  size_t bytes_held = 0;                    // committed_bytes + staging_bytes + spare_bytes
   // The documented bound: pinned.size() + 1 latest + 1 staging, and the same
   // in bytes (every version is version_bytes()). Always
   // versions_in_memory.size() + (staging ? 1 : 0) <= max_versions_in_memory and

@@ -38,10 +38,8 @@ struct Voidify {
 }  // namespace sluice::internal
 
 // SLUICE_CHECK(x > 0) << "extra context " << x;
-#define SLUICE_CHECK(cond)                   \
-  (cond) ? (void)0                           \
-         : ::sluice::internal::Voidify() &   \
-               ::sluice::internal::CheckFailureStream(__FILE__, __LINE__, #cond)
+#define SLUICE_CHECK(cond) \
+  (cond) ? (void)0 : ::sluice::internal::Voidify() & ::sluice::internal::CheckFailureStream(__FILE__, __LINE__, #cond)
 
 #define SLUICE_CHECK_EQ(a, b) SLUICE_CHECK((a) == (b)) << #a " = " << (a) << ", " #b " = " << (b) << ". "
 #define SLUICE_CHECK_LE(a, b) SLUICE_CHECK((a) <= (b)) << #a " = " << (a) << ", " #b " = " << (b) << ". "

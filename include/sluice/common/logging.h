@@ -38,10 +38,10 @@ struct LogVoidify {
 }  // namespace internal
 }  // namespace sluice
 
-#define SLUICE_LOG(level)                                                      \
-  (::sluice::LogLevel::k##level < ::sluice::GetLogLevel())                     \
-      ? (void)0                                                                \
-      : ::sluice::internal::LogVoidify() &                                     \
+#define SLUICE_LOG(level)                                  \
+  (::sluice::LogLevel::k##level < ::sluice::GetLogLevel()) \
+      ? (void)0                                            \
+      : ::sluice::internal::LogVoidify() &                 \
             ::sluice::internal::LogMessage(::sluice::LogLevel::k##level, __FILE__, __LINE__).stream()
 
 #endif  // SLUICE_COMMON_LOGGING_H_

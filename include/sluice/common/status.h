@@ -84,7 +84,7 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   // Implicit so that `return value;` and `return Status::X(...)` both work.
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (status_.ok()) status_ = Status::Internal("Result constructed from an OK status without a value");
   }
@@ -93,16 +93,27 @@ class [[nodiscard]] Result {
   const Status& status() const { return status_; }
 
   // Precondition: ok(). Violations abort with the carried status.
-  T& value() & { EnsureOk(); return *value_; }
-  const T& value() const& { EnsureOk(); return *value_; }
-  T&& value() && { EnsureOk(); return std::move(*value_); }
+  T& value() & {
+    EnsureOk();
+    return *value_;
+  }
+  const T& value() const& {
+    EnsureOk();
+    return *value_;
+  }
+  T&& value() && {
+    EnsureOk();
+    return std::move(*value_);
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
  private:
-  void EnsureOk() const { if (!status_.ok()) CheckOk(status_, __FILE__, __LINE__); }
+  void EnsureOk() const {
+    if (!status_.ok()) CheckOk(status_, __FILE__, __LINE__);
+  }
   Status status_;
   std::optional<T> value_;
 };
@@ -113,10 +124,10 @@ class [[nodiscard]] Result {
 #define SLUICE_STATUS_CONCAT_(a, b) SLUICE_STATUS_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function if `expr` is not OK.
-#define SLUICE_RETURN_IF_ERROR(expr)                      \
-  do {                                                    \
-    ::sluice::Status sluice_status_ = (expr);             \
-    if (!sluice_status_.ok()) return sluice_status_;      \
+#define SLUICE_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::sluice::Status sluice_status_ = (expr);        \
+    if (!sluice_status_.ok()) return sluice_status_; \
   } while (0)
 
 // `SLUICE_ASSIGN_OR_RETURN(auto x, MakeX());` declares/assigns x from a

@@ -25,8 +25,8 @@
 //   enum    a string that must be one of the declared values.
 // A quoted scalar ("5", '5') is a string, so it is rejected for int, double
 // and bool keys. An override value of the form '...' or "..." is unquoted
-// the same way (the outer quotes are removed; no escapes are processed). An unquoted override value starting with '[' or '{' is a
-// sequence or map, which no key accepts.
+// the same way (the outer quotes are removed; no escapes are processed). An unquoted override value starting with '['
+// or '{' is a sequence or map, which no key accepts.
 //
 // Errors are InvalidArgument (NotFound for a missing file). Each message
 // starts with where the value came from ("run.yaml:3", "YAML text:3" or

@@ -26,7 +26,7 @@ struct LabeledRun {
   std::string run_dir;
 };
 struct Comparison {
-  std::string html;      // curves: held-out accuracy and reward vs samples trained, mean and seed range
+  std::string html;  // curves: held-out accuracy and reward vs samples trained, mean and seed range
   // One row per label; the first label is the baseline: each other label's
   // held-out accuracy minus the baseline's with a 95% confidence interval
   // across seeds, and whether that shows parity (every interval includes 0

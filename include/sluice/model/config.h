@@ -13,20 +13,20 @@
 namespace sluice::model {
 
 struct ModelConfig {
-  std::string model_type = "llama";   // "llama" or "qwen2"; qwen2 implies attention biases
+  std::string model_type = "llama";  // "llama" or "qwen2"; qwen2 implies attention biases
   int64_t hidden_size = 128;
   int64_t num_hidden_layers = 4;
   int64_t num_attention_heads = 4;
-  int64_t num_key_value_heads = 2;    // grouped-query attention when < num_attention_heads
+  int64_t num_key_value_heads = 2;  // grouped-query attention when < num_attention_heads
   int64_t intermediate_size = 384;
   int64_t vocab_size = 259;
-  int64_t head_dim = 0;               // 0: hidden_size / num_attention_heads
+  int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   int64_t max_position_embeddings = 512;
   bool tie_word_embeddings = true;
-  bool attention_bias = false;        // q/k/v projection biases (Qwen2: true)
-  int64_t bos_token_id = -1;          // -1: none
+  bool attention_bias = false;  // q/k/v projection biases (Qwen2: true)
+  int64_t bos_token_id = -1;    // -1: none
   int64_t eos_token_id = -1;
   std::string torch_dtype = "float32";  // dtype the weights are saved in
 

@@ -65,7 +65,8 @@ struct CheckpointWriteOptions {
 Result<TensorMap> LoadCheckpointTensors(const std::string& dir);
 
 // Writes `tensors` into `dir` (created if missing) in the same layout.
-Status SaveCheckpointTensors(const std::string& dir, const TensorMap& tensors, const CheckpointWriteOptions& options = {});
+Status SaveCheckpointTensors(const std::string& dir, const TensorMap& tensors,
+                             const CheckpointWriteOptions& options = {});
 
 }  // namespace sluice::model
 

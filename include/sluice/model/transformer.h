@@ -67,10 +67,10 @@ struct CachedBlock {
 struct BlockAttention {
   int64_t token_offset = 0;  // first packed token of the block
   int64_t rows = 0, length = 0;
-  int64_t slot_begin = -1;   // >= 0: slots are slot_begin.. slot_begin+rows-1 (read in place)
-  torch::Tensor slots;       // [rows] (gathered when not a range)
-  int64_t attend_len = 0;    // L = max(start) + length
-  torch::Tensor allowed;     // [rows, length, L] bool
+  int64_t slot_begin = -1;  // >= 0: slots are slot_begin.. slot_begin+rows-1 (read in place)
+  torch::Tensor slots;      // [rows] (gathered when not a range)
+  int64_t attend_len = 0;   // L = max(start) + length
+  torch::Tensor allowed;    // [rows, length, L] bool
   // Decode rows (length 1) attended in place by the CPU kernel, each over
   // its own context (slots and allowed are then unset).
   bool per_row = false;
@@ -79,9 +79,9 @@ struct BlockAttention {
 
 // What one forward pass shares across layers.
 struct AttentionContext {
-  torch::Tensor cos, sin;   // [..., head_dim], matching the token layout
-  KvCache* cache = nullptr; // null: uncached pass over [B, T] tokens, causal
-  torch::Tensor causal;     // uncached: [1, T, T] bool
+  torch::Tensor cos, sin;                     // [..., head_dim], matching the token layout
+  KvCache* cache = nullptr;                   // null: uncached pass over [B, T] tokens, causal
+  torch::Tensor causal;                       // uncached: [1, T, T] bool
   torch::Tensor cache_rows, cache_positions;  // cached: [N] per packed token
   std::vector<BlockAttention> blocks;         // cached
 };

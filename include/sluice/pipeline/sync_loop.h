@@ -29,8 +29,8 @@
 namespace sluice::pipeline {
 
 struct SftOptions {
-  int64_t steps = 0;          // 0: no warm start
-  int64_t batch_size = 64;    // examples per step
+  int64_t steps = 0;        // 0: no warm start
+  int64_t batch_size = 64;  // examples per step
   // Fraction of warm-start examples whose target is only the final answer
   // ("#42") instead of the worked solution: a base policy that often answers
   // without working it out, as pretrained models do. RL can then learn from
@@ -42,10 +42,10 @@ struct SftOptions {
 struct RlOptions {
   int64_t steps = 100;
   int64_t prompts_per_step = 16;
-  int64_t group_size = 8;               // answers per prompt (GRPO group), >= 2
-  rollout::SamplingParams sampling;     // temperature etc.; seeds are set per sample
+  int64_t group_size = 8;            // answers per prompt (GRPO group), >= 2
+  rollout::SamplingParams sampling;  // temperature etc.; seeds are set per sample
   int32_t rollout_slots = 64;
-  bool dynamic_sampling = false;        // drop groups whose rewards are all equal
+  bool dynamic_sampling = false;  // drop groups whose rewards are all equal
   bool divide_adv_by_std = true;
   trainer::TrainerOptions trainer;
   // Benchmarks only (not a config key): when set, answer g to the prompt at
@@ -61,8 +61,8 @@ struct RlOptions {
 };
 
 struct EvalOptions {
-  int64_t interval = 20;   // RL steps between evaluations (0: only before and after)
-  int64_t size = 200;      // eval examples (<= the task's eval split)
+  int64_t interval = 20;  // RL steps between evaluations (0: only before and after)
+  int64_t size = 200;     // eval examples (<= the task's eval split)
   int32_t max_new_tokens = 96;
   // > 0: also sample this many answers per example with the RL sampling
   // settings and report their mean accuracy (what the policy does when it
@@ -97,8 +97,8 @@ enum class TrainOrder {
 
 struct PipelineOptions {
   PipelineMode mode = PipelineMode::kDirect;
-  int64_t max_staleness = 2;    // kAsync only; >= 0
-  int64_t sync_interval = 1;    // trainer steps per published weight version, >= 1
+  int64_t max_staleness = 2;  // kAsync only; >= 0
+  int64_t sync_interval = 1;  // trainer steps per published weight version, >= 1
   rollout::SwitchPolicy switch_policy = rollout::SwitchPolicy::kInFlight;
   // Intra-op threads of each role (0: the process setting). Give the roles
   // the same total in every mode for a fair comparison.
@@ -160,7 +160,7 @@ struct RoleConnection {
 struct ThreadBudget {
   int32_t rollout_engines = 0, threads_per_engine = 0;
   int32_t trainer_workers = 0, threads_per_worker = 0;
-  int32_t lent_workers = 0;  // trainer workers that run only on the idle rollout's cores
+  int32_t lent_workers = 0;      // trainer workers that run only on the idle rollout's cores
   bool roles_alternate = false;  // direct and sync: rollout and trainer never compute at once
   // Most threads computing at any moment (the light reward thread aside).
   int32_t max_busy = 0;
@@ -168,10 +168,10 @@ struct ThreadBudget {
 };
 
 struct LoopOptions {
-  std::string run_dir;      // metrics.jsonl, checkpoints/, sft/, final/
+  std::string run_dir;  // metrics.jsonl, checkpoints/, sft/, final/
   uint64_t seed = 0;
   int64_t checkpoint_interval = 50;  // RL steps between checkpoints (0: only at the end)
-  bool resume = false;      // continue from run_dir/checkpoints/latest when present
+  bool resume = false;               // continue from run_dir/checkpoints/latest when present
   SftOptions sft;
   RlOptions rl;
   EvalOptions eval;
@@ -183,9 +183,9 @@ struct LoopOptions {
 };
 
 struct EvalResult {
-  double accuracy = 0;       // fraction of examples whose greedy answer has reward 1
+  double accuracy = 0;  // fraction of examples whose greedy answer has reward 1
   double mean_reward = 0;
-  double mean_length = 0;    // response tokens (greedy)
+  double mean_length = 0;  // response tokens (greedy)
   int64_t examples = 0;
   // Mean accuracy of eval.samples sampled answers per example; -1 if not measured.
   double sampled_accuracy = -1;
@@ -200,7 +200,7 @@ struct EvalResult {
 
 // One line of metrics.jsonl (also handed to the progress callback).
 struct StepRecord {
-  int64_t step = 0;               // RL step, 1-based
+  int64_t step = 0;  // RL step, 1-based
   int64_t total_steps = 0;
   double reward_mean = 0, accuracy = 0, response_len_mean = 0;
   int64_t response_len_max = 0;
@@ -278,8 +278,8 @@ class SyncLoop {
  private:
   struct State;
   friend struct StreamRoles;
-  Status PrepareTraining();                            // reference model, trainer, resume
-  Status TrainStreaming(const ProgressFn& progress);  // stream_train.cc: roles as threads
+  Status PrepareTraining();                                // reference model, trainer, resume
+  Status TrainStreaming(const ProgressFn& progress);       // stream_train.cc: roles as threads
   Status TrainInProcesses(const std::atomic<bool>* stop);  // stream_launch.cc (the trainer role reports progress)
   explicit SyncLoop(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;

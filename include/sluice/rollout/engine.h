@@ -47,11 +47,11 @@ using model::TokenId;
 using sluice::PolicyVersion;  // sluice/common/ids.h
 
 struct SamplingParams {
-  float temperature = 1.0f;     // 0: greedy (argmax)
-  int32_t top_k = 0;            // 0: no top-k truncation
-  float top_p = 1.0f;           // 1: no nucleus truncation; in (0, 1]
-  uint64_t seed = 0;            // the request's own random stream
-  int32_t max_new_tokens = 256; // also capped by the engine's context length
+  float temperature = 1.0f;      // 0: greedy (argmax)
+  int32_t top_k = 0;             // 0: no top-k truncation
+  float top_p = 1.0f;            // 1: no nucleus truncation; in (0, 1]
+  uint64_t seed = 0;             // the request's own random stream
+  int32_t max_new_tokens = 256;  // also capped by the engine's context length
   // > 0: generate exactly this many tokens whatever is sampled (EOS included);
   // for throughput benchmarks that fix response lengths up front.
   int32_t forced_length = 0;
@@ -123,14 +123,14 @@ struct EngineOptions {
 };
 
 struct EngineStats {
-  int64_t steps = 0;               // Step() calls that ran a forward pass
-  int64_t decode_steps = 0;        // steps with at least one decoding sequence
+  int64_t steps = 0;         // Step() calls that ran a forward pass
+  int64_t decode_steps = 0;  // steps with at least one decoding sequence
   int64_t generated_tokens = 0;
-  int64_t prefill_tokens = 0;      // prompt tokens computed
-  int64_t shared_prefills = 0;     // prompts copied from another request's (same step, or running on the same weights)
-  int64_t active_slot_steps = 0;   // sum over decode steps of running sequences
+  int64_t prefill_tokens = 0;     // prompt tokens computed
+  int64_t shared_prefills = 0;    // prompts copied from another request's (same step, or running on the same weights)
+  int64_t active_slot_steps = 0;  // sum over decode steps of running sequences
   int64_t weight_swaps = 0;
-  int64_t slot_compactions = 0;    // sequences moved to a lower slot
+  int64_t slot_compactions = 0;  // sequences moved to a lower slot
   // Mean fraction of slots generating per decode step.
   double occupancy(int32_t num_slots) const {
     return decode_steps == 0 ? 0.0 : static_cast<double>(active_slot_steps) / (decode_steps * num_slots);

@@ -68,7 +68,7 @@ struct PolicyLossOptions {
   double clip_low = 0.2;   // ratio floor 1 - clip_low
   double clip_high = 0.2;  // ratio ceiling 1 + clip_high
   LossAggregation aggregation = LossAggregation::kTokenMean;
-  double kl_coef = 0.0;    // > 0 adds kl_coef * KL(policy || reference)
+  double kl_coef = 0.0;  // > 0 adds kl_coef * KL(policy || reference)
   KlEstimator kl_estimator = KlEstimator::kK3;
   OffPolicyCorrection correction = OffPolicyCorrection::kNone;
   double is_cap = 2.0;  // cap on the behaviour importance weight (> 0)
@@ -90,7 +90,7 @@ struct PolicyLossInputs {
 };
 
 struct PolicyLossResult {
-  torch::Tensor loss;     // scalar, aggregated (already divided by the normalizer)
+  torch::Tensor loss;  // scalar, aggregated (already divided by the normalizer)
   // Metrics, as sums over masked tokens (divide by the token count):
   double pg_loss_sum = 0, kl_sum = 0, clipped_tokens = 0, ratio_sum = 0, tokens = 0;
   // Behaviour weights w (before capping) summed over tokens, and tokens whose

@@ -38,7 +38,7 @@ struct RolloutSample {
   std::vector<float> behavior_logprobs;  // one per response token
   std::vector<PolicyVersion> versions;   // policy version per response token
   double reward = 0;
-  double advantage = 0;                  // set by the caller (GroupAdvantages)
+  double advantage = 0;  // set by the caller (GroupAdvantages)
 };
 
 // A supervised example: the loss is cross-entropy on `target` given `prompt`.
@@ -60,12 +60,12 @@ struct OptimizerOptions {
 struct TrainerOptions {
   OptimizerOptions optimizer;
   PolicyLossOptions loss;
-  int64_t micro_batch_tokens = 8192;  // padded tokens per forward/backward (>= the longest sequence)
-  int64_t mini_batches = 1;           // optimizer steps per RL batch (per epoch)
-  int64_t ppo_epochs = 1;             // passes over the RL batch
-  bool recompute_old_logprobs = true; // else the behaviour logprobs serve as the proximal policy
-  float temperature = 1.0f;           // logits / temperature, as rollout sampled
-  int32_t pad_token = 0;              // any id in the vocabulary: padding is masked
+  int64_t micro_batch_tokens = 8192;   // padded tokens per forward/backward (>= the longest sequence)
+  int64_t mini_batches = 1;            // optimizer steps per RL batch (per epoch)
+  int64_t ppo_epochs = 1;              // passes over the RL batch
+  bool recompute_old_logprobs = true;  // else the behaviour logprobs serve as the proximal policy
+  float temperature = 1.0f;            // logits / temperature, as rollout sampled
+  int32_t pad_token = 0;               // any id in the vocabulary: padding is masked
   // Threads computing micro-batches at once (data parallel inside the step:
   // each runs libtorch with one intra-op thread and gradients accumulate into
   // the shared model). Two one-thread workers train ~2x one thread, where

@@ -171,24 +171,25 @@ uint64_t ShmArena::MinPin(bool check_liveness) const {
   return min;
 }
 
+void ShmArena::ReclaimUpToLocked(uint64_t min_pin) {
+  while (!limbo_.empty() && limbo_.front().epoch <= min_pin) {
+    const Limbo l = limbo_.front();
+    limbo_.pop_front();
+    stats_.pinned_bytes -= l.size;
+    FreeLocked(l.offset, l.size);
+  }
+}
+
 void ShmArena::ReclaimLocked() {
-  auto reclaim = [&](uint64_t min_pin) {
-    while (!limbo_.empty() && limbo_.front().epoch <= min_pin) {
-      const Limbo l = limbo_.front();
-      limbo_.pop_front();
-      stats_.pinned_bytes -= l.size;
-      FreeLocked(l.offset, l.size);
-    }
-  };
   if (limbo_.empty()) return;
-  reclaim(MinPin(/*check_liveness=*/false));  // atomics only: the common case
+  ReclaimUpToLocked(MinPin(/*check_liveness=*/false));  // atomics only: the common case
   if (limbo_.empty()) return;
   // Something is pinned: see whether its reader died (reads /proc, so at most
   // every few milliseconds).
   const auto now = std::chrono::steady_clock::now();
   if (now - last_liveness_check_ < std::chrono::milliseconds(5)) return;
   last_liveness_check_ = now;
-  reclaim(MinPin(/*check_liveness=*/true));
+  ReclaimUpToLocked(MinPin(/*check_liveness=*/true));
 }
 
 void ShmArena::FreeLocked(uint64_t offset, uint64_t size) {

@@ -115,6 +115,8 @@ class ShmArena final : public CellMemory, public std::enable_shared_from_this<Sh
   void Retire(uint64_t offset, uint64_t size);
   // Moves limbo blocks no live pin can see to the free list.
   void ReclaimLocked() SLUICE_REQUIRES(mu_);
+  // Frees limbo blocks retired at or before `min_pin` (the oldest live pin).
+  void ReclaimUpToLocked(uint64_t min_pin) SLUICE_REQUIRES(mu_);
   bool TryAllocateLocked(uint64_t size, uint64_t* offset) SLUICE_REQUIRES(mu_);
   void FreeLocked(uint64_t offset, uint64_t size) SLUICE_REQUIRES(mu_);
   // The smallest pin, or UINT64_MAX if none; with check_liveness, only pins

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <set>
 
+#include "role_test_util.h"
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/sync_loop.h"
 
@@ -51,21 +52,6 @@ class EvenFirstByteTask : public reward::Task {
 
 constexpr char kRoleFilter[] = "--gtest_filter=AsyncLearningRole.Run";
 
-std::vector<std::string> OwnArguments() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> args;
-  std::string arg;
-  while (std::getline(in, arg, '\0')) args.push_back(arg);
-  return args;
-}
-
-std::string ArgumentValue(const std::vector<std::string>& args, const std::string& flag) {
-  for (const auto& a : args) {
-    if (a.rfind(flag + "=", 0) == 0) return a.substr(flag.size() + 1);
-  }
-  return "";
-}
-
 // The launcher's and every role's options.
 LoopOptions Options(const std::string& run_dir) {
   LoopOptions o;
@@ -88,30 +74,22 @@ LoopOptions Options(const std::string& run_dir) {
   o.pipeline.rollout_threads = 1;
   o.pipeline.trainer_threads = 1;
   o.pipeline.processes = true;
-  std::error_code ec;
-  o.pipeline.role_command = {fs::read_symlink("/proc/self/exe", ec).string(), kRoleFilter, "--run-dir=" + run_dir};
+  o.pipeline.role_command = role_test::RoleCommand(kRoleFilter, run_dir);
   return o;
 }
 
 TEST(AsyncLearningRole, Run) {
-  const std::vector<std::string> args = OwnArguments();
-  const std::string role = ArgumentValue(args, "--role");
-  if (role.empty()) GTEST_SKIP() << "runs only as a role process of AsyncLearningTest";
-  RoleConnection c;
-  c.role = *ParsePipelineRole(role);
-  c.hub = ArgumentValue(args, "--hub");
-  c.weights = ArgumentValue(args, "--weights");
-  c.board = ArgumentValue(args, "--board");
-  c.start_step = std::stoll(ArgumentValue(args, "--start-step"));
-  c.start_version = std::stoll(ArgumentValue(args, "--start-version"));
-  const std::string run_dir = ArgumentValue(args, "--run-dir");
+  const std::optional<role_test::RoleArguments> role = role_test::RoleFromArguments();
+  if (!role) GTEST_SKIP() << "runs only as a role process of AsyncLearningTest";
+  const RoleConnection& c = role->connection;
+  const std::string& run_dir = role->run_dir;
   torch::set_num_threads(1);
   auto policy = model::LoadPretrained((fs::path(run_dir) / "roles" / "init").string());
   ASSERT_TRUE(policy.ok()) << policy.status().ToString();
   auto loop = SyncLoop::Create(*policy, std::make_shared<EvenFirstByteTask>(), Options(run_dir));
   ASSERT_TRUE(loop.ok()) << loop.status().ToString();
   Status st = (*loop)->RunRole(c, nullptr);
-  ASSERT_TRUE(st.ok()) << role << ": " << st.ToString();
+  ASSERT_TRUE(st.ok()) << PipelineRoleName(c.role) << ": " << st.ToString();
 }
 
 TEST(AsyncLearningTest, RolesAsProcessesLearnFromRewardAloneAndItHoldsOnHeldOutPrompts) {

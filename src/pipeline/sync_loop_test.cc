@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "role_test_util.h"
 #include "sluice/model/weights.h"
 
 namespace sluice::pipeline {
@@ -603,21 +604,6 @@ TEST_F(SyncLoopTest, EveryTokenRecordsTheVersionOfTheWeightsThatProducedIt) {
 // counts to RUN_DIR/version_counts.json.
 constexpr char kRoleEntryFilter[] = "--gtest_filter=RoleProcessEntry.Run";
 
-std::vector<std::string> OwnArguments() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> args;
-  std::string arg;
-  while (std::getline(in, arg, '\0')) args.push_back(arg);
-  return args;
-}
-
-std::string ArgumentValue(const std::vector<std::string>& args, const std::string& flag) {
-  for (const auto& a : args) {
-    if (a.rfind(flag + "=", 0) == 0) return a.substr(flag.size() + 1);
-  }
-  return "";
-}
-
 // The options the launcher and its role processes share (a role process
 // does no warm start: the launcher hands it the warm-started policy). A role
 // passes its VersionCheck to install the check's hooks.
@@ -636,30 +622,22 @@ LoopOptions ProcessVersionOptions(const std::string& run_dir, VersionCheck* chec
     VersionCheck::Configure(o);  // the launcher trains nothing itself
   }
   o.pipeline.processes = true;
-  std::error_code ec;
-  o.pipeline.role_command = {fs::read_symlink("/proc/self/exe", ec).string(), kRoleEntryFilter, "--run-dir=" + run_dir};
+  o.pipeline.role_command = role_test::RoleCommand(kRoleEntryFilter, run_dir);
   return o;
 }
 
 TEST(RoleProcessEntry, Run) {
-  const std::vector<std::string> args = OwnArguments();
-  const std::string role = ArgumentValue(args, "--role");
-  if (role.empty()) GTEST_SKIP() << "runs only as a role process of EveryTokenRecordsItsVersionWithRolesAsProcesses";
-  RoleConnection c;
-  c.role = *ParsePipelineRole(role);
-  c.hub = ArgumentValue(args, "--hub");
-  c.weights = ArgumentValue(args, "--weights");
-  c.board = ArgumentValue(args, "--board");
-  c.start_step = std::stoll(ArgumentValue(args, "--start-step"));
-  c.start_version = std::stoll(ArgumentValue(args, "--start-version"));
-  const std::string run_dir = ArgumentValue(args, "--run-dir");
+  const std::optional<role_test::RoleArguments> role = role_test::RoleFromArguments();
+  if (!role) GTEST_SKIP() << "runs only as a role process of EveryTokenRecordsItsVersionWithRolesAsProcesses";
+  const RoleConnection& c = role->connection;
+  const std::string& run_dir = role->run_dir;
   auto policy = model::LoadPretrained((fs::path(run_dir) / "roles" / "init").string());
   ASSERT_TRUE(policy.ok()) << policy.status().ToString();
   VersionCheck check(*policy, c.start_version);
   auto loop = SyncLoop::Create(*policy, std::make_shared<EvenFirstByteTask>(), ProcessVersionOptions(run_dir, &check));
   ASSERT_TRUE(loop.ok()) << loop.status().ToString();
   Status st = (*loop)->RunRole(c, nullptr);
-  ASSERT_TRUE(st.ok()) << role << ": " << st.ToString();
+  ASSERT_TRUE(st.ok()) << PipelineRoleName(c.role) << ": " << st.ToString();
 }
 
 TEST_F(SyncLoopTest, EveryTokenRecordsItsVersionWithRolesAsProcesses) {

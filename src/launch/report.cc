@@ -402,6 +402,9 @@ Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {
     const std::string p = Fixed(100 * v, 1);
     return p == "-0.0" ? std::string("+0.0") : (v >= 0 ? "+" : "") + p;
   };
+  auto interval_str = [&](const MeanDifference& d) {
+    return points_str(d.diff) + (d.has_interval ? " ± " + Fixed(100 * d.half_width, 1) : "");
+  };
   std::ostringstream md, per_point;
   md << "| config | seeds | final held-out acc (min..max) | final acc - " << labels.front()
      << " (95% CI) | parity with " << labels.front() << " | reward, last 10 steps | samples trained | mean staleness | "
@@ -436,14 +439,14 @@ Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {
         all_zero = all_zero && d.diff - d.half_width <= 0 && d.diff + d.half_width >= 0;
         worse = worse || (d.has_interval && d.diff + d.half_width < 0);
         better = better || (d.has_interval && d.diff - d.half_width > 0);
-        per_point << " " << points_str(d.diff) << (d.has_interval ? " ± " + Fixed(100 * d.half_width, 1) : "") << " |";
+        per_point << " " << interval_str(d) << " |";
       }
       per_point << "\n";
       std::vector<double> base_final, final;
       for (const RunCurves& c : by_label[labels.front()]) base_final.push_back(c.final_eval);
       for (const RunCurves& c : group) final.push_back(c.final_eval);
       const MeanDifference fd = DifferenceOfMeans(base_final, final);
-      final_diff = points_str(fd.diff) + (fd.has_interval ? " ± " + Fixed(100 * fd.half_width, 1) : "") + " points";
+      final_diff = interval_str(fd) + " points";
       if (!defined) {
         verdict = "unknown: needs 2+ seeds of each";
       } else if (worse) {

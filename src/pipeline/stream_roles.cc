@@ -131,6 +131,13 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
       ~Busy() { Set(false); }
     } busy{active, board};
     rollout::EngineStats seen;
+    // This engine's prompts in flight: the example (looked up once, at
+    // admission) and how many of its answers are not in the hub yet.
+    struct InFlight {
+      reward::Example example;
+      int64_t answers_left = 0;
+    };
+    std::map<uint64_t, InFlight> in_flight;
     while (!stopping() && board.stop.load() == 0 && !failed.load()) {
       busy.Set(!engine->idle());
       // Keep about one batch of prompts waiting so freed slots refill at once.
@@ -159,6 +166,7 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
       for (uint64_t c : claimed) {
         SLUICE_ASSIGN_OR_RETURN(reward::Example ex, ExampleOf(s, c));
         const auto prompt = s.EncodePrompt(ex.prompt);
+        in_flight[c] = {std::move(ex), G};
         for (int64_t g = 0; g < G; ++g) {
           rollout::GenerationRequest req;
           req.id = c * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
@@ -189,7 +197,9 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
       for (auto& res : done) {
         board.rollout_tokens += static_cast<int64_t>(res.tokens.size());
         const uint64_t c = res.id / static_cast<uint64_t>(G);
-        SLUICE_ASSIGN_OR_RETURN(reward::Example ex, ExampleOf(s, c));
+        auto prompt_it = in_flight.find(c);
+        if (prompt_it == in_flight.end()) return Status::Internal("answer " + std::to_string(res.id) + " of no prompt");
+        const reward::Example& ex = prompt_it->second.example;
         tq::RowTags tags;
         tags.group_id = static_cast<GroupId>(c);
         tags.policy_version = res.versions.empty() ? engine->policy_version() : res.versions.front();
@@ -206,6 +216,7 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
         cols[column::kReferenceAnswer] = {
             HostTensor::Copy(DType::kU8, {static_cast<int64_t>(ex.answer.size())}, ex.answer.data(), ex.answer.size())};
         SLUICE_RETURN_IF_ERROR(client.PutRows(kRolloutPartition, {tags}, cols).status());
+        if (--prompt_it->second.answers_left == 0) in_flight.erase(prompt_it);
       }
     }
     return Status::Ok();

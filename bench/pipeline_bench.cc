@@ -48,7 +48,7 @@
 #include "sluice/launch/flags.h"
 #include "sluice/launch/process.h"
 #include "sluice/model/transformer.h"
-#include "sluice/pipeline/sync_loop.h"
+#include "sluice/pipeline/run.h"
 #include "sluice/reward/task.h"
 #include "sluice/rollout/engine.h"
 #include "sluice/trainer/losses.h"
@@ -78,11 +78,11 @@ struct ModeResult {
 };
 
 Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name, const std::string& dir,
-                           const pipeline::LoopOptions& base, const model::ModelConfig& config,
-                           std::shared_ptr<const sluice::reward::Task> task, int32_t cores, int32_t rollout_threads,
-                           int32_t trainer_threads) {
+                           const pipeline::RunOptions& base, const pipeline::RunHooks& hooks,
+                           const model::ModelConfig& config, std::shared_ptr<const sluice::reward::Task> task,
+                           int32_t cores, int32_t rollout_threads, int32_t trainer_threads) {
   torch::set_num_threads(cores);  // the loop's roles set their own from here
-  pipeline::LoopOptions o = base;
+  pipeline::RunOptions o = base;
   o.pipeline.mode = mode;
   o.pipeline.rollout_threads = rollout_threads;
   o.pipeline.trainer_threads = trainer_threads;
@@ -93,7 +93,7 @@ Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name,
                             std::to_string(cores) + " cores: " + budget.ToString());
   }
   auto policy = std::make_shared<model::Transformer>(config, o.seed);
-  SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, task, o));
+  SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, task, o, hooks));
   const auto t0 = Clock::now();
   SLUICE_RETURN_IF_ERROR(loop->Train(nullptr));
   const double total = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -128,7 +128,7 @@ struct BoundParts {
   double train = 0, decode = 0;
 };
 
-Result<BoundParts> MeasureBound(const pipeline::LoopOptions& base, const model::ModelConfig& config,
+Result<BoundParts> MeasureBound(const pipeline::RunOptions& base, const model::ModelConfig& config,
                                 const sluice::reward::Task& task, const std::vector<int32_t>& lengths, int64_t slots,
                                 int32_t workers, uint64_t seed) {
   const int64_t P = base.rl.prompts_per_step, G = base.rl.group_size;
@@ -289,7 +289,7 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(auto task_ptr, sluice::reward::MakeTask(to));
   std::shared_ptr<const sluice::reward::Task> task(std::move(task_ptr));
 
-  pipeline::LoopOptions base;
+  pipeline::RunOptions base;
   base.run_dir = keep_dir.empty() ? "/tmp/sluice-pipeline-bench-" + std::to_string(::getpid()) : keep_dir;
   base.seed = static_cast<uint64_t>(seed);
   base.checkpoint_interval = 0;
@@ -299,7 +299,8 @@ Status Main(int argc, char** argv) {
   base.rl.rollout_slots = static_cast<int32_t>(slots);
   base.rl.sampling.max_new_tokens = longest;
   base.rl.dynamic_sampling = false;
-  base.rl.forced_length = [&lengths, group](uint64_t cursor, int64_t g) {
+  pipeline::RunHooks hooks;  // every mode generates exactly the workload's lengths
+  hooks.forced_length = [&lengths, group](uint64_t cursor, int64_t g) {
     return lengths.at(cursor * static_cast<uint64_t>(group) + static_cast<uint64_t>(g));
   };
   base.eval.interval = 0;
@@ -330,7 +331,7 @@ Status Main(int argc, char** argv) {
       const std::string& name = names[m];
       SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(name));
       const bool split = mode == pipeline::PipelineMode::kOneStepOff || mode == pipeline::PipelineMode::kAsync;
-      pipeline::LoopOptions o = base;
+      pipeline::RunOptions o = base;
       o.rl.trainer.loss.correction = split ? corr : sluice::trainer::OffPolicyCorrection::kNone;
       o.pipeline.lend_idle_cores = lend;
       o.pipeline.train_order = order == "prompt" ? pipeline::TrainOrder::kPrompt : pipeline::TrainOrder::kCompletion;
@@ -341,8 +342,8 @@ Status Main(int argc, char** argv) {
       const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
       const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
       SLUICE_ASSIGN_OR_RETURN(
-          ModeResult r, RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, config, task,
-                                static_cast<int32_t>(threads), rt, tt));
+          ModeResult r, RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, hooks, config,
+                                task, static_cast<int32_t>(threads), rt, tt));
       std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s; %s\n", name.c_str(), r.wall, r.samples / r.wall,
                    r.budget.c_str());
       r.repetition = static_cast<size_t>(rep);

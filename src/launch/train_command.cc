@@ -18,7 +18,8 @@
 #include "sluice/launch/report.h"
 #include "sluice/launch/supervisor.h"
 #include "sluice/model/weights.h"
-#include "sluice/pipeline/sync_loop.h"
+#include "sluice/pipeline/evaluator.h"
+#include "sluice/pipeline/run.h"
 #include "sluice/reward/task.h"
 
 namespace sluice::launch {
@@ -143,8 +144,8 @@ Result<reward::TaskOptions> TaskOptionsFrom(const Config& c) {
   return t;
 }
 
-Result<pipeline::LoopOptions> LoopOptionsFrom(const Config& c) {
-  pipeline::LoopOptions o;
+Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
+  pipeline::RunOptions o;
   o.run_dir = c.GetString("run.dir");
   o.seed = static_cast<uint64_t>(c.GetInt("run.seed"));
   o.resume = c.GetBool("run.resume");
@@ -323,12 +324,12 @@ Status RunRoleProcess(const FlagSet& flags, Config& config) {
   if (c.hub.empty() || c.weights.empty() || c.board.empty()) {
     return Status::InvalidArgument("--role needs --hub, --weights and --board (it is started by a launcher)");
   }
-  SLUICE_ASSIGN_OR_RETURN(pipeline::LoopOptions options, LoopOptionsFrom(config));
+  SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
   SetIntraOpThreads(config.GetInt("run.threads"));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
-  SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, std::move(task), options));
+  SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, std::move(task), options));
   Progress progress(c.role == pipeline::PipelineRole::kTrainer ? config.GetString("run.progress") : "off");
   auto report = [&](const std::string& phase, int64_t done, int64_t total, const pipeline::StepRecord* r) {
     progress.Update(phase, done, total, r);
@@ -362,7 +363,7 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(Config config, Config::Load(schema, config_path, flags.positional()));
   SLUICE_ASSIGN_OR_RETURN(std::string role, flags.GetString("role"));
   if (!role.empty()) return RunRoleProcess(flags, config);
-  SLUICE_ASSIGN_OR_RETURN(pipeline::LoopOptions options, LoopOptionsFrom(config));
+  SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
   if (options.pipeline.processes) {
     SLUICE_ASSIGN_OR_RETURN(options.pipeline.role_command, RoleCommand(options.run_dir));
   }
@@ -378,7 +379,7 @@ Status Train(const std::vector<std::string>& args) {
       task->name().c_str(), policy->config().NumParameters() / 1e6, static_cast<long long>(options.rl.steps),
       static_cast<long long>(options.rl.prompts_per_step), static_cast<long long>(options.rl.group_size),
       options.run_dir.c_str());
-  SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, std::move(task), options));
+  SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, std::move(task), options));
   Progress progress(config.GetString("run.progress"));
   auto report = [&](const std::string& phase, int64_t done, int64_t total, const pipeline::StepRecord* r) {
     progress.Update(phase, done, total, r);
@@ -423,16 +424,14 @@ Status Eval(const std::vector<std::string>& args) {
   std::vector<std::string> overrides = flags.positional();
   overrides.insert(overrides.begin(), {"rl.steps=0", "sft.steps=0"});
   SLUICE_ASSIGN_OR_RETURN(Config config, Config::Load(schema, config_path, overrides));
-  SLUICE_ASSIGN_OR_RETURN(pipeline::LoopOptions options, LoopOptionsFrom(config));
-  options.run_dir = (fs::temp_directory_path() / ("sluice-eval-" + std::to_string(::getpid()))).string();
+  SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
   SetIntraOpThreads(config.GetInt("run.threads"));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, model::LoadPretrained(model_dir));
-  SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::SyncLoop::Create(policy, std::move(task), options));
-  auto result = loop->Evaluate();
-  std::error_code ec;
-  fs::remove_all(options.run_dir, ec);
+  SLUICE_ASSIGN_OR_RETURN(auto evaluator,
+                          pipeline::Evaluator::Create(policy, std::move(task), pipeline::EvaluatorOptionsFor(options)));
+  auto result = evaluator->Evaluate();
   SLUICE_RETURN_IF_ERROR(result.status());
   std::printf("held-out accuracy %.1f%%, mean reward %.3f, mean response %.1f tokens (%lld examples, greedy)\n",
               100 * result->accuracy, result->mean_reward, result->mean_length,

@@ -18,7 +18,7 @@
 
 #include "role_test_util.h"
 #include "sluice/model/weights.h"
-#include "sluice/pipeline/sync_loop.h"
+#include "sluice/pipeline/run.h"
 
 namespace sluice::pipeline {
 namespace {
@@ -53,8 +53,8 @@ class EvenFirstByteTask : public reward::Task {
 constexpr char kRoleFilter[] = "--gtest_filter=AsyncLearningRole.Run";
 
 // The launcher's and every role's options.
-LoopOptions Options(const std::string& run_dir) {
-  LoopOptions o;
+RunOptions Options(const std::string& run_dir) {
+  RunOptions o;
   o.run_dir = run_dir;
   o.seed = 5;
   o.checkpoint_interval = 0;
@@ -86,7 +86,7 @@ TEST(AsyncLearningRole, Run) {
   torch::set_num_threads(1);
   auto policy = model::LoadPretrained((fs::path(run_dir) / "roles" / "init").string());
   ASSERT_TRUE(policy.ok()) << policy.status().ToString();
-  auto loop = SyncLoop::Create(*policy, std::make_shared<EvenFirstByteTask>(), Options(run_dir));
+  auto loop = TrainingRun::Create(*policy, std::make_shared<EvenFirstByteTask>(), Options(run_dir));
   ASSERT_TRUE(loop.ok()) << loop.status().ToString();
   Status st = (*loop)->RunRole(c, nullptr);
   ASSERT_TRUE(st.ok()) << PipelineRoleName(c.role) << ": " << st.ToString();
@@ -108,7 +108,7 @@ TEST(AsyncLearningTest, RolesAsProcessesLearnFromRewardAloneAndItHoldsOnHeldOutP
   model::ModelConfig config = *model::PresetModelConfig("1m");
   config.max_position_embeddings = 64;
   auto loop =
-      std::move(SyncLoop::Create(std::make_shared<model::Transformer>(config, 11), task, Options(run_dir))).value();
+      std::move(TrainingRun::Create(std::make_shared<model::Transformer>(config, 11), task, Options(run_dir))).value();
   auto before = loop->Evaluate();
   ASSERT_TRUE(before.ok()) << before.status().ToString();
   Status st = loop->Train(nullptr);

@@ -7,7 +7,8 @@
 
 #include <filesystem>
 
-#include "sluice/pipeline/sync_loop.h"
+#include "sluice/model/transformer.h"
+#include "sluice/pipeline/run.h"
 
 namespace sluice::pipeline {
 namespace {
@@ -26,7 +27,7 @@ TEST(LearningTest, ShortRlRunRaisesRewardByAClearMargin) {
   std::shared_ptr<const reward::Task> pool_task = std::move(reward::MakeTask(pool)).value();
   auto model = std::make_shared<model::Transformer>(*model::PresetModelConfig("1m"), 3);
 
-  LoopOptions o;
+  RunOptions o;
   o.run_dir = (std::filesystem::temp_directory_path() / ("sluice_learning_" + std::to_string(::getpid()))).string();
   o.seed = 3;
   o.checkpoint_interval = 0;
@@ -44,13 +45,13 @@ TEST(LearningTest, ShortRlRunRaisesRewardByAClearMargin) {
   o.eval.interval = 0;
   o.eval.size = 200;
   o.eval.max_new_tokens = 48;
-  auto warm = std::move(SyncLoop::Create(model, broad_task, o)).value();
+  auto warm = std::move(TrainingRun::Create(model, broad_task, o)).value();
   ASSERT_TRUE(warm->WarmStart(nullptr).ok());
   auto before = warm->Evaluate();
   ASSERT_TRUE(before.ok());
 
   o.sft.steps = 0;
-  auto rl = std::move(SyncLoop::Create(model, pool_task, o)).value();
+  auto rl = std::move(TrainingRun::Create(model, pool_task, o)).value();
   ASSERT_TRUE(rl->Train(nullptr).ok());
   auto after = warm->Evaluate();
   ASSERT_TRUE(after.ok());

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "sluice/pipeline/sync_loop.h"
+#include "sluice/pipeline/run.h"
 
 namespace sluice::pipeline::role_test {
 

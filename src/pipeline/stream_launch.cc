@@ -1,6 +1,6 @@
 // Process mode of the streaming pipeline (pipeline.processes): the launcher
-// (SyncLoop::TrainInProcesses) and what each role process runs
-// (SyncLoop::RunRole).
+// (TrainingRun::TrainInProcesses) and what each role process runs
+// (TrainingRun::RunRole).
 //
 //   launcher: TransferQueueServer (shm arena) + RoleBoard segment
 //     ├─ trainer process  ── ShmPublisher ──┐  CheckpointEngine shm store
@@ -21,7 +21,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "loop_state.h"
+#include "run_state.h"
 #include "sluice/checkpoint_engine/shm_store.h"
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/logging.h"
@@ -61,7 +61,7 @@ Result<MappedBoard> OpenBoard(const std::string& name) {
 
 // Hub capacity for the run: every answer that can be in flight, at its
 // longest, with room to spare.
-uint64_t HubBytes(const LoopOptions& o) {
+uint64_t HubBytes(const RunOptions& o) {
   const uint64_t rows = static_cast<uint64_t>(o.rl.prompts_per_step * o.rl.group_size) *
                         static_cast<uint64_t>(o.pipeline.EffectiveMaxStaleness() + 3);
   const uint64_t row_bytes = 2048 + 24 * static_cast<uint64_t>(std::max(o.rl.sampling.max_new_tokens, 1));
@@ -70,26 +70,7 @@ uint64_t HubBytes(const LoopOptions& o) {
 
 }  // namespace
 
-Result<PipelineRole> ParsePipelineRole(const std::string& name) {
-  if (name == "trainer") return PipelineRole::kTrainer;
-  if (name == "rollout") return PipelineRole::kRollout;
-  if (name == "reward") return PipelineRole::kReward;
-  return Status::InvalidArgument("pipeline role '" + name + "' is not one of {trainer, rollout, reward}");
-}
-
-std::string PipelineRoleName(PipelineRole role) {
-  switch (role) {
-    case PipelineRole::kTrainer:
-      return "trainer";
-    case PipelineRole::kRollout:
-      return "rollout";
-    case PipelineRole::kReward:
-      return "reward";
-  }
-  return "?";
-}
-
-Status SyncLoop::TrainInProcesses(const std::atomic<bool>* stop) {
+Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   State& s = *state_;
   const PipelineOptions& po = s.options.pipeline;
   if (po.role_command.empty()) {
@@ -168,7 +149,7 @@ Status SyncLoop::TrainInProcesses(const std::atomic<bool>* stop) {
   return Status::Ok();
 }
 
-Status SyncLoop::RunRole(const RoleConnection& c, const ProgressFn& progress) {
+Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress) {
   State& s = *state_;
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;

@@ -63,12 +63,12 @@ Result<const HostTensor*> Cell(const tq::BatchData& data, const char* column, si
 
 }  // namespace
 
-Result<reward::Example> StreamRoles::ExampleOf(const SyncLoop::State& s, uint64_t cursor) {
+Result<reward::Example> StreamRoles::ExampleOf(const TrainingRun::State& s, uint64_t cursor) {
   return s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed, cursor, s.task->size(reward::Split::kTrain)));
 }
 
-SyncLoop::StreamSummary RoleBoard::Summary(double wall_seconds) const {
-  SyncLoop::StreamSummary out;
+StreamSummary RoleBoard::Summary(double wall_seconds) const {
+  StreamSummary out;
   out.wall_seconds = wall_seconds;
   out.rollout_busy_seconds = static_cast<double>(rollout_busy_us.load()) / 1e6;
   out.rollout_tokens = rollout_tokens.load();
@@ -89,8 +89,8 @@ std::vector<tq::ColumnSchema> RolloutColumns() {
           {column::kReward, DType::kF32, {}}};
 }
 
-Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& client, const Rollout& r, RoleBoard& board,
-                               const std::function<bool()>& stopping) {
+Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& client, const Rollout& r,
+                               RoleBoard& board, const std::function<bool()>& stopping) {
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;
   const int64_t P = rl.prompts_per_step, G = rl.group_size;
@@ -173,7 +173,7 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
           req.prompt = prompt;
           req.sampling = rl.sampling;
           req.sampling.seed = AnswerSeed(s.options.seed, P, G, c, g);
-          if (rl.forced_length) req.sampling.forced_length = rl.forced_length(c, g);
+          if (s.hooks.forced_length) req.sampling.forced_length = s.hooks.forced_length(c, g);
           SLUICE_RETURN_IF_ERROR(engine->Submit(std::move(req)));
         }
       }
@@ -238,7 +238,7 @@ Status StreamRoles::RunRollout(SyncLoop::State& s, tq::TransferQueueClient& clie
   return Status::Ok();
 }
 
-Status StreamRoles::RunReward(SyncLoop::State& s, tq::TransferQueueClient& client, RoleBoard& board,
+Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
                               const std::function<bool()>& stopping) {
   const RlOptions& rl = s.options.rl;
   const int64_t total = (rl.steps - s.step) * rl.prompts_per_step * rl.group_size;
@@ -274,9 +274,9 @@ Status StreamRoles::RunReward(SyncLoop::State& s, tq::TransferQueueClient& clien
   return Status::Ok();
 }
 
-Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& client, const Trainer& t, RoleBoard& board,
-                               const std::function<Result<EvalResult>()>& evaluate,
-                               const SyncLoop::ProgressFn& progress) {
+Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, const Trainer& t,
+                               RoleBoard& board, const std::function<Result<EvalResult>()>& evaluate,
+                               const ProgressFn& progress) {
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;
   const int64_t P = rl.prompts_per_step, G = rl.group_size;
@@ -443,13 +443,13 @@ Status StreamRoles::RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& clie
     for (auto& [cursor, group] : groups) {
       for (auto& smp : group) samples.push_back(std::move(smp));
     }
-    if (rl.inspect_batch) rl.inspect_batch(rec.step, samples);
+    if (s.hooks.inspect_batch) s.hooks.inspect_batch(rec.step, samples);
     SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
     ++s.step;
     if (s.step % po.sync_interval == 0 || s.step == rl.steps) {
       ++s.version;
       SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::ExportWeights(*s.policy));
-      if (rl.rewrite_published) rl.rewrite_published(s.version, &weights);
+      if (s.hooks.rewrite_published) s.hooks.rewrite_published(s.version, &weights);
       SLUICE_RETURN_IF_ERROR(t.publish(s.version, weights));
     }
     // Publish first, then let rollout admit prompts for the new version.

@@ -3,7 +3,7 @@
 // weights (a publish function for the trainer, standby weights for the
 // rollout) and a RoleBoard of counters and flags. The same bodies run as
 // threads of one process (stream_train.cc, TrainStreaming) or each in its
-// own process (SyncLoop::RunRole, started by the launcher in
+// own process (TrainingRun::RunRole, started by the launcher in
 // stream_launch.cc).
 //
 // Thread safety: each function is one role's loop; the board's fields are
@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "loop_state.h"
+#include "run_state.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/transfer_queue/client.h"
 #include "sluice/transfer_queue/staleness.h"
@@ -48,8 +48,8 @@ struct RoleBoard {
   // core and the rollout never compute at the same time.
   std::atomic<int32_t> lent_workers_running;
 
-  // What the run measured, for SyncLoop::stream_summary().
-  SyncLoop::StreamSummary Summary(double wall_seconds) const;
+  // What the run measured, for TrainingRun::stream_summary().
+  StreamSummary Summary(double wall_seconds) const;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
 
@@ -85,12 +85,12 @@ struct StreamRoles {
   // Generates every prompt of the run from cursor s.step * P on (as
   // admission allows) and writes each finished answer to the hub; returns
   // when all are written, or at board.stop / `stopping`.
-  static Status RunRollout(SyncLoop::State& s, tq::TransferQueueClient& client, const Rollout& r, RoleBoard& board,
+  static Status RunRollout(TrainingRun::State& s, tq::TransferQueueClient& client, const Rollout& r, RoleBoard& board,
                            const std::function<bool()>& stopping);
 
   // Scores answers as they appear (task "reward"); returns after the run's
   // last answer, or at board.stop / `stopping`.
-  static Status RunReward(SyncLoop::State& s, tq::TransferQueueClient& client, RoleBoard& board,
+  static Status RunReward(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
                           const std::function<bool()>& stopping);
 
   struct Trainer {
@@ -104,12 +104,12 @@ struct StreamRoles {
   // Takes whole groups as they complete, trains, publishes every
   // sync_interval steps, until rl.steps; metrics, evaluations, checkpoints
   // and progress as in the direct loop.
-  static Status RunTrainer(SyncLoop::State& s, tq::TransferQueueClient& client, const Trainer& t, RoleBoard& board,
-                           const std::function<Result<EvalResult>()>& evaluate, const SyncLoop::ProgressFn& progress);
+  static Status RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, const Trainer& t, RoleBoard& board,
+                           const std::function<Result<EvalResult>()>& evaluate, const ProgressFn& progress);
 
  private:
   // The training example at prompt cursor `cursor` (the run's permutation).
-  static Result<reward::Example> ExampleOf(const SyncLoop::State& s, uint64_t cursor);
+  static Result<reward::Example> ExampleOf(const TrainingRun::State& s, uint64_t cursor);
 };
 
 }  // namespace sluice::pipeline

@@ -16,7 +16,7 @@
 
 #include <atomic>
 
-#include "loop_state.h"
+#include "run_state.h"
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/background_thread.h"
 #include "sluice/common/mutex.h"
@@ -54,42 +54,7 @@ class ErrorSlot {
 
 }  // namespace
 
-Result<PipelineMode> ParsePipelineMode(const std::string& name) {
-  if (name == "direct") return PipelineMode::kDirect;
-  if (name == "sync") return PipelineMode::kSync;
-  if (name == "one_step_off") return PipelineMode::kOneStepOff;
-  if (name == "async") return PipelineMode::kAsync;
-  return Status::InvalidArgument("pipeline mode '" + name + "' is not one of {direct, sync, one_step_off, async}");
-}
-
-std::string PipelineModeName(PipelineMode mode) {
-  switch (mode) {
-    case PipelineMode::kDirect:
-      return "direct";
-    case PipelineMode::kSync:
-      return "sync";
-    case PipelineMode::kOneStepOff:
-      return "one_step_off";
-    case PipelineMode::kAsync:
-      return "async";
-  }
-  return "?";
-}
-
-int64_t PipelineOptions::EffectiveMaxStaleness() const {
-  switch (mode) {
-    case PipelineMode::kDirect:
-    case PipelineMode::kSync:
-      return 0;
-    case PipelineMode::kOneStepOff:
-      return 1;
-    case PipelineMode::kAsync:
-      return max_staleness;
-  }
-  return 0;
-}
-
-Status SyncLoop::TrainStreaming(const ProgressFn& progress) {
+Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   State& s = *state_;
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;

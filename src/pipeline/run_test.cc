@@ -1,4 +1,4 @@
-#include "sluice/pipeline/sync_loop.h"
+#include "sluice/pipeline/run.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 
 #include "role_test_util.h"
 #include "sluice/model/weights.h"
+#include "sluice/trainer/trainer.h"
 
 namespace sluice::pipeline {
 namespace {
@@ -42,8 +43,8 @@ class EvenFirstByteTask : public reward::Task {
 };
 
 // Small runs: a few warm-start steps, then `steps` RL steps of 3 prompts x 4 answers.
-LoopOptions BaseOptions(const std::string& run_dir, int64_t steps) {
-  LoopOptions o;
+RunOptions BaseOptions(const std::string& run_dir, int64_t steps) {
+  RunOptions o;
   o.run_dir = run_dir;
   o.seed = 7;
   o.checkpoint_interval = 2;
@@ -63,10 +64,10 @@ LoopOptions BaseOptions(const std::string& run_dir, int64_t steps) {
   return o;
 }
 
-class SyncLoopTest : public ::testing::Test {
+class TrainingRunTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() / ("sluice_sync_loop_" + std::to_string(::getpid()) + "_" +
+    root_ = fs::temp_directory_path() / ("sluice_run_" + std::to_string(::getpid()) + "_" +
                                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     reward::TaskOptions t;
@@ -78,7 +79,7 @@ class SyncLoopTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  LoopOptions Options(const std::string& name, int64_t steps) { return BaseOptions((root_ / name).string(), steps); }
+  RunOptions Options(const std::string& name, int64_t steps) { return BaseOptions((root_ / name).string(), steps); }
 
   std::shared_ptr<model::Transformer> FreshModel() {
     model::ModelConfig c = *model::PresetModelConfig("tiny");
@@ -98,20 +99,20 @@ class SyncLoopTest : public ::testing::Test {
   std::shared_ptr<const reward::Task> task_;
 };
 
-TEST_F(SyncLoopTest, ResumedRunReproducesTheUninterruptedRun) {
+TEST_F(TrainingRunTest, ResumedRunReproducesTheUninterruptedRun) {
   task_ = std::make_shared<EvenFirstByteTask>();
   // Uninterrupted: 4 steps.
-  auto full = std::move(SyncLoop::Create(FreshModel(), task_, Options("full", 4))).value();
+  auto full = std::move(TrainingRun::Create(FreshModel(), task_, Options("full", 4))).value();
   Status st = full->WarmStart(nullptr);
   ASSERT_TRUE(st.ok()) << st.ToString();
   ASSERT_TRUE(full->Train(nullptr).ok());
   // Interrupted after step 2 (its checkpoint), then resumed by a new process-like loop.
-  auto first = std::move(SyncLoop::Create(FreshModel(), task_, Options("split", 2))).value();
+  auto first = std::move(TrainingRun::Create(FreshModel(), task_, Options("split", 2))).value();
   ASSERT_TRUE(first->WarmStart(nullptr).ok());
   ASSERT_TRUE(first->Train(nullptr).ok());
-  LoopOptions resumed_options = Options("split", 4);
+  RunOptions resumed_options = Options("split", 4);
   resumed_options.resume = true;
-  auto resumed = std::move(SyncLoop::Create(FreshModel(), task_, resumed_options)).value();
+  auto resumed = std::move(TrainingRun::Create(FreshModel(), task_, resumed_options)).value();
   ASSERT_TRUE(resumed->WarmStart(nullptr).ok());
   ASSERT_TRUE(resumed->Train(nullptr).ok());
   EXPECT_EQ(resumed->step(), 4);
@@ -132,29 +133,29 @@ TEST_F(SyncLoopTest, ResumedRunReproducesTheUninterruptedRun) {
   EXPECT_TRUE(fs::exists(root_ / "split" / "checkpoints" / "step_000002" / "optimizer.safetensors"));
 }
 
-TEST_F(SyncLoopTest, ResumeWithoutACheckpointStartsFresh) {
+TEST_F(TrainingRunTest, ResumeWithoutACheckpointStartsFresh) {
   task_ = std::make_shared<EvenFirstByteTask>();
-  LoopOptions o = Options("fresh", 1);
+  RunOptions o = Options("fresh", 1);
   o.sft.steps = 0;
   o.checkpoint_interval = 0;
   fs::create_directories(o.run_dir);
   std::ofstream(fs::path(o.run_dir) / "metrics.jsonl") << "{\"step\": 1}\n{\"step\": 2}\n";
   o.resume = true;  // but there is no checkpoints/latest
-  auto loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
+  auto loop = std::move(TrainingRun::Create(FreshModel(), task_, o)).value();
   ASSERT_TRUE(loop->Train(nullptr).ok());
   auto lines = ReadMetrics(o.run_dir);
   ASSERT_EQ(lines.size(), 1u) << "stale lines of an earlier attempt are not kept";
   EXPECT_TRUE(lines[0].contains("reward_mean"));
 }
 
-TEST_F(SyncLoopTest, DynamicSamplingDropsGroupsWithoutSignal) {
+TEST_F(TrainingRunTest, DynamicSamplingDropsGroupsWithoutSignal) {
   // A fresh model never answers correctly: every group is all-zero reward.
-  LoopOptions o = Options("dynamic", 2);
+  RunOptions o = Options("dynamic", 2);
   o.sft.steps = 0;
   o.rl.dynamic_sampling = true;
   auto model = FreshModel();
   auto before = *model::ExportWeights(*model);
-  auto loop = std::move(SyncLoop::Create(model, task_, o)).value();
+  auto loop = std::move(TrainingRun::Create(model, task_, o)).value();
   ASSERT_TRUE(loop->Train(nullptr).ok());
   ASSERT_EQ(loop->history().size(), 2u);
   for (const auto& r : loop->history()) {
@@ -166,14 +167,14 @@ TEST_F(SyncLoopTest, DynamicSamplingDropsGroupsWithoutSignal) {
   for (const auto& [name, t] : before) EXPECT_EQ(std::memcmp(t.data, after.at(name).data, t.nbytes), 0) << name;
 }
 
-TEST_F(SyncLoopTest, WarmStartWritesACheckpointAndLearnsTheFormat) {
-  LoopOptions o = Options("sft", 0);
+TEST_F(TrainingRunTest, WarmStartWritesACheckpointAndLearnsTheFormat) {
+  RunOptions o = Options("sft", 0);
   o.sft.steps = 60;
   o.sft.batch_size = 32;
   o.sft.optimizer.lr = 1e-2;
   o.eval.max_new_tokens = 40;
   auto model = FreshModel();
-  auto loop = std::move(SyncLoop::Create(model, task_, o)).value();
+  auto loop = std::move(TrainingRun::Create(model, task_, o)).value();
   auto before = loop->Evaluate();
   ASSERT_TRUE(before.ok()) << before.status().ToString();
   Status st = loop->WarmStart(nullptr);
@@ -187,16 +188,16 @@ TEST_F(SyncLoopTest, WarmStartWritesACheckpointAndLearnsTheFormat) {
   EXPECT_LT(after->mean_length, before->mean_length);
 }
 
-TEST_F(SyncLoopTest, EvaluationReportsSampledAccuracyAndADifficultyBreakdown) {
-  LoopOptions o = Options("eval", 0);
+TEST_F(TrainingRunTest, EvaluationReportsSampledAccuracyAndADifficultyBreakdown) {
+  RunOptions o = Options("eval", 0);
   o.eval.size = 12;
-  auto loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
+  auto loop = std::move(TrainingRun::Create(FreshModel(), task_, o)).value();
   auto greedy_only = loop->Evaluate();
   ASSERT_TRUE(greedy_only.ok()) << greedy_only.status().ToString();
   EXPECT_EQ(greedy_only->sampled_accuracy, -1);
 
   o.eval.samples = 3;
-  loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
+  loop = std::move(TrainingRun::Create(FreshModel(), task_, o)).value();
   auto e = loop->Evaluate();
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_EQ(e->examples, 12);
@@ -220,17 +221,17 @@ TEST_F(SyncLoopTest, EvaluationReportsSampledAccuracyAndADifficultyBreakdown) {
   }
 }
 
-TEST_F(SyncLoopTest, ShortcutWarmStartTeachesBareAnswers) {
+TEST_F(TrainingRunTest, ShortcutWarmStartTeachesBareAnswers) {
   // With every target a bare answer, the warm-started model answers "#..." at
   // once: much shorter greedy answers than with worked solutions.
   auto mean_length_after_sft = [&](double shortcut) {
-    LoopOptions o = Options(shortcut > 0 ? "shortcut" : "worked", 0);
+    RunOptions o = Options(shortcut > 0 ? "shortcut" : "worked", 0);
     o.sft.steps = 60;
     o.sft.batch_size = 32;
     o.sft.optimizer.lr = 1e-2;
     o.sft.shortcut_fraction = shortcut;
     o.eval.max_new_tokens = 40;
-    auto loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
+    auto loop = std::move(TrainingRun::Create(FreshModel(), task_, o)).value();
     EXPECT_TRUE(loop->WarmStart(nullptr).ok());
     return loop->Evaluate()->mean_length;
   };
@@ -241,14 +242,14 @@ TEST_F(SyncLoopTest, ShortcutWarmStartTeachesBareAnswers) {
 
 // The direct loop and sync mode over the hub train the same batches with the
 // same weights: identical rewards and losses, step by step.
-TEST_F(SyncLoopTest, SyncModeOverTheHubReproducesTheDirectLoop) {
+TEST_F(TrainingRunTest, SyncModeOverTheHubReproducesTheDirectLoop) {
   task_ = std::make_shared<EvenFirstByteTask>();  // every step has a learning signal
   auto run = [&](PipelineMode mode, int32_t engines) {
-    LoopOptions o = Options(PipelineModeName(mode) + std::to_string(engines), 4);
+    RunOptions o = Options(PipelineModeName(mode) + std::to_string(engines), 4);
     o.pipeline.mode = mode;
     o.pipeline.rollout_engines = engines;
     o.rl.dynamic_sampling = true;
-    auto loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
+    auto loop = std::move(TrainingRun::Create(FreshModel(), task_, o)).value();
     Status st = loop->Train(nullptr);
     EXPECT_TRUE(st.ok()) << st.ToString();
     return loop->history();
@@ -287,7 +288,7 @@ TEST_F(SyncLoopTest, SyncModeOverTheHubReproducesTheDirectLoop) {
 // samples the trainer really trained (their ids come from the hub's rows),
 // on long and short answers, so that in the stale modes staleness above 0
 // does happen.
-TEST_F(SyncLoopTest, StreamingModesTrainEveryAnswerOnceWithinTheStalenessBound) {
+TEST_F(TrainingRunTest, StreamingModesTrainEveryAnswerOnceWithinTheStalenessBound) {
   struct Case {
     PipelineMode mode;
     int64_t max_staleness;
@@ -308,7 +309,7 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryAnswerOnceWithinTheStalenessBound) 
                              std::to_string(c.engines) +
                              (c.policy == rollout::SwitchPolicy::kInFlight ? "-inflight" : "-boundary");
     SCOPED_TRACE(name);
-    LoopOptions o = Options(name, kSteps);
+    RunOptions o = Options(name, kSteps);
     o.pipeline.mode = c.mode;
     o.pipeline.rollout_engines = c.engines;
     o.pipeline.max_staleness = c.max_staleness;
@@ -317,13 +318,14 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryAnswerOnceWithinTheStalenessBound) 
     o.rl.trainer.loss.correction =
         c.max_staleness > 0 ? trainer::OffPolicyCorrection::kTokenTis : trainer::OffPolicyCorrection::kNone;
     // A long tail: one answer in six is 8x the others.
-    o.rl.forced_length = [](uint64_t cursor, int64_t g) {
+    RunHooks hooks;
+    hooks.forced_length = [](uint64_t cursor, int64_t g) {
       return static_cast<int32_t>((cursor * kGroup + static_cast<uint64_t>(g)) % 6 == 0 ? 40 : 5);
     };
     o.eval.interval = 0;
     std::map<uint64_t, int> trained_ids;  // sample id -> times trained
     int64_t staleness_max = 0;
-    o.rl.inspect_batch = [&](int64_t step, const std::vector<trainer::RolloutSample>& samples) {
+    hooks.inspect_batch = [&](int64_t step, const std::vector<trainer::RolloutSample>& samples) {
       std::set<uint64_t> groups;
       for (const auto& smp : samples) {
         ++trained_ids[smp.id];
@@ -336,7 +338,7 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryAnswerOnceWithinTheStalenessBound) 
         EXPECT_EQ(groups, std::set<uint64_t>({first, first + 1, first + 2})) << "step " << step;
       }
     };
-    auto loop = std::move(SyncLoop::Create(FreshModel(), task_, o)).value();
+    auto loop = std::move(TrainingRun::Create(FreshModel(), task_, o, hooks)).value();
     Status st = loop->Train(nullptr);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ASSERT_EQ(trained_ids.size(), static_cast<size_t>(kSteps * kPrompts * kGroup)) << "every answer trained";
@@ -358,7 +360,7 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryAnswerOnceWithinTheStalenessBound) 
     } else {
       EXPECT_EQ(staleness_max, 0);
     }
-    const SyncLoop::StreamSummary summary = loop->stream_summary();
+    const StreamSummary summary = loop->stream_summary();
     EXPECT_GT(summary.rollout_occupancy, 0.0);
     EXPECT_LE(summary.rollout_occupancy, 1.0);
     EXPECT_GT(summary.rollout_tokens, 0);
@@ -368,26 +370,26 @@ TEST_F(SyncLoopTest, StreamingModesTrainEveryAnswerOnceWithinTheStalenessBound) 
 // Regression: train_order=completion with stale modes could not keep the
 // staleness bound (a long answer outlasted by any number of steps of short
 // ones); the combination is refused, naming the key.
-TEST_F(SyncLoopTest, CompletionOrderIsRefusedWhereSamplesMayBeStale) {
+TEST_F(TrainingRunTest, CompletionOrderIsRefusedWhereSamplesMayBeStale) {
   for (PipelineMode mode : {PipelineMode::kOneStepOff, PipelineMode::kAsync}) {
-    LoopOptions o = Options("completion", 2);
+    RunOptions o = Options("completion", 2);
     o.pipeline.mode = mode;
     o.pipeline.train_order = TrainOrder::kCompletion;
-    auto r = SyncLoop::Create(FreshModel(), task_, o);
+    auto r = TrainingRun::Create(FreshModel(), task_, o);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << PipelineModeName(mode);
     EXPECT_NE(r.status().message().find("pipeline.train_order"), std::string::npos) << r.status().ToString();
   }
-  LoopOptions o = Options("completion", 2);
+  RunOptions o = Options("completion", 2);
   o.pipeline.mode = PipelineMode::kSync;
   o.pipeline.train_order = TrainOrder::kCompletion;
-  EXPECT_TRUE(SyncLoop::Create(FreshModel(), task_, o).ok()) << "sync: every sample is fresh in any order";
+  EXPECT_TRUE(TrainingRun::Create(FreshModel(), task_, o).ok()) << "sync: every sample is fresh in any order";
 }
 
 // The thread budget each mode is given, as the benchmark prints it: sync
 // alternates the roles on every core, the split modes share the cores, and
 // the rollout's cores are lent to the trainer only in the split modes.
 TEST(ThreadBudgetTest, NoModeHasMoreBusyThreadsThanItsCores) {
-  LoopOptions o;
+  RunOptions o;
   o.pipeline.rollout_threads = 2;
   o.pipeline.trainer_threads = 2;
   o.pipeline.rollout_engines = 2;
@@ -472,26 +474,29 @@ class VersionCheck {
   }
 
   // The run the check is made on: async, staleness 2, long and short answers.
-  static void Configure(LoopOptions& o) {
+  static RunHooks Configure(RunOptions& o) {
     o.pipeline.mode = PipelineMode::kAsync;
     o.pipeline.max_staleness = 2;
     o.eval.interval = 0;
     o.rl.dynamic_sampling = false;
-    o.rl.forced_length = [](uint64_t c, int64_t g) {
+    RunHooks hooks;
+    hooks.forced_length = [](uint64_t c, int64_t g) {
       return static_cast<int32_t>(g == 0 && c % 2 == 0 ? 30 : 4 + 3 * g);
     };
+    return hooks;
   }
   // Configure, and the check's hooks into the trainer.
-  void Install(LoopOptions& o, std::function<void(const VersionCounts&)> after_batch = {}) {
-    Configure(o);
-    o.rl.rewrite_published = [this](int64_t version, TensorMap* weights) {
+  RunHooks Install(RunOptions& o, std::function<void(const VersionCounts&)> after_batch = {}) {
+    RunHooks hooks = Configure(o);
+    hooks.rewrite_published = [this](int64_t version, TensorMap* weights) {
       PerturbForVersion(version, weights);
       published_[version] = Copy(*weights);
     };
-    o.rl.inspect_batch = [this, after_batch](int64_t, const std::vector<trainer::RolloutSample>& samples) {
+    hooks.inspect_batch = [this, after_batch](int64_t, const std::vector<trainer::RolloutSample>& samples) {
       Check(samples);
       if (after_batch) after_batch(counts_);
     };
+    return hooks;
   }
   const VersionCounts& counts() const { return counts_; }
 
@@ -574,7 +579,7 @@ void ExpectVersionsChecked(const VersionCounts& counts, bool in_flight) {
 // End to end through the hub, the version store and the rollout's standby
 // weights: every token's recorded version is the version of the weights that
 // produced it.
-TEST_F(SyncLoopTest, EveryTokenRecordsTheVersionOfTheWeightsThatProducedIt) {
+TEST_F(TrainingRunTest, EveryTokenRecordsTheVersionOfTheWeightsThatProducedIt) {
   task_ = std::make_shared<EvenFirstByteTask>();
   // Two engines sharing the standby weights, too.
   for (auto [policy, engines] :
@@ -582,15 +587,15 @@ TEST_F(SyncLoopTest, EveryTokenRecordsTheVersionOfTheWeightsThatProducedIt) {
         std::pair{rollout::SwitchPolicy::kInFlight, 2}}) {
     const bool in_flight = policy == rollout::SwitchPolicy::kInFlight;
     SCOPED_TRACE(std::string(in_flight ? "in_flight" : "at_boundary") + ", engines " + std::to_string(engines));
-    LoopOptions o =
+    RunOptions o =
         Options(std::string(in_flight ? "versions-inflight" : "versions-boundary") + std::to_string(engines), 6);
     auto model = FreshModel();
     Sharpen(*model);
     VersionCheck check(model, 0);
-    check.Install(o);
+    const RunHooks hooks = check.Install(o);
     o.pipeline.rollout_engines = engines;
     o.pipeline.switch_policy = policy;
-    auto loop = std::move(SyncLoop::Create(model, task_, o)).value();
+    auto loop = std::move(TrainingRun::Create(model, task_, o, hooks)).value();
     Status st = loop->Train(nullptr);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ExpectVersionsChecked(check.counts(), in_flight);
@@ -606,20 +611,20 @@ constexpr char kRoleEntryFilter[] = "--gtest_filter=RoleProcessEntry.Run";
 
 // The options the launcher and its role processes share (a role process
 // does no warm start: the launcher hands it the warm-started policy). A role
-// passes its VersionCheck to install the check's hooks.
-LoopOptions ProcessVersionOptions(const std::string& run_dir, VersionCheck* check) {
-  LoopOptions o = BaseOptions(run_dir, 6);
+// passes its VersionCheck to install the check's hooks in `hooks`.
+RunOptions ProcessVersionOptions(const std::string& run_dir, VersionCheck* check, RunHooks* hooks) {
+  RunOptions o = BaseOptions(run_dir, 6);
   o.checkpoint_interval = 0;
   o.sft.steps = 0;
   o.rl.trainer.loss.kl_coef = 0;
   o.eval.size = 4;
   o.eval.max_new_tokens = 4;
   if (check) {
-    check->Install(o, [run_dir](const VersionCounts& counts) {
+    *hooks = check->Install(o, [run_dir](const VersionCounts& counts) {
       std::ofstream(fs::path(run_dir) / "version_counts.json") << counts.ToJson().dump();
     });
   } else {
-    VersionCheck::Configure(o);  // the launcher trains nothing itself
+    *hooks = VersionCheck::Configure(o);  // the launcher trains nothing itself
   }
   o.pipeline.processes = true;
   o.pipeline.role_command = role_test::RoleCommand(kRoleEntryFilter, run_dir);
@@ -634,18 +639,21 @@ TEST(RoleProcessEntry, Run) {
   auto policy = model::LoadPretrained((fs::path(run_dir) / "roles" / "init").string());
   ASSERT_TRUE(policy.ok()) << policy.status().ToString();
   VersionCheck check(*policy, c.start_version);
-  auto loop = SyncLoop::Create(*policy, std::make_shared<EvenFirstByteTask>(), ProcessVersionOptions(run_dir, &check));
+  RunHooks hooks;
+  const RunOptions o = ProcessVersionOptions(run_dir, &check, &hooks);
+  auto loop = TrainingRun::Create(*policy, std::make_shared<EvenFirstByteTask>(), o, hooks);
   ASSERT_TRUE(loop.ok()) << loop.status().ToString();
   Status st = (*loop)->RunRole(c, nullptr);
   ASSERT_TRUE(st.ok()) << PipelineRoleName(c.role) << ": " << st.ToString();
 }
 
-TEST_F(SyncLoopTest, EveryTokenRecordsItsVersionWithRolesAsProcesses) {
+TEST_F(TrainingRunTest, EveryTokenRecordsItsVersionWithRolesAsProcesses) {
   const std::string run_dir = (root_ / "versions-processes").string();
-  LoopOptions o = ProcessVersionOptions(run_dir, nullptr);
+  RunHooks hooks;
+  RunOptions o = ProcessVersionOptions(run_dir, nullptr, &hooks);
   auto model = FreshModel();
   Sharpen(*model);
-  auto loop = std::move(SyncLoop::Create(model, std::make_shared<EvenFirstByteTask>(), o)).value();
+  auto loop = std::move(TrainingRun::Create(model, std::make_shared<EvenFirstByteTask>(), o, hooks)).value();
   Status st = loop->Train(nullptr);
   ASSERT_TRUE(st.ok()) << st.ToString();
   ASSERT_EQ(ReadMetrics(run_dir).size(), 6u) << "six steps trained";
@@ -654,22 +662,22 @@ TEST_F(SyncLoopTest, EveryTokenRecordsItsVersionWithRolesAsProcesses) {
   ExpectVersionsChecked(VersionCounts::FromJson(json::parse(in)), /*in_flight=*/true);
 }
 
-TEST_F(SyncLoopTest, BadOptionsNameTheKey) {
-  LoopOptions o = Options("bad", 1);
+TEST_F(TrainingRunTest, BadOptionsNameTheKey) {
+  RunOptions o = Options("bad", 1);
   o.rl.group_size = 1;
-  auto r = SyncLoop::Create(FreshModel(), task_, o);
+  auto r = TrainingRun::Create(FreshModel(), task_, o);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("rl.group_size"), std::string::npos) << r.status().ToString();
   o = Options("bad", 1);
   o.run_dir.clear();
-  EXPECT_NE(SyncLoop::Create(FreshModel(), task_, o).status().message().find("run.dir"), std::string::npos);
+  EXPECT_NE(TrainingRun::Create(FreshModel(), task_, o).status().message().find("run.dir"), std::string::npos);
   o = Options("bad", 1);
   o.sft.shortcut_fraction = 1.5;
-  EXPECT_NE(SyncLoop::Create(FreshModel(), task_, o).status().message().find("sft.shortcut_fraction"),
+  EXPECT_NE(TrainingRun::Create(FreshModel(), task_, o).status().message().find("sft.shortcut_fraction"),
             std::string::npos);
   o = Options("bad", 1);
   o.rl.sampling.top_p = 2;
-  EXPECT_NE(SyncLoop::Create(FreshModel(), task_, o).status().message().find("top_p"), std::string::npos);
+  EXPECT_NE(TrainingRun::Create(FreshModel(), task_, o).status().message().find("top_p"), std::string::npos);
 }
 
 }  // namespace

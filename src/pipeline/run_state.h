@@ -1,8 +1,8 @@
-// Private to sluice_pipeline: the loop state shared by the synchronous loop
-// (sync_loop.cc) and the streaming modes over the TransferQueue
-// (stream_train.cc).
-#ifndef SLUICE_PIPELINE_LOOP_STATE_H_
-#define SLUICE_PIPELINE_LOOP_STATE_H_
+// Private to sluice_pipeline: a training run's state, shared by the direct
+// loop (run.cc) and the streaming modes over the TransferQueue
+// (stream_train.cc, stream_roles.cc, stream_launch.cc).
+#ifndef SLUICE_PIPELINE_RUN_STATE_H_
+#define SLUICE_PIPELINE_RUN_STATE_H_
 
 #include <algorithm>
 #include <chrono>
@@ -14,13 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "generation.h"
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/random.h"
 #include "sluice/model/safetensors.h"
 #include "sluice/model/tokenizer.h"
 #include "sluice/model/weights.h"
-#include "sluice/pipeline/sync_loop.h"
+#include "sluice/pipeline/evaluator.h"
+#include "sluice/pipeline/run.h"
+#include "sluice/trainer/trainer.h"
 
 namespace sluice::pipeline {
 
@@ -42,20 +45,6 @@ inline uint64_t PermutedIndex(uint64_t seed, uint64_t cursor, uint64_t n) {
 constexpr uint64_t kSftSalt = 0x5f7;
 constexpr uint64_t kShortcutSalt = 0x5c07;
 
-inline nlohmann::json MetricsJson(const trainer::StepMetrics& m) {
-  return {{"loss", m.loss},
-          {"pg_loss", m.pg_loss},
-          {"kl", m.kl},
-          {"entropy", m.entropy},
-          {"clip_frac", m.clip_frac},
-          {"ratio_mean", m.ratio_mean},
-          {"grad_norm", m.grad_norm},
-          {"lr", m.lr},
-          {"train_tokens", m.tokens},
-          {"is_weight_mean", m.is_weight_mean},
-          {"is_capped_frac", m.is_capped_frac}};
-}
-
 // The sampling seed of answer g to the prompt at `cursor` (the same in every
 // mode, so sync over the hub reproduces the direct loop).
 inline uint64_t AnswerSeed(uint64_t seed, int64_t prompts_per_step, int64_t group_size, uint64_t cursor, int64_t g) {
@@ -68,14 +57,16 @@ inline uint64_t AnswerSeed(uint64_t seed, int64_t prompts_per_step, int64_t grou
 // parallel regions (each role thread sets its own).
 void SetIntraOpThreadsHere(int threads);
 
-struct SyncLoop::State {
+struct TrainingRun::State {
   std::shared_ptr<model::Transformer> policy;
   std::shared_ptr<model::Transformer> reference;
   std::shared_ptr<const reward::Task> task;
-  LoopOptions options;
+  RunOptions options;
+  RunHooks hooks;
   model::ByteTokenizer tokenizer;
   std::unique_ptr<rollout::RolloutEngine> engine;
   std::unique_ptr<trainer::Trainer> trainer;
+  std::unique_ptr<Evaluator> evaluator;
   rollout::PolicyVersion version = 0;
   int64_t step = 0;
   double elapsed_offset = 0;  // training seconds before this process (from the checkpoint)
@@ -84,9 +75,7 @@ struct SyncLoop::State {
   StreamSummary stream_stats;
 
   std::vector<model::TokenId> EncodePrompt(const std::string& text) const {
-    std::vector<model::TokenId> ids = {tokenizer.bos_id()};
-    for (model::TokenId t : tokenizer.Encode(text)) ids.push_back(t);
-    return ids;
+    return pipeline::EncodePrompt(tokenizer, text);
   }
 
   // GRPO advantages over `samples` (grouped by group_id), then one trainer
@@ -109,7 +98,7 @@ struct SyncLoop::State {
   // The end of an RL step (s.step already counts it): held-out evaluation
   // when due, the metrics line, the history, a checkpoint when due, progress.
   Status FinishStep(StepRecord& rec, std::ofstream& metrics, const std::function<Result<EvalResult>()>& evaluate,
-                    const SyncLoop::ProgressFn& progress) {
+                    const ProgressFn& progress) {
     const EvalOptions& ev = options.eval;
     if ((ev.interval > 0 && step % ev.interval == 0) || step == options.rl.steps) {
       SLUICE_ASSIGN_OR_RETURN(rec.eval, evaluate());
@@ -127,24 +116,13 @@ struct SyncLoop::State {
 
   fs::path CheckpointRoot() const { return fs::path(options.run_dir) / "checkpoints"; }
 
-  // Greedy or sampled generation of `requests` on the current weights.
+  // Generation of `requests` on the current weights.
   Result<std::vector<rollout::GenerationResult>> Generate(std::vector<rollout::GenerationRequest> requests) {
-    for (auto& r : requests) {
-      Status submitted = engine->Submit(std::move(r));
-      if (!submitted.ok()) {
-        // Finish and drop what was already queued, so the engine is empty again.
-        auto drained = engine->RunUntilIdle();
-        return drained.ok() ? submitted : drained.status();
-      }
-    }
-    SLUICE_ASSIGN_OR_RETURN(auto results, engine->RunUntilIdle());
-    std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-    return results;
+    return GenerateAll(*engine, std::move(requests));
   }
 
   Result<double> Score(const reward::Example& ex, const rollout::GenerationResult& r) const {
-    SLUICE_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(r.tokens));
-    return task->Score(ex, text);
+    return ScoreAnswer(tokenizer, *task, ex, r.tokens);
   }
 
   Status SaveCheckpoint() {
@@ -223,4 +201,4 @@ struct SyncLoop::State {
 
 }  // namespace sluice::pipeline
 
-#endif  // SLUICE_PIPELINE_LOOP_STATE_H_
+#endif  // SLUICE_PIPELINE_RUN_STATE_H_

@@ -1,0 +1,60 @@
+// Held-out evaluation of a policy on a task: greedy decoding of the first
+// `eval.size` eval examples, scored by the task (and, with eval.samples > 0,
+// that many sampled answers per example). Needs no training run: `sluice
+// eval` uses it on a checkpoint, and a TrainingRun uses one between steps.
+//
+// Each Evaluate() reads the policy's weights as they are then (a fresh
+// rollout engine per call, so in-place updates between calls are seen).
+// Thread safety: not thread-safe; the policy must not be updated during a
+// call.
+#ifndef SLUICE_PIPELINE_EVALUATOR_H_
+#define SLUICE_PIPELINE_EVALUATOR_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "sluice/common/status.h"
+#include "sluice/pipeline/metrics.h"
+#include "sluice/pipeline/options.h"
+#include "sluice/reward/task.h"
+
+namespace sluice::model {
+class Transformer;
+}
+
+namespace sluice::pipeline {
+
+struct EvaluatorOptions {
+  EvalOptions eval;
+  // Settings of the sampled answers (eval.samples > 0); their seeds derive
+  // from `seed` and the answer's index.
+  rollout::SamplingParams sampling;
+  uint64_t seed = 0;
+  int32_t slots = 64;  // sequences decoded at once
+};
+
+// A run's evaluation settings: eval.*, the RL sampling settings, the run's
+// seed and its rollout slots.
+EvaluatorOptions EvaluatorOptionsFor(const RunOptions& run);
+
+class Evaluator {
+ public:
+  // InvalidArgument for bad options, a missing policy or task, a task with no
+  // eval examples or a vocabulary larger than the model's.
+  static Result<std::unique_ptr<Evaluator>> Create(std::shared_ptr<model::Transformer> policy,
+                                                   std::shared_ptr<const reward::Task> task,
+                                                   const EvaluatorOptions& options);
+
+  Result<EvalResult> Evaluate();
+
+ private:
+  Evaluator(std::shared_ptr<model::Transformer> policy, std::shared_ptr<const reward::Task> task,
+            const EvaluatorOptions& options);
+  std::shared_ptr<model::Transformer> policy_;
+  std::shared_ptr<const reward::Task> task_;
+  EvaluatorOptions options_;
+};
+
+}  // namespace sluice::pipeline
+
+#endif  // SLUICE_PIPELINE_EVALUATOR_H_

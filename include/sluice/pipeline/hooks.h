@@ -1,0 +1,32 @@
+// Hooks for tests and benchmarks: not config keys, and not for production
+// runs. A hook changes what a run generates or publishes so a test can see
+// inside it (which version a token was sampled with, which samples a step
+// trained) or a benchmark can fix the workload. TrainingRun::Create takes
+// them next to the options; a run without hooks behaves as configured.
+#ifndef SLUICE_PIPELINE_HOOKS_H_
+#define SLUICE_PIPELINE_HOOKS_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "sluice/common/host_tensor.h"
+#include "sluice/trainer/types.h"
+
+namespace sluice::pipeline {
+
+struct RunHooks {
+  // Benchmarks: when set, answer g to the prompt at `cursor` is generated to
+  // exactly this many tokens (SamplingParams::forced_length), so every mode
+  // sees the same long-tail lengths.
+  std::function<int32_t(uint64_t cursor, int64_t g)> forced_length;
+  // Streaming modes: may change the weights the trainer publishes as
+  // `version` (e.g. to weights whose output encodes the version).
+  std::function<void(int64_t version, TensorMap* weights)> rewrite_published;
+  // Streaming modes: sees each step's samples before they are trained.
+  std::function<void(int64_t step, const std::vector<trainer::RolloutSample>& samples)> inspect_batch;
+};
+
+}  // namespace sluice::pipeline
+
+#endif  // SLUICE_PIPELINE_HOOKS_H_

@@ -1,0 +1,83 @@
+// What a training run measures: the held-out evaluation, one record per RL
+// step (a line of run_dir/metrics.jsonl, docs/formats.md), the streaming
+// modes' summary, and the progress callback that sees each record.
+#ifndef SLUICE_PIPELINE_METRICS_H_
+#define SLUICE_PIPELINE_METRICS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sluice/trainer/types.h"
+
+namespace sluice::pipeline {
+
+struct EvalResult {
+  double accuracy = 0;  // fraction of examples whose greedy answer has reward 1
+  double mean_reward = 0;
+  double mean_length = 0;  // response tokens (greedy)
+  int64_t examples = 0;
+  // Mean accuracy of eval.samples sampled answers per example; -1 if not measured.
+  double sampled_accuracy = -1;
+  // Greedy accuracy by the example's difficulty (reward::Example::difficulty).
+  struct Bucket {
+    int64_t correct = 0, total = 0;
+  };
+  std::map<int, Bucket> by_difficulty;
+  // "1:95% 2:60% ..." (empty when the task reports no difficulty).
+  std::string DifficultySummary() const;
+};
+
+// One line of metrics.jsonl (also handed to the progress callback).
+struct StepRecord {
+  int64_t step = 0;  // RL step, 1-based
+  int64_t total_steps = 0;
+  double reward_mean = 0, accuracy = 0, response_len_mean = 0;
+  int64_t response_len_max = 0;
+  int64_t groups_kept = 0, samples_trained = 0;
+  int64_t generated_tokens = 0;
+  double gen_seconds = 0, train_seconds = 0, elapsed_seconds = 0;
+  trainer::StepMetrics train;
+  // Streaming modes: weight version trained with, staleness of the trained
+  // samples (trainer version - version of each sample's first token), and how
+  // long the trainer waited for data this step.
+  int64_t version = 0;
+  double staleness_mean = 0;
+  int64_t staleness_max = 0;
+  double token_staleness_mean = 0;
+  double wait_seconds = 0;
+  int64_t queue_ready = 0;  // rows waiting for the trainer when the step began
+  // Streaming modes, over this step's wall interval (previous step's end to
+  // this one's): tokens the rollout generated, and the fraction of the
+  // interval each role was busy (rollout: decoding; trainer: training).
+  int64_t rollout_tokens = 0;
+  double rollout_busy = 0, trainer_busy = 0;
+  // staleness_hist[k]: trained samples whose first token is k versions old.
+  std::vector<int64_t> staleness_hist;
+  // Prompt cursors consumed by the step (kept or dropped), read from the
+  // rows the trainer took.
+  std::vector<uint64_t> prompts;
+  // Streaming modes: groups the hub delivered again after the trainer had
+  // taken them (dropped, never trained twice); 0 unless exactly-once broke.
+  int64_t duplicate_groups = 0;
+  bool has_eval = false;
+  EvalResult eval;
+  std::string ToJson() const;
+};
+
+// Streaming modes: what a run's Train() measured (zeros in direct mode).
+struct StreamSummary {
+  double wall_seconds = 0;          // RL wall time
+  double rollout_busy_seconds = 0;  // rollout steps with sequences running
+  int64_t rollout_tokens = 0;       // tokens generated (including ones never trained)
+  double rollout_occupancy = 0;     // mean share of the engine's slots decoding per decode step
+};
+
+// Progress of a run: `phase` is "sft" or "rl", `record` the step's (may be null).
+using ProgressFn = std::function<void(const std::string& phase, int64_t done, int64_t total, const StepRecord* record)>;
+
+}  // namespace sluice::pipeline
+
+#endif  // SLUICE_PIPELINE_METRICS_H_

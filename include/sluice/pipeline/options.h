@@ -1,0 +1,151 @@
+// What a training run is asked to do: the supervised warm start, the RL
+// steps, the held-out evaluation and how rollout and training are joined
+// (the pipeline mode). Each field's config key is in docs/config.md; the
+// command-line front end fills these from a YAML config
+// (src/launch/train_command.cc). Test and benchmark hooks are not options:
+// they are in hooks.h.
+#ifndef SLUICE_PIPELINE_OPTIONS_H_
+#define SLUICE_PIPELINE_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sluice/common/status.h"
+#include "sluice/rollout/engine.h"
+#include "sluice/trainer/types.h"
+
+namespace sluice::pipeline {
+
+struct SftOptions {
+  int64_t steps = 0;        // 0: no warm start
+  int64_t batch_size = 64;  // examples per step
+  // Fraction of warm-start examples whose target is only the final answer
+  // ("#42") instead of the worked solution: a base policy that often answers
+  // without working it out, as pretrained models do. RL can then learn from
+  // reward alone that working it out pays. 0: every target is worked.
+  double shortcut_fraction = 0.0;
+  trainer::OptimizerOptions optimizer;
+};
+
+struct RlOptions {
+  int64_t steps = 100;
+  int64_t prompts_per_step = 16;
+  int64_t group_size = 8;            // answers per prompt (GRPO group), >= 2
+  rollout::SamplingParams sampling;  // temperature etc.; seeds are set per sample
+  int32_t rollout_slots = 64;
+  bool dynamic_sampling = false;  // drop groups whose rewards are all equal
+  bool divide_adv_by_std = true;
+  trainer::TrainerOptions trainer;
+};
+
+struct EvalOptions {
+  int64_t interval = 20;  // RL steps between evaluations (0: only before and after)
+  int64_t size = 200;     // eval examples (<= the task's eval split)
+  int32_t max_new_tokens = 96;
+  // > 0: also sample this many answers per example with the RL sampling
+  // settings and report their mean accuracy (what the policy does when it
+  // samples, next to what its greedy answer does).
+  int64_t samples = 0;
+};
+
+// How rollout and training are joined (docs/pipeline.md).
+enum class PipelineMode {
+  kDirect,      // one thread: generate a step's answers, score, train, repeat (no hub)
+  kSync,        // rollout, reward and trainer roles over the TransferQueue, max_staleness 0
+  kOneStepOff,  // the same, max_staleness 1: rollout generates step n+1 while step n trains
+  kAsync,       // the same, max_staleness = pipeline.max_staleness
+};
+Result<PipelineMode> ParsePipelineMode(const std::string& name);  // direct, sync, one_step_off, async
+std::string PipelineModeName(PipelineMode mode);
+
+// The order the streaming trainer takes whole groups in.
+enum class TrainOrder {
+  // As they complete: the least waiting, but a step over-represents groups
+  // that finish quickly and defers long ones to the staleness limit (it hurt
+  // learning in the parity study, docs/pipeline.md).
+  kCompletion,
+  // The step's own prompts (step * P ...), later ones kept until their step:
+  // the batches of the direct loop, each stale by at most the bound.
+  kPrompt,
+};
+// kCompletion is refused when samples may be stale (one_step_off, async):
+// admission bounds how far a prompt's start runs ahead of the trainer, but
+// in completion order a long answer can be outlasted by any number of steps
+// of short ones, so no staleness bound would hold.
+
+struct PipelineOptions {
+  PipelineMode mode = PipelineMode::kDirect;
+  int64_t max_staleness = 2;  // kAsync only; >= 0
+  int64_t sync_interval = 1;  // trainer steps per published weight version, >= 1
+  rollout::SwitchPolicy switch_policy = rollout::SwitchPolicy::kInFlight;
+  // Intra-op threads of each role (0: the process setting). Give the roles
+  // the same total in every mode for a fair comparison.
+  int32_t rollout_threads = 0;
+  int32_t trainer_threads = 0;
+  // Rollout engines, data parallel: each on its own thread with
+  // rollout_threads / rollout_engines intra-op threads and its share of
+  // rl.rollout_slots, all taking prompts from the same stream. On CPUs two
+  // single-threaded engines generate ~1.6x one two-threaded engine
+  // (docs/design.md, libtorch on CPU).
+  int32_t rollout_engines = 1;
+  // one_step_off and async with both thread counts set: the trainer computes
+  // micro-batches on trainer_threads + rollout_threads single-threaded
+  // workers, the rollout's only while the rollout is idle (no sequence to
+  // decode, waiting for admission): an idle stage's cores help the busy one.
+  // The rollout takes its cores back before its next decode step (it waits
+  // for the lent workers' current micro-batches), so the run never has more
+  // busy threads than rollout_threads + trainer_threads. Not in sync, where
+  // the roles alternate and each already has every core.
+  bool lend_idle_cores = true;
+  TrainOrder train_order = TrainOrder::kPrompt;
+  // Streaming modes: run the trainer, rollout and reward roles each as its
+  // own OS process (hub and weights over shared memory), started and
+  // supervised by this process, instead of as threads of it. Needs
+  // role_command.
+  bool processes = false;
+  // How to start a role process: this program's path and the arguments that
+  // make it run `TrainingRun::RunRole` with this run's config; the launcher
+  // appends --role=..., --hub=..., --weights=..., --board=... (see
+  // RoleConnection). Set by the command-line front end.
+  std::vector<std::string> role_command;
+  // Versions a sample may lag the weights it is trained with.
+  int64_t EffectiveMaxStaleness() const;
+  // Whether the rollout's cores train while it idles (lend_idle_cores in
+  // one_step_off or async, with both thread counts set).
+  bool Lending() const {
+    return lend_idle_cores && (mode == PipelineMode::kOneStepOff || mode == PipelineMode::kAsync) &&
+           rollout_threads > 0 && trainer_threads > 0;
+  }
+};
+
+// The threads a run's roles compute on, as configured (0 thread counts read
+// as `process_threads`, the process's intra-op setting).
+struct ThreadBudget {
+  int32_t rollout_engines = 0, threads_per_engine = 0;
+  int32_t trainer_workers = 0, threads_per_worker = 0;
+  int32_t lent_workers = 0;      // trainer workers that run only on the idle rollout's cores
+  bool roles_alternate = false;  // direct and sync: rollout and trainer never compute at once
+  // Most threads computing at any moment (the light reward thread aside).
+  int32_t max_busy = 0;
+  std::string ToString() const;  // e.g. "rollout 1 engine x 1 thread, trainer 1 worker x 1 thread + 1 lent ..."
+};
+
+struct RunOptions {
+  std::string run_dir;  // metrics.jsonl, checkpoints/, sft/, final/
+  uint64_t seed = 0;
+  int64_t checkpoint_interval = 50;  // RL steps between checkpoints (0: only at the end)
+  bool resume = false;               // continue from run_dir/checkpoints/latest when present
+  SftOptions sft;
+  RlOptions rl;
+  EvalOptions eval;
+  PipelineOptions pipeline;
+
+  // InvalidArgument naming the option for bad values (e.g. group_size 1).
+  Status Validate() const;
+  ThreadBudget Threads(int32_t process_threads) const;
+};
+
+}  // namespace sluice::pipeline
+
+#endif  // SLUICE_PIPELINE_OPTIONS_H_

@@ -1,0 +1,31 @@
+// The roles of the streaming modes (trainer, rollout, reward) and what a
+// role process is told by the launcher that starts it. A role process runs
+// TrainingRun::RunRole (run.h); docs/pipeline.md has the data flow.
+#ifndef SLUICE_PIPELINE_ROLES_H_
+#define SLUICE_PIPELINE_ROLES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "sluice/common/status.h"
+
+namespace sluice::pipeline {
+
+// The roles of the streaming modes.
+enum class PipelineRole { kTrainer, kRollout, kReward };
+Result<PipelineRole> ParsePipelineRole(const std::string& name);  // trainer, rollout, reward
+std::string PipelineRoleName(PipelineRole role);
+
+// What a role process is told by its launcher.
+struct RoleConnection {
+  PipelineRole role = PipelineRole::kTrainer;
+  std::string hub;      // TransferQueue server endpoint (same-host shared memory when available)
+  std::string weights;  // CheckpointEngine shared-memory store name (the trainer publishes, rollout reads)
+  std::string board;    // shared-memory segment of the roles' counters and flags
+  int64_t start_step = 0;
+  int64_t start_version = 0;
+};
+
+}  // namespace sluice::pipeline
+
+#endif  // SLUICE_PIPELINE_ROLES_H_

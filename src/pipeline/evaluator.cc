@@ -1,0 +1,99 @@
+#include "sluice/pipeline/evaluator.h"
+
+#include <algorithm>
+
+#include "generation.h"
+#include "sluice/common/random.h"
+#include "sluice/model/transformer.h"
+
+namespace sluice::pipeline {
+
+EvaluatorOptions EvaluatorOptionsFor(const RunOptions& run) {
+  EvaluatorOptions o;
+  o.eval = run.eval;
+  o.sampling = run.rl.sampling;
+  o.seed = run.seed;
+  o.slots = run.rl.rollout_slots;
+  return o;
+}
+
+Result<std::unique_ptr<Evaluator>> Evaluator::Create(std::shared_ptr<model::Transformer> policy,
+                                                     std::shared_ptr<const reward::Task> task,
+                                                     const EvaluatorOptions& options) {
+  if (!policy || !task) return Status::InvalidArgument("the evaluator needs a model and a task");
+  if (options.eval.size < 1) return Status::InvalidArgument("option eval.size: must be >= 1");
+  if (options.eval.max_new_tokens < 1) return Status::InvalidArgument("option eval.max_new_tokens: must be >= 1");
+  if (options.eval.samples < 0) return Status::InvalidArgument("option eval.samples: must be >= 0");
+  if (options.slots < 1) return Status::InvalidArgument("evaluator slots must be >= 1");
+  if (options.eval.samples > 0) SLUICE_RETURN_IF_ERROR(options.sampling.Validate());
+  const model::ByteTokenizer tokenizer;
+  if (policy->config().vocab_size < tokenizer.vocab_size()) {
+    return Status::InvalidArgument("model vocab_size " + std::to_string(policy->config().vocab_size) +
+                                   " is smaller than the byte tokenizer's " + std::to_string(tokenizer.vocab_size()));
+  }
+  if (task->size(reward::Split::kEval) == 0)
+    return Status::InvalidArgument("task '" + task->name() + "' has no eval examples");
+  return std::unique_ptr<Evaluator>(new Evaluator(std::move(policy), std::move(task), options));
+}
+
+Evaluator::Evaluator(std::shared_ptr<model::Transformer> policy, std::shared_ptr<const reward::Task> task,
+                     const EvaluatorOptions& options)
+    : policy_(std::move(policy)), task_(std::move(task)), options_(options) {}
+
+Result<EvalResult> Evaluator::Evaluate() {
+  const model::ByteTokenizer tokenizer;
+  const int64_t n = std::min<int64_t>(options_.eval.size, static_cast<int64_t>(task_->size(reward::Split::kEval)));
+  const int64_t samples = options_.eval.samples;
+  std::vector<reward::Example> examples;
+  std::vector<rollout::GenerationRequest> requests;
+  for (int64_t i = 0; i < n; ++i) {
+    SLUICE_ASSIGN_OR_RETURN(reward::Example ex, task_->Get(reward::Split::kEval, static_cast<uint64_t>(i)));
+    rollout::GenerationRequest r;
+    r.prompt = EncodePrompt(tokenizer, ex.prompt);
+    // Request i * (samples + 1) is the greedy answer, the next `samples` are sampled.
+    for (int64_t k = 0; k <= samples; ++k) {
+      r.id = static_cast<uint64_t>(i * (samples + 1) + k);
+      if (k == 0) {
+        r.sampling.temperature = 0.0f;
+      } else {
+        r.sampling = options_.sampling;
+        r.sampling.seed = HashCombine(HashCombine(options_.seed, 0xe7a1), r.id);
+      }
+      r.sampling.max_new_tokens = options_.eval.max_new_tokens;
+      requests.push_back(r);
+    }
+    examples.push_back(std::move(ex));
+  }
+  rollout::EngineOptions engine_options;
+  engine_options.num_slots = options_.slots;
+  engine_options.eos_token_id = tokenizer.eos_id();
+  SLUICE_ASSIGN_OR_RETURN(auto engine,
+                          rollout::RolloutEngine::Create(rollout::PolicySnapshot{policy_, 0}, engine_options));
+  SLUICE_ASSIGN_OR_RETURN(auto results, GenerateAll(*engine, std::move(requests)));
+  EvalResult e;
+  e.examples = n;
+  double sampled_correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& greedy = results[static_cast<size_t>(i * (samples + 1))];
+    SLUICE_ASSIGN_OR_RETURN(double reward, ScoreAnswer(tokenizer, *task_, examples[i], greedy.tokens));
+    const bool correct = reward >= 1.0;
+    e.mean_reward += reward;
+    e.accuracy += correct ? 1.0 : 0.0;
+    e.mean_length += static_cast<double>(greedy.tokens.size());
+    EvalResult::Bucket& bucket = e.by_difficulty[examples[i].difficulty];
+    bucket.total += 1;
+    bucket.correct += correct ? 1 : 0;
+    for (int64_t k = 1; k <= samples; ++k) {
+      const auto& sampled = results[static_cast<size_t>(i * (samples + 1) + k)];
+      SLUICE_ASSIGN_OR_RETURN(double r, ScoreAnswer(tokenizer, *task_, examples[i], sampled.tokens));
+      sampled_correct += r >= 1.0 ? 1.0 : 0.0;
+    }
+  }
+  e.mean_reward /= std::max<int64_t>(n, 1);
+  e.accuracy /= std::max<int64_t>(n, 1);
+  e.mean_length /= std::max<int64_t>(n, 1);
+  if (samples > 0) e.sampled_accuracy = sampled_correct / static_cast<double>(std::max<int64_t>(n * samples, 1));
+  return e;
+}
+
+}  // namespace sluice::pipeline

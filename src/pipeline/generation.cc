@@ -1,0 +1,34 @@
+#include "generation.h"
+
+#include <algorithm>
+
+namespace sluice::pipeline {
+
+std::vector<model::TokenId> EncodePrompt(const model::ByteTokenizer& tokenizer, const std::string& text) {
+  std::vector<model::TokenId> ids = {tokenizer.bos_id()};
+  for (model::TokenId t : tokenizer.Encode(text)) ids.push_back(t);
+  return ids;
+}
+
+Result<std::vector<rollout::GenerationResult>> GenerateAll(rollout::RolloutEngine& engine,
+                                                           std::vector<rollout::GenerationRequest> requests) {
+  for (auto& r : requests) {
+    Status submitted = engine.Submit(std::move(r));
+    if (!submitted.ok()) {
+      // Finish and drop what was already queued, so the engine is empty again.
+      auto drained = engine.RunUntilIdle();
+      return drained.ok() ? submitted : drained.status();
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto results, engine.RunUntilIdle());
+  std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return results;
+}
+
+Result<double> ScoreAnswer(const model::ByteTokenizer& tokenizer, const reward::Task& task, const reward::Example& ex,
+                           const std::vector<model::TokenId>& answer) {
+  SLUICE_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(answer));
+  return task.Score(ex, text);
+}
+
+}  // namespace sluice::pipeline

@@ -1,0 +1,30 @@
+// Private to sluice_pipeline: prompts in, answers out, answers scored: what
+// the direct loop and the evaluator share.
+#ifndef SLUICE_SRC_PIPELINE_GENERATION_H_
+#define SLUICE_SRC_PIPELINE_GENERATION_H_
+
+#include <string>
+#include <vector>
+
+#include "sluice/common/status.h"
+#include "sluice/model/tokenizer.h"
+#include "sluice/reward/task.h"
+#include "sluice/rollout/engine.h"
+
+namespace sluice::pipeline {
+
+// BOS, then the prompt's tokens.
+std::vector<model::TokenId> EncodePrompt(const model::ByteTokenizer& tokenizer, const std::string& text);
+
+// Generates every request on `engine` (idle on entry) until it is idle again;
+// results sorted by request id. On an error the engine is drained first.
+Result<std::vector<rollout::GenerationResult>> GenerateAll(rollout::RolloutEngine& engine,
+                                                           std::vector<rollout::GenerationRequest> requests);
+
+// The task's reward for an answer's tokens.
+Result<double> ScoreAnswer(const model::ByteTokenizer& tokenizer, const reward::Task& task, const reward::Example& ex,
+                           const std::vector<model::TokenId>& answer);
+
+}  // namespace sluice::pipeline
+
+#endif  // SLUICE_SRC_PIPELINE_GENERATION_H_

@@ -1,0 +1,140 @@
+#include "sluice/pipeline/options.h"
+
+#include <algorithm>
+
+#include "sluice/pipeline/roles.h"
+
+namespace sluice::pipeline {
+
+Result<PipelineMode> ParsePipelineMode(const std::string& name) {
+  if (name == "direct") return PipelineMode::kDirect;
+  if (name == "sync") return PipelineMode::kSync;
+  if (name == "one_step_off") return PipelineMode::kOneStepOff;
+  if (name == "async") return PipelineMode::kAsync;
+  return Status::InvalidArgument("pipeline mode '" + name + "' is not one of {direct, sync, one_step_off, async}");
+}
+
+std::string PipelineModeName(PipelineMode mode) {
+  switch (mode) {
+    case PipelineMode::kDirect:
+      return "direct";
+    case PipelineMode::kSync:
+      return "sync";
+    case PipelineMode::kOneStepOff:
+      return "one_step_off";
+    case PipelineMode::kAsync:
+      return "async";
+  }
+  return "?";
+}
+
+int64_t PipelineOptions::EffectiveMaxStaleness() const {
+  switch (mode) {
+    case PipelineMode::kDirect:
+    case PipelineMode::kSync:
+      return 0;
+    case PipelineMode::kOneStepOff:
+      return 1;
+    case PipelineMode::kAsync:
+      return max_staleness;
+  }
+  return 0;
+}
+
+Status RunOptions::Validate() const {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return Status::InvalidArgument("option " + key + ": " + why);
+  };
+  if (run_dir.empty()) return bad("run.dir", "must be set");
+  if (rl.steps < 0) return bad("rl.steps", "must be >= 0");
+  if (rl.prompts_per_step < 1) return bad("rl.prompts_per_step", "must be >= 1");
+  if (rl.group_size < 2) {
+    return bad("rl.group_size", "must be >= 2: GRPO normalizes rewards within a group of answers to one prompt, got " +
+                                    std::to_string(rl.group_size));
+  }
+  if (rl.rollout_slots < 1) return bad("rl.slots", "must be >= 1");
+  SLUICE_RETURN_IF_ERROR(rl.sampling.Validate());
+  SLUICE_RETURN_IF_ERROR(rl.trainer.Validate());
+  const float sampled_temperature = rl.sampling.temperature > 0 ? rl.sampling.temperature : 1.0f;
+  if (rl.trainer.temperature != sampled_temperature) {
+    return bad("rl.trainer.temperature", "must equal the rollout temperature (" + std::to_string(sampled_temperature) +
+                                             ") so trainer and rollout logprobs describe the same distribution");
+  }
+  if (sft.steps < 0) return bad("sft.steps", "must be >= 0");
+  if (sft.batch_size < 1) return bad("sft.batch_size", "must be >= 1");
+  if (!(sft.shortcut_fraction >= 0 && sft.shortcut_fraction <= 1))
+    return bad("sft.shortcut_fraction", "must be in [0, 1]");
+  if (eval.interval < 0) return bad("eval.interval", "must be >= 0");
+  if (eval.size < 1) return bad("eval.size", "must be >= 1");
+  if (eval.max_new_tokens < 1) return bad("eval.max_new_tokens", "must be >= 1");
+  if (eval.samples < 0) return bad("eval.samples", "must be >= 0");
+  if (checkpoint_interval < 0) return bad("checkpoint.interval", "must be >= 0");
+  if (pipeline.max_staleness < 0) return bad("pipeline.max_staleness", "must be >= 0");
+  if (pipeline.sync_interval < 1) return bad("pipeline.sync_interval", "must be >= 1");
+  if (pipeline.processes && pipeline.mode == PipelineMode::kDirect) {
+    return bad("pipeline.processes", "needs a streaming mode (sync, one_step_off or async), not direct");
+  }
+  if (pipeline.rollout_engines < 1 || pipeline.rollout_engines > rl.rollout_slots) {
+    return bad("pipeline.rollout_engines", "must be in [1, rl.rollout_slots]");
+  }
+  if (pipeline.rollout_threads < 0 || pipeline.trainer_threads < 0) {
+    return bad("pipeline.rollout_threads/trainer_threads", "must be >= 0 (0: the process setting)");
+  }
+  if (pipeline.train_order == TrainOrder::kCompletion && pipeline.EffectiveMaxStaleness() > 0) {
+    return bad("pipeline.train_order",
+               "'completion' cannot keep pipeline.max_staleness in " + PipelineModeName(pipeline.mode) +
+                   " mode (a long answer can be outlasted by any number of steps of short ones); use 'prompt'");
+  }
+  return Status::Ok();
+}
+
+ThreadBudget RunOptions::Threads(int32_t process_threads) const {
+  const PipelineOptions& po = pipeline;
+  ThreadBudget b;
+  const bool direct = po.mode == PipelineMode::kDirect;
+  b.roles_alternate = direct || po.mode == PipelineMode::kSync;
+  const int32_t rollout_threads = !direct && po.rollout_threads > 0 ? po.rollout_threads : process_threads;
+  const int32_t trainer_threads = !direct && po.trainer_threads > 0 ? po.trainer_threads : process_threads;
+  b.rollout_engines = direct ? 1 : std::max(1, po.rollout_engines);
+  b.threads_per_engine = direct ? process_threads : std::max(1, rollout_threads / b.rollout_engines);
+  if (po.Lending()) {
+    b.trainer_workers = po.trainer_threads;
+    b.lent_workers = po.rollout_threads;
+  } else {
+    b.trainer_workers = rl.trainer.micro_batch_threads;
+  }
+  b.threads_per_worker = b.trainer_workers + b.lent_workers > 1 ? 1 : trainer_threads;
+  const int32_t rollout = b.rollout_engines * b.threads_per_engine, trainer = b.trainer_workers * b.threads_per_worker;
+  b.max_busy = b.roles_alternate ? std::max(rollout, trainer + b.lent_workers) : rollout + trainer;
+  return b;
+}
+
+std::string ThreadBudget::ToString() const {
+  auto n = [](int32_t k, const char* what) { return std::to_string(k) + " " + what + (k == 1 ? "" : "s"); };
+  std::string out = "rollout " + n(rollout_engines, "engine") + " x " + n(threads_per_engine, "thread") + ", trainer " +
+                    n(trainer_workers, "worker") + " x " + n(threads_per_worker, "thread");
+  if (lent_workers > 0) out += " + " + n(lent_workers, "worker") + " on the rollout's cores while it idles";
+  out += roles_alternate ? " (roles alternate)" : " (roles overlap)";
+  return out + ": at most " + std::to_string(max_busy) + " busy";
+}
+
+Result<PipelineRole> ParsePipelineRole(const std::string& name) {
+  if (name == "trainer") return PipelineRole::kTrainer;
+  if (name == "rollout") return PipelineRole::kRollout;
+  if (name == "reward") return PipelineRole::kReward;
+  return Status::InvalidArgument("pipeline role '" + name + "' is not one of {trainer, rollout, reward}");
+}
+
+std::string PipelineRoleName(PipelineRole role) {
+  switch (role) {
+    case PipelineRole::kTrainer:
+      return "trainer";
+    case PipelineRole::kRollout:
+      return "rollout";
+    case PipelineRole::kReward:
+      return "reward";
+  }
+  return "?";
+}
+
+}  // namespace sluice::pipeline

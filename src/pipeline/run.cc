@@ -1,0 +1,229 @@
+#include "sluice/pipeline/run.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "generation.h"
+#include "run_state.h"
+#include "sluice/common/file_util.h"
+#include "sluice/common/logging.h"
+#include "sluice/common/random.h"
+#include "sluice/model/safetensors.h"
+#include "sluice/model/weights.h"
+#include "sluice/pipeline/evaluator.h"
+
+namespace sluice::pipeline {
+
+using nlohmann::json;
+
+TrainingRun::TrainingRun(std::unique_ptr<State> state) : state_(std::move(state)) {}
+TrainingRun::~TrainingRun() = default;
+
+Result<std::unique_ptr<TrainingRun>> TrainingRun::Create(std::shared_ptr<model::Transformer> policy,
+                                                         std::shared_ptr<const reward::Task> task,
+                                                         const RunOptions& options, RunHooks hooks) {
+  SLUICE_RETURN_IF_ERROR(options.Validate());
+  if (!policy || !task) return Status::InvalidArgument("the loop needs a model and a task");
+  auto s = std::make_unique<State>();
+  if (policy->config().vocab_size < s->tokenizer.vocab_size()) {
+    return Status::InvalidArgument("model vocab_size " + std::to_string(policy->config().vocab_size) +
+                                   " is smaller than the byte tokenizer's " +
+                                   std::to_string(s->tokenizer.vocab_size()));
+  }
+  if (task->size(reward::Split::kTrain) == 0)
+    return Status::InvalidArgument("task '" + task->name() + "' has no train examples");
+  if (task->size(reward::Split::kEval) == 0)
+    return Status::InvalidArgument("task '" + task->name() + "' has no eval examples");
+  s->policy = std::move(policy);
+  s->task = std::move(task);
+  s->options = options;
+  s->hooks = std::move(hooks);
+  std::error_code ec;
+  fs::create_directories(options.run_dir, ec);
+  if (ec) return Status::Unavailable(options.run_dir + ": cannot create run directory: " + ec.message());
+  rollout::EngineOptions engine_options;
+  engine_options.num_slots = options.rl.rollout_slots;
+  engine_options.eos_token_id = s->tokenizer.eos_id();
+  SLUICE_ASSIGN_OR_RETURN(s->engine,
+                          rollout::RolloutEngine::Create(rollout::PolicySnapshot{s->policy, 0}, engine_options));
+  SLUICE_ASSIGN_OR_RETURN(s->evaluator, Evaluator::Create(s->policy, s->task, EvaluatorOptionsFor(options)));
+  State* raw = s.get();
+  // Sync mode: the engine is idle while the trainer updates the shared model in
+  // place; at the next step it serves the new version.
+  s->engine->SetWeightSwapHook([raw](rollout::PolicyVersion current) -> std::optional<rollout::PolicySnapshot> {
+    if (raw->version > current) return rollout::PolicySnapshot{raw->policy, raw->version};
+    return std::nullopt;
+  });
+  return std::unique_ptr<TrainingRun>(new TrainingRun(std::move(s)));
+}
+
+Status TrainingRun::WarmStart(const ProgressFn& progress) {
+  State& s = *state_;
+  const SftOptions& sft = s.options.sft;
+  if (sft.steps == 0) return Status::Ok();
+  const fs::path out = fs::path(s.options.run_dir) / "sft";
+  std::error_code ec;
+  if (s.options.resume && fs::exists(out / "config.json", ec)) {
+    SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::LoadCheckpointTensors(out.string()));
+    SLUICE_LOG(INFO) << "warm start: reusing " << out.string();
+    return model::LoadWeights(*s.policy, weights);
+  }
+  if (!s.task->has_solutions()) {
+    return Status::FailedPrecondition("sft.steps > 0 but task '" + s.task->name() + "' provides no solutions");
+  }
+  trainer::TrainerOptions topt = s.options.rl.trainer;
+  topt.optimizer = sft.optimizer;
+  topt.temperature = 1.0f;
+  topt.loss.kl_coef = 0.0;  // plain cross-entropy: no reference needed
+  SLUICE_ASSIGN_OR_RETURN(auto sft_trainer, trainer::Trainer::Create(s.policy, nullptr, topt));
+  const uint64_t n = s.task->size(reward::Split::kTrain);
+  for (int64_t step = 0; step < sft.steps; ++step) {
+    std::vector<trainer::SftExample> batch;
+    for (int64_t i = 0; i < sft.batch_size; ++i) {
+      const uint64_t cursor = static_cast<uint64_t>(step * sft.batch_size + i);
+      SLUICE_ASSIGN_OR_RETURN(reward::Example ex,
+                              s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed ^ kSftSalt, cursor, n)));
+      if (ex.solution.empty()) continue;
+      const bool shortcut = sft.shortcut_fraction > 0 &&
+                            UnitInterval(HashCombine(s.options.seed ^ kShortcutSalt, cursor)) < sft.shortcut_fraction;
+      const std::string target = shortcut ? std::string(1, reward::kAnswerMarker) + ex.answer : ex.solution;
+      trainer::SftExample e{s.EncodePrompt(ex.prompt), s.tokenizer.Encode(target)};
+      e.target.push_back(s.tokenizer.eos_id());
+      batch.push_back(std::move(e));
+    }
+    if (batch.empty()) continue;
+    SLUICE_ASSIGN_OR_RETURN(trainer::StepMetrics m, sft_trainer->SftStep(batch));
+    if (progress) {
+      StepRecord r;
+      r.step = step + 1;
+      r.total_steps = sft.steps;
+      r.train = m;
+      progress("sft", step + 1, sft.steps, &r);
+    }
+  }
+  return model::SavePretrained(*s.policy, out.string());
+}
+
+Result<EvalResult> TrainingRun::Evaluate() { return state_->evaluator->Evaluate(); }
+
+Status TrainingRun::PrepareTraining() {
+  State& s = *state_;
+  const RlOptions& rl = s.options.rl;
+  if (s.options.rl.trainer.loss.kl_coef > 0) {
+    // The frozen reference is the policy RL starts from, kept on disk so a
+    // resumed run penalizes against the same weights.
+    const fs::path ref_dir = fs::path(s.options.run_dir) / "reference";
+    std::error_code ec;
+    if (!(s.options.resume && fs::exists(ref_dir / "config.json", ec))) {
+      SLUICE_RETURN_IF_ERROR(model::SavePretrained(*s.policy, ref_dir.string()));
+    }
+    SLUICE_ASSIGN_OR_RETURN(s.reference,
+                            model::LoadPretrained(ref_dir.string(), s.policy->parameters().front().device()));
+  }
+  if (s.options.pipeline.trainer_threads > 0) SetIntraOpThreadsHere(s.options.pipeline.trainer_threads);
+  SLUICE_ASSIGN_OR_RETURN(s.trainer, trainer::Trainer::Create(s.policy, s.reference, rl.trainer));
+  bool loaded = false;
+  if (s.options.resume) SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
+  if (!loaded) std::ofstream(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::trunc);
+  return Status::Ok();
+}
+
+Status TrainingRun::Train(const ProgressFn& progress, const std::atomic<bool>* stop) {
+  State& s = *state_;
+  const RlOptions& rl = s.options.rl;
+  SLUICE_RETURN_IF_ERROR(PrepareTraining());
+  if (s.options.pipeline.mode != PipelineMode::kDirect) {
+    return s.options.pipeline.processes ? TrainInProcesses(stop) : TrainStreaming(progress);
+  }
+  const uint64_t n = s.task->size(reward::Split::kTrain);
+  const auto run_start = Clock::now();
+  std::ofstream metrics(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::app);
+  while (s.step < rl.steps) {
+    StepRecord rec;
+    rec.step = s.step + 1;
+    rec.total_steps = rl.steps;
+    // Rollout: G sampled answers per prompt on the current weights.
+    auto t0 = Clock::now();
+    std::vector<reward::Example> examples;
+    std::vector<rollout::GenerationRequest> requests;
+    for (int64_t k = 0; k < rl.prompts_per_step; ++k) {
+      const uint64_t cursor = static_cast<uint64_t>(s.step * rl.prompts_per_step + k);
+      rec.prompts.push_back(cursor);
+      SLUICE_ASSIGN_OR_RETURN(reward::Example ex,
+                              s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed, cursor, n)));
+      for (int64_t g = 0; g < rl.group_size; ++g) {
+        rollout::GenerationRequest r;
+        r.id = static_cast<uint64_t>(k * rl.group_size + g);
+        r.prompt = s.EncodePrompt(ex.prompt);
+        r.sampling = rl.sampling;
+        r.sampling.seed = AnswerSeed(s.options.seed, rl.prompts_per_step, rl.group_size, cursor, g);
+        if (s.hooks.forced_length) r.sampling.forced_length = s.hooks.forced_length(cursor, g);
+        requests.push_back(std::move(r));
+      }
+      examples.push_back(std::move(ex));
+    }
+    SLUICE_ASSIGN_OR_RETURN(auto results, s.Generate(std::move(requests)));
+    auto t1 = Clock::now();
+    // Reward, then GRPO groups (optionally dropping groups with no signal).
+    std::vector<trainer::RolloutSample> samples;
+    double reward_sum = 0, correct = 0, len_sum = 0;
+    for (int64_t k = 0; k < rl.prompts_per_step; ++k) {
+      std::vector<trainer::RolloutSample> group;
+      bool all_equal = true;
+      for (int64_t g = 0; g < rl.group_size; ++g) {
+        auto& r = results[k * rl.group_size + g];
+        SLUICE_ASSIGN_OR_RETURN(double reward, s.Score(examples[k], r));
+        reward_sum += reward;
+        correct += reward >= 1.0 ? 1.0 : 0.0;
+        len_sum += static_cast<double>(r.tokens.size());
+        rec.response_len_max = std::max<int64_t>(rec.response_len_max, static_cast<int64_t>(r.tokens.size()));
+        rec.generated_tokens += static_cast<int64_t>(r.tokens.size());
+        trainer::RolloutSample sample;
+        sample.id = static_cast<uint64_t>(s.step) * static_cast<uint64_t>(rl.prompts_per_step * rl.group_size) + r.id;
+        sample.group_id = static_cast<GroupId>(k);
+        sample.prompt = std::move(r.prompt);
+        sample.response = std::move(r.tokens);
+        sample.behavior_logprobs = std::move(r.logprobs);
+        sample.versions = std::move(r.versions);
+        sample.reward = reward;
+        if (!group.empty() && reward != group.front().reward) all_equal = false;
+        group.push_back(std::move(sample));
+      }
+      if (rl.dynamic_sampling && all_equal) continue;
+      ++rec.groups_kept;
+      for (auto& smp : group) samples.push_back(std::move(smp));
+    }
+    const double total = static_cast<double>(rl.prompts_per_step * rl.group_size);
+    rec.reward_mean = reward_sum / total;
+    rec.accuracy = correct / total;
+    rec.response_len_mean = len_sum / total;
+    SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
+    auto t2 = Clock::now();
+    ++s.step;
+    ++s.version;  // the engine serves the updated weights from the next step on
+    rec.gen_seconds = std::chrono::duration<double>(t1 - t0).count();
+    rec.train_seconds = std::chrono::duration<double>(t2 - t1).count();
+    s.elapsed_total = s.elapsed_offset + std::chrono::duration<double>(Clock::now() - run_start).count();
+    rec.elapsed_seconds = s.elapsed_total;
+    SLUICE_RETURN_IF_ERROR(s.FinishStep(
+        rec, metrics, [this] { return Evaluate(); }, progress));
+  }
+  return Status::Ok();
+}
+
+StreamSummary TrainingRun::stream_summary() const { return state_->stream_stats; }
+
+void SetIntraOpThreadsHere(int threads) { torch::set_num_threads(threads); }
+
+int64_t TrainingRun::step() const { return state_->step; }
+const std::vector<StepRecord>& TrainingRun::history() const { return state_->history; }
+
+}  // namespace sluice::pipeline

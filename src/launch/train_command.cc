@@ -112,6 +112,9 @@ ConfigSchema TrainSchema() {
             "they complete (sync only: refused where samples may be stale)");
   s.AddBool("pipeline.lend_idle_cores", true,
             "one_step_off/async with both thread counts set: the rollout's cores train while the rollout idles");
+  s.AddInt("pipeline.lease_seconds", 600, 1, 604800,
+           "streaming trainer: how long it may hold a group before acking it (it acks after the step's update); "
+           "a trainer that dies leaves its groups to be delivered again after this");
   s.AddInt("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)");
   s.AddInt("eval.size", 200, 1, 1000000, "held-out examples per evaluation (greedy decoding)");
   s.AddInt("eval.max_new_tokens", 96, 1, 1000000, "held-out response length limit");
@@ -212,6 +215,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.trainer_threads = static_cast<int32_t>(c.GetInt("pipeline.trainer_threads"));
   o.pipeline.rollout_engines = static_cast<int32_t>(c.GetInt("pipeline.rollout_engines"));
   o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
+  o.pipeline.lease_seconds = c.GetInt("pipeline.lease_seconds");
   o.pipeline.train_order = c.GetString("pipeline.train_order") == "prompt" ? pipeline::TrainOrder::kPrompt
                                                                            : pipeline::TrainOrder::kCompletion;
   o.pipeline.processes = c.GetBool("pipeline.processes");

@@ -71,6 +71,9 @@ Status RunOptions::Validate() const {
   if (checkpoint_interval < 0) return bad("checkpoint.interval", "must be >= 0");
   if (pipeline.max_staleness < 0) return bad("pipeline.max_staleness", "must be >= 0");
   if (pipeline.sync_interval < 1) return bad("pipeline.sync_interval", "must be >= 1");
+  if (pipeline.lease_seconds < 1 || pipeline.lease_seconds > 604800) {
+    return bad("pipeline.lease_seconds", "must be in [1, 604800] (a week, the hub's longest lease)");
+  }
   if (pipeline.processes && pipeline.mode == PipelineMode::kDirect) {
     return bad("pipeline.processes", "needs a streaming mode (sync, one_step_off or async), not direct");
   }

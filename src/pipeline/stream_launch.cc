@@ -103,8 +103,6 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment board_segment,
                           SharedMemorySegment::Create(board_name, sizeof(RoleBoard)));
   auto* board = reinterpret_cast<RoleBoard*>(board_segment.data());  // zero-filled: every counter 0
-  // The trainer waits for its first batch from the start.
-  board->trainer_needs_until.store((s.step + 1) * s.options.rl.prompts_per_step);
 
   Status result = [&]() -> Status {
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, launch::Supervisor::Create({}));
@@ -151,7 +149,6 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
 
 Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress) {
   State& s = *state_;
-  const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;
   if (po.mode == PipelineMode::kDirect)
     return Status::InvalidArgument("a role process needs a streaming pipeline.mode");
@@ -198,22 +195,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       SLUICE_ASSIGN_OR_RETURN(auto subscriber, ce::ShmSubscriber::Attach(sub_options));
       SLUICE_ASSIGN_OR_RETURN(
           auto standby, rollout::StandbyWeights::Create(s.policy, s.version, rollout::MakeWeightSource(*subscriber)));
-      tq::StalenessOptions so;
-      so.max_staleness = po.EffectiveMaxStaleness();
-      so.prompts_per_version = rl.prompts_per_step * po.sync_interval;
-      so.initial_trainer_version = s.version;
-      SLUICE_ASSIGN_OR_RETURN(auto admission, tq::StalenessAdmission::Create(so));
-      int64_t seen = s.version;
-      StreamRoles::Rollout r{s.policy, standby.get(), admission.get(), nullptr};
-      // Each published version retires a version's worth of prompts (at
-      // most what is pending: the last version may cover fewer steps).
-      r.before_admit = [&]() -> Status {
-        const int64_t latest = subscriber->latest_version();
-        if (latest <= seen) return Status::Ok();
-        const int64_t consumed = std::min(so.prompts_per_version * (latest - seen), admission->stats().pending);
-        seen = latest;
-        return admission->CompleteStep(latest, consumed);
-      };
+      StreamRoles::Rollout r{s.policy, standby.get(), [&subscriber] { return subscriber->latest_version(); }};
       done = StreamRoles::RunRollout(s, client, r, board, stopping);
       standby->Stop();
       break;

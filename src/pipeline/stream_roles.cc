@@ -21,8 +21,8 @@ using std::chrono::milliseconds;
 namespace {
 
 constexpr auto kPoll = milliseconds(50);
-// How often an idle engine of several looks for admitted prompts.
-constexpr auto kIdlePoll = milliseconds(1);
+// How often an idle engine looks again for prompts to admit.
+constexpr auto kIdlePoll = milliseconds(2);
 
 template <typename T>
 HostTensor VectorTensor(DType dtype, const std::vector<T>& v) {
@@ -59,6 +59,17 @@ Result<const HostTensor*> Cell(const tq::BatchData& data, const char* column, si
     return Status::DataLoss(std::string("the hub returned no '") + column + "' for row " + std::to_string(i));
   }
   return &it->second[i];
+}
+
+// The trainer as the hub sees it: the rows it has acked (its progress:
+// whole groups, each after the update that trained it) and whether it is
+// blocked waiting for rows (its demand).
+Result<tq::TaskDepth> TrainerDepth(tq::TransferQueueClient& client) {
+  SLUICE_ASSIGN_OR_RETURN(tq::ControllerStats stats, client.controller()->Stats());
+  for (const tq::TaskDepth& t : stats.tasks) {
+    if (t.task == kTrainTask) return t;
+  }
+  return Status::FailedPrecondition(std::string("the hub has no task '") + kTrainTask + "'");
 }
 
 }  // namespace
@@ -100,8 +111,32 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   // standby buffer an engine still reads is never refilled).
   const std::vector<rollout::WeightSwapHook> hooks =
       rollout::ShareWeightSwapHook(r.standby->Hook(), engines, s.version);
+  tq::StalenessOptions so;
+  so.max_staleness = po.EffectiveMaxStaleness();
+  so.prompts_per_version = P * po.sync_interval;
+  so.initial_trainer_version = s.version;
+  SLUICE_ASSIGN_OR_RETURN(auto admission, tq::StalenessAdmission::Create(so));
   Mutex mu;
   uint64_t cursor = static_cast<uint64_t>(s.step * P);  // guarded by mu
+  int64_t retired = 0;                                  // prompts the trainer acked, as admission knows; guarded by mu
+  const int64_t start_step = s.step;                    // (the trainer advances s.step in threads mode)
+  // Follows the trainer through the hub (under mu). Brings admission up to
+  // date: progress first, then the newest version, which was published
+  // before that progress. Returns 1 + the last prompt cursor the trainer's
+  // current step needs while the trainer waits for data (it has taken
+  // nothing yet, or its GetMeta is blocked), else 0.
+  auto follow_trainer = [&]() -> Result<int64_t> {
+    SLUICE_ASSIGN_OR_RETURN(const tq::TaskDepth train, TrainerDepth(client));
+    const PolicyVersion latest = std::max(r.latest_version(), admission->stats().trainer_version);
+    const int64_t acked = static_cast<int64_t>(train.acked_total / static_cast<uint64_t>(G));
+    // Never more than is pending: a group the hub delivered twice (a lease
+    // that ran out) is acked twice but admitted once.
+    const int64_t consumed = std::min(acked - retired, admission->stats().pending);
+    retired = acked;
+    SLUICE_RETURN_IF_ERROR(admission->CompleteStep(latest, std::max<int64_t>(consumed, 0)));
+    const bool waiting = train.waiting > 0 || (train.leased == 0 && train.acked_total == 0);
+    return waiting ? (start_step + acked / P + 1) * P : 0;
+  };
   const uint64_t end_cursor = static_cast<uint64_t>(rl.steps * P);
   std::atomic<int32_t> active{0};  // engines with something to decode
   std::atomic<bool> failed{false};
@@ -147,22 +182,18 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         MutexLock lock(&mu);
         if (cursor == end_cursor && engine->idle()) return Status::Ok();  // every answer is in the hub
         int64_t want = std::min<int64_t>((2 * eo.num_slots - queued) / G, static_cast<int64_t>(end_cursor - cursor));
-        // A waiting trainer's prompts first: nothing past them while it waits.
-        if (const int64_t needs = board.trainer_needs_until.load(); needs > 0) {
-          want = std::min<int64_t>(want, needs - static_cast<int64_t>(cursor));
+        if (want > 0) {
+          SLUICE_ASSIGN_OR_RETURN(const int64_t needs, follow_trainer());
+          // A waiting trainer's prompts first: nothing past them while it waits.
+          if (needs > 0) want = std::min<int64_t>(want, needs - static_cast<int64_t>(cursor));
         }
         if (want > 0) {
-          if (r.before_admit) SLUICE_RETURN_IF_ERROR(r.before_admit());
-          // One engine blocks in admission while idle; several poll (the lock is shared).
-          const auto wait = engines == 1 && engine->idle() ? kPoll : milliseconds(0);
-          auto admitted = r.admission->Admit(want, engine->policy_version(), wait);
-          if (!admitted.ok() && admitted.status().code() != StatusCode::kTimeout) {
-            return admitted.status().code() == StatusCode::kAborted ? Status::Ok() : admitted.status();
-          }
+          auto admitted = admission->Admit(want, engine->policy_version(), milliseconds(0));
+          if (!admitted.ok() && admitted.status().code() != StatusCode::kTimeout) return admitted.status();
           for (int64_t i = 0; admitted.ok() && i < *admitted; ++i) claimed.push_back(cursor++);
         }
       }
-      if (claimed.empty() && engines > 1 && engine->idle()) std::this_thread::sleep_for(kIdlePoll);
+      if (claimed.empty() && engine->idle()) std::this_thread::sleep_for(kIdlePoll);
       for (uint64_t c : claimed) {
         SLUICE_ASSIGN_OR_RETURN(reward::Example ex, ExampleOf(s, c));
         const auto prompt = s.EncodePrompt(ex.prompt);
@@ -312,10 +343,23 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
                                             column::kVersions, column::kAnswerIndex, column::kReward};
   tq::SamplingPolicy whole_groups;
   whole_groups.mode = tq::SamplingMode::kWholeGroup;
-  // Groups taken from the hub and not trained yet, by prompt cursor; the
+  // Groups taken from the hub and not trained yet, by prompt cursor, with
+  // the leases that hold them until their step's update is published; the
   // cursors trained by this process (a group delivered twice is dropped and
   // counted, never trained twice).
-  std::map<uint64_t, std::vector<trainer::RolloutSample>> taken;
+  struct Taken {
+    std::vector<trainer::RolloutSample> group;
+    tq::LeaseId lease = 0;
+  };
+  std::map<uint64_t, Taken> taken;
+  tq::GetMetaRequest request;
+  request.task = kTrainTask;
+  request.columns = columns;
+  request.n = static_cast<uint32_t>(G);
+  request.partition = kRolloutPartition;
+  request.policy = whole_groups;
+  request.timeout = kPoll;
+  request.lease_timeout = std::chrono::seconds(po.lease_seconds);
   std::set<uint64_t> trained;
   int64_t duplicates = 0;
   while (s.step < rl.steps) {
@@ -340,23 +384,19 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       if (po.train_order == TrainOrder::kCompletion) return static_cast<int64_t>(step_cursors.size()) == P;
       return std::all_of(step_cursors.begin(), step_cursors.end(), [&](uint64_t c) { return taken.count(c) > 0; });
     };
-    struct NotWaiting {
-      RoleBoard& board;
-      ~NotWaiting() { board.trainer_needs_until.store(0); }
-    } not_waiting{board};
     while (!have_all()) {
       // Prompt order waits for the step's own prompts; completion order for
-      // any P groups, the earliest admitted first.
-      board.trainer_needs_until.store((s.step + 1) * P);
+      // any P groups, the earliest admitted first. While this GetMeta is
+      // blocked the hub shows the trainer's demand and the rollout admits
+      // nothing past this step.
       if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
       if (t.check) SLUICE_RETURN_IF_ERROR(t.check());
-      auto meta = client.GetMeta(kTrainTask, columns, static_cast<uint32_t>(G), kRolloutPartition, whole_groups, kPoll);
+      auto meta = client.GetMeta(request);
       if (!meta.ok()) {
         if (meta.status().code() == StatusCode::kTimeout) continue;
         return meta.status();
       }
       SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
-      SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());
       const uint64_t cursor = static_cast<uint64_t>(meta->rows[0].tags.group_id);
       if (meta->rows.size() != static_cast<size_t>(G)) {
         return Status::DataLoss("the hub delivered " + std::to_string(meta->rows.size()) + " rows of group " +
@@ -365,6 +405,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       if (taken.count(cursor) > 0 || trained.count(cursor) > 0) {
         ++duplicates;
         SLUICE_LOG(WARNING) << "group " << cursor << " delivered again; dropped (trained once)";
+        SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());  // this copy is done with
         continue;
       }
       std::vector<trainer::RolloutSample> group(static_cast<size_t>(G));
@@ -393,16 +434,17 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
         SLUICE_ASSIGN_OR_RETURN(const HostTensor* reward, Cell(data, column::kReward, i));
         SLUICE_ASSIGN_OR_RETURN(smp.reward, TensorScalar<float>(*reward, DType::kF32, column::kReward));
       }
-      taken.emplace(cursor, std::move(group));
+      taken.emplace(cursor, Taken{std::move(group), meta->lease_id});
       if (po.train_order == TrainOrder::kCompletion) step_cursors.push_back(cursor);
     }
-    board.trainer_needs_until.store(0);
     // The step's groups: metrics over all of them, training on those with signal.
     std::map<uint64_t, std::vector<trainer::RolloutSample>> groups;  // by prompt cursor
+    std::vector<tq::LeaseId> step_leases;
     double reward_sum = 0, correct = 0, len_sum = 0, stale_sum = 0, token_stale_sum = 0, tokens = 0;
     for (uint64_t cursor : step_cursors) {
       auto node = taken.extract(cursor);
-      std::vector<trainer::RolloutSample> group = std::move(node.mapped());
+      std::vector<trainer::RolloutSample> group = std::move(node.mapped().group);
+      step_leases.push_back(node.mapped().lease);
       trained.insert(cursor);
       rec.prompts.push_back(static_cast<uint64_t>(group.front().group_id));  // as the rows say, not as the loop expects
       for (const trainer::RolloutSample& smp : group) {
@@ -452,8 +494,17 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       if (s.hooks.rewrite_published) s.hooks.rewrite_published(s.version, &weights);
       SLUICE_RETURN_IF_ERROR(t.publish(s.version, weights));
     }
-    // Publish first, then let rollout admit prompts for the new version.
-    if (t.complete_step) SLUICE_RETURN_IF_ERROR(t.complete_step(s.version, P));
+    // Published first, then acked: the rollout's admission reads the acks as
+    // the trainer's progress, with the version published before them.
+    for (tq::LeaseId lease : step_leases) {
+      auto acked = client.Ack(lease);
+      if (!acked.ok() && acked.status().code() != StatusCode::kFailedPrecondition) return acked.status();
+      if (!acked.ok()) {
+        // The lease ran out (pipeline.lease_seconds) and the hub may deliver
+        // the group again; it is trained once (see `trained`).
+        SLUICE_LOG(WARNING) << "trained a group whose lease had ended: " << acked.status().ToString();
+      }
+    }
     const auto t2 = Clock::now();
     rec.train_seconds = std::chrono::duration<double>(t2 - t1).count();
     // The roles over this step's interval: the rollout's rate is what it

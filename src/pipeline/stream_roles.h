@@ -37,11 +37,6 @@ struct RoleBoard {
   std::atomic<int64_t> rollout_tokens;             // tokens generated so far (trained or not)
   std::atomic<int64_t> rollout_slot_steps;         // sum over the engines' decode steps of their slots
   std::atomic<int64_t> rollout_active_slot_steps;  // ... and of the sequences running (EngineStats)
-  // While the trainer waits for data: 1 + the last prompt cursor its step
-  // needs (0: not waiting; set before the roles start, since the trainer
-  // begins waiting). The rollout then admits no prompt past it, so the
-  // groups the trainer waits for decode in small, fast batches.
-  std::atomic<int64_t> trainer_needs_until;
   // Trainer workers running on the rollout's lent cores now. A lent worker
   // counts itself in, then checks rollout_idle; the rollout clears
   // rollout_idle, then waits for this to reach 0 before decoding: so a lent
@@ -77,14 +72,21 @@ struct StreamRoles {
   struct Rollout {
     std::shared_ptr<model::Transformer> model;  // served; refreshed through `standby`
     rollout::StandbyWeights* standby = nullptr;
-    tq::StalenessAdmission* admission = nullptr;
-    // Called before each admission (process mode: retires the prompts of
-    // the trainer versions seen since the last call). May be empty.
-    std::function<Status()> before_admit;
+    // The newest weight version the trainer has published (the version
+    // store's or the shared-memory subscriber's).
+    std::function<PolicyVersion()> latest_version;
   };
   // Generates every prompt of the run from cursor s.step * P on (as
   // admission allows) and writes each finished answer to the hub; returns
   // when all are written, or at board.stop / `stopping`.
+  //
+  // Staleness admission is the rollout's own (tq::StalenessAdmission), fed
+  // from what the hub and the weights say, the same way in threads and
+  // processes: the trainer's progress is the rows it has acked in the hub
+  // (task "train" acked_total: it acks a step's groups only after the
+  // update that trained them is published) and its version is the newest
+  // published one. Progress is read first, so a retirement is never seen
+  // without the version published before it.
   static Status RunRollout(TrainingRun::State& s, tq::TransferQueueClient& client, const Rollout& r, RoleBoard& board,
                            const std::function<bool()>& stopping);
 
@@ -95,15 +97,14 @@ struct StreamRoles {
 
   struct Trainer {
     std::function<Status(int64_t version, const TensorMap& weights)> publish;
-    // Threads mode: the shared admission's CompleteStep; process mode: empty
-    // (the rollout follows the published versions).
-    std::function<Status(int64_t version, int64_t consumed)> complete_step;
     // Polled while waiting for data: an error (another role failed) ends the run.
     std::function<Status()> check;
   };
   // Takes whole groups as they complete, trains, publishes every
   // sync_interval steps, until rl.steps; metrics, evaluations, checkpoints
-  // and progress as in the direct loop.
+  // and progress as in the direct loop. Each group stays leased
+  // (pipeline.lease_seconds) until its step's update is applied and
+  // published, then is acked: the hub redelivers what a dead trainer held.
   static Status RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, const Trainer& t, RoleBoard& board,
                            const std::function<Result<EvalResult>()>& evaluate, const ProgressFn& progress);
 

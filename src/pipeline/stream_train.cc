@@ -8,9 +8,10 @@
 //   trainer        ◄── GetMeta("train", whole groups) ── hub
 //   trainer ── Publish(version) ──► VersionStore ──► StandbyWeights ──► engine hook
 //
-// Staleness is bounded by admission: the rollout asks StalenessAdmission for
-// prompts with the version it serves; the trainer retires a step's prompts
-// and reports its new version together (CompleteStep).
+// Staleness is bounded by admission: the rollout admits prompts for the
+// version it serves, following the trainer through the hub (the groups it
+// acked after each update) and the newest published version; the same code
+// in process mode (stream_roles.h).
 
 #include <torch/torch.h>
 
@@ -22,7 +23,6 @@
 #include "sluice/common/mutex.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/transfer_queue/client.h"
-#include "sluice/transfer_queue/staleness.h"
 #include "stream_roles.h"
 
 namespace sluice::pipeline {
@@ -57,8 +57,7 @@ class ErrorSlot {
 Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   State& s = *state_;
   const RlOptions& rl = s.options.rl;
-  const PipelineOptions& po = s.options.pipeline;
-  const int64_t P = rl.prompts_per_step, G = rl.group_size;
+  const int64_t G = rl.group_size;
   if (s.step >= rl.steps) return Status::Ok();
 
   // ---- the hub: one partition of rollouts, consumed by "reward" and "train".
@@ -81,17 +80,10 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   SLUICE_ASSIGN_OR_RETURN(auto standby,
                           rollout::StandbyWeights::Create(rollout_model, s.version, rollout::MakeWeightSource(*store)));
 
-  tq::StalenessOptions staleness_options;
-  staleness_options.max_staleness = po.EffectiveMaxStaleness();
-  staleness_options.prompts_per_version = P * po.sync_interval;
-  staleness_options.initial_trainer_version = s.version;
-  SLUICE_ASSIGN_OR_RETURN(auto admission, tq::StalenessAdmission::Create(staleness_options));
-
   RoleBoard board{};
-  board.trainer_needs_until.store((s.step + 1) * P);  // the trainer waits for its first batch from the start
   ErrorSlot errors;
   BackgroundThread rollout_thread("rollout"), reward_thread("reward");
-  StreamRoles::Rollout rollout_args{rollout_model, standby.get(), admission.get(), nullptr};
+  StreamRoles::Rollout rollout_args{rollout_model, standby.get(), [&store] { return store->latest_version(); }};
   SLUICE_RETURN_IF_ERROR(rollout_thread.Start([&](std::stop_token stop) {
     errors.Set(StreamRoles::RunRollout(s, client, rollout_args, board, [&] { return stop.stop_requested(); }));
   }));
@@ -101,15 +93,11 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
 
   StreamRoles::Trainer trainer_args;
   trainer_args.publish = [&](int64_t version, const TensorMap& weights) { return store->Publish(version, weights); };
-  trainer_args.complete_step = [&](int64_t version, int64_t consumed) {
-    return admission->CompleteStep(version, consumed);
-  };
   trainer_args.check = [&] { return errors.failed() ? errors.Get() : Status::Ok(); };
   const auto run_start = Clock::now();
   Status trained = StreamRoles::RunTrainer(
       s, client, trainer_args, board, [this] { return Evaluate(); }, progress);
   board.stop.store(1);
-  admission->Close();
   rollout_thread.Stop();
   reward_thread.Stop();
   standby->Stop();

@@ -142,7 +142,9 @@ Result<BatchMeta> InProcessController::GetMeta(const GetMetaRequest& request) {
     }
     const uint64_t seen = ready_epoch_;
     ++waiting_consumers_;
+    ++task_depth_[task].waiting;
     ready_cv_.WaitUntil(&mu_, wake, [&]() SLUICE_REQUIRES(mu_) { return closed_ || ready_epoch_ != seen; });
+    --task_depth_[task].waiting;
     --waiting_consumers_;
     SLUICE_RETURN_IF_ERROR(CheckOpenLocked());
     ExpireLocked();
@@ -224,6 +226,7 @@ Result<AckResponse> InProcessController::Ack(const AckRequest& request) {
     row.slot(lease.task) = TaskSlot{Consumption::kAcked, 0};
     ++row.acked;
     CountRowLocked(row, +1);
+    ++task_depth_[lease.task].acked_total;
     ++out.rows_acked;
     if (row.acked == tasks_.size()) done.push_back(&row);
   }

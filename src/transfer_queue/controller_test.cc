@@ -273,6 +273,8 @@ TEST_F(ControllerTest, EachTaskConsumesEachRowOnceIndependently) {
   stats = controller().Stats();
   EXPECT_EQ(stats->rows, 1u);
   EXPECT_EQ(stats->tasks[1].acked, 1u);
+  EXPECT_EQ(stats->tasks[1].acked_total, 3u) << "progress counts the freed rows too";
+  EXPECT_EQ(stats->tasks[0].acked_total, 2u);
   EXPECT_EQ(stats->tasks[0].ready, 1u);
   EXPECT_EQ(stats->rows_freed, 2u);
   // A task registered now sees the row that is still alive.
@@ -479,6 +481,11 @@ TEST_F(ControllerTest, ClearWhileLeasedAndWhileWaiting) {
   std::thread waiter(
       [&] { waiter_status = client_->GetMeta("train", {"prompt"}, 5, "p", {}, milliseconds(5000)).status(); });
   while (controller().Stats()->waiting_consumers == 0) std::this_thread::yield();
+  const auto waiting = controller().Stats();
+  ASSERT_TRUE(waiting.ok());
+  for (const TaskDepth& d : waiting->tasks) {
+    EXPECT_EQ(d.waiting, d.task == "train" ? 1u : 0u) << "demand is per task: " << d.task;
+  }
   auto cleared = client_->ClearPartition("p");
   waiter.join();
   ASSERT_TRUE(cleared.ok());

@@ -328,12 +328,16 @@ static void Encode(WireWriter& w, const TaskDepth& v) {
   w.U64(v.ready);
   w.U64(v.leased);
   w.U64(v.acked);
+  w.U64(v.acked_total);
+  w.U64(v.waiting);
 }
 static void Decode(WireReader& r, TaskDepth* out) {
   out->task = r.String("tasks.task", kMaxNameBytes);
   out->ready = r.U64("tasks.ready");
   out->leased = r.U64("tasks.leased");
   out->acked = r.U64("tasks.acked");
+  out->acked_total = r.U64("tasks.acked_total");
+  out->waiting = r.U64("tasks.waiting");
 }
 
 static void Encode(WireWriter& w, const KvEntry& v) {

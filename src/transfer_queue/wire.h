@@ -45,7 +45,7 @@ namespace sluice::transfer_queue::wire {
 
 inline constexpr uint32_t kMagic = 0x51544C53;  // bytes 'S' 'L' 'T' 'Q'
 // 2: ServerInfo names the shared-memory arena; ShmStorageWrite/ShmStorageRead.
-inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kHeaderBytes = 32;
 inline constexpr uint16_t kFlagReply = 1;
 inline constexpr uint16_t kFlagError = 2;

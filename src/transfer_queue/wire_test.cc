@@ -27,7 +27,7 @@ TQ_TIED_EQ_(RowTagPatch, v.policy_version, v.token_length, v.user)
 TQ_TIED_EQ_(SamplingPolicy, v.mode, v.group_size, v.min_policy_version, v.max_policy_version, v.dp_ranks)
 TQ_TIED_EQ_(RowMeta, v.id, v.tags)
 TQ_TIED_EQ_(BatchMeta, v.lease_id, v.task, v.partition, v.columns, v.rows, v.rank, v.dp_ranks, v.deadline)
-TQ_TIED_EQ_(TaskDepth, v.task, v.ready, v.leased, v.acked)
+TQ_TIED_EQ_(TaskDepth, v.task, v.ready, v.leased, v.acked, v.acked_total, v.waiting)
 TQ_TIED_EQ_(ControllerStats, v.rows, v.capacity_rows, v.bytes_held, v.bytes_committed, v.bytes_reserved,
             v.bytes_reclaiming, v.capacity_bytes, v.partitions, v.active_leases, v.open_writes, v.waiting_consumers,
             v.waiting_producers, v.tasks, v.rows_created, v.rows_freed, v.leases_granted, v.leases_acked,

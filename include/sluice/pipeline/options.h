@@ -99,6 +99,12 @@ struct PipelineOptions {
   // the roles alternate and each already has every core.
   bool lend_idle_cores = true;
   TrainOrder train_order = TrainOrder::kPrompt;
+  // Streaming modes: the trainer leases each group from the hub for this
+  // long and acks it only after the update that trained it is applied and
+  // published, so a trainer that dies mid-step leaves its groups to be
+  // delivered again when the lease runs out. Must cover a group's wait for
+  // its step (up to max_staleness + 1 steps) plus the step itself.
+  int64_t lease_seconds = 600;
   // Streaming modes: run the trainer, rollout and reward roles each as its
   // own OS process (hub and weights over shared memory), started and
   // supervised by this process, instead of as threads of it. Needs

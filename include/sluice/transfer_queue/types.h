@@ -146,6 +146,14 @@ struct TaskDepth {
   uint64_t ready = 0;   // not consumed yet (its columns may still be missing)
   uint64_t leased = 0;  // under an active lease
   uint64_t acked = 0;   // consumed, kept until every task has acked them
+  // Rows this task has acked since the queue started (never decreases; a
+  // consumer's progress, e.g. the samples a trainer has applied).
+  uint64_t acked_total = 0;
+  // GetMeta calls of this task blocked now, waiting for eligible rows: a
+  // consumer's demand, which producers may serve first (the pipeline's
+  // rollout does: while the trainer waits, it admits nothing past the
+  // trainer's step).
+  uint64_t waiting = 0;
 };
 
 struct ControllerStats {

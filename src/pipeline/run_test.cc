@@ -12,6 +12,7 @@
 
 #include "role_test_util.h"
 #include "sluice/model/weights.h"
+#include "sluice/pipeline/evaluator.h"
 #include "sluice/trainer/trainer.h"
 
 namespace sluice::pipeline {
@@ -184,8 +185,40 @@ TEST_F(TrainingRunTest, WarmStartWritesACheckpointAndLearnsTheFormat) {
   ASSERT_TRUE(loaded.ok());
   auto after = loop->Evaluate();
   ASSERT_TRUE(after.ok());
-  // The warm-started model stops at EOS with short answers instead of rambling to the limit.
+  // The warm-started model stops at EOS with short answers instead of rambling
+  // to the limit (the run's one evaluator reads the weights as they are at
+  // each call: the warm start changed them in place).
   EXPECT_LT(after->mean_length, before->mean_length);
+  // An evaluator on its own (as `sluice eval` uses it, no training run) sees
+  // the same weights the same way, and the run's evaluation is that evaluator.
+  auto evaluator = Evaluator::Create(model, task_, EvaluatorOptionsFor(o));
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status().ToString();
+  auto alone = (*evaluator)->Evaluate();
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_EQ(alone->accuracy, after->accuracy);
+  EXPECT_EQ(alone->mean_length, after->mean_length);
+  EXPECT_EQ(alone->mean_reward, after->mean_reward);
+}
+
+TEST_F(TrainingRunTest, EvaluatorRejectsBadOptionsNamingTheKey) {
+  auto model = FreshModel();
+  RunOptions o = Options("evaluator", 0);
+  auto expect_bad = [&](EvaluatorOptions bad, const std::string& key) {
+    auto r = Evaluator::Create(model, task_, bad);
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().ToString();
+  };
+  EvaluatorOptions bad = EvaluatorOptionsFor(o);
+  bad.eval.size = 0;
+  expect_bad(bad, "eval.size");
+  bad = EvaluatorOptionsFor(o);
+  bad.eval.samples = -1;
+  expect_bad(bad, "eval.samples");
+  bad = EvaluatorOptionsFor(o);
+  bad.eval.max_new_tokens = 0;
+  expect_bad(bad, "eval.max_new_tokens");
+  EXPECT_FALSE(Evaluator::Create(nullptr, task_, EvaluatorOptionsFor(o)).ok());
 }
 
 TEST_F(TrainingRunTest, EvaluationReportsSampledAccuracyAndADifficultyBreakdown) {

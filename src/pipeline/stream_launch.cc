@@ -24,6 +24,7 @@
 #include "run_state.h"
 #include "sluice/checkpoint_engine/shm_store.h"
 #include "sluice/checkpoint_engine/version_store.h"
+#include "sluice/common/background_thread.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/shm.h"
 #include "sluice/launch/supervisor.h"
@@ -93,16 +94,25 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   SLUICE_RETURN_IF_ERROR(model::SavePretrained(*s.policy, init_dir.string()));
 
   tq::ServerOptions so;
-  so.controller.columns = RolloutColumns();
-  so.controller.tasks = {kRewardTask, kTrainTask};
+  so.controller.columns = HubColumns();
+  so.controller.tasks = HubTasks();
   so.shm_bytes = HubBytes(s.options);
   so.controller.capacity_bytes = so.shm_bytes / 4 * 3;
   SLUICE_ASSIGN_OR_RETURN(auto server, tq::TransferQueueServer::Start(so));
-  SLUICE_RETURN_IF_ERROR(tq::TransferQueueClient(server->controller(), server->storage())
-                             .CreatePartition(kRolloutPartition, static_cast<uint32_t>(s.options.rl.group_size)));
+  tq::TransferQueueClient local(server->controller(), server->storage());  // this process's view of the hub
+  SLUICE_RETURN_IF_ERROR(CreateHubPartitions(local, s.options.rl.group_size));
   SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment board_segment,
                           SharedMemorySegment::Create(board_name, sizeof(RoleBoard)));
   auto* board = reinterpret_cast<RoleBoard*>(board_segment.data());  // zero-filled: every counter 0
+
+  // The prompts are fed from here, the one process that reads the training
+  // split; a failure stops the roles through the board.
+  Status fed;
+  BackgroundThread feeder("prompts");
+  SLUICE_RETURN_IF_ERROR(feeder.Start([&](std::stop_token stop) {
+    fed = StreamRoles::FeedPrompts(s, local, *board, [&] { return stop.stop_requested(); });
+    if (!fed.ok()) board->stop.store(1);
+  }));
 
   Status result = [&]() -> Status {
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, launch::Supervisor::Create({}));
@@ -126,6 +136,9 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
     return waited;
   }();
 
+  board->stop.store(1);
+  feeder.Stop();
+  if (result.ok() && !fed.ok()) result = fed.WithContext("feeding prompts");
   s.stream_stats = board->Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
   // Cleanup, whatever happened: the roles are gone (reaped), so nothing is in use.
   server->Stop();

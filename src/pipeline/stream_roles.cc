@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -74,10 +75,6 @@ Result<tq::TaskDepth> TrainerDepth(tq::TransferQueueClient& client) {
 
 }  // namespace
 
-Result<reward::Example> StreamRoles::ExampleOf(const TrainingRun::State& s, uint64_t cursor) {
-  return s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed, cursor, s.task->size(reward::Split::kTrain)));
-}
-
 StreamSummary RoleBoard::Summary(double wall_seconds) const {
   StreamSummary out;
   out.wall_seconds = wall_seconds;
@@ -89,7 +86,7 @@ StreamSummary RoleBoard::Summary(double wall_seconds) const {
   return out;
 }
 
-std::vector<tq::ColumnSchema> RolloutColumns() {
+std::vector<tq::ColumnSchema> HubColumns() {
   return {{column::kPrompt, DType::kI32, {tq::kRaggedDim}},
           {column::kResponse, DType::kI32, {tq::kRaggedDim}},
           {column::kLogprobs, DType::kF32, {tq::kRaggedDim}},
@@ -100,15 +97,64 @@ std::vector<tq::ColumnSchema> RolloutColumns() {
           {column::kReward, DType::kF32, {}}};
 }
 
+std::vector<std::string> HubTasks() { return {kRolloutTask, kRewardTask, kTrainTask}; }
+
+Status CreateHubPartitions(tq::TransferQueueClient& client, int64_t group_size) {
+  SLUICE_RETURN_IF_ERROR(client.CreatePartition(kPromptPartition, 0, {kRolloutTask}));
+  return client.CreatePartition(kRolloutPartition, static_cast<uint32_t>(group_size), {kRewardTask, kTrainTask});
+}
+
+Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
+                                const std::function<bool()>& stopping) {
+  const RlOptions& rl = s.options.rl;
+  const PipelineOptions& po = s.options.pipeline;
+  const int64_t P = rl.prompts_per_step;
+  const uint64_t n = s.task->size(reward::Split::kTrain);
+  const uint64_t start = static_cast<uint64_t>(s.step * P), end = static_cast<uint64_t>(rl.steps * P);
+  // Admission lets the rollout hold at most (max_staleness + 1) versions'
+  // prompts beyond what the trainer retired, which is at most what the
+  // rollout finished: one version more is always written ahead.
+  const uint64_t window = static_cast<uint64_t>((po.EffectiveMaxStaleness() + 2) * P * po.sync_interval);
+  for (uint64_t next = start; next < end;) {
+    if (stopping() || board.stop.load() != 0) return Status::Ok();
+    SLUICE_ASSIGN_OR_RETURN(tq::ControllerStats stats, client.controller()->Stats());
+    uint64_t finished = 0;  // prompts whose answers are all in the hub
+    for (const tq::TaskDepth& t : stats.tasks) {
+      if (t.task == kRolloutTask) finished = t.acked_total;
+    }
+    const uint64_t until = std::min(end, start + finished + window);
+    if (next >= until) {
+      std::this_thread::sleep_for(kIdlePoll);
+      continue;
+    }
+    std::vector<tq::RowTags> tags;
+    tq::ColumnBatch cols;
+    for (; next < until; ++next) {
+      SLUICE_ASSIGN_OR_RETURN(reward::Example ex,
+                              s.task->Get(reward::Split::kTrain, PermutedIndex(s.options.seed, next, n)));
+      tq::RowTags t;
+      t.group_id = static_cast<GroupId>(next);
+      tags.push_back(t);
+      const int64_t example = static_cast<int64_t>(ex.index);
+      cols[column::kPrompt].push_back(VectorTensor(DType::kI32, s.EncodePrompt(ex.prompt)));
+      cols[column::kExample].push_back(HostTensor::Copy(DType::kI64, {}, &example, sizeof(example)));
+      cols[column::kReferenceAnswer].push_back(
+          HostTensor::Copy(DType::kU8, {static_cast<int64_t>(ex.answer.size())}, ex.answer.data(), ex.answer.size()));
+    }
+    SLUICE_RETURN_IF_ERROR(client.PutRows(kPromptPartition, std::move(tags), cols).status());
+  }
+  return Status::Ok();
+}
+
 Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& client, const Rollout& r,
                                RoleBoard& board, const std::function<bool()>& stopping) {
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;
   const int64_t P = rl.prompts_per_step, G = rl.group_size;
   const int32_t engines = std::max(1, po.rollout_engines);
-  // Data-parallel engines share the prompt cursor (claimed under `mu`
-  // together with the admission) and the weights (one shared hook, so the
-  // standby buffer an engine still reads is never refilled).
+  // Data-parallel engines share the admission and the prompts' intake (both
+  // under `mu`) and the weights (one shared hook, so the standby buffer an
+  // engine still reads is never refilled).
   const std::vector<rollout::WeightSwapHook> hooks =
       rollout::ShareWeightSwapHook(r.standby->Hook(), engines, s.version);
   tq::StalenessOptions so;
@@ -117,9 +163,13 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   so.initial_trainer_version = s.version;
   SLUICE_ASSIGN_OR_RETURN(auto admission, tq::StalenessAdmission::Create(so));
   Mutex mu;
-  uint64_t cursor = static_cast<uint64_t>(s.step * P);  // guarded by mu
-  int64_t retired = 0;                                  // prompts the trainer acked, as admission knows; guarded by mu
-  const int64_t start_step = s.step;                    // (the trainer advances s.step in threads mode)
+  // Guarded by mu: the next prompt cursor to admit, the prompts admitted but
+  // not yet taken from the hub, and the prompts the trainer has acked as
+  // admission knows them.
+  uint64_t cursor = static_cast<uint64_t>(s.step * P);
+  int64_t owed = 0;
+  int64_t retired = 0;
+  const int64_t start_step = s.step;  // (the trainer advances s.step in threads mode)
   // Follows the trainer through the hub (under mu). Brings admission up to
   // date: progress first, then the newest version, which was published
   // before that progress. Returns 1 + the last prompt cursor the trainer's
@@ -138,6 +188,12 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
     return waiting ? (start_step + acked / P + 1) * P : 0;
   };
   const uint64_t end_cursor = static_cast<uint64_t>(rl.steps * P);
+  int64_t untaken = static_cast<int64_t>(end_cursor - cursor);  // prompts not yet taken from the hub; guarded by mu
+  tq::GetMetaRequest take;
+  take.task = kRolloutTask;
+  take.columns = {column::kPrompt, column::kExample, column::kReferenceAnswer};
+  take.partition = kPromptPartition;
+  take.lease_timeout = std::chrono::seconds(po.lease_seconds);
   std::atomic<int32_t> active{0};  // engines with something to decode
   std::atomic<bool> failed{false};
   struct IdleOnExit {
@@ -166,21 +222,27 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       ~Busy() { Set(false); }
     } busy{active, board};
     rollout::EngineStats seen;
-    // This engine's prompts in flight: the example (looked up once, at
-    // admission) and how many of its answers are not in the hub yet.
+    // This engine's prompts in flight, as the hub gave them (what the reward
+    // needs travels on with each answer), and the leases that hold them: a
+    // lease is acked when every answer of its prompts is in the hub, so the
+    // prompts of a rollout that dies are delivered again.
     struct InFlight {
-      reward::Example example;
+      int64_t example = 0;
+      HostTensor reference_answer;
+      tq::LeaseId lease = 0;
       int64_t answers_left = 0;
     };
     std::map<uint64_t, InFlight> in_flight;
+    std::map<tq::LeaseId, int64_t> answers_left;  // by lease
     while (!stopping() && board.stop.load() == 0 && !failed.load()) {
       busy.Set(!engine->idle());
       // Keep about one batch of prompts waiting so freed slots refill at once.
       const int64_t queued = static_cast<int64_t>(engine->num_waiting()) + engine->num_running();
-      std::vector<uint64_t> claimed;
+      std::optional<tq::BatchMeta> meta;
+      std::optional<tq::BatchData> data;
       {
         MutexLock lock(&mu);
-        if (cursor == end_cursor && engine->idle()) return Status::Ok();  // every answer is in the hub
+        if (untaken == 0 && engine->idle()) return Status::Ok();  // every answer is in the hub
         int64_t want = std::min<int64_t>((2 * eo.num_slots - queued) / G, static_cast<int64_t>(end_cursor - cursor));
         if (want > 0) {
           SLUICE_ASSIGN_OR_RETURN(const int64_t needs, follow_trainer());
@@ -190,14 +252,40 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         if (want > 0) {
           auto admitted = admission->Admit(want, engine->policy_version(), milliseconds(0));
           if (!admitted.ok() && admitted.status().code() != StatusCode::kTimeout) return admitted.status();
-          for (int64_t i = 0; admitted.ok() && i < *admitted; ++i) claimed.push_back(cursor++);
+          if (admitted.ok()) {
+            cursor += static_cast<uint64_t>(*admitted);
+            owed += *admitted;
+          }
+        }
+        // The admitted prompts, in order, from the hub's prompt partition.
+        if (owed > 0) {
+          take.n = static_cast<uint32_t>(owed);
+          auto got = client.GetMeta(take);
+          if (!got.ok() && got.status().code() != StatusCode::kTimeout) return got.status();
+          if (got.ok()) {
+            SLUICE_ASSIGN_OR_RETURN(tq::BatchData d, client.GetData(*got));
+            owed -= static_cast<int64_t>(got->rows.size());
+            untaken -= static_cast<int64_t>(got->rows.size());
+            meta = std::move(*got);
+            data = std::move(d);
+          }
         }
       }
-      if (claimed.empty() && engine->idle()) std::this_thread::sleep_for(kIdlePoll);
-      for (uint64_t c : claimed) {
-        SLUICE_ASSIGN_OR_RETURN(reward::Example ex, ExampleOf(s, c));
-        const auto prompt = s.EncodePrompt(ex.prompt);
-        in_flight[c] = {std::move(ex), G};
+      if (!meta && engine->idle()) std::this_thread::sleep_for(kIdlePoll);
+      for (size_t i = 0; meta && i < meta->rows.size(); ++i) {
+        const uint64_t c = static_cast<uint64_t>(meta->rows[i].tags.group_id);
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt_cell, Cell(*data, column::kPrompt, i));
+        SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> prompt,
+                                TensorVector<model::TokenId>(*prompt_cell, DType::kI32, column::kPrompt));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* example, Cell(*data, column::kExample, i));
+        SLUICE_ASSIGN_OR_RETURN(const int64_t index, TensorScalar<int64_t>(*example, DType::kI64, column::kExample));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* reference, Cell(*data, column::kReferenceAnswer, i));
+        if (prompt.empty() || in_flight.count(c) > 0) {
+          return Status::DataLoss("prompt row of cursor " + std::to_string(c) +
+                                  (prompt.empty() ? " has no tokens" : " delivered twice"));
+        }
+        in_flight[c] = {index, *reference, meta->lease_id, G};
+        answers_left[meta->lease_id] += G;
         for (int64_t g = 0; g < G; ++g) {
           rollout::GenerationRequest req;
           req.id = c * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
@@ -230,24 +318,28 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         const uint64_t c = res.id / static_cast<uint64_t>(G);
         auto prompt_it = in_flight.find(c);
         if (prompt_it == in_flight.end()) return Status::Internal("answer " + std::to_string(res.id) + " of no prompt");
-        const reward::Example& ex = prompt_it->second.example;
+        const InFlight& prompt = prompt_it->second;
         tq::RowTags tags;
         tags.group_id = static_cast<GroupId>(c);
         tags.policy_version = res.versions.empty() ? engine->policy_version() : res.versions.front();
         tags.token_length = static_cast<int64_t>(res.tokens.size());
         const int32_t answer_index = static_cast<int32_t>(res.id % static_cast<uint64_t>(G));
-        const int64_t example = static_cast<int64_t>(ex.index);
         tq::ColumnBatch cols;
         cols[column::kPrompt] = {VectorTensor(DType::kI32, res.prompt)};
         cols[column::kResponse] = {VectorTensor(DType::kI32, res.tokens)};
         cols[column::kLogprobs] = {VectorTensor(DType::kF32, res.logprobs)};
         cols[column::kVersions] = {VectorTensor(DType::kI64, res.versions)};
         cols[column::kAnswerIndex] = {HostTensor::Copy(DType::kI32, {}, &answer_index, sizeof(answer_index))};
-        cols[column::kExample] = {HostTensor::Copy(DType::kI64, {}, &example, sizeof(example))};
-        cols[column::kReferenceAnswer] = {
-            HostTensor::Copy(DType::kU8, {static_cast<int64_t>(ex.answer.size())}, ex.answer.data(), ex.answer.size())};
+        cols[column::kExample] = {HostTensor::Copy(DType::kI64, {}, &prompt.example, sizeof(prompt.example))};
+        cols[column::kReferenceAnswer] = {prompt.reference_answer};
         SLUICE_RETURN_IF_ERROR(client.PutRows(kRolloutPartition, {tags}, cols).status());
+        // The prompt's last answer: done with it; its batch's last: ack the lease.
+        const tq::LeaseId lease = prompt.lease;
         if (--prompt_it->second.answers_left == 0) in_flight.erase(prompt_it);
+        if (--answers_left[lease] == 0) {
+          answers_left.erase(lease);
+          SLUICE_RETURN_IF_ERROR(client.Ack(lease).status());
+        }
       }
     }
     return Status::Ok();

@@ -48,7 +48,14 @@ struct RoleBoard {
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
 
+// The hub's two partitions and three consuming tasks:
+//   prompts   one row per prompt (group id = its cursor in the run's prompt
+//             order; columns prompt, example, reference_answer), written by
+//             the prompt feeder, consumed by the rollout
+//   rollouts  one row per answer, G rows a group, consumed by reward and train
+inline constexpr char kPromptPartition[] = "prompts";
 inline constexpr char kRolloutPartition[] = "rollouts";
+inline constexpr char kRolloutTask[] = "rollout";
 inline constexpr char kRewardTask[] = "reward";
 inline constexpr char kTrainTask[] = "train";
 
@@ -65,10 +72,22 @@ inline constexpr char kReferenceAnswer[] = "reference_answer";  // U8 [bytes]: w
 inline constexpr char kReward[] = "reward";                     // F32 []: written by the reward role
 }  // namespace column
 
-// The hub's columns with their types, as listed above.
-std::vector<tq::ColumnSchema> RolloutColumns();
+// The hub's columns with their types, as listed above, and its tasks.
+std::vector<tq::ColumnSchema> HubColumns();
+std::vector<std::string> HubTasks();
+// Creates the two partitions, each with its consumers.
+Status CreateHubPartitions(tq::TransferQueueClient& client, int64_t group_size);
 
 struct StreamRoles {
+  // Writes the run's prompts (cursors s.step * P .. rl.steps * P - 1) into
+  // the prompt partition, in order, each with its example id, tokens and
+  // reference answer: the one place the training split is read. Keeps a
+  // bounded window ahead of the rollout (what admission can let it take
+  // before it finishes more prompts); returns when all are written, or at
+  // board.stop / `stopping`.
+  static Status FeedPrompts(const TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
+                            const std::function<bool()>& stopping);
+
   struct Rollout {
     std::shared_ptr<model::Transformer> model;  // served; refreshed through `standby`
     rollout::StandbyWeights* standby = nullptr;
@@ -76,9 +95,10 @@ struct StreamRoles {
     // store's or the shared-memory subscriber's).
     std::function<PolicyVersion()> latest_version;
   };
-  // Generates every prompt of the run from cursor s.step * P on (as
-  // admission allows) and writes each finished answer to the hub; returns
-  // when all are written, or at board.stop / `stopping`.
+  // Takes the run's prompts from the hub (as admission allows), generates G
+  // answers each and writes each finished answer to the hub; acks a batch
+  // of prompts once all their answers are in. Returns when every prompt's
+  // answers are written, or at board.stop / `stopping`.
   //
   // Staleness admission is the rollout's own (tq::StalenessAdmission), fed
   // from what the hub and the weights say, the same way in threads and
@@ -107,10 +127,6 @@ struct StreamRoles {
   // published, then is acked: the hub redelivers what a dead trainer held.
   static Status RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, const Trainer& t, RoleBoard& board,
                            const std::function<Result<EvalResult>()>& evaluate, const ProgressFn& progress);
-
- private:
-  // The training example at prompt cursor `cursor` (the run's permutation).
-  static Result<reward::Example> ExampleOf(const TrainingRun::State& s, uint64_t cursor);
 };
 
 }  // namespace sluice::pipeline

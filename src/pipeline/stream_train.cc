@@ -3,7 +3,9 @@
 // CheckpointEngine (weights). Threads in one process here; see
 // docs/pipeline.md for the data flow and the guarantees.
 //
-//   rollout thread ── PutRows(prompt, response, logprobs, versions) ──► hub
+//   prompt feeder  ── PutRows(prompts: prompt, example, reference_answer) ──► hub
+//   rollout thread ◄── GetMeta("rollout", prompts) ── hub
+//   rollout thread ── PutRows(answers: prompt, response, logprobs, versions, ...) ──► hub
 //   reward thread  ◄── GetMeta("reward") ── hub ── PutColumns(reward) ──► hub
 //   trainer        ◄── GetMeta("train", whole groups) ── hub
 //   trainer ── Publish(version) ──► VersionStore ──► StandbyWeights ──► engine hook
@@ -60,13 +62,13 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   const int64_t G = rl.group_size;
   if (s.step >= rl.steps) return Status::Ok();
 
-  // ---- the hub: one partition of rollouts, consumed by "reward" and "train".
+  // ---- the hub: prompts for the rollout, answers for reward and train.
   tq::HubOptions hub_options;
-  hub_options.controller.columns = RolloutColumns();
-  hub_options.controller.tasks = {kRewardTask, kTrainTask};
+  hub_options.controller.columns = HubColumns();
+  hub_options.controller.tasks = HubTasks();
   SLUICE_ASSIGN_OR_RETURN(auto hub, tq::TransferQueueHub::Create(hub_options));
   tq::TransferQueueClient client = hub->client();
-  SLUICE_RETURN_IF_ERROR(client.CreatePartition(kRolloutPartition, static_cast<uint32_t>(G)));
+  SLUICE_RETURN_IF_ERROR(CreateHubPartitions(client, G));
 
   // ---- the weights: the trainer publishes into a version store; the rollout
   // serves its own copy, refreshed through a standby buffer.
@@ -82,7 +84,10 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
 
   RoleBoard board{};
   ErrorSlot errors;
-  BackgroundThread rollout_thread("rollout"), reward_thread("reward");
+  BackgroundThread feeder_thread("prompts"), rollout_thread("rollout"), reward_thread("reward");
+  SLUICE_RETURN_IF_ERROR(feeder_thread.Start([&](std::stop_token stop) {
+    errors.Set(StreamRoles::FeedPrompts(s, client, board, [&] { return stop.stop_requested(); }));
+  }));
   StreamRoles::Rollout rollout_args{rollout_model, standby.get(), [&store] { return store->latest_version(); }};
   SLUICE_RETURN_IF_ERROR(rollout_thread.Start([&](std::stop_token stop) {
     errors.Set(StreamRoles::RunRollout(s, client, rollout_args, board, [&] { return stop.stop_requested(); }));
@@ -98,6 +103,7 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   Status trained = StreamRoles::RunTrainer(
       s, client, trainer_args, board, [this] { return Evaluate(); }, progress);
   board.stop.store(1);
+  feeder_thread.Stop();
   rollout_thread.Stop();
   reward_thread.Stop();
   standby->Stop();

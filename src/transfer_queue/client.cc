@@ -38,8 +38,10 @@ Status TransferQueueClient::RegisterTask(std::string task) {
   return controller_->RegisterTask(RegisterTaskRequest{std::move(task)});
 }
 
-Status TransferQueueClient::CreatePartition(std::string partition, uint32_t group_size) {
-  return controller_->CreatePartition(CreatePartitionRequest{std::move(partition), group_size}).status();
+Status TransferQueueClient::CreatePartition(std::string partition, uint32_t group_size,
+                                            std::vector<std::string> consumers) {
+  return controller_->CreatePartition(CreatePartitionRequest{std::move(partition), group_size, std::move(consumers)})
+      .status();
 }
 
 Result<std::vector<RowId>> TransferQueueClient::CreateRows(std::string partition, std::vector<RowTags> tags,

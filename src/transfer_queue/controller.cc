@@ -135,6 +135,17 @@ Result<CreatePartitionResponse> InProcessController::CreatePartition(const Creat
   SLUICE_RETURN_IF_ERROR(ValidateName("partition", request.partition));
   MutexLock lock(&mu_);
   SLUICE_RETURN_IF_ERROR(CheckOpenLocked());
+  std::vector<uint32_t> consumers;
+  for (const std::string& task : request.consumers) {
+    Result<uint32_t> index = FindTaskLocked(task);
+    if (!index.ok()) return index.status().WithContext("consumer of partition " + Quoted(request.partition));
+    if (std::find(consumers.begin(), consumers.end(), *index) != consumers.end()) {
+      return Status::InvalidArgument("partition " + Quoted(request.partition) + " lists consumer " + Quoted(task) +
+                                     " twice");
+    }
+    consumers.push_back(*index);
+  }
+  std::sort(consumers.begin(), consumers.end());
   auto it = partitions_.find(request.partition);
   if (it != partitions_.end()) {
     if (it->second->group_size != request.group_size) {
@@ -142,11 +153,16 @@ Result<CreatePartitionResponse> InProcessController::CreatePartition(const Creat
                                    std::to_string(it->second->group_size) + ", not " +
                                    std::to_string(request.group_size));
     }
+    if (it->second->all_tasks != consumers.empty() || it->second->consumers != consumers) {
+      return Status::AlreadyExists("partition " + Quoted(request.partition) + " exists with other consumers");
+    }
     return CreatePartitionResponse{false};
   }
   auto partition = std::make_unique<Partition>();
   partition->id = request.partition;
   partition->group_size = request.group_size;
+  partition->all_tasks = consumers.empty();
+  partition->consumers = std::move(consumers);
   partition->incarnation = next_incarnation_++;
   partitions_.emplace(request.partition, std::move(partition));
   return CreatePartitionResponse{true};
@@ -257,6 +273,7 @@ Result<ReadyView*> InProcessController::ViewLocked(Partition& partition, uint32_
 void InProcessController::CountRowLocked(const Row& row, int sign) {
   SLUICE_CHECK(row.visible);
   for (uint32_t t = 0; t < task_depth_.size(); ++t) {
+    if (!row.partition->Consumes(t)) continue;  // not this task's row
     TaskDepth& d = task_depth_[t];
     uint64_t& counter = row.state(t) == Consumption::kReady    ? d.ready
                         : row.state(t) == Consumption::kLeased ? d.leased

@@ -84,6 +84,10 @@ Result<BatchMeta> InProcessController::GetMeta(const GetMetaRequest& request) {
   if (!mask_or.ok()) return mask_or.status().WithContext(what);
   const uint64_t mask = *mask_or;
   SLUICE_ASSIGN_OR_RETURN(Partition * partition, FindPartitionLocked(request.partition));
+  if (!partition->Consumes(task)) {
+    return Status::InvalidArgument(what + ": task " + Quoted(request.task) + " does not consume partition " +
+                                   Quoted(partition->id) + " (not among the consumers it was created with)");
+  }
 
   uint32_t group_size = 0;
   if (whole_group) {
@@ -228,7 +232,8 @@ Result<AckResponse> InProcessController::Ack(const AckRequest& request) {
     CountRowLocked(row, +1);
     ++task_depth_[lease.task].acked_total;
     ++out.rows_acked;
-    if (row.acked == tasks_.size()) done.push_back(&row);
+    const size_t consumers = row.partition->all_tasks ? tasks_.size() : row.partition->consumers.size();
+    if (row.acked == consumers) done.push_back(&row);
   }
   for (Row* row : done) FreeRowLocked(*row, &out.reclaim, /*partition_dying=*/false);
   out.rows_freed = done.size();

@@ -88,12 +88,48 @@ TEST_F(ControllerTest, RegisterTaskAndPartition) {
   TQ_EXPECT_OK(client_->CreatePartition("p"));  // same group size: no-op
   TQ_EXPECT_ERROR(client_->CreatePartition("p", 4), kAlreadyExists, "exists with group_size 0, not 4");
   TQ_EXPECT_ERROR(client_->CreatePartition(""), kInvalidArgument, "partition name is empty");
-  auto created = controller().CreatePartition({"q", 4});
+  auto created = controller().CreatePartition({"q", 4, {}});
   ASSERT_TRUE(created.ok());
   EXPECT_TRUE(created->created);
-  EXPECT_FALSE(controller().CreatePartition({"q", 4})->created);
+  EXPECT_FALSE(controller().CreatePartition({"q", 4, {}})->created);
   for (int i = 0; i < 62; ++i) TQ_ASSERT_OK(client_->RegisterTask(Numbered("t", i)));
   TQ_EXPECT_ERROR(client_->RegisterTask("one-too-many"), kResourceExhausted, "64 tasks");
+}
+
+// A partition consumed by named tasks only: other tasks cannot take its rows,
+// do not count them, and its rows are freed once the named tasks acked them.
+TEST_F(ControllerTest, PartitionConsumedByNamedTasksOnly) {
+  TQ_ASSERT_OK(client_->RegisterTask("rollout"));
+  TQ_EXPECT_ERROR(client_->CreatePartition("prompts", 0, {"nobody"}), kNotFound, "unknown task 'nobody'");
+  TQ_EXPECT_ERROR(client_->CreatePartition("prompts", 0, {"rollout", "rollout"}), kInvalidArgument,
+                  "lists consumer 'rollout' twice");
+  TQ_ASSERT_OK(client_->CreatePartition("prompts", 0, {"rollout"}));
+  TQ_EXPECT_OK(client_->CreatePartition("prompts", 0, {"rollout"}));  // identical: no-op
+  TQ_EXPECT_ERROR(client_->CreatePartition("prompts", 0, {"train"}), kAlreadyExists, "other consumers");
+  TQ_EXPECT_ERROR(client_->CreatePartition("prompts"), kAlreadyExists, "other consumers");
+  Put({Tags(), Tags()}, "prompts");
+  Put({Tags()});  // "p": every task's
+  TQ_EXPECT_ERROR(client_->GetMeta("train", {"prompt"}, 1, "prompts"), kInvalidArgument,
+                  "task 'train' does not consume partition 'prompts'");
+  auto stats = controller().Stats();
+  ASSERT_TRUE(stats.ok());
+  for (const TaskDepth& d : stats->tasks) {
+    EXPECT_EQ(d.ready, d.task == "rollout" ? 3u : 1u) << d.task << ": its own rows only";
+  }
+  auto taken = client_->GetMeta("rollout", {"prompt"}, 2, "prompts");
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+  auto acked = client_->Ack(taken->lease_id);
+  ASSERT_TRUE(acked.ok());
+  EXPECT_EQ(acked->rows_freed, 2u) << "the one consumer acked: freed, whatever the other tasks";
+  stats = controller().Stats();
+  EXPECT_EQ(stats->rows, 1u);
+  // A task registered later does not consume a partition with named consumers.
+  TQ_ASSERT_OK(client_->RegisterTask("late"));
+  Put({Tags()}, "prompts");
+  TQ_EXPECT_ERROR(client_->GetMeta("late", {"prompt"}, 1, "prompts"), kInvalidArgument, "does not consume");
+  taken = client_->GetMeta("rollout", {"prompt"}, 1, "prompts");
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(client_->Ack(taken->lease_id)->rows_freed, 1u);
 }
 
 TEST(ControllerOptionsTest, RejectsBadOptions) {

@@ -75,6 +75,12 @@ struct Group {
 struct Partition {
   std::string id;
   uint32_t group_size = 0;
+  // Task indices consuming the partition, ascending; `all_tasks`: every task.
+  bool all_tasks = true;
+  std::vector<uint32_t> consumers;
+  bool Consumes(uint32_t task) const {
+    return all_tasks || std::binary_search(consumers.begin(), consumers.end(), task);
+  }
   uint64_t incarnation = 0;  // distinguishes a re-created partition of the same name
   std::unordered_set<RowId> rows;
   std::unordered_map<GroupId, Group> groups;

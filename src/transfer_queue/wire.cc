@@ -517,10 +517,12 @@ void Decode(WireReader& r, DescribeResponse* out) {
 void Encode(WireWriter& w, const CreatePartitionRequest& v) {
   w.String(v.partition);
   w.U32(v.group_size);
+  EncodeStrings(w, v.consumers);
 }
 void Decode(WireReader& r, CreatePartitionRequest* out) {
   out->partition = r.String("partition", kMaxNameBytes);
   out->group_size = r.U32("group_size");
+  out->consumers = DecodeStrings(r, "consumers", kMaxTasks, kMaxNameBytes);
 }
 
 void Encode(WireWriter& w, const CreatePartitionResponse& v) { w.Bool(v.created); }

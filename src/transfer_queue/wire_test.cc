@@ -36,7 +36,7 @@ TQ_TIED_EQ_(StorageStats, v.unit, v.rows, v.tensors, v.bytes)
 TQ_TIED_EQ_(CapacityWait, v.block, v.timeout)
 TQ_TIED_EQ_(RegisterColumnsRequest, v.columns)
 TQ_TIED_EQ_(RegisterTaskRequest, v.task)
-TQ_TIED_EQ_(CreatePartitionRequest, v.partition, v.group_size)
+TQ_TIED_EQ_(CreatePartitionRequest, v.partition, v.group_size, v.consumers)
 TQ_TIED_EQ_(CreatePartitionResponse, v.created)
 TQ_TIED_EQ_(DescribeResponse, v.columns, v.tasks)
 TQ_TIED_EQ_(CreateRowsRequest, v.partition, v.rows, v.keys, v.wait)
@@ -377,7 +377,7 @@ TEST(WireTest, TensorFieldsAreChecked) {
 }
 
 TEST(WireTest, EnumsBooleansAndTrailingBytesAreChecked) {
-  Message m = EncodeRequest(MessageType::kCreatePartition, 0, 1, "", CreatePartitionRequest{"p", 2});
+  Message m = EncodeRequest(MessageType::kCreatePartition, 0, 1, "", CreatePartitionRequest{"p", 2, {"train"}});
   Result<Header> h = DecodeHeader(m.bytes(), Limits());
   ASSERT_TRUE(h.ok());
   // Trailing byte: append and fix the header.

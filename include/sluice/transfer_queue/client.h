@@ -70,7 +70,7 @@ class TransferQueueClient {
   // ---- setup (see Controller for errors)
   Status RegisterColumns(std::vector<ColumnSchema> columns);
   Status RegisterTask(std::string task);
-  Status CreatePartition(std::string partition, uint32_t group_size = 0);
+  Status CreatePartition(std::string partition, uint32_t group_size = 0, std::vector<std::string> consumers = {});
 
   // ---- producers
   // Creates rows with tags and no columns yet.

@@ -117,6 +117,11 @@ struct CreatePartitionRequest {
   // Rows per GRPO group in this partition; 0 = not declared. When declared,
   // creating a row that would give a group more than group_size rows fails.
   uint32_t group_size = 0;
+  // The tasks that consume this partition (registered, no duplicates): only
+  // they may GetMeta from it, and a row is freed once they have all acked it
+  // (e.g. a partition of prompts consumed by the rollout alone). Empty:
+  // every task, including tasks registered later.
+  std::vector<std::string> consumers;
 };
 struct CreatePartitionResponse {
   bool created = false;  // false: it existed already with the same group_size

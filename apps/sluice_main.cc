@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "sluice/launch/commands.h"
-#include "sluice/launch/process.h"
+#include "sluice/runtime/process.h"
 
 namespace {
 
@@ -22,8 +22,8 @@ constexpr const char* kUsage =
 }  // namespace
 
 int main(int argc, char** argv) {
-  sluice::launch::EnsurePassiveOpenMp(argv);
-  sluice::launch::TuneAllocator();
+  sluice::runtime::EnsurePassiveOpenMp(argv);
+  sluice::runtime::TuneAllocator();
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -12,7 +12,7 @@
 
 #include "bench_stats.h"
 #include "sluice/common/status.h"
-#include "sluice/launch/process.h"
+#include "sluice/runtime/process.h"
 
 namespace sluice::bench {
 
@@ -57,8 +57,8 @@ inline std::vector<int32_t> LongTailLengths(int n, int median, double tail, uint
 // exits with 2.
 template <typename Body>
 int BenchMain(int argc, char** argv, Body body) {
-  sluice::launch::EnsurePassiveOpenMp(argv);
-  sluice::launch::TuneAllocator();
+  sluice::runtime::EnsurePassiveOpenMp(argv);
+  sluice::runtime::TuneAllocator();
   Status s = body(argc, argv);
   if (!s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());

@@ -45,12 +45,12 @@
 
 #include "bench_stats.h"
 #include "bench_util.h"
-#include "sluice/launch/flags.h"
-#include "sluice/launch/process.h"
 #include "sluice/model/transformer.h"
 #include "sluice/pipeline/run.h"
 #include "sluice/reward/task.h"
 #include "sluice/rollout/engine.h"
+#include "sluice/runtime/flags.h"
+#include "sluice/runtime/process.h"
 #include "sluice/trainer/losses.h"
 #include "sluice/trainer/trainer.h"
 
@@ -215,7 +215,7 @@ Result<BoundParts> MeasureBound(const pipeline::RunOptions& base, const model::M
 }
 
 Status Main(int argc, char** argv) {
-  sluice::launch::FlagSet flags;
+  sluice::runtime::FlagSet flags;
   flags.Add("preset", "5m", "built-in model: tiny, 1m, 5m, 20m");
   flags.Add("steps", "8", "RL steps per mode");
   flags.Add("prompts", "8", "prompts per step");

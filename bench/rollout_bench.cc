@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "sluice/launch/flags.h"
-#include "sluice/launch/process.h"
 #include "sluice/model/transformer.h"
 #include "sluice/rollout/engine.h"
+#include "sluice/runtime/flags.h"
+#include "sluice/runtime/process.h"
 
 namespace {
 
@@ -101,7 +101,7 @@ Result<Sample> RunLockstep(const rollout::PolicySnapshot& policy, const Workload
 }
 
 Status Main(int argc, char** argv) {
-  sluice::launch::FlagSet flags;
+  sluice::runtime::FlagSet flags;
   flags.Add("presets", "1m,20m", "comma-separated model presets");
   flags.Add("requests", "256", "requests in the workload");
   flags.Add("slots", "16", "engine slots = lockstep batch");

@@ -21,12 +21,12 @@
 
 #include "bench_util.h"
 #include "sluice/checkpoint_engine/version_store.h"
-#include "sluice/launch/flags.h"
-#include "sluice/launch/process.h"
 #include "sluice/model/transformer.h"
 #include "sluice/model/weights.h"
 #include "sluice/rollout/engine.h"
 #include "sluice/rollout/standby_weights.h"
+#include "sluice/runtime/flags.h"
+#include "sluice/runtime/process.h"
 
 namespace {
 
@@ -154,7 +154,7 @@ Result<Run> Measure(bool standby_mode, std::shared_ptr<model::Transformer> servi
 }
 
 Status Main(int argc, char** argv) {
-  sluice::launch::FlagSet flags;
+  sluice::runtime::FlagSet flags;
   flags.Add("preset", "20m", "built-in model: tiny, 1m, 5m, 20m");
   flags.Add("slots", "32", "sequences decoding at once");
   flags.Add("length", "256", "tokens per sequence");

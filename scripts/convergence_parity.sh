@@ -12,7 +12,7 @@
 # Staleness-4 trials at lr 1e-4: async-s4-tis-cap1 (is_cap 1), async-s4-seqtis (sequence-level
 # TIS), async-s4-tis-kl / sync-kl (KL anchor 0.05), async-s4-tis-kl2 (KL 0.2), async-s4-tis-lr5.
 #
-# each with SEEDS seeds (the seed drives prompt order and sampling; the warm
+# each with SEEDS seeds (default 5; the seed drives prompt order, sampling and the held-out set; the warm
 # start is shared so the curves start from the same policy). Then
 # `sluice report --compare` writes the curves (held-out accuracy and reward vs
 # samples trained, mean and seed range) and a table to OUT/.
@@ -29,7 +29,7 @@ SLUICE=${SLUICE:-build/release/apps/sluice}
 CONFIG=${CONFIG:-configs/arithmetic.yaml}
 OUT=${OUT:-runs/parity}
 STEPS=${STEPS:-60}
-SEEDS=${SEEDS:-"0 1 2"}
+SEEDS=${SEEDS:-"0 1 2 3 4"}
 SFT_STEPS=${SFT_STEPS:-1500}
 EVAL_SIZE=${EVAL_SIZE:-500}
 EVAL_INTERVAL=${EVAL_INTERVAL:-10}

@@ -37,7 +37,7 @@
 #include "bench_cross_host.h"
 #include "bench_local.h"
 #include "bench_support.h"
-#include "sluice/launch/flags.h"
+#include "sluice/runtime/flags.h"
 
 namespace sluice::bench::ce {
 namespace {
@@ -51,7 +51,7 @@ double VersionsNeeded(const std::string& transport, int n) {
   return 1 + 2.0 * n;  // gloo: source; per subscriber staging + latest
 }
 
-Status Run(const launch::FlagSet& flags) {
+Status Run(const runtime::FlagSet& flags) {
   SLUICE_ASSIGN_OR_RETURN(std::string sizes_text, flags.GetString("sizes"));
   SLUICE_ASSIGN_OR_RETURN(std::string subs_text, flags.GetString("subscribers"));
   SLUICE_ASSIGN_OR_RETURN(std::string transports_text, flags.GetString("transports"));
@@ -267,7 +267,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]).rfind("--role=", 0) == 0) return sluice::bench::ce::RunRole(argc, argv);
   }
-  sluice::launch::FlagSet flags;
+  sluice::runtime::FlagSet flags;
   flags.Add("sizes", "10M,100M,1G", "version sizes (decimal units: K, M, G); 1G only runs if memory allows");
   flags.Add("subscribers", "1,2,4", "subscriber counts");
   flags.Add("transports", "memcpy,inproc,shm,tcp,gloo", "which rows to measure");

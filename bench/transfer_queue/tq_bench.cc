@@ -16,7 +16,7 @@
 // min..max printed). Every loop is bounded by a count and a time. The server
 // children are forked first, before this process has a ZeroMQ context or a
 // thread; the memory section runs next, while this process's heap is fresh.
-// The allocator is tuned as the launcher tunes it (launch::TuneAllocator).
+// The allocator is tuned as the launcher tunes it (runtime::TuneAllocator).
 //
 //   tq_bench [--quick] [--repeats=N] [--transports=inproc,tcp,shm,redis,memcpy]
 //            [--sizes=64,4K,256K,16M] [--batches=1,256] [--max-batch-mb=256]
@@ -29,8 +29,8 @@
 #include <map>
 #include <set>
 
-#include "sluice/launch/flags.h"
-#include "sluice/launch/process.h"
+#include "sluice/runtime/flags.h"
+#include "sluice/runtime/process.h"
 #include "sluice/transfer_queue/remote.h"
 #include "sluice/transfer_queue/server.h"
 #include "tq_measure.h"
@@ -64,7 +64,7 @@ struct Settings {
   BackpressureConfig memory;
 };
 
-Result<Settings> ParseSettings(const launch::FlagSet& flags) {
+Result<Settings> ParseSettings(const runtime::FlagSet& flags) {
   Settings s;
   if (!flags.positional().empty()) {
     return Status::InvalidArgument("unexpected argument '" + flags.positional().front() + "'");
@@ -365,7 +365,7 @@ Status Run(const Settings& s) {
 }  // namespace sluice::bench::tq
 
 int main(int argc, char** argv) {
-  sluice::launch::FlagSet flags;
+  sluice::runtime::FlagSet flags;
   flags.Add("quick", "false", "a short run (3 repeats, rows up to 256 KiB, 32 MiB memory test): under a minute",
             /*is_bool=*/true);
   flags.Add("repeats", "", "timed repeats per row (default 5, --quick 3)");
@@ -384,7 +384,7 @@ int main(int argc, char** argv) {
     return settings.ok() ? 0 : 2;
   }
   ::signal(SIGPIPE, SIG_IGN);  // a dead peer is an error return, not a signal
-  sluice::launch::TuneAllocator();
+  sluice::runtime::TuneAllocator();
   sluice::Status s = sluice::bench::tq::Run(*settings);
   if (!s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());

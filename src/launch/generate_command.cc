@@ -7,13 +7,15 @@
 #include <thread>
 
 #include "sluice/launch/commands.h"
-#include "sluice/launch/flags.h"
 #include "sluice/model/tokenizer.h"
 #include "sluice/model/weights.h"
 #include "sluice/rollout/engine.h"
+#include "sluice/runtime/flags.h"
 
 namespace sluice::launch {
 namespace {
+
+using runtime::FlagSet;
 
 // Prints the error and returns the exit code for it.
 int Fail(const Status& status) {

@@ -1,5 +1,7 @@
 #include "sluice/launch/report.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -7,6 +9,8 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -252,7 +256,20 @@ struct RunCurves {
   std::vector<std::pair<double, double>> eval;    // (samples trained, held-out accuracy)
   std::vector<std::pair<double, double>> reward;  // (samples trained, reward, mean of the last 10 steps)
   double final_eval = 0, final_reward = 0, samples = 0, wall_seconds = 0, staleness = 0;
+  std::optional<uint64_t> seed;  // run.seed from the run's config.yaml, when readable
 };
+
+// run.seed from RUN_DIR/config.yaml (as `sluice train` writes it), if there.
+std::optional<uint64_t> RunSeed(const std::string& run_dir) {
+  try {
+    const YAML::Node config = YAML::LoadFile((fs::path(run_dir) / "config.yaml").string());
+    const YAML::Node seed = config["run"]["seed"];
+    if (seed && seed.IsScalar()) return seed.as<uint64_t>();
+  } catch (const YAML::Exception&) {
+    // No readable seed: the comparison falls back to unpaired intervals.
+  }
+  return std::nullopt;
+}
 
 Result<RunCurves> Curves(const LabeledRun& run) {
   SLUICE_ASSIGN_OR_RETURN(std::vector<json> rows, LoadMetrics(run.run_dir));
@@ -281,6 +298,7 @@ Result<RunCurves> Curves(const LabeledRun& run) {
   c.final_reward = c.reward.back().second;
   c.samples = samples;
   c.staleness = rows.empty() ? 0 : staleness_sum / static_cast<double>(rows.size());
+  c.seed = RunSeed(run.run_dir);
   return c;
 }
 
@@ -329,7 +347,42 @@ MeanDifference DifferenceOfMeans(const std::vector<double>& base, const std::vec
   return d;
 }
 
+MeanDifference PairedDifference(const std::vector<double>& base, const std::vector<double>& other) {
+  MeanDifference d;
+  if (base.empty() || base.size() != other.size()) return d;
+  std::vector<double> diffs;
+  for (size_t i = 0; i < base.size(); ++i) diffs.push_back(other[i] - base[i]);
+  double mean = 0, var = 0;
+  MeanAndVariance(diffs, &mean, &var);
+  d.diff = mean;
+  if (diffs.size() < 2) return d;
+  const double n = static_cast<double>(diffs.size());
+  d.half_width = StudentT975(n - 1) * std::sqrt(var / n);
+  d.has_interval = true;
+  return d;
+}
+
 namespace {
+
+// The order that pairs `other`'s runs with `base`'s by seed (pairs[i]: the
+// index in `other` of the run with base[i]'s seed), or nothing if the two
+// did not run exactly the same seeds, once each.
+std::optional<std::vector<size_t>> PairBySeed(const std::vector<RunCurves>& base, const std::vector<RunCurves>& other) {
+  if (base.size() != other.size() || base.size() < 2) return std::nullopt;
+  std::map<uint64_t, size_t> other_by_seed;
+  for (size_t i = 0; i < other.size(); ++i) {
+    if (!other[i].seed || !other_by_seed.emplace(*other[i].seed, i).second) return std::nullopt;
+  }
+  std::vector<size_t> pairs;
+  std::set<uint64_t> seen;
+  for (const RunCurves& b : base) {
+    if (!b.seed || !seen.insert(*b.seed).second) return std::nullopt;
+    auto it = other_by_seed.find(*b.seed);
+    if (it == other_by_seed.end()) return std::nullopt;
+    pairs.push_back(it->second);
+  }
+  return pairs;
+}
 
 // Point i of every seed's curve (curves are cut to the shortest), averaged.
 Band Aggregate(const std::vector<std::vector<std::pair<double, double>>>& curves) {
@@ -417,6 +470,7 @@ Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {
   per_point << "\n|---|";
   for (size_t i = 0; i < base.x.size(); ++i) per_point << "---|";
   per_point << "\n";
+  bool paired_any = false, unpaired_any = false;
   for (const std::string& label : labels) {
     const auto& group = by_label[label];
     double acc = 0, acc_lo = 1e300, acc_hi = -1e300, reward = 0, samples = 0, stale = 0, wall = 0;
@@ -429,11 +483,21 @@ Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {
     std::string final_diff = "(baseline)", verdict = "(baseline)";
     if (label != labels.front()) {
       const size_t points = std::min(b.values.size(), base.values.size());
+      // Paired by seed when both ran the same seeds, else Welch's interval.
+      const auto pairs = PairBySeed(by_label[labels.front()], group);
+      auto difference = [&](const std::vector<double>& base_values, const std::vector<double>& values) {
+        if (!pairs) return DifferenceOfMeans(base_values, values);
+        std::vector<double> matched;
+        for (size_t j : *pairs) matched.push_back(values[j]);
+        return PairedDifference(base_values, matched);
+      };
+      paired_any = paired_any || pairs.has_value();
+      unpaired_any = unpaired_any || !pairs.has_value();
       bool all_zero = points > 0, worse = false, better = false, defined = points > 0;
       double widest = 0;
       per_point << "| " << label << " |";
       for (size_t i = 0; i < points; ++i) {
-        const MeanDifference d = DifferenceOfMeans(base.values[i], b.values[i]);
+        const MeanDifference d = difference(base.values[i], b.values[i]);
         defined = defined && d.has_interval;
         widest = std::max(widest, d.half_width);
         all_zero = all_zero && d.diff - d.half_width <= 0 && d.diff + d.half_width >= 0;
@@ -445,7 +509,7 @@ Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {
       std::vector<double> base_final, final;
       for (const RunCurves& c : by_label[labels.front()]) base_final.push_back(c.final_eval);
       for (const RunCurves& c : group) final.push_back(c.final_eval);
-      const MeanDifference fd = DifferenceOfMeans(base_final, final);
+      const MeanDifference fd = difference(base_final, final);
       final_diff = interval_str(fd) + " points";
       if (!defined) {
         verdict = "unknown: needs 2+ seeds of each";
@@ -465,7 +529,17 @@ Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {
        << " | " << Fixed(samples / k, 0) << " | " << Fixed(stale / k, 2) << " | " << Fixed(wall / k, 0) << " | "
        << Fixed(wall > 0 ? samples / wall : 0, 1) << " |\n";
   }
-  if (labels.size() > 1) md << per_point.str();
+  if (labels.size() > 1) {
+    if (paired_any) {
+      md << "\nIntervals " << (unpaired_any ? "of configurations that ran the baseline's seeds " : "")
+         << "are paired by seed (a seed fixes the prompt order, the sampling seeds and the held-out set, so the "
+            "spread the seeds share is left out)"
+         << (unpaired_any ? "; the others are Welch's (unpaired)" : "") << ".\n";
+    } else {
+      md << "\nIntervals are Welch's (unpaired: the configurations did not run the same seeds).\n";
+    }
+    md << per_point.str();
+  }
 
   std::ostringstream html;
   html << "<!doctype html><html><head><meta charset='utf-8'><title>Sluice comparison</title><style>"

@@ -110,6 +110,49 @@ TEST(DifferenceOfMeansTest, WelchIntervalAcrossSeeds) {
   EXPECT_NEAR(d.diff, -0.075, 1e-12);
 }
 
+TEST(DifferenceOfMeansTest, PairedIntervalLeavesOutTheSpreadSeedsShare) {
+  // Seeds differ by 4 points from each other, the configurations by exactly
+  // 1 point within each seed: paired, the difference is certain.
+  MeanDifference d = PairedDifference({0.90, 0.94, 0.98}, {0.91, 0.95, 0.99});
+  EXPECT_TRUE(d.has_interval);
+  EXPECT_NEAR(d.diff, 0.01, 1e-12);
+  EXPECT_NEAR(d.half_width, 0.0, 1e-9);
+  // Unpaired, the seeds' spread swamps it.
+  EXPECT_GT(DifferenceOfMeans({0.90, 0.94, 0.98}, {0.91, 0.95, 0.99}).half_width, 0.05);
+  // Differences +1, +3 points: mean 2, sd sqrt(2)/100, 1 df -> t 12.706.
+  d = PairedDifference({0.90, 0.94}, {0.91, 0.97});
+  EXPECT_NEAR(d.diff, 0.02, 1e-12);
+  EXPECT_NEAR(d.half_width, 12.706 * std::sqrt(2e-4 / 2), 1e-9);
+  EXPECT_FALSE(PairedDifference({0.9}, {0.8}).has_interval);
+}
+
+TEST_F(ReportTest, ComparePairsRunsBySeedWhenTheyRanTheSameSeeds) {
+  auto run = [&](const std::string& name, int seed, double acc) {
+    fs::create_directories(dir_ / name);
+    std::ofstream(dir_ / name / "metrics.jsonl")
+        << "{\"step\":1,\"samples_trained\":10,\"reward_mean\":0.5,\"eval_accuracy\":" << acc << "}\n";
+    if (seed >= 0) std::ofstream(dir_ / name / "config.yaml") << "run:\n  seed: " << seed << "\n";
+    return (dir_ / name).string();
+  };
+  // Given in another seed order than the baseline's: pairs by seed, not by position.
+  auto c = CompareRuns({{"sync", run("s0", 0, 0.90)},
+                        {"sync", run("s1", 1, 0.94)},
+                        {"sync", run("s2", 2, 0.98)},
+                        {"async", run("a2", 2, 0.99)},
+                        {"async", run("a0", 0, 0.91)},
+                        {"async", run("a1", 1, 0.95)},
+                        {"other", run("o0", 0, 0.91)},
+                        {"other", run("o1", 1, 0.95)},
+                        {"other", run("o3", 3, 0.99)}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE(c->markdown.find("| async | 3 | 95.0% (91.0..99.0) | +1.0 ± 0.0 points | no: better at some evaluation"),
+            std::string::npos)
+      << c->markdown;
+  // "other" ran seed 3, which the baseline did not: Welch's interval, wide.
+  EXPECT_EQ(c->markdown.find("| other | 3 | 95.0% (91.0..99.0) | +1.0 ± 0.0 points"), std::string::npos) << c->markdown;
+  EXPECT_NE(c->markdown.find("the others are Welch's (unpaired)"), std::string::npos) << c->markdown;
+}
+
 TEST_F(ReportTest, CompareSaysWhereAsyncIsNotAtParity) {
   auto run = [&](const std::string& name, double acc) {
     fs::create_directories(dir_ / name);

@@ -13,17 +13,22 @@
 
 #include "sluice/common/file_util.h"
 #include "sluice/launch/commands.h"
-#include "sluice/launch/config.h"
-#include "sluice/launch/flags.h"
 #include "sluice/launch/report.h"
-#include "sluice/launch/supervisor.h"
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/evaluator.h"
 #include "sluice/pipeline/run.h"
 #include "sluice/reward/task.h"
+#include "sluice/runtime/config.h"
+#include "sluice/runtime/flags.h"
+#include "sluice/runtime/supervisor.h"
 
 namespace sluice::launch {
 namespace {
+
+using runtime::Config;
+using runtime::ConfigSchema;
+using runtime::FlagSet;
+using runtime::StopOnSignals;
 
 namespace fs = std::filesystem;
 

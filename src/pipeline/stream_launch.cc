@@ -27,8 +27,8 @@
 #include "sluice/common/background_thread.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/shm.h"
-#include "sluice/launch/supervisor.h"
 #include "sluice/rollout/standby_weights.h"
+#include "sluice/runtime/supervisor.h"
 #include "sluice/transfer_queue/remote.h"
 #include "sluice/transfer_queue/server.h"
 #include "stream_roles.h"
@@ -115,9 +115,9 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   }));
 
   Status result = [&]() -> Status {
-    SLUICE_ASSIGN_OR_RETURN(auto supervisor, launch::Supervisor::Create({}));
+    SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
     for (PipelineRole role : {PipelineRole::kTrainer, PipelineRole::kRollout, PipelineRole::kReward}) {
-      launch::ChildSpec spec;
+      runtime::ChildSpec spec;
       spec.name = PipelineRoleName(role);
       spec.path = po.role_command.front();
       spec.args.assign(po.role_command.begin() + 1, po.role_command.end());

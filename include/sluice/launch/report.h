@@ -30,7 +30,9 @@ struct Comparison {
   // One row per label; the first label is the baseline: each other label's
   // held-out accuracy minus the baseline's with a 95% confidence interval
   // across seeds, and whether that shows parity (every interval includes 0
-  // and is within +-2 points), at the last evaluation and at each one.
+  // and is within +-2 points), at the last evaluation and at each one. The
+  // interval is paired by seed when both labels ran the same seeds (read
+  // from each run's config.yaml, run.seed), else Welch's.
   std::string markdown;
 };
 
@@ -42,6 +44,11 @@ struct MeanDifference {
   bool has_interval = false;
 };
 MeanDifference DifferenceOfMeans(const std::vector<double>& base, const std::vector<double>& other);
+// The same for matched pairs (base[i] and other[i] ran with the same seed:
+// the same prompt order, sampling seeds and held-out set): the mean of the
+// differences with its paired t interval, which leaves out the spread the
+// seeds share. No interval with fewer than two pairs. Precondition: equal sizes.
+MeanDifference PairedDifference(const std::vector<double>& base, const std::vector<double>& other);
 // Errors: InvalidArgument (no runs, an empty label), those of RenderRunReport
 // for each run directory, NotFound if a run has no evaluations.
 Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs);

@@ -1,0 +1,55 @@
+// Command-line flags: `--name=value`, `--name value`, and `--flag` for
+// booleans. Every flag must be declared; unknown flags and malformed values
+// are errors that name the flag and what is allowed.
+//
+// Thread safety: build and parse on one thread; read-only afterwards.
+#ifndef SLUICE_RUNTIME_FLAGS_H_
+#define SLUICE_RUNTIME_FLAGS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sluice/common/status.h"
+
+namespace sluice::runtime {
+
+class FlagSet {
+ public:
+  // Declares a flag with its default (as text) and help line.
+  void Add(const std::string& name, const std::string& default_value, const std::string& help, bool is_bool = false);
+
+  // Parses args (without the program / subcommand names). Positional
+  // arguments are collected into positional(). Errors: InvalidArgument.
+  Status Parse(const std::vector<std::string>& args);
+
+  Result<std::string> GetString(const std::string& name) const;
+  // Integer in [min, max]; errors name the flag and the range.
+  Result<int64_t> GetInt(const std::string& name, int64_t min, int64_t max) const;
+  Result<double> GetDouble(const std::string& name, double min, double max) const;
+  Result<bool> GetBool(const std::string& name) const;
+  // One of `allowed`.
+  Result<std::string> GetChoice(const std::string& name, const std::vector<std::string>& allowed) const;
+
+  const std::vector<std::string>& positional() const { return positional_; }
+  // True when --help or -h was among the arguments.
+  bool help_requested() const { return help_requested_; }
+  std::string Usage() const;
+
+ private:
+  struct Flag {
+    std::string value;
+    std::string default_value;
+    std::string help;
+    bool is_bool = false;
+  };
+  Result<const Flag*> Find(const std::string& name) const;
+  std::map<std::string, Flag> flags_;
+  std::vector<std::string> positional_;
+  bool help_requested_ = false;
+};
+
+}  // namespace sluice::runtime
+
+#endif  // SLUICE_RUNTIME_FLAGS_H_

@@ -1,0 +1,330 @@
+// The TransferQueue server and remote client in one process (fast, and the
+// sanitizers see both sides): binding and options, concurrency of blocking
+// calls, the server's write tracking, reclaim and shutdown.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "net/net_test_util.h"
+#include "sluice/transfer_queue/remote.h"
+#include "sluice/transfer_queue/server.h"
+#include "test_util.h"
+
+namespace sluice::transfer_queue {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::I64;
+using testing::Tags;
+using testing::ToI64;
+
+ServerOptions DefaultServerOptions() {
+  ServerOptions o;
+  o.controller.columns = testing::DefaultColumns();
+  o.controller.tasks = {"reward", "train"};
+  o.storage_units = 2;
+  return o;
+}
+
+std::unique_ptr<TransferQueueServer> StartServer(ServerOptions options = DefaultServerOptions()) {
+  Result<std::unique_ptr<TransferQueueServer>> server = TransferQueueServer::Start(std::move(options));
+  EXPECT_TRUE(server.ok()) << server.status().ToString();
+  return server.ok() ? std::move(server).value() : nullptr;
+}
+
+RemoteQueue Connect(const TransferQueueServer& server, RemoteOptions options = {}) {
+  options.rpc_timeout = 10s;
+  Result<RemoteQueue> queue = ConnectTransferQueue(server.endpoint(), options);
+  EXPECT_TRUE(queue.ok()) << queue.status().ToString();
+  return queue.ok() ? std::move(queue).value() : RemoteQueue{};
+}
+
+TEST(NetServerTest, LoopbackDetection) {
+  for (const std::string e : {"tcp://127.0.0.1:0", "tcp://127.5.6.7:80", "tcp://[::1]:5555", "tcp://lo:0",
+                              "tcp://[::ffff:127.0.0.1]:1", "ipc:///tmp/x.sock"}) {
+    EXPECT_TRUE(IsLoopbackEndpoint(e)) << e;
+  }
+  for (const std::string e : {"tcp://0.0.0.0:0", "tcp://*:0", "tcp://10.0.0.1:80", "tcp://eth0:0", "tcp://[::]:1",
+                              "tcp://example.com:1", "inproc://x", "tcp://128.0.0.1:1"}) {
+    EXPECT_FALSE(IsLoopbackEndpoint(e)) << e;
+  }
+}
+
+TEST(NetServerTest, OptionsAreValidated) {
+  ServerOptions o = DefaultServerOptions();
+  o.bind = "tcp://0.0.0.0:0";
+  TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kInvalidArgument, "refusing to bind tcp://0.0.0.0:0 without a token");
+  o = DefaultServerOptions();
+  o.bind = "udp://127.0.0.1:1";
+  TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kInvalidArgument, "must be tcp://HOST:PORT or ipc://PATH");
+  o = DefaultServerOptions();
+  o.max_message_bytes = o.controller.max_tensor_bytes;
+  TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kInvalidArgument, "max_message_bytes");
+  o = DefaultServerOptions();
+  o.storage_units = 0;
+  TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kInvalidArgument, "storage_units");
+  o = DefaultServerOptions();
+  o.controller.capacity_rows = 0;
+  TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kInvalidArgument, "capacity");
+  // A port in use is Unavailable.
+  std::unique_ptr<TransferQueueServer> first = StartServer();
+  ASSERT_NE(first, nullptr);
+  o = DefaultServerOptions();
+  o.bind = first->endpoint();
+  TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kUnavailable, "cannot bind");
+  // Client-side endpoint checks.
+  TQ_EXPECT_ERROR(ConnectTransferQueue("http://x"), kInvalidArgument, "unsupported transport");
+  TQ_EXPECT_ERROR(ConnectTransferQueue("tcp://127.0.0.1:99999"), kInvalidArgument, "not a number in 0..65535");
+}
+
+TEST(NetServerTest, IpcEndpointRoundTrip) {
+  const std::string dir = testing::TempDir();
+  ServerOptions o = DefaultServerOptions();
+  o.bind = "ipc://" + dir + "/tq.sock";
+  std::unique_ptr<TransferQueueServer> server = StartServer(o);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(server->endpoint(), o.bind);
+  TransferQueueClient client = Connect(*server).client();
+  TQ_ASSERT_OK(client.CreatePartition("p"));
+  Result<std::vector<RowId>> rows = client.PutRows("p", {Tags()}, {{"prompt", {I64({7, 8, 9})}}});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  Result<BatchMeta> meta = client.GetMeta("train", {"prompt"}, 1, "p");
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  Result<BatchData> data = client.GetData(*meta);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  EXPECT_EQ(ToI64(data->columns["prompt"][0]), (std::vector<int64_t>{7, 8, 9}));
+  server->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+// A GetMeta waiting for rows runs on its own thread: other clients' quick
+// calls are served meanwhile, and the waiter gets the rows once written.
+TEST(NetServerTest, BlockedGetMetaDoesNotBlockOthers) {
+  ServerOptions o = DefaultServerOptions();
+  o.workers = 1;
+  std::unique_ptr<TransferQueueServer> server = StartServer(o);
+  ASSERT_NE(server, nullptr);
+  RemoteQueue queue = Connect(*server);
+  TransferQueueClient client = queue.client();
+  TQ_ASSERT_OK(client.CreatePartition("p"));
+  std::vector<std::thread> waiters;
+  std::atomic<int> served{0};
+  for (int i = 0; i < 3; ++i) {
+    waiters.emplace_back([&] {
+      Result<BatchMeta> meta = client.GetMeta("train", {"prompt"}, 1, "p", {}, 10s);
+      EXPECT_TRUE(meta.ok()) << meta.status().ToString();
+      if (meta.ok()) served.fetch_add(1);
+    });
+  }
+  while (server->controller()->Stats()->waiting_consumers < 3) std::this_thread::sleep_for(1ms);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(client.Stats().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_EQ(served.load(), 0);
+  ColumnBatch put;
+  for (int i = 0; i < 3; ++i) put["prompt"].push_back(I64({i}));
+  ASSERT_TRUE(client.PutRows("p", {Tags(), Tags(), Tags()}, put).ok());
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(served.load(), 3);
+}
+
+TEST(NetServerTest, TooManyBlockingCallsIsResourceExhausted) {
+  ServerOptions o = DefaultServerOptions();
+  o.max_blocking_calls = 1;
+  std::unique_ptr<TransferQueueServer> server = StartServer(o);
+  ASSERT_NE(server, nullptr);
+  TransferQueueClient client = Connect(*server).client();
+  TQ_ASSERT_OK(client.CreatePartition("p"));
+  std::thread waiter([&] { TQ_EXPECT_ERROR(client.GetMeta("train", {"prompt"}, 1, "p", {}, 2500ms), kTimeout, ""); });
+  while (server->controller()->Stats()->waiting_consumers < 1) std::this_thread::sleep_for(1ms);
+  TQ_EXPECT_ERROR(client.GetMeta("reward", {"prompt"}, 1, "p", {}, 10ms), kResourceExhausted, "max_blocking_calls");
+  waiter.join();
+  EXPECT_EQ(server->counters().busy, 1u);
+  // Capacity for blocking calls comes back.
+  TQ_EXPECT_ERROR(client.GetMeta("reward", {"prompt"}, 1, "p", {}, 10ms), kTimeout, "");
+}
+
+// A producer that dies between BeginWrite and CommitWrite: the server aborts
+// the write after open_write_timeout, so its reservation is not leaked.
+TEST(NetServerTest, AbandonedWriteIsAbortedByTheServer) {
+  ServerOptions o = DefaultServerOptions();
+  o.open_write_timeout = 200ms;
+  std::unique_ptr<TransferQueueServer> server = StartServer(o);
+  ASSERT_NE(server, nullptr);
+  RemoteQueue queue = Connect(*server);
+  TQ_ASSERT_OK(queue.client().CreatePartition("p"));
+  BeginWriteRequest begin;
+  begin.partition = "p";
+  begin.target = WriteTarget::kNewRows;
+  begin.new_rows = {Tags()};
+  begin.columns = {{"prompt", {TensorMeta{DType::kI64, {2}, 16}}}};
+  Result<BeginWriteResponse> write = queue.controller->BeginWrite(begin);
+  ASSERT_TRUE(write.ok()) << write.status().ToString();
+  const RowId row = write->rows[0];
+  StorageWriteRequest store;
+  store.write_id = write->write_id;
+  store.items = {{row, "prompt", I64({1, 2})}};
+  TQ_ASSERT_OK(queue.storage[StorageUnitFor(row, 2)]->Write(store));
+  Result<ControllerStats> stats = queue.controller->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->bytes_reserved, 16u);
+  // ... and the producer vanishes.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (server->counters().writes_expired == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(server->counters().writes_expired, 1u);
+  stats = queue.controller->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->open_writes, 0u);
+  EXPECT_EQ(stats->bytes_held, 0u);
+  EXPECT_EQ(stats->rows, 0u);
+  Result<StorageStats> unit = queue.storage[StorageUnitFor(row, 2)]->Stats();
+  ASSERT_TRUE(unit.ok());
+  EXPECT_EQ(unit->bytes, 0u);
+  TQ_EXPECT_ERROR(queue.controller->CommitWrite(CommitWriteRequest{write->write_id}), kNotFound,
+                  "aborted by the server after being left open longer than open_write_timeout = 200 ms");
+}
+
+TEST(NetServerTest, StorageAcceptsOnlyDeclaredCellsOfOpenWrites) {
+  std::unique_ptr<TransferQueueServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  RemoteQueue queue = Connect(*server);
+  TransferQueueClient client = queue.client();
+  TQ_ASSERT_OK(client.CreatePartition("p"));
+  Result<std::vector<RowId>> rows = client.PutRows("p", {Tags(), Tags()}, {{"prompt", {I64({1}), I64({2})}}});
+  ASSERT_TRUE(rows.ok());
+  const RowId row = (*rows)[0];
+  StorageUnit& unit = *queue.storage[StorageUnitFor(row, 2)];
+
+  // No open write: refused, nothing stored.
+  StorageWriteRequest rogue;
+  rogue.write_id = 12345;
+  rogue.items = {{row, "response", I64(std::vector<int64_t>(1000, 1))}};
+  TQ_EXPECT_ERROR(unit.Write(rogue), kNotFound, "write 12345 is not open on this server");
+
+  // An open write: only its declared cells, with the declared metadata.
+  BeginWriteRequest begin;
+  begin.rows = {row};
+  begin.columns = {{"response", {TensorMeta{DType::kI64, {2}, 16}}}};
+  Result<BeginWriteResponse> write = queue.controller->BeginWrite(begin);
+  ASSERT_TRUE(write.ok()) << write.status().ToString();
+  rogue.write_id = write->write_id;
+  TQ_EXPECT_ERROR(unit.Write(rogue), kInvalidArgument, "differs from the declared [2] I64 (16 bytes)");
+  rogue.items = {{row, "reward", testing::F32Scalar(1)}};
+  TQ_EXPECT_ERROR(unit.Write(rogue), kInvalidArgument, "was not declared");
+  rogue.items = {{(*rows)[1], "response", I64({1, 2})}};
+  TQ_EXPECT_ERROR(unit.Write(rogue), kInvalidArgument, "not a target of the write");
+  StorageUnit& other = *queue.storage[1 - StorageUnitFor(row, 2)];
+  rogue.items = {{row, "response", I64({1, 2})}};
+  TQ_EXPECT_ERROR(other.Write(rogue), kInvalidArgument, "belongs to storage unit");
+  TQ_ASSERT_OK(unit.Write(rogue));
+
+  // Remote Discard touches only open writes' cells: the committed prompt stays.
+  TQ_ASSERT_OK(unit.Discard(StorageDiscardRequest{{row}, {"prompt", "response"}}));
+  Result<StorageReadResponse> read = unit.Read(StorageReadRequest{{row}, {"prompt"}});
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  TQ_EXPECT_ERROR(unit.Read(StorageReadRequest{{row}, {"response"}}), kNotFound, "response");
+  // AbortWrite discards on the server too; FreeRows is not served remotely.
+  TQ_ASSERT_OK(queue.controller->AbortWrite(AbortWriteRequest{write->write_id}));
+  TQ_EXPECT_ERROR(unit.FreeRows(StorageFreeRequest{{row}}), kFailedPrecondition, "not served remotely");
+  Result<QueueStats> stats = client.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->controller.bytes_held, stats->storage_bytes);
+}
+
+// Stores the bytes on the server, then reports a failure: the client's
+// rollback (Discard, then AbortWrite) must run over the wire.
+class StoreThenFail final : public StorageUnit {
+ public:
+  explicit StoreThenFail(std::shared_ptr<StorageUnit> unit) : unit_(std::move(unit)) {}
+  Status Write(const StorageWriteRequest& r) override {
+    SLUICE_RETURN_IF_ERROR(unit_->Write(r));
+    return Status::Unavailable("injected failure after storing");
+  }
+  Result<StorageReadResponse> Read(const StorageReadRequest& r) override { return unit_->Read(r); }
+  Status Discard(const StorageDiscardRequest& r) override { return unit_->Discard(r); }
+  Status FreeRows(const StorageFreeRequest& r) override { return unit_->FreeRows(r); }
+  Result<StorageStats> Stats() override { return unit_->Stats(); }
+
+ private:
+  std::shared_ptr<StorageUnit> unit_;
+};
+
+TEST(NetServerTest, FailedWritesRollBackOverTheWire) {
+  std::unique_ptr<TransferQueueServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  RemoteQueue queue = Connect(*server);
+  TQ_ASSERT_OK(queue.client().CreatePartition("p"));
+  TransferQueueClient faulty(queue.controller, {std::make_shared<StoreThenFail>(queue.storage[0]), queue.storage[1]});
+  ColumnBatch put;
+  for (int i = 0; i < 4; ++i) put["prompt"].push_back(I64({i, i}));
+  TQ_EXPECT_ERROR(faulty.PutRows("p", {Tags(), Tags(), Tags(), Tags()}, put), kUnavailable, "rolled back");
+  Result<QueueStats> stats = queue.client().Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->controller.open_writes, 0u);
+  EXPECT_EQ(stats->controller.bytes_held, 0u);
+  EXPECT_EQ(stats->controller.rows, 0u);
+  EXPECT_EQ(stats->storage_bytes, 0u);
+  EXPECT_EQ(stats->controller.writes_aborted, 1u);
+  // The schema check happens at BeginWrite: nothing is stored or reserved.
+  TQ_EXPECT_ERROR(queue.client().PutRows("p", {Tags()}, {{"reward", {I64({1})}}}), kInvalidArgument, "dtype");
+  stats = queue.client().Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->controller.bytes_held, 0u);
+}
+
+TEST(NetServerTest, StopWakesBlockedCallsWithAborted) {
+  std::unique_ptr<TransferQueueServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  TransferQueueClient client = Connect(*server).client();
+  TQ_ASSERT_OK(client.CreatePartition("p"));
+  std::thread waiter([&] { TQ_EXPECT_ERROR(client.GetMeta("train", {"prompt"}, 1, "p", {}, 20s), kAborted, ""); });
+  while (server->controller()->Stats()->waiting_consumers < 1) std::this_thread::sleep_for(1ms);
+  const auto start = std::chrono::steady_clock::now();
+  server->Stop();
+  waiter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+// A client's limits rise to the server's at connect: big tensors pass both ways.
+TEST(NetServerTest, ClientLimitsRiseToTheServers) {
+  std::unique_ptr<TransferQueueServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  RemoteOptions small;
+  small.max_message_bytes = 64 << 10;
+  small.max_tensor_bytes = 32 << 10;
+  TransferQueueClient client = Connect(*server, small).client();
+  TQ_ASSERT_OK(client.CreatePartition("p"));
+  std::vector<int64_t> big(64 << 10);  // 512 KiB
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int64_t>(i * 7);
+  ASSERT_TRUE(client.PutRows("p", {Tags()}, {{"prompt", {I64(big)}}}).ok());
+  Result<BatchMeta> meta = client.GetMeta("train", {"prompt"}, 1, "p");
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  Result<BatchData> data = client.GetData(*meta);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  EXPECT_EQ(ToI64(data->columns["prompt"][0]), big);
+  // A message over the (raised) limit is refused before sending.
+  RemoteOptions tiny;
+  tiny.max_message_bytes = 4096;
+  Result<std::shared_ptr<StorageUnit>> unit = NewRemoteStorageUnit(server->endpoint(), 0, tiny);
+  ASSERT_TRUE(unit.ok());
+  StorageWriteRequest write{1, {{0, "prompt", I64(big)}}};
+  TQ_EXPECT_ERROR((*unit)->Write(write), kOutOfRange, "exceeds max_message_bytes 4096");
+}
+
+TEST(NetServerTest, ClosedRemoteControllerIsAborted) {
+  std::unique_ptr<TransferQueueServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  RemoteQueue queue = Connect(*server);
+  queue.controller->Close();
+  TQ_EXPECT_ERROR(queue.controller->Stats(), kAborted, "closed");
+  // The server is untouched: a fresh connection works.
+  RemoteQueue other = Connect(*server);
+  EXPECT_TRUE(other.controller->Stats().ok());
+}
+
+}  // namespace
+}  // namespace sluice::transfer_queue

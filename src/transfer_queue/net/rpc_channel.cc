@@ -1,0 +1,172 @@
+#include "net/rpc_channel.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <limits>
+#include <utility>
+
+#include "sluice/common/logging.h"
+
+namespace sluice::transfer_queue::internal {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+// rpc_timeout + blocking, saturated: a caller's "wait forever" stays finite
+// arithmetic.
+std::chrono::milliseconds AddTimeouts(std::chrono::milliseconds a, std::chrono::milliseconds b) {
+  const auto cap = std::chrono::milliseconds(std::chrono::hours(24 * 365));
+  a = std::clamp(a, std::chrono::milliseconds(0), cap);
+  b = std::clamp(b, std::chrono::milliseconds(0), cap);
+  return std::min(a + b, cap);
+}
+
+void FreeMessage(void* data, void* /*hint*/) { delete[] static_cast<std::byte*>(data); }
+
+}  // namespace
+
+Status ValidateEndpoint(const std::string& endpoint) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("endpoint '" + endpoint + "': " + why + " (expected tcp://HOST:PORT or ipc://PATH)");
+  };
+  if (endpoint.rfind("ipc://", 0) == 0) {
+    if (endpoint.size() == 6) return bad("empty ipc path");
+    return Status::Ok();
+  }
+  if (endpoint.rfind("tcp://", 0) != 0) return bad("unsupported transport");
+  const std::string rest = endpoint.substr(6);
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) return bad("missing host or port");
+  const std::string port = rest.substr(colon + 1);
+  if (port == "*") return Status::Ok();
+  const bool digits = !port.empty() && port.size() <= 5 &&
+                      std::all_of(port.begin(), port.end(), [](unsigned char ch) { return ch >= '0' && ch <= '9'; });
+  if (!digits || std::stoi(port) > 65535) {
+    return bad("port '" + port + "' is not a number in 0..65535");
+  }
+  return Status::Ok();
+}
+
+RpcChannel::RpcChannel(std::string endpoint, RemoteOptions options)
+    : endpoint_(std::move(endpoint)), options_(std::move(options)), context_(1) {
+  MutexLock lock(&mu_);
+  limits_.max_message_bytes = options_.max_message_bytes;
+  limits_.max_batch_rows = options_.max_batch_rows;
+  limits_.max_tensor_bytes = options_.max_tensor_bytes;
+}
+
+RpcChannel::~RpcChannel() {
+  MutexLock lock(&mu_);
+  idle_.clear();  // sockets (linger 0) close before the context
+}
+
+Result<std::shared_ptr<RpcChannel>> RpcChannel::Create(std::string endpoint, RemoteOptions options) {
+  SLUICE_RETURN_IF_ERROR(ValidateEndpoint(endpoint));
+  if (options.rpc_timeout.count() <= 0) {
+    return Status::InvalidArgument("RemoteOptions.rpc_timeout must be > 0 (got " +
+                                   std::to_string(options.rpc_timeout.count()) + " ms)");
+  }
+  if (options.token.size() > wire::kMaxTokenBytes) {
+    return Status::InvalidArgument("RemoteOptions.token has " + std::to_string(options.token.size()) +
+                                   " bytes, at most " + std::to_string(wire::kMaxTokenBytes) + " allowed");
+  }
+  if (options.max_message_bytes < 4096 || options.max_message_bytes > uint64_t{INT64_MAX}) {
+    return Status::InvalidArgument("RemoteOptions.max_message_bytes must be in [4096, 2^63)");
+  }
+  if (options.max_batch_rows == 0) return Status::InvalidArgument("RemoteOptions.max_batch_rows must be > 0");
+  return std::shared_ptr<RpcChannel>(new RpcChannel(std::move(endpoint), std::move(options)));
+}
+
+void RpcChannel::RaiseLimits(const wire::ServerInfo& info) {
+  MutexLock lock(&mu_);
+  limits_.max_message_bytes = std::max(limits_.max_message_bytes, info.max_message_bytes);
+  limits_.max_batch_rows = std::max(limits_.max_batch_rows, info.max_batch_rows);
+  limits_.max_tensor_bytes = std::max(limits_.max_tensor_bytes, info.max_tensor_bytes);
+  // Idle sockets carry the old ZMQ_MAXMSGSIZE: new ones get the new limit.
+  idle_.clear();
+}
+
+wire::WireLimits RpcChannel::limits() const {
+  MutexLock lock(&mu_);
+  return limits_;
+}
+
+Result<std::unique_ptr<zmq::socket_t>> RpcChannel::Checkout() {
+  {
+    MutexLock lock(&mu_);
+    if (!idle_.empty()) {
+      std::unique_ptr<zmq::socket_t> socket = std::move(idle_.back());
+      idle_.pop_back();
+      return socket;
+    }
+  }
+  try {
+    auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+    socket->set(zmq::sockopt::linger, 0);
+    socket->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits().max_message_bytes));
+    socket->connect(endpoint_);
+    return socket;
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable("cannot open a connection to " + endpoint_ + ": " + e.what());
+  }
+}
+
+void RpcChannel::Checkin(std::unique_ptr<zmq::socket_t> socket) {
+  MutexLock lock(&mu_);
+  if (idle_.size() < options_.max_idle_sockets) idle_.push_back(std::move(socket));
+}
+
+Result<RpcChannel::Received> RpcChannel::RoundTrip(wire::MessageType type, uint64_t id, wire::Message request,
+                                                   std::chrono::milliseconds blocking, const wire::WireLimits& limits) {
+  const std::string what = wire::MessageTypeName(type) + " request";
+  if (request.size > limits.max_message_bytes) {
+    return Status::OutOfRange(what + " of " + std::to_string(request.size) + " bytes exceeds max_message_bytes " +
+                              std::to_string(limits.max_message_bytes) + "; send fewer or smaller rows per call");
+  }
+  const std::chrono::milliseconds timeout = AddTimeouts(options_.rpc_timeout, blocking);
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<zmq::socket_t> socket, Checkout());
+  try {
+    const size_t size = request.size;
+    zmq::message_t out(request.data.release(), size, &FreeMessage, nullptr);
+    if (!socket->send(out, zmq::send_flags::dontwait)) {
+      return Status::Unavailable("cannot send " + what + " to " + endpoint_ + ": send queue full");
+    }
+    const Steady::time_point deadline = Steady::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now());
+      if (left.count() <= 0) {
+        // The socket is dropped: a late reply must not answer a later call.
+        return Status::Unavailable("no reply to " + what + " from " + endpoint_ + " within " +
+                                   std::to_string(timeout.count()) +
+                                   " ms (the server is down, unreachable or overloaded)");
+      }
+      zmq::pollitem_t item{static_cast<void*>(*socket), 0, ZMQ_POLLIN, 0};
+      try {
+        zmq::poll(&item, 1, std::min(left, std::chrono::milliseconds(std::numeric_limits<int>::max())));
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;
+        throw;
+      }
+      if ((item.revents & ZMQ_POLLIN) == 0) continue;
+      auto reply = std::make_shared<zmq::message_t>();
+      if (!socket->recv(*reply, zmq::recv_flags::dontwait)) continue;
+      if (reply->more()) {
+        return Status::DataLoss("malformed reply to " + what + " from " + endpoint_ + ": more than one frame");
+      }
+      const std::span<const std::byte> bytes(static_cast<const std::byte*>(reply->data()), reply->size());
+      Result<wire::Header> header = wire::DecodeHeader(bytes, limits);
+      if (!header.ok()) return header.status().WithContext("malformed reply to " + what + " from " + endpoint_);
+      if (!header->is_reply() || header->request_id != id) continue;  // not ours: stale
+      if (header->type != type) {
+        return Status::DataLoss("malformed reply to " + what + " from " + endpoint_ + ": it is a " +
+                                wire::Describe(*header));
+      }
+      Checkin(std::move(socket));
+      return Received{std::move(reply), *header};
+    }
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable(what + " to " + endpoint_ + " failed: " + e.what());
+  }
+}
+
+}  // namespace sluice::transfer_queue::internal

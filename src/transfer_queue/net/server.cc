@@ -1,0 +1,385 @@
+// The TransferQueue server's lifecycle, I/O thread and front door. Requests
+// are checked here in the order cheapest first (framing, header, target,
+// token) before any work is queued; see server_dispatch.cc for the rest.
+#include "sluice/transfer_queue/server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "net/server_impl.h"
+#include "sluice/common/logging.h"
+
+namespace sluice::transfer_queue {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+void FreeMessage(void* data, void* /*hint*/) { delete[] static_cast<std::byte*>(data); }
+
+// Constant time in the length of `expected`, whatever `got` is.
+bool TokensEqual(std::string_view expected, std::string_view got) {
+  volatile uint8_t diff = expected.size() == got.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const char g = i < got.size() ? got[i] : '\0';
+    diff = static_cast<uint8_t>(diff | static_cast<uint8_t>(expected[i] ^ g));
+  }
+  return diff == 0;
+}
+
+// Requests that may wait inside the controller (rows, capacity).
+bool MayBlock(wire::MessageType type) {
+  // Storage writes may wait for room in the shared-memory arena.
+  return type == wire::MessageType::kGetMeta || type == wire::MessageType::kCreateRows ||
+         type == wire::MessageType::kBeginWrite || type == wire::MessageType::kStorageWrite ||
+         type == wire::MessageType::kShmStorageWrite;
+}
+
+std::string HostOf(const std::string& endpoint) {
+  const std::string rest = endpoint.substr(6);
+  const size_t colon = rest.rfind(':');
+  std::string host = colon == std::string::npos ? rest : rest.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+Status ValidateOptions(const ServerOptions& o) {
+  auto bad = [](const std::string& what) { return Status::InvalidArgument("ServerOptions." + what); };
+  if (o.bind.rfind("tcp://", 0) != 0 && o.bind.rfind("ipc://", 0) != 0) {
+    return bad("bind '" + o.bind + "' must be tcp://HOST:PORT or ipc://PATH");
+  }
+  if (o.token.size() > wire::kMaxTokenBytes) {
+    return bad("token has " + std::to_string(o.token.size()) + " bytes, at most " +
+               std::to_string(wire::kMaxTokenBytes) + " allowed");
+  }
+  if (o.token.empty() && !IsLoopbackEndpoint(o.bind)) {
+    return Status::InvalidArgument("refusing to bind " + o.bind +
+                                   " without a token: a non-loopback endpoint is reachable from other hosts. Set a "
+                                   "token (sluice_queue_server --token-file) or bind 127.0.0.1");
+  }
+  if (o.storage_units == 0 || o.storage_units > wire::kMaxStorageUnits) {
+    return bad("storage_units is " + std::to_string(o.storage_units) + ", must be in 1.." +
+               std::to_string(wire::kMaxStorageUnits));
+  }
+  if (o.workers == 0 || o.workers > 256) return bad("workers is " + std::to_string(o.workers) + ", must be in 1..256");
+  if (o.max_blocking_calls == 0) return bad("max_blocking_calls must be > 0");
+  if (o.max_message_bytes > uint64_t{INT64_MAX} ||
+      o.max_message_bytes < o.controller.max_tensor_bytes + (uint64_t{64} << 10)) {
+    return bad("max_message_bytes is " + std::to_string(o.max_message_bytes) +
+               ", must be at least controller.max_tensor_bytes (" + std::to_string(o.controller.max_tensor_bytes) +
+               ") + 64 KiB so a tensor fits in a message");
+  }
+  if (o.open_write_timeout.count() < 0) return bad("open_write_timeout is negative");
+  if (o.shm_bytes > 0 && (o.shm_max_readers == 0 || o.shm_max_readers > 65536)) {
+    return bad("shm_max_readers is " + std::to_string(o.shm_max_readers) + ", must be in 1..65536");
+  }
+  if (o.shm_alloc_timeout.count() < 0) return bad("shm_alloc_timeout is negative");
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsLoopbackEndpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0) return true;
+  if (endpoint.rfind("tcp://", 0) != 0) return false;
+  const std::string host = HostOf(endpoint);
+  if (host == "lo") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  }
+  return false;  // "*", interface names, host names: assume reachable
+}
+
+// ------------------------------------------------------------ lifecycle
+
+TransferQueueServer::Impl::Impl(ServerOptions options) : options_(std::move(options)), context_(1) {}
+
+TransferQueueServer::Impl::~Impl() { Stop(); }
+
+Status TransferQueueServer::Impl::Init() {
+  SLUICE_RETURN_IF_ERROR(ValidateOptions(options_));
+  clock_ = options_.controller.clock ? options_.controller.clock : std::make_shared<SteadyClock>();
+  options_.controller.clock = clock_;
+  const uint64_t max_tensor_bytes = options_.controller.max_tensor_bytes;
+  limits_.max_message_bytes = options_.max_message_bytes;
+  limits_.max_batch_rows = options_.controller.max_batch_rows;
+  limits_.max_tensor_bytes = max_tensor_bytes;
+  SLUICE_ASSIGN_OR_RETURN(controller_, NewInProcessController(options_.controller));
+  if (options_.shm_bytes > 0) {
+    internal::ShmArena::Options arena;
+    arena.data_bytes = options_.shm_bytes;
+    arena.max_readers = options_.shm_max_readers;
+    arena.alloc_timeout = options_.shm_alloc_timeout;
+    Result<std::shared_ptr<internal::ShmArena>> created = internal::ShmArena::Create(arena);
+    if (!created.ok()) return created.status().WithContext("creating the shared-memory arena (shm_bytes)");
+    arena_ = std::move(*created);
+  }
+  for (uint32_t u = 0; u < options_.storage_units; ++u) {
+    units_.push_back(NewInProcessStorageUnit(StorageUnitOptions{u, max_tensor_bytes, nullptr, arena_}));
+  }
+  open_writes_ = std::make_unique<internal::OpenWrites>(options_.open_write_timeout, options_.storage_units);
+
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return Status::Unavailable(std::string("eventfd failed: ") + std::strerror(errno));
+  try {
+    router_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::router);
+    router_->set(zmq::sockopt::linger, 0);
+    // ZeroMQ drops a bigger frame (and the connection) before allocating it.
+    router_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
+    if (options_.bind.rfind("tcp://[", 0) == 0) router_->set(zmq::sockopt::ipv6, 1);
+    router_->bind(options_.bind);
+    endpoint_ = router_->get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable("cannot bind " + options_.bind + ": " + e.what());
+  }
+
+  quick_pool_ = std::make_unique<internal::WorkerPool>("tq-quick", options_.workers, options_.workers,
+                                                       options_.max_queued_requests);
+  // The door admits at most max_blocking_calls; the queue only absorbs a
+  // thread that is between posting a reply and taking the next job.
+  blocking_pool_ =
+      std::make_unique<internal::WorkerPool>("tq-block", 0, options_.max_blocking_calls, options_.max_blocking_calls);
+  SLUICE_RETURN_IF_ERROR(quick_pool_->Start());
+  SLUICE_RETURN_IF_ERROR(blocking_pool_->Start());
+  return io_thread_.Start([this](std::stop_token stop) { IoLoop(stop); });
+}
+
+void TransferQueueServer::Impl::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  // Blocked GetMeta/producer calls return Aborted, so the pools drain fast.
+  if (controller_) controller_->Close();
+  if (blocking_pool_) blocking_pool_->Stop();
+  if (quick_pool_) quick_pool_->Stop();
+  io_thread_.Stop();  // sends the replies still queued, then exits
+  router_.reset();
+  context_.close();
+  // Clients' mappings stay valid; no new client can attach.
+  if (arena_) arena_->Unlink();
+  if (wake_fd_ >= 0) close(wake_fd_);
+  wake_fd_ = -1;
+}
+
+wire::ServerInfo TransferQueueServer::Impl::Info() const {
+  wire::ServerInfo info;
+  info.storage_units = static_cast<uint32_t>(units_.size());
+  info.max_message_bytes = limits_.max_message_bytes;
+  info.max_batch_rows = limits_.max_batch_rows;
+  info.max_tensor_bytes = limits_.max_tensor_bytes;
+  info.token_required = !options_.token.empty();
+  if (arena_) {
+    info.shm_segment = arena_->name();
+    info.shm_data_bytes = arena_->data_bytes();
+  }
+  return info;
+}
+
+// ------------------------------------------------------------ I/O thread
+
+void TransferQueueServer::Impl::Wake() {
+  const uint64_t one = 1;
+  if (write(wake_fd_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+    SLUICE_LOG(ERROR) << "TransferQueue server: waking the I/O thread failed: " << std::strerror(errno);
+  }
+}
+
+void TransferQueueServer::Impl::IoLoop(std::stop_token stop) {
+  std::stop_callback wake_on_stop(stop, [this] { Wake(); });
+  zmq::pollitem_t items[2] = {{static_cast<void*>(*router_), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+  const auto expiry_period = std::clamp<std::chrono::milliseconds>(
+      options_.open_write_timeout / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  Steady::time_point next_expiry = Steady::now() + expiry_period;
+  while (!stop.stop_requested()) {
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(200));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      SLUICE_LOG(ERROR) << "TransferQueue server: poll failed: " << e.what();
+      break;
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      uint64_t ignored;
+      (void)!read(wake_fd_, &ignored, sizeof(ignored));
+    }
+    FlushOutbox();
+    if (items[0].revents & ZMQ_POLLIN) ReceiveBatch();
+    if (options_.open_write_timeout.count() > 0 && Steady::now() >= next_expiry) {
+      ExpireOpenWrites();
+      next_expiry = Steady::now() + expiry_period;
+    }
+  }
+  FlushOutbox();
+}
+
+void TransferQueueServer::Impl::ReceiveBatch() {
+  // Bounded, so replies keep flowing under a flood of requests.
+  for (int i = 0; i < 256; ++i) {
+    zmq::message_t identity;
+    if (!router_->recv(identity, zmq::recv_flags::dontwait)) return;
+    if (!identity.more()) continue;  // ROUTER always adds a payload; defensive
+    auto payload = std::make_shared<zmq::message_t>();
+    // The parts of a multipart message arrive together.
+    if (!router_->recv(*payload, zmq::recv_flags::dontwait)) continue;
+    size_t frames = 1;
+    for (bool more = payload->more(); more; ++frames) {
+      zmq::message_t extra;
+      if (!router_->recv(extra, zmq::recv_flags::dontwait)) break;
+      more = extra.more();
+    }
+    HandleFrame(std::move(identity), std::move(payload), frames);
+  }
+}
+
+void TransferQueueServer::Impl::Reject(const zmq::message_t& identity, std::span<const std::byte> bytes,
+                                       const Status& status) {
+  counters_.malformed.fetch_add(1);
+  SLUICE_LOG(DEBUG) << "TransferQueue server: refused a message: " << status.ToString();
+  // Echo the type and request id when the header got that far.
+  wire::MessageType type = wire::MessageType::kServerInfo;
+  uint64_t request_id = 0;
+  if (bytes.size() >= wire::kHeaderBytes && wire::LoadU32(bytes.data()) == wire::kMagic) {
+    const uint16_t raw = wire::LoadU16(bytes.data() + 6);
+    if (wire::IsKnownMessageType(raw)) type = static_cast<wire::MessageType>(raw);
+    request_id = wire::LoadU64(bytes.data() + 16);
+  }
+  counters_.error_replies.fetch_add(1);
+  SendNow(identity, wire::EncodeErrorReply(type, request_id, status));
+}
+
+void TransferQueueServer::Impl::HandleFrame(zmq::message_t identity, std::shared_ptr<zmq::message_t> payload,
+                                            size_t frames) {
+  const std::span<const std::byte> bytes(static_cast<const std::byte*>(payload->data()), payload->size());
+  if (frames != 1) {
+    return Reject(identity, bytes,
+                  Status::InvalidArgument("expected one frame per message, got " + std::to_string(frames)));
+  }
+  Result<wire::Header> header = wire::DecodeHeader(bytes, limits_);
+  if (!header.ok()) return Reject(identity, bytes, header.status());
+  if (header->is_reply()) {
+    return Reject(identity, bytes, Status::InvalidArgument(wire::Describe(*header) + " sent to the server"));
+  }
+  if (wire::IsStorageMessage(header->type) && header->target >= units_.size()) {
+    return Reject(identity, bytes,
+                  Status::InvalidArgument(wire::Describe(*header) + ": storage unit " + std::to_string(header->target) +
+                                          " does not exist (the server has " + std::to_string(units_.size()) + ")"));
+  }
+  if (!options_.token.empty()) {
+    Result<std::string> token = wire::DecodeRequestToken(bytes, *header, limits_);
+    if (!token.ok()) return Reject(identity, bytes, token.status());
+    if (!TokensEqual(options_.token, *token)) {
+      counters_.unauthenticated.fetch_add(1);
+      counters_.error_replies.fetch_add(1);
+      SendNow(identity, wire::EncodeErrorReply(
+                            header->type, header->request_id,
+                            Status::FailedPrecondition("authentication failed: this TransferQueue server requires a "
+                                                       "token and the request's token is " +
+                                                       std::string(token->empty() ? "missing" : "wrong"))));
+      return;
+    }
+  }
+  const bool blocking = MayBlock(header->type);
+  auto job = std::make_shared<Job>(Job{std::move(identity), std::move(payload), *header});
+  // Blocking calls are counted here, and uncounted before the reply is
+  // posted, so a client that sends its next call on receiving a reply always
+  // finds the slot free again.
+  if (blocking && blocking_in_flight_.fetch_add(1) >= options_.max_blocking_calls) {
+    blocking_in_flight_.fetch_sub(1);
+    return Busy(*job, std::to_string(options_.max_blocking_calls) + " blocking calls in progress (max_blocking_calls)");
+  }
+  internal::WorkerPool& pool = blocking ? *blocking_pool_ : *quick_pool_;
+  const bool queued = pool.TrySubmit([this, job, blocking] {
+    wire::Message reply = Execute(*job);
+    if (blocking) blocking_in_flight_.fetch_sub(1);
+    Post(std::move(job->identity), std::move(reply));
+  });
+  if (!queued) {
+    if (blocking) blocking_in_flight_.fetch_sub(1);
+    Busy(*job, std::to_string(options_.max_queued_requests) + " requests queued (max_queued_requests)");
+  }
+}
+
+void TransferQueueServer::Impl::Busy(const Job& job, const std::string& why) {
+  counters_.busy.fetch_add(1);
+  counters_.error_replies.fetch_add(1);
+  SendNow(job.identity,
+          wire::EncodeErrorReply(job.header.type, job.header.request_id,
+                                 Status::ResourceExhausted("TransferQueue server busy: " + why + "; retry later")));
+}
+
+void TransferQueueServer::Impl::SendNow(const zmq::message_t& identity, wire::Message reply) {
+  try {
+    zmq::message_t to(identity.data(), identity.size());
+    const size_t size = reply.size;
+    zmq::message_t body(reply.data.release(), size, &FreeMessage, nullptr);
+    // ROUTER drops messages to peers that left; it never blocks here.
+    if (!router_->send(to, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
+    (void)router_->send(body, zmq::send_flags::dontwait);
+  } catch (const zmq::error_t& e) {
+    SLUICE_LOG(DEBUG) << "TransferQueue server: reply not sent: " << e.what();
+  }
+}
+
+void TransferQueueServer::Impl::Post(zmq::message_t identity, wire::Message reply) {
+  {
+    MutexLock lock(&outbox_mu_);
+    outbox_.emplace_back(std::move(identity), std::move(reply));
+  }
+  Wake();
+}
+
+void TransferQueueServer::Impl::FlushOutbox() {
+  std::deque<std::pair<zmq::message_t, wire::Message>> ready;
+  {
+    MutexLock lock(&outbox_mu_);
+    ready.swap(outbox_);
+  }
+  for (auto& [identity, reply] : ready) SendNow(identity, std::move(reply));
+}
+
+void TransferQueueServer::Impl::ExpireOpenWrites() {
+  const size_t expired = open_writes_->Expire(Steady::now(), [this](WriteId id, const internal::WriteCells& cells) {
+    DiscardCells(cells);
+    Status aborted = controller_->AbortWrite(AbortWriteRequest{id});
+    SLUICE_LOG(WARNING) << "TransferQueue server: aborted write " << id << " (" << cells.rows.size()
+                        << " rows), left open longer than open_write_timeout = " << options_.open_write_timeout.count()
+                        << " ms (its producer died?)" << (aborted.ok() ? "" : ": " + aborted.ToString());
+  });
+  counters_.writes_expired.fetch_add(expired);
+}
+
+// ------------------------------------------------------------ public
+
+TransferQueueServer::TransferQueueServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TransferQueueServer::~TransferQueueServer() { Stop(); }
+
+Result<std::unique_ptr<TransferQueueServer>> TransferQueueServer::Start(ServerOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  Status started = impl->Init();
+  if (!started.ok()) {
+    impl->Stop();
+    return started;
+  }
+  return std::unique_ptr<TransferQueueServer>(new TransferQueueServer(std::move(impl)));
+}
+
+ServerCounters TransferQueueServer::Impl::counters() const {
+  const Counters& c = counters_;
+  return ServerCounters{c.requests.load(),        c.error_replies.load(), c.malformed.load(),
+                        c.unauthenticated.load(), c.busy.load(),          c.writes_expired.load()};
+}
+
+const std::string& TransferQueueServer::endpoint() const { return impl_->endpoint(); }
+void TransferQueueServer::Stop() { impl_->Stop(); }
+ServerCounters TransferQueueServer::counters() const { return impl_->counters(); }
+const std::shared_ptr<Controller>& TransferQueueServer::controller() const { return impl_->controller(); }
+const std::vector<std::shared_ptr<StorageUnit>>& TransferQueueServer::storage() const { return impl_->storage(); }
+
+}  // namespace sluice::transfer_queue

@@ -1,0 +1,85 @@
+#include "sluice/transfer_queue/server_flags.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "net/net_test_util.h"
+#include "test_util.h"
+
+namespace sluice::transfer_queue {
+namespace {
+
+TEST(ServerFlagsTest, ColumnsParse) {
+  Result<std::vector<ColumnSchema>> cols = ParseColumnList("prompt:I64:*,reward:f32:,mask:U8:4x2,x:BF16:-1x8");
+  ASSERT_TRUE(cols.ok()) << cols.status().ToString();
+  ASSERT_EQ(cols->size(), 4u);
+  EXPECT_EQ((*cols)[0], (ColumnSchema{"prompt", DType::kI64, {kRaggedDim}}));
+  EXPECT_EQ((*cols)[1], (ColumnSchema{"reward", DType::kF32, {}}));
+  EXPECT_EQ((*cols)[2], (ColumnSchema{"mask", DType::kU8, {4, 2}}));
+  EXPECT_EQ((*cols)[3], (ColumnSchema{"x", DType::kBF16, {kRaggedDim, 8}}));
+  TQ_EXPECT_ERROR(ParseColumnList("a:I64"), kInvalidArgument, "entry 'a:I64': needs exactly two ':'");
+  TQ_EXPECT_ERROR(ParseColumnList("a:Q8:"), kInvalidArgument, "unknown dtype 'Q8'");
+  TQ_EXPECT_ERROR(ParseColumnList("a:I64:4xz"), kInvalidArgument, "dimension 'z'");
+  TQ_EXPECT_ERROR(ParseColumnList("a:I64:4x*"), kInvalidArgument, "only the first dimension may be ragged");
+  TQ_EXPECT_ERROR(ParseColumnList(":I64:"), kInvalidArgument, "name is empty");
+  TQ_EXPECT_ERROR(ParseColumnList("a:I64:,a:F32:"), kInvalidArgument, "'a' is listed twice");
+}
+
+TEST(ServerFlagsTest, ByteSizes) {
+  EXPECT_EQ(*ParseByteSize("--x", "123"), 123u);
+  EXPECT_EQ(*ParseByteSize("--x", "64K"), 64u << 10);
+  EXPECT_EQ(*ParseByteSize("--x", "8G"), uint64_t{8} << 30);
+  TQ_EXPECT_ERROR(ParseByteSize("--capacity-bytes", "8X"), kInvalidArgument, "--capacity-bytes: '8X'");
+  TQ_EXPECT_ERROR(ParseByteSize("--x", "-1"), kInvalidArgument, "not a byte count");
+  TQ_EXPECT_ERROR(ParseByteSize("--x", "99999999999999999T"), kInvalidArgument, "");
+}
+
+TEST(ServerFlagsTest, FlagsMapToOptions) {
+  Result<ServerFlags> f =
+      ParseServerFlags({"--bind", "tcp://127.0.0.1:5555", "--capacity-bytes=1G", "--capacity-rows", "1000",
+                        "--storage-units", "4", "--columns", "prompt:I64:*", "--tasks", "reward,train",
+                        "--lease-timeout-ms", "5000", "--max-tensor-bytes", "1M", "--workers", "2"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const ServerOptions& o = f->options;
+  EXPECT_EQ(o.bind, "tcp://127.0.0.1:5555");
+  EXPECT_EQ(o.controller.capacity_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(o.controller.capacity_rows, 1000u);
+  EXPECT_EQ(o.storage_units, 4u);
+  EXPECT_EQ(o.controller.tasks, (std::vector<std::string>{"reward", "train"}));
+  EXPECT_EQ(o.controller.default_lease_timeout, std::chrono::milliseconds(5000));
+  EXPECT_EQ(o.max_message_bytes, (uint64_t{1} << 20) + (uint64_t{1} << 20));
+  EXPECT_EQ(o.workers, 2u);
+  EXPECT_TRUE(o.token.empty());
+  EXPECT_TRUE(ParseServerFlags({"--help"})->help);
+}
+
+TEST(ServerFlagsTest, BadFlagsAreNamed) {
+  TQ_EXPECT_ERROR(ParseServerFlags({"--storage-units", "0"}), kInvalidArgument, "storage-units");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--capacity-rows", "lots"}), kInvalidArgument, "capacity-rows");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--bogus", "1"}), kInvalidArgument, "bogus");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--bind", "udp://x"}), kInvalidArgument, "--bind: 'udp://x'");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--bind", "tcp://0.0.0.0:0"}), kInvalidArgument, "--token-file is required");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--tasks", "a,,b"}), kInvalidArgument, "--tasks: task name is empty");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--tasks", "a,a"}), kInvalidArgument, "listed twice");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--max-tensor-bytes", "1M", "--max-message-bytes", "1M"}), kInvalidArgument,
+                  "--max-message-bytes");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--token-file", "/nonexistent/token"}), kInvalidArgument, "cannot read");
+  TQ_EXPECT_ERROR(ParseServerFlags({"extra"}), kInvalidArgument, "unexpected argument 'extra'");
+}
+
+TEST(ServerFlagsTest, TokenFile) {
+  const std::string dir = testing::TempDir();
+  testing::WriteFile(dir + "/t", "  secret value \n\n");
+  Result<ServerFlags> f = ParseServerFlags({"--token-file", dir + "/t", "--bind", "tcp://0.0.0.0:0"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->options.token, "  secret value");  // trailing whitespace only
+  testing::WriteFile(dir + "/empty", "\n");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--token-file", dir + "/empty"}), kInvalidArgument, "is empty");
+  testing::WriteFile(dir + "/long", std::string(300, 'x'));
+  TQ_EXPECT_ERROR(ParseServerFlags({"--token-file", dir + "/long"}), kInvalidArgument, "at most 256");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace sluice::transfer_queue

@@ -111,10 +111,14 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
   const int64_t P = rl.prompts_per_step;
   const uint64_t n = s.task->size(reward::Split::kTrain);
   const uint64_t start = static_cast<uint64_t>(s.step * P), end = static_cast<uint64_t>(rl.steps * P);
-  // Admission lets the rollout hold at most (max_staleness + 1) versions'
-  // prompts beyond what the trainer retired, which is at most what the
-  // rollout finished: one version more is always written ahead.
-  const uint64_t window = static_cast<uint64_t>((po.EffectiveMaxStaleness() + 2) * P * po.sync_interval);
+  // Admission lets the rollout hold fewer than (max_staleness + 1) versions'
+  // prompts beyond what the trainer retired. The trainer retires only
+  // prompts whose answers are all in the hub, but the rollout acks its
+  // prompts a batch at a time (up to 2 x slots / G prompts), so what it has
+  // acked may trail that by a batch: one more version and one batch more are
+  // written ahead, and admitted prompts are always in the hub.
+  const uint64_t window = static_cast<uint64_t>((po.EffectiveMaxStaleness() + 2) * P * po.sync_interval +
+                                                2 * rl.rollout_slots / rl.group_size + 1);
   for (uint64_t next = start; next < end;) {
     if (stopping() || board.stop.load() != 0) return Status::Ok();
     SLUICE_ASSIGN_OR_RETURN(tq::ControllerStats stats, client.controller()->Stats());

@@ -138,7 +138,8 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
 
   board->stop.store(1);
   feeder.Stop();
-  if (result.ok() && !fed.ok()) result = fed.WithContext("feeding prompts");
+  // A feeding error is the cause when there is one (the roles it stopped fail after it).
+  if (!fed.ok()) result = fed.WithContext("feeding prompts");
   s.stream_stats = board->Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
   // Cleanup, whatever happened: the roles are gone (reaped), so nothing is in use.
   server->Stop();

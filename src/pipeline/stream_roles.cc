@@ -181,11 +181,12 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   // nothing yet, or its GetMeta is blocked), else 0.
   auto follow_trainer = [&]() -> Result<int64_t> {
     SLUICE_ASSIGN_OR_RETURN(const tq::TaskDepth train, TrainerDepth(client));
-    const PolicyVersion latest = std::max(r.latest_version(), admission->stats().trainer_version);
+    const tq::AdmissionStats now = admission->stats();
+    const PolicyVersion latest = std::max(r.latest_version(), now.trainer_version);
     const int64_t acked = static_cast<int64_t>(train.acked_total / static_cast<uint64_t>(G));
     // Never more than is pending: a group the hub delivered twice (a lease
     // that ran out) is acked twice but admitted once.
-    const int64_t consumed = std::min(acked - retired, admission->stats().pending);
+    const int64_t consumed = std::min(acked - retired, now.pending);
     retired = acked;
     SLUICE_RETURN_IF_ERROR(admission->CompleteStep(latest, std::max<int64_t>(consumed, 0)));
     const bool waiting = train.waiting > 0 || (train.leased == 0 && train.acked_total == 0);

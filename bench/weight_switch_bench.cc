@@ -74,8 +74,7 @@ Result<Run> Measure(bool standby_mode, std::shared_ptr<model::Transformer> servi
   SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create({serving, first_version}, eo));
   std::unique_ptr<rollout::StandbyWeights> standby;
   if (standby_mode) {
-    SLUICE_ASSIGN_OR_RETURN(standby,
-                            rollout::StandbyWeights::Create(serving, first_version, rollout::MakeWeightSource(store)));
+    SLUICE_ASSIGN_OR_RETURN(standby, rollout::StandbyWeights::Create(serving, first_version, store));
   }
   std::vector<double> hook_seconds;  // standby: time of each hook call that handed a version
   if (standby_mode) {

@@ -226,7 +226,7 @@ int BroadcastPublisherMain(const std::map<std::string, std::string>& args) {
   for (int64_t v = 1; v <= versions; ++v) {
     weights.Stamp(v);
     const auto t0 = Clock::now();
-    auto report = (*pub)->Publish(v, weights.tensors());
+    auto report = (*pub)->PublishWithReport(v, weights.tensors());
     seconds.push_back(Seconds(Clock::now() - t0));
     if (!report.ok()) {
       std::fprintf(stderr, "bc-pub: %s\n", report.status().ToString().c_str());

@@ -320,7 +320,11 @@ Result<std::unique_ptr<BroadcastPublisher>> BroadcastPublisher::Start(BroadcastP
   return std::unique_ptr<BroadcastPublisher>(new BroadcastPublisher(std::move(impl)));
 }
 
-Result<BroadcastPublishReport> BroadcastPublisher::Publish(int64_t version, const TensorMap& tensors) {
+Status BroadcastPublisher::Publish(int64_t version, const TensorMap& tensors) {
+  return PublishWithReport(version, tensors).status();
+}
+
+Result<BroadcastPublishReport> BroadcastPublisher::PublishWithReport(int64_t version, const TensorMap& tensors) {
   Impl& m = *impl_;
   const auto start = Clock::now();
   MutexLock lock(&m.publish_mu);
@@ -460,6 +464,11 @@ BroadcastPublishReport BroadcastPublisher::last_report() const {
 BroadcastPublisherStats BroadcastPublisher::stats() const {
   MutexLock lock(&impl_->stats_mu);
   return impl_->stats;
+}
+
+int64_t BroadcastPublisher::latest_version() const {
+  MutexLock lock(&impl_->stats_mu);
+  return impl_->stats.latest_version;
 }
 
 const Layout& BroadcastPublisher::layout() const { return impl_->options.layout; }

@@ -17,7 +17,6 @@
 #include "sluice/common/background_thread.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
-#include "staging_target.h"
 
 namespace sluice::checkpoint_engine {
 
@@ -48,7 +47,7 @@ struct BroadcastSubscriber::Impl {
   enum class Wait { kGot, kStop, kPublisherGone, kMovedOn, kError };
 
   BroadcastSubscriberOptions options;
-  std::unique_ptr<internal::StagingTarget> target;
+  std::shared_ptr<TwoPhasePublisher> target;  // the local store
   std::vector<size_t> tensor_bytes;
   uint64_t layout_hash = 0;
   std::shared_ptr<gloo::transport::Device> device;
@@ -405,7 +404,7 @@ bool BroadcastSubscriber::Impl::ReceiveOne(GlooGroup& group, const Result<bcast:
     }
   }
 
-  std::unique_ptr<internal::StagedVersion> staged;
+  std::unique_ptr<StagedWeights> staged;
   internal::ReceiveOptions ro;
   ro.cancel = &cancel;
   if (verdict.ok()) {
@@ -414,11 +413,11 @@ bool BroadcastSubscriber::Impl::ReceiveOne(GlooGroup& group, const Result<bcast:
       verdict = Status::FailedPrecondition(what + " is older than the local store's latest version " +
                                            std::to_string(latest));
     } else if (version > latest) {  // == latest: already serving it, just take part
-      Result<std::unique_ptr<internal::StagedVersion>> begun = target->Begin(version);
+      Result<std::unique_ptr<StagedWeights>> begun = target->BeginPublish(version);
       if (begun.ok()) {
         staged = std::move(begun).value();
         for (size_t t = 0; t < tensor_bytes.size() && verdict.ok(); ++t) {
-          Result<std::span<std::byte>> span = staged->Stage(t);
+          Result<std::span<std::byte>> span = staged->StageInPlace(target->layout()[t].name);
           if (span.ok())
             ro.destinations.push_back(*span);
           else
@@ -435,8 +434,9 @@ bool BroadcastSubscriber::Impl::ReceiveOne(GlooGroup& group, const Result<bcast:
   }
   if (staged != nullptr) {
     const std::vector<uint64_t>& checksums = announced->checksums;
-    internal::StagedVersion* s = staged.get();
-    ro.seal = [s, &checksums](size_t t) { return s->Seal(t, checksums[t]); };
+    StagedWeights* s = staged.get();
+    const Layout* layout = &target->layout();
+    ro.seal = [s, layout, &checksums](size_t t) { return s->SealInPlace((*layout)[t].name, checksums[t]); };
   }
   if (options.test_hooks.after_bucket) {
     ro.after_bucket = [this, version](size_t bucket, size_t buckets) {
@@ -488,7 +488,7 @@ BroadcastSubscriber::~BroadcastSubscriber() {
 namespace {
 
 Result<std::unique_ptr<BroadcastSubscriber::Impl>> MakeImpl(BroadcastSubscriberOptions options,
-                                                            std::unique_ptr<internal::StagingTarget> target) {
+                                                            std::shared_ptr<TwoPhasePublisher> target) {
   SLUICE_RETURN_IF_ERROR(bcast::ValidateGroupName(options.group, "BroadcastSubscriberOptions.group"));
   if (options.name.empty()) options.name = DefaultName();
   if (options.name.size() > bcast::kMaxNameBytes) {
@@ -515,18 +515,9 @@ Result<std::unique_ptr<BroadcastSubscriber::Impl>> MakeImpl(BroadcastSubscriberO
 }  // namespace
 
 Result<std::unique_ptr<BroadcastSubscriber>> BroadcastSubscriber::Start(BroadcastSubscriberOptions options,
-                                                                        std::shared_ptr<VersionStore> store) {
+                                                                        std::shared_ptr<TwoPhasePublisher> store) {
   if (store == nullptr) return Status::InvalidArgument("BroadcastSubscriber::Start: null store");
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl,
-                          MakeImpl(std::move(options), internal::MakeStagingTarget(std::move(store))));
-  return Launch(std::move(impl));
-}
-
-Result<std::unique_ptr<BroadcastSubscriber>> BroadcastSubscriber::Start(BroadcastSubscriberOptions options,
-                                                                        std::shared_ptr<ShmPublisher> store) {
-  if (store == nullptr) return Status::InvalidArgument("BroadcastSubscriber::Start: null store");
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl,
-                          MakeImpl(std::move(options), internal::MakeStagingTarget(std::move(store))));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, MakeImpl(std::move(options), std::move(store)));
   return Launch(std::move(impl));
 }
 

@@ -50,7 +50,7 @@ class BroadcastTest : public ::testing::Test {
   }
   // Publishes `version` and expects every one of `members` subscribers to serve it.
   void PublishOk(BroadcastPublisher& pub, int64_t version, size_t members) {
-    auto report = pub.Publish(version, MakeVersion(BroadcastLayout(), version));
+    auto report = pub.PublishWithReport(version, MakeVersion(BroadcastLayout(), version));
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     EXPECT_EQ(report->version, version);
     EXPECT_EQ(report->subscribers.size(), members);
@@ -152,7 +152,7 @@ TEST_F(BroadcastTest, RejectedVersionsLeaveThePreviousOneServingAndTheGroupUp) {
   auto b = StartSubscriber("b", s2);
   PublishOk(*pub, 1, 2);
 
-  auto bad = pub->Publish(2, MakeVersion(BroadcastLayout(), 2));
+  auto bad = pub->PublishWithReport(2, MakeVersion(BroadcastLayout(), 2));
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
   EXPECT_TRUE(Contains(bad.status(), "2 of 2 subscriber(s) rejected it") && Contains(bad.status(), "a: DataLoss"))
       << bad.status().ToString();
@@ -163,10 +163,10 @@ TEST_F(BroadcastTest, RejectedVersionsLeaveThePreviousOneServingAndTheGroupUp) {
   EXPECT_TRUE(Contains(a->stats().last_error, "'empty'") || Contains(a->stats().last_error, "checksum"))
       << a->stats().last_error.ToString();
 
-  bad = pub->Publish(3, MakeVersion(BroadcastLayout(), 3));
+  bad = pub->PublishWithReport(3, MakeVersion(BroadcastLayout(), 3));
   EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(a->stats().last_error, "not a Sluice broadcast message")) << a->stats().last_error.ToString();
-  bad = pub->Publish(4, MakeVersion(BroadcastLayout(), 4));
+  bad = pub->PublishWithReport(4, MakeVersion(BroadcastLayout(), 4));
   EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(b->stats().last_error, "layout hash")) << b->stats().last_error.ToString();
   EXPECT_EQ(CheckServes(*s2, 1), "");
@@ -191,7 +191,7 @@ TEST_F(BroadcastTest, LateJoinersAndLeaversChangeTheGroupAtTheNextPublish) {
   EXPECT_EQ(CheckServes(*s2, 2), "");
   EXPECT_EQ(pub->stats().generations_formed, 2u);
   a.reset();  // leaves
-  auto report = pub->Publish(3, MakeVersion(BroadcastLayout(), 3));
+  auto report = pub->PublishWithReport(3, MakeVersion(BroadcastLayout(), 3));
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   ASSERT_EQ(report->subscribers.size(), 1u);
   EXPECT_EQ(report->subscribers[0].name, "b");
@@ -227,7 +227,7 @@ TEST_F(BroadcastTest, PublishRejectsBadInputAndTooFewSubscribers) {
   po.join_timeout = 100ms;
   auto pub = StartPublisher(po);
   TensorMap v = MakeVersion(BroadcastLayout(), 1);
-  auto none = pub->Publish(1, v);
+  auto none = pub->PublishWithReport(1, v);
   EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
   EXPECT_TRUE(Contains(none.status(), "only 0 subscriber(s)")) << none.status().ToString();
 
@@ -235,18 +235,18 @@ TEST_F(BroadcastTest, PublishRejectsBadInputAndTooFewSubscribers) {
   auto sub = StartSubscriber("s", store);
   TensorMap missing = v;
   missing.erase("empty");
-  Status s = pub->Publish(1, missing).status();
+  Status s = pub->PublishWithReport(1, missing).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(s, "missing: 'empty'")) << s.ToString();
   TensorMap extra = v;
   extra["nope"] = v.at("bias");
-  EXPECT_EQ(pub->Publish(1, extra).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pub->PublishWithReport(1, extra).status().code(), StatusCode::kInvalidArgument);
   TensorMap wrong = v;
   wrong["bias"] = v.at("norm");
-  EXPECT_EQ(pub->Publish(1, wrong).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(pub->Publish(-1, v).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pub->PublishWithReport(1, wrong).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pub->PublishWithReport(-1, v).status().code(), StatusCode::kInvalidArgument);
   PublishOk(*pub, 1, 1);
-  s = pub->Publish(1, v).status();
+  s = pub->PublishWithReport(1, v).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s, "only increase")) << s.ToString();
   EXPECT_EQ(CheckServes(*store, 1), "");
@@ -255,7 +255,7 @@ TEST_F(BroadcastTest, PublishRejectsBadInputAndTooFewSubscribers) {
   BroadcastPublisherOptions lone = TestPublisherOptions(server_->address(), testing::UniqueGroup());
   lone.min_subscribers = 0;
   auto alone = StartPublisher(lone);
-  auto r = alone->Publish(1, v);
+  auto r = alone->PublishWithReport(1, v);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->subscribers.empty());
 }

@@ -11,6 +11,7 @@
 
 #include "sluice/checkpoint_engine/broadcast.h"
 #include "sluice/checkpoint_engine/rendezvous.h"
+#include "sluice/checkpoint_engine/shm_store.h"
 #include "sluice/checkpoint_engine/version_store.h"
 
 namespace sluice::checkpoint_engine::testing {

@@ -329,7 +329,7 @@ Result<std::unique_ptr<ShmPublisher>> ShmPublisher::Attach(ShmPublisherOptions o
 
 ShmPublisher::~ShmPublisher() = default;
 
-Result<std::unique_ptr<ShmPublishHandle>> ShmPublisher::BeginPublish(int64_t version) {
+Result<std::unique_ptr<StagedWeights>> ShmPublisher::BeginPublish(int64_t version) {
   const std::string what = "cannot begin publishing version " + std::to_string(version);
   if (version < 0) return Status::InvalidArgument(what + ": versions are >= 0");
   {
@@ -338,7 +338,7 @@ Result<std::unique_ptr<ShmPublishHandle>> ShmPublisher::BeginPublish(int64_t ver
       return Status::FailedPrecondition(what + ": another publish is open; commit or abort it first");
     core_->publishing = true;
   }
-  auto release = [&](Status s) -> Result<std::unique_ptr<ShmPublishHandle>> {
+  auto release = [&](Status s) -> Result<std::unique_ptr<StagedWeights>> {
     MutexLock lock(&core_->mu);
     core_->publishing = false;
     return s;
@@ -400,13 +400,7 @@ Result<std::unique_ptr<ShmPublishHandle>> ShmPublisher::BeginPublish(int64_t ver
   staging->records = records;
   staging->put.assign(g.tensor_bytes.size(), false);
   staging->in_place.assign(g.tensor_bytes.size(), false);
-  return std::unique_ptr<ShmPublishHandle>(new ShmPublishHandle(core_, version, std::move(staging)));
-}
-
-Status ShmPublisher::Publish(int64_t version, const TensorMap& tensors) {
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ShmPublishHandle> handle, BeginPublish(version));
-  for (const auto& [name, tensor] : tensors) SLUICE_RETURN_IF_ERROR(handle->Put(name, tensor));
-  return handle->Commit();  // the handle's destructor aborts on any error above
+  return std::unique_ptr<StagedWeights>(new ShmPublishHandle(core_, version, std::move(staging)));
 }
 
 Status ShmPublisher::Sweep() {

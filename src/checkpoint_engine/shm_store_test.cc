@@ -318,7 +318,7 @@ TEST_F(ShmStoreTest, RejectsTensorsThatDoNotMatchTheLayout) {
   const Layout layout = TestLayout();
   auto p = pub->BeginPublish(2);
   ASSERT_TRUE(p.ok());
-  ShmPublishHandle& h = **p;
+  StagedWeights& h = **p;
 
   Status s = h.Put("nope", MakeTensor(layout[0], 0, 2));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);

@@ -10,6 +10,7 @@
 
 #include "checksum.h"
 #include "layout_check.h"
+#include "pin_views.h"
 #include "shm_control.h"
 #include "shm_format.h"
 #include "sluice/checkpoint_engine/shm_store.h"
@@ -420,6 +421,16 @@ int64_t ShmSubscriber::latest_version() const {
 Result<ShmStoreStats> ShmSubscriber::stats() const {
   SLUICE_ASSIGN_OR_RETURN(Control::Locked lock, core_->control->Lock(core_->options.lock_timeout));
   return core_->control->Stats(lock);
+}
+
+Result<PinnedWeights> ShmSubscriber::PinLatest() {
+  SLUICE_ASSIGN_OR_RETURN(ShmVersionHandle handle, AcquireLatest());
+  return internal::PinViews(handle, layout());
+}
+
+Result<PinnedWeights> ShmSubscriber::WaitAndPin(int64_t at_least, std::chrono::milliseconds timeout) {
+  SLUICE_ASSIGN_OR_RETURN(ShmVersionHandle handle, WaitForVersion(at_least, timeout));
+  return internal::PinViews(handle, layout());
 }
 
 const Layout& ShmSubscriber::layout() const { return core_->control->layout(); }

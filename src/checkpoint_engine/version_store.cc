@@ -8,6 +8,7 @@
 
 #include "checksum.h"
 #include "layout_check.h"
+#include "pin_views.h"
 #include "sluice/common/check.h"
 #include "sluice/common/mutex.h"
 
@@ -441,7 +442,7 @@ Result<std::unique_ptr<VersionStore>> VersionStore::Create(VersionStoreOptions o
 VersionStore::VersionStore(std::shared_ptr<StoreCore> core) : core_(std::move(core)) {}
 VersionStore::~VersionStore() = default;
 
-Result<std::unique_ptr<PublishHandle>> VersionStore::BeginPublish(int64_t version) {
+Result<std::unique_ptr<StagedWeights>> VersionStore::BeginPublish(int64_t version) {
   const std::string what = "cannot begin publishing version " + std::to_string(version);
   if (version < 0) return Status::InvalidArgument(what + ": versions are >= 0");
   if (internal::tls_notifying == core_.get()) {
@@ -459,13 +460,7 @@ Result<std::unique_ptr<PublishHandle>> VersionStore::BeginPublish(int64_t versio
   }
   core_->staging_version = version;
   core_->staging_bytes = 0;
-  return std::unique_ptr<PublishHandle>(new PublishHandle(core_, version));
-}
-
-Status VersionStore::Publish(int64_t version, const TensorMap& tensors) {
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<PublishHandle> handle, BeginPublish(version));
-  for (const auto& [name, tensor] : tensors) SLUICE_RETURN_IF_ERROR(handle->Put(name, tensor));
-  return handle->Commit();  // the handle's destructor aborts on any error above
+  return std::unique_ptr<StagedWeights>(new PublishHandle(core_, version));
 }
 
 Result<VersionHandle> VersionStore::AcquireLatest() {
@@ -544,13 +539,17 @@ Status VersionStore::Unsubscribe(uint64_t id) {
   return Status::Ok();
 }
 
+Result<PinnedWeights> VersionStore::PinLatest() {
+  SLUICE_ASSIGN_OR_RETURN(VersionHandle handle, AcquireLatest());
+  return internal::PinViews(handle, layout());
+}
+
+Result<PinnedWeights> VersionStore::WaitAndPin(int64_t at_least, std::chrono::milliseconds timeout) {
+  SLUICE_ASSIGN_OR_RETURN(VersionHandle handle, WaitForVersion(at_least, timeout));
+  return internal::PinViews(handle, layout());
+}
+
 const Layout& VersionStore::layout() const { return core_->options.layout; }
 size_t VersionStore::version_bytes() const { return core_->version_bytes; }
-
-Layout LayoutOf(const TensorMap& tensors) {
-  Layout layout;
-  for (const auto& [name, t] : tensors) layout.push_back({name, t.dtype, t.shape});
-  return layout;
-}
 
 }  // namespace sluice::checkpoint_engine

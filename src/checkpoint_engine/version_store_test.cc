@@ -229,7 +229,7 @@ class BadInputTest : public ::testing::Test {
   }
   const Layout layout_ = SmallLayout();
   std::unique_ptr<VersionStore> store_;
-  std::unique_ptr<PublishHandle> publish_;
+  std::unique_ptr<StagedWeights> publish_;
 };
 
 TEST_F(BadInputTest, UnknownTensorName) {

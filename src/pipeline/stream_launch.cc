@@ -193,7 +193,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       SLUICE_RETURN_IF_ERROR(publisher->Publish(s.version, initial));
       initial.clear();
       StreamRoles::Trainer t;
-      t.publish = [&](int64_t version, const TensorMap& weights) { return publisher->Publish(version, weights); };
+      t.weights = publisher.get();
       done = StreamRoles::RunTrainer(
           s, client, t, board, [this] { return Evaluate(); }, progress);
       break;
@@ -207,9 +207,8 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       sub_options.attach_timeout = milliseconds(120000);  // the trainer creates the store after loading
       initial.clear();
       SLUICE_ASSIGN_OR_RETURN(auto subscriber, ce::ShmSubscriber::Attach(sub_options));
-      SLUICE_ASSIGN_OR_RETURN(
-          auto standby, rollout::StandbyWeights::Create(s.policy, s.version, rollout::MakeWeightSource(*subscriber)));
-      StreamRoles::Rollout r{s.policy, standby.get(), [&subscriber] { return subscriber->latest_version(); }};
+      SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(s.policy, s.version, *subscriber));
+      StreamRoles::Rollout r{s.policy, standby.get(), subscriber.get()};
       done = StreamRoles::RunRollout(s, client, r, board, stopping);
       standby->Stop();
       break;

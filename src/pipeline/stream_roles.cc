@@ -182,7 +182,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   auto follow_trainer = [&]() -> Result<int64_t> {
     SLUICE_ASSIGN_OR_RETURN(const tq::TaskDepth train, TrainerDepth(client));
     const tq::AdmissionStats now = admission->stats();
-    const PolicyVersion latest = std::max(r.latest_version(), now.trainer_version);
+    const PolicyVersion latest = std::max(r.weights->latest_version(), now.trainer_version);
     const int64_t acked = static_cast<int64_t>(train.acked_total / static_cast<uint64_t>(G));
     // Never more than is pending: a group the hub delivered twice (a lease
     // that ran out) is acked twice but admitted once.
@@ -589,7 +589,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       ++s.version;
       SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::ExportWeights(*s.policy));
       if (s.hooks.rewrite_published) s.hooks.rewrite_published(s.version, &weights);
-      SLUICE_RETURN_IF_ERROR(t.publish(s.version, weights));
+      SLUICE_RETURN_IF_ERROR(t.weights->Publish(s.version, weights));
     }
     // Published first, then acked: the rollout's admission reads the acks as
     // the trainer's progress, with the version published before them.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "run_state.h"
+#include "sluice/checkpoint_engine/weights.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/transfer_queue/client.h"
 #include "sluice/transfer_queue/staleness.h"
@@ -91,9 +92,9 @@ struct StreamRoles {
   struct Rollout {
     std::shared_ptr<model::Transformer> model;  // served; refreshed through `standby`
     rollout::StandbyWeights* standby = nullptr;
-    // The newest weight version the trainer has published (the version
-    // store's or the shared-memory subscriber's).
-    std::function<PolicyVersion()> latest_version;
+    // Where the trainer's versions are read (the standby buffer fills from
+    // it; admission reads its latest version).
+    checkpoint_engine::WeightReader* weights = nullptr;
   };
   // Takes the run's prompts from the hub (as admission allows), generates G
   // answers each and writes each finished answer to the hub; acks a batch
@@ -116,7 +117,8 @@ struct StreamRoles {
                           const std::function<bool()>& stopping);
 
   struct Trainer {
-    std::function<Status(int64_t version, const TensorMap& weights)> publish;
+    // Where every sync_interval-th step's weights are published.
+    checkpoint_engine::WeightPublisher* weights = nullptr;
     // Polled while waiting for data: an error (another role failed) ends the run.
     std::function<Status()> check;
   };

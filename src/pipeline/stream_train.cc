@@ -79,8 +79,7 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   SLUICE_RETURN_IF_ERROR(store->Publish(s.version, initial));
   initial.clear();
   std::shared_ptr<model::Transformer> rollout_model = model::CloneModel(*s.policy);
-  SLUICE_ASSIGN_OR_RETURN(auto standby,
-                          rollout::StandbyWeights::Create(rollout_model, s.version, rollout::MakeWeightSource(*store)));
+  SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(rollout_model, s.version, *store));
 
   RoleBoard board{};
   ErrorSlot errors;
@@ -88,7 +87,7 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   SLUICE_RETURN_IF_ERROR(feeder_thread.Start([&](std::stop_token stop) {
     errors.Set(StreamRoles::FeedPrompts(s, client, board, [&] { return stop.stop_requested(); }));
   }));
-  StreamRoles::Rollout rollout_args{rollout_model, standby.get(), [&store] { return store->latest_version(); }};
+  StreamRoles::Rollout rollout_args{rollout_model, standby.get(), store.get()};
   SLUICE_RETURN_IF_ERROR(rollout_thread.Start([&](std::stop_token stop) {
     errors.Set(StreamRoles::RunRollout(s, client, rollout_args, board, [&] { return stop.stop_requested(); }));
   }));
@@ -97,7 +96,7 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   }));
 
   StreamRoles::Trainer trainer_args;
-  trainer_args.publish = [&](int64_t version, const TensorMap& weights) { return store->Publish(version, weights); };
+  trainer_args.weights = store.get();
   trainer_args.check = [&] { return errors.failed() ? errors.Get() : Status::Ok(); };
   const auto run_start = Clock::now();
   Status trained = StreamRoles::RunTrainer(

@@ -4,8 +4,6 @@
 #include <array>
 #include <optional>
 
-#include "sluice/checkpoint_engine/shm_store.h"
-#include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/background_thread.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
@@ -19,40 +17,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace ce = checkpoint_engine;
 
-// Pins through a store's handle type and takes a view of every layout tensor.
-template <typename Store>
-class StoreSource final : public WeightSource {
- public:
-  explicit StoreSource(Store& store) : store_(store) {}
-  Result<PinnedWeights> WaitForVersion(int64_t at_least, std::chrono::milliseconds timeout) override {
-    SLUICE_ASSIGN_OR_RETURN(auto handle, store_.WaitForVersion(at_least, timeout));
-    PinnedWeights pinned;
-    pinned.version = handle.version();
-    for (const ce::TensorSpec& spec : store_.layout()) {
-      SLUICE_ASSIGN_OR_RETURN(HostTensor view, handle.tensor(spec.name));
-      pinned.tensors.emplace(spec.name, std::move(view));
-    }
-    return pinned;
-  }
-
- private:
-  Store& store_;
-};
-
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 
 }  // namespace
 
-std::unique_ptr<WeightSource> MakeWeightSource(ce::VersionStore& store) {
-  return std::make_unique<StoreSource<ce::VersionStore>>(store);
-}
-std::unique_ptr<WeightSource> MakeWeightSource(ce::ShmSubscriber& subscriber) {
-  return std::make_unique<StoreSource<ce::ShmSubscriber>>(subscriber);
-}
-
 struct StandbyWeights::State {
   std::array<std::shared_ptr<model::Transformer>, 2> buffers;
-  std::unique_ptr<WeightSource> source;
+  ce::WeightReader* source = nullptr;  // outlives the State's filler (Stop joins it)
   BackgroundThread filler{"standby-fill"};
 
   mutable Mutex mu;
@@ -106,7 +77,7 @@ struct StandbyWeights::State {
     }
     while (!stop.stop_requested()) {
       // Wait for a newer version than anything we hold.
-      Result<PinnedWeights> pinned = source->WaitForVersion(newest + 1, kPollInterval);
+      Result<ce::PinnedWeights> pinned = source->WaitAndPin(newest + 1, kPollInterval);
       if (!pinned.ok()) {
         if (pinned.status().code() != StatusCode::kTimeout) {
           MutexLock lock(&mu);
@@ -158,12 +129,11 @@ StandbyWeights::~StandbyWeights() { Stop(); }
 
 Result<std::unique_ptr<StandbyWeights>> StandbyWeights::Create(std::shared_ptr<model::Transformer> serving,
                                                                PolicyVersion serving_version,
-                                                               std::unique_ptr<WeightSource> source) {
+                                                               ce::WeightReader& weights) {
   if (!serving) return Status::InvalidArgument("standby weights: null serving model");
-  if (!source) return Status::InvalidArgument("standby weights: null weight source");
   auto state = std::make_shared<State>();
   state->buffers = {serving, model::CloneModel(*serving)};
-  state->source = std::move(source);
+  state->source = &weights;
   {
     MutexLock lock(&state->mu);
     state->version = {serving_version, serving_version};

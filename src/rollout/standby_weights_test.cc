@@ -115,7 +115,7 @@ class StandbyWeightsTest : public ::testing::Test {
 
 TEST_F(StandbyWeightsTest, InFlightSwitchContinuesSequencesOnTheNewWeights) {
   auto engine = Engine(SwitchPolicy::kInFlight);
-  auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(*store_))).value();
+  auto standby = std::move(StandbyWeights::Create(serving_, 0, *store_)).value();
   int checked = 0;
   engine->SetWeightSwapHook(CheckedHook(standby->Hook(), serving_, &checked));
   ASSERT_TRUE(engine->Submit(Greedy(1, 12)).ok());
@@ -137,7 +137,7 @@ TEST_F(StandbyWeightsTest, InFlightSwitchContinuesSequencesOnTheNewWeights) {
 
 TEST_F(StandbyWeightsTest, SharedHookNeverRecyclesWeightsALaggingEngineServes) {
   auto fast = Engine(SwitchPolicy::kInFlight), slow = Engine(SwitchPolicy::kInFlight);
-  auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(*store_))).value();
+  auto standby = std::move(StandbyWeights::Create(serving_, 0, *store_)).value();
   auto hooks = ShareWeightSwapHook(standby->Hook(), 2, 0);
   ASSERT_EQ(hooks.size(), 2u);
   fast->SetWeightSwapHook(hooks[0]);
@@ -172,7 +172,7 @@ TEST_F(StandbyWeightsTest, SharedHookNeverRecyclesWeightsALaggingEngineServes) {
 
 TEST_F(StandbyWeightsTest, AtBoundarySwitchFinishesSequencesInFlightOnTheOldWeights) {
   auto engine = Engine(SwitchPolicy::kAtBoundary);
-  auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(*store_))).value();
+  auto standby = std::move(StandbyWeights::Create(serving_, 0, *store_)).value();
   engine->SetWeightSwapHook(standby->Hook());
   ASSERT_TRUE(engine->Submit(Greedy(1, 10)).ok());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(engine->Step().ok());
@@ -195,7 +195,7 @@ TEST_F(StandbyWeightsTest, AtBoundarySwitchFinishesSequencesInFlightOnTheOldWeig
 
 TEST_F(StandbyWeightsTest, OnlyTheNewestVersionIsServedAndBuffersAreNotOverwrittenWhileServing) {
   auto engine = Engine(SwitchPolicy::kInFlight);
-  auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(*store_))).value();
+  auto standby = std::move(StandbyWeights::Create(serving_, 0, *store_)).value();
   int checked = 0;
   engine->SetWeightSwapHook(CheckedHook(standby->Hook(), serving_, &checked));
   // Many versions while generating: each forward pass must still be one whole version.
@@ -245,7 +245,7 @@ TEST_F(StandbyWeightsTest, ReadsVersionsFromTheSharedMemoryStore) {
   ASSERT_TRUE(subscriber.ok()) << subscriber.status().ToString();
   {
     auto engine = Engine(SwitchPolicy::kInFlight);
-    auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(**subscriber))).value();
+    auto standby = std::move(StandbyWeights::Create(serving_, 0, **subscriber)).value();
     int checked = 0;
     engine->SetWeightSwapHook(CheckedHook(standby->Hook(), serving_, &checked));
     ASSERT_TRUE((*publisher)->Publish(3, WeightsForVersion(*serving_, 3)).ok());
@@ -270,7 +270,7 @@ TEST_F(StandbyWeightsTest, AVersionThatDoesNotFitIsReportedAndServingContinues) 
   o.layout = {{"not.a.weight", DType::kF32, {4}}};
   auto bad_store = std::move(ce::VersionStore::Create(o)).value();
   auto engine = Engine(SwitchPolicy::kInFlight);
-  auto standby = std::move(StandbyWeights::Create(serving_, 0, MakeWeightSource(*bad_store))).value();
+  auto standby = std::move(StandbyWeights::Create(serving_, 0, *bad_store)).value();
   engine->SetWeightSwapHook(standby->Hook());
   std::vector<float> four(4, 0.0f);
   TensorMap w;
@@ -287,12 +287,11 @@ TEST_F(StandbyWeightsTest, AVersionThatDoesNotFitIsReportedAndServingContinues) 
   EXPECT_EQ(standby->stats().fill_errors, 1);
 }
 
-TEST(StandbyWeightsCreateTest, RejectsNullArguments) {
+TEST(StandbyWeightsCreateTest, RejectsANullModel) {
   ce::VersionStoreOptions o;
   o.layout = {{"w", DType::kF32, {1}}};
   auto store = std::move(ce::VersionStore::Create(o)).value();
-  EXPECT_EQ(StandbyWeights::Create(nullptr, 0, MakeWeightSource(*store)).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(StandbyWeights::Create(UntiedModel(), 0, nullptr).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(StandbyWeights::Create(nullptr, 0, *store).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -80,8 +80,7 @@
 #include <string>
 #include <vector>
 
-#include "sluice/checkpoint_engine/shm_store.h"
-#include "sluice/checkpoint_engine/version_store.h"
+#include "sluice/checkpoint_engine/weights.h"
 #include "sluice/common/host_tensor.h"
 #include "sluice/common/status.h"
 
@@ -173,7 +172,7 @@ struct BroadcastPublisherStats {
   uint64_t rejected_subscribers = 0;  // hellos refused (protocol/layout)
 };
 
-class BroadcastPublisher {
+class BroadcastPublisher final : public WeightPublisher {
  public:
   // Connects to the rendezvous and announces the publisher. Errors:
   //   InvalidArgument    - malformed options (the field named)
@@ -181,7 +180,7 @@ class BroadcastPublisher {
   //   Unavailable        - the rendezvous or the network device is unusable
   static Result<std::unique_ptr<BroadcastPublisher>> Start(BroadcastPublisherOptions options);
   // Tells the members it is leaving, tears the group down, withdraws the hello.
-  ~BroadcastPublisher();
+  ~BroadcastPublisher() override;
   BroadcastPublisher(const BroadcastPublisher&) = delete;
   BroadcastPublisher& operator=(const BroadcastPublisher&) = delete;
 
@@ -199,11 +198,15 @@ class BroadcastPublisher {
   //                        for good: start a new publisher)
   //   other codes        - a member's store refused the version (named)
   // The tensors are read, not copied, and must stay unchanged during the call.
-  Result<BroadcastPublishReport> Publish(int64_t version, const TensorMap& tensors);
+  Status Publish(int64_t version, const TensorMap& tensors) override;
+  // The same, returning the publish's report when it succeeds.
+  Result<BroadcastPublishReport> PublishWithReport(int64_t version, const TensorMap& tensors);
 
   BroadcastPublishReport last_report() const;
   BroadcastPublisherStats stats() const;
-  const Layout& layout() const;
+  // The last version every member acknowledged.
+  int64_t latest_version() const override;
+  const Layout& layout() const override;
 
   struct Impl;
 
@@ -252,12 +255,11 @@ class BroadcastSubscriber {
   //                        layout differs (the first difference named)
   //   Timeout            - no publisher within join_timeout
   //   Unavailable        - the rendezvous or the network device is unusable
+  // `store` is where this host's readers read: a VersionStore (the readers
+  // are in this process), or the host's ShmPublisher (rollout processes
+  // attach ShmSubscribers to it and map each version as it is committed).
   static Result<std::unique_ptr<BroadcastSubscriber>> Start(BroadcastSubscriberOptions options,
-                                                            std::shared_ptr<VersionStore> store);
-  // The host's shared-memory store: local rollout processes attach
-  // ShmSubscribers to it and map each version as it is committed.
-  static Result<std::unique_ptr<BroadcastSubscriber>> Start(BroadcastSubscriberOptions options,
-                                                            std::shared_ptr<ShmPublisher> store);
+                                                            std::shared_ptr<TwoPhasePublisher> store);
   // Leaves the group (a transfer in progress is abandoned: staging aborted)
   // and joins its threads; the store keeps serving what it has.
   ~BroadcastSubscriber();

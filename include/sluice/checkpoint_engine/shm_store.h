@@ -1,9 +1,8 @@
 // The same-host, cross-process transport of the CheckpointEngine: the trainer
 // process writes each weight version once into POSIX shared memory; rollout
 // processes map it read-only (zero-copy HostTensor views) or copy it into a
-// standby buffer. Contract as for the in-process VersionStore: versions are
-// immutable and only increase; publish is two-phase; readers pin; a version is
-// freed once superseded and unpinned; memory is bounded and observable.
+// standby buffer. It keeps the contract of weights.h: ShmPublisher is its
+// WeightPublisher (two-phase), ShmSubscriber its WeightReader.
 //
 // Roles. One ShmPublisher per store at a time (a second live one is refused;
 // a new one takes over a dead one's store). Any number of ShmSubscribers up to
@@ -117,6 +116,7 @@
 #include <vector>
 
 #include "sluice/checkpoint_engine/version_store.h"
+#include "sluice/checkpoint_engine/weights.h"
 #include "sluice/common/host_tensor.h"
 #include "sluice/common/shm.h"
 #include "sluice/common/status.h"
@@ -228,50 +228,27 @@ class ShmVersionHandle {
   std::shared_ptr<const shm::MappedPin> pinned_;
 };
 
-// One staged publish, from ShmPublisher::BeginPublish. Destroying it without
-// Commit aborts: the staging segment is unlinked, the previous latest keeps
-// serving, the version number may be used again.
-class ShmPublishHandle {
+// One staged publish, from ShmPublisher::BeginPublish: the contract of
+// StagedWeights (weights.h). Put copies into the staging segment; the
+// after_put test hook runs after each successful Put or SealInPlace.
+// Destroying it without Commit aborts: the staging segment is unlinked, the
+// previous latest keeps serving, the version number may be used again.
+// Commit's own errors: FailedPrecondition when this publisher lost the store
+// (see ShmPublisher); Timeout when the control lock was not acquired (the
+// publish stays open).
+class ShmPublishHandle final : public StagedWeights {
  public:
-  ~ShmPublishHandle();
+  ~ShmPublishHandle() override;
   ShmPublishHandle(const ShmPublishHandle&) = delete;
   ShmPublishHandle& operator=(const ShmPublishHandle&) = delete;
 
-  int64_t version() const { return version_; }
-
-  // Copies `tensor` into the staging segment and checksums the copy. Errors
-  // leave the staged state as it was:
-  //   InvalidArgument    - `name` not in the layout; dtype, shape or nbytes
-  //                        differ from the layout; null data
-  //   ResourceExhausted  - tensor.nbytes > max_tensor_bytes
-  //   AlreadyExists      - `name` was already put in this publish
-  //   FailedPrecondition - the publish was committed or aborted
-  Status Put(std::string_view name, const HostTensor& tensor);
-
-  // Zero-copy staging straight into the staging segment, for transports
-  // that receive a tensor in pieces; contract and errors as for
-  // PublishHandle::StageInPlace / SealInPlace in version_store.h (the
-  // after_put test hook runs after a successful seal).
-  Result<std::span<std::byte>> StageInPlace(std::string_view name);
-  Status SealInPlace(std::string_view name, uint64_t expected_checksum);
-
-  // Makes the version visible to every process atomically. Errors:
-  //   FailedPrecondition - layout tensors missing (named; the publish stays
-  //                        open); already committed/aborted; this publisher
-  //                        lost the store (see ShmPublisher)
-  //   DataLoss           - staged bytes changed since Put (tensor named); the
-  //                        publish is aborted
-  //   Timeout            - the control lock was not acquired (publish open)
-  // On any error the previously committed version keeps serving.
-  Status Commit();
-
-  // Unlinks the staging segment and releases the version number. No-op after
-  // Commit/Abort.
-  void Abort();
-
-  // TEST ONLY: writable staged bytes of `name` (empty if not put or the
-  // publish is closed), to simulate a memory fault that Commit must catch.
-  std::span<std::byte> MutableStagedBytesForTesting(std::string_view name);
+  int64_t version() const override { return version_; }
+  Status Put(std::string_view name, const HostTensor& tensor) override;
+  Result<std::span<std::byte>> StageInPlace(std::string_view name) override;
+  Status SealInPlace(std::string_view name, uint64_t expected_checksum) override;
+  Status Commit() override;
+  void Abort() override;
+  std::span<std::byte> MutableStagedBytesForTesting(std::string_view name) override;
 
  private:
   friend class ShmPublisher;
@@ -283,7 +260,7 @@ class ShmPublishHandle {
   std::unique_ptr<Staging> staging_;  // null once committed or aborted
 };
 
-class ShmPublisher {
+class ShmPublisher final : public TwoPhasePublisher {
  public:
   // Creates the store, or attaches to an existing one whose publisher is gone
   // (detached, or dead: its staging is removed and the store repaired); the
@@ -297,29 +274,24 @@ class ShmPublisher {
   static Result<std::unique_ptr<ShmPublisher>> Attach(ShmPublisherOptions options);
   // Detaches: an open publish is aborted (by its handle); if no other live
   // participant remains, every segment of the store is unlinked.
-  ~ShmPublisher();
+  ~ShmPublisher() override;
   ShmPublisher(const ShmPublisher&) = delete;
   ShmPublisher& operator=(const ShmPublisher&) = delete;
 
-  // Reserves `version` and creates its staging segment. Errors:
-  //   InvalidArgument    - version < 0
-  //   AlreadyExists      - version == latest committed version
-  //   FailedPrecondition - version < latest; another publish is open
+  // Reserves `version` and creates its staging segment (an
+  // ShmPublishHandle). Errors of TwoPhasePublisher::BeginPublish, and:
   //   ResourceExhausted  - /dev/shm has no room for the segment
   //   Timeout            - the control lock was not acquired
-  Result<std::unique_ptr<ShmPublishHandle>> BeginPublish(int64_t version);
-
-  // BeginPublish + Put of every entry + Commit; any error aborts.
-  Status Publish(int64_t version, const TensorMap& tensors);
+  Result<std::unique_ptr<StagedWeights>> BeginPublish(int64_t version) override;
 
   // Reclaims dead readers' slots, frees superseded unpinned versions and
   // unlinks orphaned segments. Commits do the cheap part of this already;
   // call it to release a dead reader's pins without publishing.
   Status Sweep();
 
-  int64_t latest_version() const;  // lock-free; kNoVersion before the first commit
+  int64_t latest_version() const override;  // lock-free; kNoVersion before the first commit
   Result<ShmStoreStats> stats() const;
-  const Layout& layout() const;
+  const Layout& layout() const override;
   size_t version_bytes() const;  // tensor bytes of one version
   const std::string& control_segment_name() const;
 
@@ -328,7 +300,7 @@ class ShmPublisher {
   std::shared_ptr<shm::PublisherCore> core_;
 };
 
-class ShmSubscriber {
+class ShmSubscriber final : public WeightReader {
  public:
   // Attaches to an existing store and claims a reader slot (dead readers'
   // slots are reclaimed first). Errors:
@@ -341,7 +313,7 @@ class ShmSubscriber {
   //   DataLoss           - the control segment is truncated or inconsistent
   static Result<std::unique_ptr<ShmSubscriber>> Attach(ShmSubscriberOptions options);
   // Detaches once every handle from it is gone (see Lifetime above).
-  ~ShmSubscriber();
+  ~ShmSubscriber() override;
   ShmSubscriber(const ShmSubscriber&) = delete;
   ShmSubscriber& operator=(const ShmSubscriber&) = delete;
 
@@ -358,9 +330,13 @@ class ShmSubscriber {
   // whether a publisher is alive.
   Result<ShmVersionHandle> WaitForVersion(int64_t at_least, std::chrono::milliseconds timeout);
 
-  int64_t latest_version() const;  // lock-free; kNoVersion before the first commit
+  // WeightReader: the same pins, as views of every tensor.
+  Result<PinnedWeights> PinLatest() override;
+  Result<PinnedWeights> WaitAndPin(int64_t at_least, std::chrono::milliseconds timeout) override;
+
+  int64_t latest_version() const override;  // lock-free; kNoVersion before the first commit
   Result<ShmStoreStats> stats() const;
-  const Layout& layout() const;  // as stored in the control segment
+  const Layout& layout() const override;  // as stored in the control segment
   size_t version_bytes() const;
 
  private:

@@ -1,33 +1,16 @@
-// VersionStore: the in-process weight hub of the CheckpointEngine.
+// VersionStore: the in-process transport of the CheckpointEngine.
 //
 // The trainer publishes immutable, numbered weight versions; rollout workers
-// pin the version they generate with and move to a newer one between decode
-// steps. This is the in-process transport (a commit is a pointer swap under a
-// lock); shared-memory and cross-host transports will stage into the same
-// two-phase PublishHandle contract and are not part of this file.
+// in the same process pin the version they generate with and move to a newer
+// one between decode steps. A commit is a pointer swap under a lock. It keeps
+// the contract of weights.h (layout, increasing versions, two-phase publish,
+// pins, memory bound, checksums) and is both the publisher and the reader.
 //
-// Contract
-//  * Layout. Every version holds exactly the tensors of the layout given at
-//    Create() (names, dtypes, shapes), so every version is `version_bytes()`.
-//  * Two-phase publish. BeginPublish(v) reserves v; PublishHandle::Put copies
-//    each tensor into staging and checksums it; Commit() checks that every
-//    layout tensor was put exactly once and that the staged bytes still match
-//    their checksums, then makes v the latest version atomically. Readers never
-//    see a version before its last byte is in place.
-//  * Versions only increase. v must be > the latest committed version; only
-//    one publish may be staged at a time.
-//  * Readers pin. Acquire*/WaitForVersion return a VersionHandle that keeps its
-//    version alive. A version is freed as soon as it is neither the latest nor
-//    pinned by any handle (or tensor view taken from one).
-//  * Memory bound. Committed versions in memory are at most
-//    (distinct pinned versions + 1 latest), plus at most 1 version being
-//    staged: bytes_held <= (pinned + 2) * version_bytes(). Stats reports the
-//    bound next to the actual figures. `max_pinned_versions` turns it into a
-//    hard cap.
-//  * Integrity. Checksums are 64-bit XXH64-style hashes computed per tensor
-//    at Put (see src/checkpoint_engine/checksum.h). They detect accidental
-//    corruption (a stray write into staging, a torn copy); they are not a
-//    defence against an adversary.
+// What is its own:
+//  * Every version is `version_bytes()`, held in heap buffers; bytes_held <=
+//    (pinned + 2) * version_bytes(), reported by stats(). `max_pinned_versions`
+//    makes it a hard cap.
+//  * Subscribe: callbacks on each commit.
 //
 // Thread safety: VersionStore and VersionHandle are thread-safe (a given
 // VersionHandle object is a value: copy it per thread rather than sharing one
@@ -54,24 +37,11 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/checkpoint_engine/weights.h"
 #include "sluice/common/host_tensor.h"
 #include "sluice/common/status.h"
 
 namespace sluice::checkpoint_engine {
-
-// "No version": returned by latest_version() before the first commit.
-inline constexpr int64_t kNoVersion = -1;
-
-// One named tensor of the registered layout.
-struct TensorSpec {
-  std::string name;
-  DType dtype = DType::kF32;
-  std::vector<int64_t> shape;
-};
-using Layout = std::vector<TensorSpec>;
-
-// The layout of `tensors` (names, dtypes, shapes), in name order.
-Layout LayoutOf(const TensorMap& tensors);
 
 struct VersionStoreOptions {
   // Required: at least one tensor; names non-empty and unique; dimensions
@@ -168,62 +138,25 @@ class VersionHandle {
   const internal::Snapshot* snapshot_ = nullptr;  // pinned; owned by core_
 };
 
-// One staged publish, from VersionStore::BeginPublish. Destroying a handle
-// that was not committed aborts it: staging is freed and the version number
-// is released, the previous latest version keeps serving.
-class PublishHandle {
+// One staged publish, from VersionStore::BeginPublish: the contract of
+// StagedWeights (weights.h). Destroying a handle that was not committed
+// aborts it: staging is freed and the version number is released, the
+// previous latest version keeps serving. Commit notifies subscribers on the
+// committing thread, in commit order, and is FailedPrecondition from inside
+// a subscriber callback.
+class PublishHandle final : public StagedWeights {
  public:
-  ~PublishHandle();
+  ~PublishHandle() override;
   PublishHandle(const PublishHandle&) = delete;
   PublishHandle& operator=(const PublishHandle&) = delete;
 
-  int64_t version() const { return version_; }
-
-  // Copies `tensor` into staging and checksums the copy. Errors leave the
-  // staged state as it was (the caller may fix the input and Put again):
-  //   InvalidArgument   - `name` not in the layout; dtype or shape differ from
-  //                       the layout; nbytes inconsistent with the shape; null data
-  //   ResourceExhausted - tensor.nbytes > max_tensor_bytes
-  //   AlreadyExists     - `name` was already put in this publish
-  //   FailedPrecondition- the publish was committed or aborted
-  Status Put(std::string_view name, const HostTensor& tensor);
-
-  // Zero-copy staging for transports that receive a tensor in pieces (the
-  // cross-host broadcast lets network buffers land here directly, see
-  // broadcast.h). StageInPlace returns writable staging memory for `name`,
-  // exactly its layout size (a second call returns the same span); the caller
-  // fills it, then SealInPlace checksums it and, if it matches
-  // `expected_checksum`, counts the tensor as put. A tensor staged but not
-  // sealed is missing for Commit. The span stays valid until Commit or Abort;
-  // a write after sealing is caught by Commit's re-verification. Distinct
-  // tensors' spans may be written by other threads, concurrently with each
-  // other and with SealInPlace of other tensors. Errors:
-  //   StageInPlace: InvalidArgument (not in the layout); AlreadyExists
-  //                 (already put or sealed); FailedPrecondition (closed)
-  //   SealInPlace:  FailedPrecondition (not staged in place; closed);
-  //                 AlreadyExists (already sealed); DataLoss (the bytes do
-  //                 not match: the tensor stays staged and unsealed, and may
-  //                 be rewritten and sealed again)
-  Result<std::span<std::byte>> StageInPlace(std::string_view name);
-  Status SealInPlace(std::string_view name, uint64_t expected_checksum);
-
-  // Makes the version visible atomically, then notifies subscribers (on this
-  // thread, in commit order). Errors:
-  //   FailedPrecondition - layout tensors missing (names listed; the publish
-  //                        stays open so they can still be put); already
-  //                        committed/aborted; called from a subscriber callback
-  //   DataLoss           - staged bytes changed since Put (tensor named); the
-  //                        publish is aborted
-  // On any error the previously committed version keeps serving.
-  Status Commit();
-
-  // Frees staging and releases the version number. No-op after Commit/Abort.
-  void Abort();
-
-  // TEST ONLY: writable access to the staged bytes of `name`, so tests can
-  // simulate a memory fault between Put and Commit (which Commit must catch).
-  // Empty span if `name` was not put or the publish is no longer open.
-  std::span<std::byte> MutableStagedBytesForTesting(std::string_view name);
+  int64_t version() const override { return version_; }
+  Status Put(std::string_view name, const HostTensor& tensor) override;
+  Result<std::span<std::byte>> StageInPlace(std::string_view name) override;
+  Status SealInPlace(std::string_view name, uint64_t expected_checksum) override;
+  Status Commit() override;
+  void Abort() override;
+  std::span<std::byte> MutableStagedBytesForTesting(std::string_view name) override;
 
  private:
   friend class VersionStore;
@@ -234,26 +167,18 @@ class PublishHandle {
   std::unique_ptr<internal::Staging> staging_;  // null once committed or aborted
 };
 
-class VersionStore {
+class VersionStore final : public TwoPhasePublisher, public WeightReader {
  public:
   // InvalidArgument naming the offending layout entry if the options are
   // malformed (see VersionStoreOptions).
   static Result<std::unique_ptr<VersionStore>> Create(VersionStoreOptions options);
-  ~VersionStore();
+  ~VersionStore() override;
   VersionStore(const VersionStore&) = delete;
   VersionStore& operator=(const VersionStore&) = delete;
 
-  // Reserves `version` for staging. Errors:
-  //   InvalidArgument    - version < 0
-  //   AlreadyExists      - version == latest committed version
-  //   FailedPrecondition - version < latest committed version; another publish
-  //                        is open (its version is named); called from a
-  //                        subscriber callback
-  Result<std::unique_ptr<PublishHandle>> BeginPublish(int64_t version);
-
-  // BeginPublish + Put of every entry + Commit; any error aborts the publish
-  // and is returned (tensors not in the layout are InvalidArgument).
-  Status Publish(int64_t version, const TensorMap& tensors);
+  // Errors of TwoPhasePublisher::BeginPublish; also FailedPrecondition from
+  // inside a subscriber callback. The handle is a PublishHandle.
+  Result<std::unique_ptr<StagedWeights>> BeginPublish(int64_t version) override;
 
   // Pins the latest committed version. NotFound if nothing was committed yet;
   // ResourceExhausted if max_pinned_versions is reached.
@@ -268,8 +193,12 @@ class VersionStore {
   // ResourceExhausted as for AcquireLatest.
   Result<VersionHandle> WaitForVersion(int64_t at_least, std::chrono::milliseconds timeout);
 
+  // WeightReader: the same pins, as views of every tensor.
+  Result<PinnedWeights> PinLatest() override;
+  Result<PinnedWeights> WaitAndPin(int64_t at_least, std::chrono::milliseconds timeout) override;
+
   // kNoVersion before the first commit.
-  int64_t latest_version() const;
+  int64_t latest_version() const override;
   VersionStoreStats stats() const;
 
   // Registers `callback`, called with the version after each successful
@@ -284,7 +213,7 @@ class VersionStore {
   // NotFound if `id` is not subscribed.
   Status Unsubscribe(uint64_t id);
 
-  const Layout& layout() const;
+  const Layout& layout() const override;
   // Bytes of one version: the sum of the layout's tensor sizes.
   size_t version_bytes() const;
 

@@ -5,7 +5,8 @@
 // boundary the engine's weight-swap hook swaps the two (a pointer swap), so
 // the rollout stall per switch is the swap, not the transfer.
 //
-//   source (VersionStore in process, ShmSubscriber across processes)
+//   reader (a CheckpointEngine WeightReader: the VersionStore in process,
+//      │    an ShmSubscriber across processes)
 //      │  newer version committed
 //      ▼
 //   filler thread: pins it, copies every tensor into the free buffer
@@ -33,36 +34,12 @@
 #include <string>
 #include <vector>
 
+#include "sluice/checkpoint_engine/weights.h"
 #include "sluice/common/host_tensor.h"
 #include "sluice/common/status.h"
 #include "sluice/rollout/engine.h"
 
-namespace sluice::checkpoint_engine {
-class VersionStore;
-class ShmSubscriber;
-}  // namespace sluice::checkpoint_engine
-
 namespace sluice::rollout {
-
-// A pinned version: its number and zero-copy views of every tensor (each view
-// keeps the version pinned while it lives).
-struct PinnedWeights {
-  int64_t version = -1;
-  TensorMap tensors;
-};
-
-// Where new versions come from.
-class WeightSource {
- public:
-  virtual ~WeightSource() = default;
-  // Blocks up to `timeout` until a version >= at_least is committed, then pins
-  // the latest. Timeout if none arrives in time; other errors from the store.
-  virtual Result<PinnedWeights> WaitForVersion(int64_t at_least, std::chrono::milliseconds timeout) = 0;
-};
-
-// Adapters for the CheckpointEngine stores (the store must outlive the source).
-std::unique_ptr<WeightSource> MakeWeightSource(checkpoint_engine::VersionStore& store);
-std::unique_ptr<WeightSource> MakeWeightSource(checkpoint_engine::ShmSubscriber& subscriber);
 
 struct StandbyStats {
   int64_t fills = 0;             // versions copied into the standby buffer
@@ -79,10 +56,11 @@ class StandbyWeights {
  public:
   // `serving` is the model the engine serves now, as `serving_version`; a
   // second buffer is cloned from it. The filler thread starts at once and
-  // waits for versions > serving_version. InvalidArgument for a null model.
+  // waits for versions > serving_version in `weights`, which must outlive
+  // this object. InvalidArgument for a null model.
   static Result<std::unique_ptr<StandbyWeights>> Create(std::shared_ptr<model::Transformer> serving,
                                                         PolicyVersion serving_version,
-                                                        std::unique_ptr<WeightSource> source);
+                                                        checkpoint_engine::WeightReader& weights);
   ~StandbyWeights();  // stops and joins the filler
   StandbyWeights(const StandbyWeights&) = delete;
   StandbyWeights& operator=(const StandbyWeights&) = delete;

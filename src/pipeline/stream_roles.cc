@@ -499,9 +499,19 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
         return Status::DataLoss("the hub delivered " + std::to_string(meta->rows.size()) + " rows of group " +
                                 std::to_string(cursor) + ", expected the whole group of " + std::to_string(G));
       }
-      if (taken.count(cursor) > 0 || trained.count(cursor) > 0) {
+      if (auto held = taken.find(cursor); held != taken.end()) {
+        // Its lease ran out while the step waited for other groups: the same
+        // rows under a new lease. Keep the group under the new lease (acked
+        // after training, like any other); acking now would tell the
+        // rollout's admission it was trained, and lose it if we died.
         ++duplicates;
-        SLUICE_LOG(WARNING) << "group " << cursor << " delivered again; dropped (trained once)";
+        SLUICE_LOG(WARNING) << "group " << cursor << " delivered again while held (its lease ran out); kept";
+        held->second.lease = meta->lease_id;
+        continue;
+      }
+      if (trained.count(cursor) > 0) {
+        ++duplicates;
+        SLUICE_LOG(WARNING) << "group " << cursor << " delivered again after it was trained; dropped (trained once)";
         SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());  // this copy is done with
         continue;
       }
@@ -531,6 +541,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
         SLUICE_ASSIGN_OR_RETURN(const HostTensor* reward, Cell(data, column::kReward, i));
         SLUICE_ASSIGN_OR_RETURN(smp.reward, TensorScalar<float>(*reward, DType::kF32, column::kReward));
       }
+      if (s.hooks.lose_taken_group && s.hooks.lose_taken_group(cursor)) continue;  // leased, never acked
       taken.emplace(cursor, Taken{std::move(group), meta->lease_id});
       if (po.train_order == TrainOrder::kCompletion) step_cursors.push_back(cursor);
     }

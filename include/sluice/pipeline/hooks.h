@@ -25,6 +25,12 @@ struct RunHooks {
   std::function<void(int64_t version, TensorMap* weights)> rewrite_published;
   // Streaming modes: sees each step's samples before they are trained.
   std::function<void(int64_t step, const std::vector<trainer::RolloutSample>& samples)> inspect_batch;
+  // Streaming modes, fault injection: called each time the trainer has
+  // taken the group of the prompt at `cursor` from the hub; returning true
+  // makes it drop the group without acking, as a trainer that died holding
+  // it would. The hub delivers it again once its lease
+  // (pipeline.lease_seconds) runs out.
+  std::function<bool(uint64_t cursor)> lose_taken_group;
 };
 
 }  // namespace sluice::pipeline

@@ -60,7 +60,10 @@ struct StepRecord {
   // rows the trainer took.
   std::vector<uint64_t> prompts;
   // Streaming modes: groups the hub delivered again after the trainer had
-  // taken them (dropped, never trained twice); 0 unless exactly-once broke.
+  // taken them, because their lease (pipeline.lease_seconds) ran out or a
+  // trainer died holding them. Trained once regardless: a copy of a group
+  // already trained is acked and dropped; one still waiting for its step
+  // replaces the expired lease.
   int64_t duplicate_groups = 0;
   bool has_eval = false;
   EvalResult eval;

@@ -47,6 +47,7 @@ log() { printf '\033[1m[parity]\033[0m %s\n' "$*" >&2; }
 BASE="$OUT/warm-start"
 if [ ! -f "$BASE/final/config.json" ]; then
   log "warm start: $SFT_STEPS supervised steps -> $BASE/final"
+  rm -rf "$BASE"  # an unfinished one
   "$SLUICE" train --config="$CONFIG" run.dir="$BASE" run.progress=lines sft.steps="$SFT_STEPS" rl.steps=0 \
     eval.size="$EVAL_SIZE" >/dev/null
 fi

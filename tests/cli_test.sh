@@ -32,6 +32,10 @@ expect unknown-flag 2 "unknown flag --slot" -- "$SLUICE" generate --slot 3
 expect zero-slots 2 "--slots must be in [1, 4096]" -- "$SLUICE" generate --model "$tmp/m" --slots 0
 expect bad-choice 2 "continuous, static" -- "$SLUICE" generate --model "$tmp/m" --scheduling fast
 expect missing-model 2 "config.json" -- "$SLUICE" generate --model "$tmp/nowhere"
+expect tiny-temperature 2 "use 0 for greedy" -- "$SLUICE" generate --model "$tmp/m" --temperature 1e-40 --max-new-tokens 4
+expect generate-positional 2 "unexpected argument '1+1='" -- "$SLUICE" generate --model "$tmp/m" 1+1=
+expect init-positional 2 "unexpected argument 'extra'" -- "$SLUICE" init --preset tiny --out "$tmp/unused" extra
+[ ! -e "$tmp/unused" ] || { echo "FAIL init-positional wrote a model"; failures=$((failures + 1)); }
 expect bad-preset 2 "unknown model preset 'huge'" -- "$SLUICE" init --preset huge --out "$tmp/x"
 expect long-prompt 2 "no room for a response" -- "$SLUICE" generate --preset tiny --prompt "$(head -c 1100 /dev/zero | tr '\0' a)"
 
@@ -41,6 +45,13 @@ expect truncated 1 "past the data buffer" -- "$SLUICE" generate --model "$tmp/tr
 cp -r "$tmp/m" "$tmp/badcfg"
 echo '{"hidden_size": 32}' > "$tmp/badcfg/config.json"
 expect bad-config 2 "'num_hidden_layers' is missing" -- "$SLUICE" generate --model "$tmp/badcfg"
+# Absurd sizes are refused before anything of that size is allocated.
+cp -r "$tmp/m" "$tmp/huge"
+sed -i 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 1000000000/' "$tmp/huge/config.json"
+expect huge-layers 2 "'num_hidden_layers': 1000000000 is over the limit" -- "$SLUICE" generate --model "$tmp/huge"
+cp -r "$tmp/m" "$tmp/more"
+sed -i 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 400/' "$tmp/more/config.json"  # 200x the checkpoint
+expect config-bigger-than-checkpoint 2 "but the checkpoint holds" -- "$SLUICE" generate --model "$tmp/more"
 
 # sluice train / eval: a tiny end-to-end run, resume, and config and data errors.
 small=(model.preset=tiny sft.steps=2 sft.batch_size=4 rl.steps=2 rl.prompts_per_step=2 rl.group_size=2
@@ -50,6 +61,18 @@ expect train 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tm
   && [ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 2 ] || { echo "FAIL train outputs missing"; failures=$((failures + 1)); }
 expect resume 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/run" run.resume=true rl.steps=3
 [ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 3 ] || { echo "FAIL resume did not continue at step 3"; failures=$((failures + 1)); }
+# A run directory is never reused by accident: a rerun is refused and leaves the run as it was;
+# resuming needs a run to resume; overwriting replaces the earlier run's files only.
+expect rerun-refused 1 "run.overwrite=true" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/run"
+[ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 3 ] && [ -d "$tmp/run/checkpoints/step_000003" ] \
+  || { echo "FAIL rerun-refused changed the earlier run"; failures=$((failures + 1)); }
+expect resume-nothing 1 "holds no run to resume" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/fresh" run.resume=true
+expect resume-and-overwrite 2 "exclude each other" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/run" run.resume=true run.overwrite=true
+cp -r "$tmp/run" "$tmp/over" && echo "my notes" > "$tmp/over/notes.txt"
+expect overwrite 0 "removed the earlier run" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/over" run.overwrite=true checkpoint.interval=1
+[ "$(wc -l < "$tmp/over/metrics.jsonl")" -eq 2 ] && [ ! -e "$tmp/over/checkpoints/step_000003" ] && [ -f "$tmp/over/notes.txt" ] \
+  && grep -q "overwrite: false" "$tmp/over/config.yaml" \
+  || { echo "FAIL overwrite: the earlier run's files stayed, or another file went"; failures=$((failures + 1)); }
 expect eval 0 "held-out accuracy" -- "$SLUICE" eval --model "$tmp/run/final" eval.size=4 eval.max_new_tokens=8
 [ -f "$tmp/run/report.html" ] || { echo "FAIL train wrote no report.html"; failures=$((failures + 1)); }
 expect report 0 "report.html" -- "$SLUICE" report "$tmp/run"
@@ -89,17 +112,36 @@ left=$(ls /dev/shm | grep -E "(^|[.-])$launcher-" || true)
 [ -z "$left" ] || { echo "FAIL sigint: shared memory left behind: $left"; failures=$((failures + 1)); }
 [ "$failures" -eq 0 ] && echo "ok   processes and sigint"
 
+# SIGKILL of the launcher: it cannot clean up (its roles die with it), so its shared memory stays
+# until the next process-mode run, which removes every segment named after a dead launcher.
+"$SLUICE" train "${proc[@]}" run.dir="$tmp/kill" rl.steps=1000000 > "$tmp/kill.log" 2>&1 &
+launcher=$!
+for _ in $(seq 300); do grep -q '"step":1' "$tmp/kill/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+kill -KILL $launcher; wait $launcher 2>/dev/null
+for _ in $(seq 100); do [ -z "$(children_of $launcher)" ] && break; sleep 0.1; done
+leaked=$(ls /dev/shm | grep -cE "(^|[.-])$launcher-" || true)
+[ "$leaked" -ge 2 ] || { echo "FAIL sigkill: expected the dead run's segments, found $leaked"; failures=$((failures + 1)); }
+expect sweep-dead-run 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/after-kill" rl.steps=1
+left=$(ls /dev/shm | grep -E "(^|[.-])$launcher-" || true)
+[ -z "$left" ] || { echo "FAIL sigkill: the next run left the dead run's segments: $left"; failures=$((failures + 1)); }
+
 expect bad-mode 2 "pipeline.mode" -- "$SLUICE" train pipeline.mode=fast
 expect eval-needs-model 2 "--model is required" -- "$SLUICE" eval
 expect unknown-key 2 "trainer.lr" -- "$SLUICE" train trainer.lrr=1
 expect bad-type 2 "rl.steps" -- "$SLUICE" train rl.steps=many
 expect bad-enum 2 "token-mean" -- "$SLUICE" train trainer.loss_agg=mean
 expect group-of-one 2 "rl.group_size" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/g1" rl.group_size=1
+expect huge-batch 2 "answers per step" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/g2" rl.prompts_per_step=1000000 rl.group_size=100000
 expect missing-config 2 "nowhere.yaml" -- "$SLUICE" train --config="$tmp/nowhere.yaml"
+expect config-is-a-directory 2 "is a directory, not a YAML file" -- "$SLUICE" train --config="$tmp"
 printf 'trainer:\n  lr: [1, 2]\n' > "$tmp/bad.yaml"
 expect yaml-sequence 2 "bad.yaml:2" -- "$SLUICE" train --config="$tmp/bad.yaml"
 printf '{"prompt": "1+1=", "answer": "2"}\n{"prompt": 3}\n' > "$tmp/bad.jsonl"
 expect jsonl-line 2 "bad.jsonl:2" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/j" task.name=jsonl task.jsonl.train_path="$tmp/bad.jsonl"
+{ printf '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2=", "answer": "4"}\n{"prompt": "'
+  head -c 1100 /dev/zero | tr '\0' 7; printf '", "answer": "7"}\n'
+  for i in $(seq 9); do printf '{"prompt": "%d+1=", "answer": "%d"}\n' "$i" "$((i + 1))"; done; } > "$tmp/long.jsonl"
+expect jsonl-long-prompt 2 "long.jsonl:3: the prompt is" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/j" task.name=jsonl task.jsonl.train_path="$tmp/long.jsonl"
 printf '\n\n' > "$tmp/empty.jsonl"
 expect jsonl-empty 2 "empty.jsonl" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/j" task.name=jsonl task.jsonl.train_path="$tmp/empty.jsonl"
 expect jsonl-missing 2 "missing.jsonl" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/j" task.name=jsonl task.jsonl.train_path="$tmp/missing.jsonl"

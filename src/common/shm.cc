@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cstring>
 #include <sstream>
@@ -265,6 +266,21 @@ Result<ProcessIdentity> ReadProcessIdentity(int32_t pid) {
   if (pid <= 0) return Status::NotFound("no process " + std::to_string(pid));
   SLUICE_ASSIGN_OR_RETURN(ProcStat stat, ReadProcStat(pid));
   return ProcessIdentity{pid, stat.start_time};
+}
+
+std::optional<ProcessIdentity> OwnerNamedIn(std::string_view text) {
+  const size_t dash = text.find('-');
+  if (dash == std::string_view::npos || dash == 0) return std::nullopt;
+  size_t end = text.find_first_of("-.", dash + 1);
+  if (end == std::string_view::npos) end = text.size();
+  ProcessIdentity owner;
+  const auto p = std::from_chars(text.data(), text.data() + dash, owner.pid);
+  const auto s = std::from_chars(text.data() + dash + 1, text.data() + end, owner.start_time);
+  if (p.ec != std::errc() || p.ptr != text.data() + dash || s.ec != std::errc() || s.ptr != text.data() + end ||
+      owner.pid <= 0 || end == dash + 1) {
+    return std::nullopt;
+  }
+  return owner;
 }
 
 bool IsProcessAlive(const ProcessIdentity& id) {

@@ -62,6 +62,7 @@ Status Init(const std::vector<std::string>& args) {
   flags.Add("dtype", "F32", "weight dtype on disk: F32, BF16, F16");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) return PrintUsage("init", flags);
+  SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
   SLUICE_ASSIGN_OR_RETURN(std::string preset, flags.GetString("preset"));
   SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(preset));
   SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
@@ -91,6 +92,7 @@ Status Generate(const std::vector<std::string>& args) {
   flags.Add("device", "auto", "auto, cpu or cuda");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) return PrintUsage("generate", flags);
+  SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
   SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 0, 1024));
   SetIntraOpThreads(threads);
   SLUICE_ASSIGN_OR_RETURN(std::string device_name, flags.GetChoice("device", {"auto", "cpu", "cuda"}));

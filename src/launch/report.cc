@@ -137,6 +137,8 @@ std::string Bars(const std::string& title, const std::string& x_label, const std
 
 namespace {
 // Every line of run_dir/metrics.jsonl (NotFound / DataLoss naming the line).
+// A last line without its newline that does not parse is a write the run
+// did not finish (a full disk, a kill): skipped with a warning.
 Result<std::vector<json>> LoadMetrics(const std::string& run_dir) {
   const fs::path metrics_path = fs::path(run_dir) / "metrics.jsonl";
   std::ifstream in(metrics_path);
@@ -147,6 +149,12 @@ Result<std::vector<json>> LoadMetrics(const std::string& run_dir) {
     if (line.empty()) continue;
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number()) {
+      const bool torn_last_line = in.eof();  // getline hit the end before a newline
+      if (torn_last_line) {
+        std::fprintf(stderr, "warning: %s:%lld: skipped a torn last line (a write the run did not finish)\n",
+                     metrics_path.c_str(), static_cast<long long>(n));
+        break;
+      }
       return Status::DataLoss(metrics_path.string() + ":" + std::to_string(n) +
                               ": not a JSON object with a numeric \"step\"");
     }

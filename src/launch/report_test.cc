@@ -191,5 +191,17 @@ TEST_F(ReportTest, MissingOrMalformedMetricsAreClearErrors) {
   EXPECT_NE(r.status().message().find("metrics.jsonl:2"), std::string::npos) << r.status().ToString();
 }
 
+// A run stopped mid-write (a full disk, a kill) leaves half a last line
+// without its newline: the report shows the steps before it. The same bytes
+// with a newline after them are a damaged file, not a torn write.
+TEST_F(ReportTest, ATornLastLineIsSkipped) {
+  WriteMetrics("{\"step\":1,\"reward_mean\":0.5}\n{\"step\":2,\"reward_mean\":0.7}\n{\"step\":3,\"rew");
+  auto r = RenderRunReport(dir_.string());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->find("2 RL steps recorded"), std::string::npos);
+  WriteMetrics("{\"step\":1,\"reward_mean\":0.5}\n{\"step\":3,\"rew\n");
+  EXPECT_EQ(RenderRunReport(dir_.string()).status().code(), StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace sluice::launch

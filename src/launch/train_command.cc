@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -38,6 +39,8 @@ ConfigSchema TrainSchema() {
   s.AddInt("run.seed", 0, 0, INT64_MAX, "seed of everything random: data order, sampling, model init");
   s.AddInt("run.threads", 0, 0, 1024, "intra-op threads (0 = all cores)");
   s.AddBool("run.resume", false, "continue from run.dir/checkpoints/latest (and reuse run.dir/sft)");
+  s.AddBool("run.overwrite", false,
+            "start afresh in a run.dir that holds an earlier run, removing that run's files first");
   s.AddEnum("run.progress", "auto", {"auto", "bar", "lines", "off"}, "progress display on stderr");
   s.AddString("model.path", "", "initial checkpoint (Hugging Face layout); empty: a fresh model.preset");
   s.AddEnum("model.preset", "1m", {"tiny", "1m", "5m", "20m"}, "built-in model size when model.path is empty");
@@ -108,7 +111,7 @@ ConfigSchema TrainSchema() {
   s.AddInt("pipeline.trainer_threads", 0, 0, 1024, "intra-op threads of the trainer role (0: run.threads)");
   s.AddInt("pipeline.rollout_engines", 1, 1, 1024,
            "rollout engines, data parallel, each on rollout_threads / rollout_engines threads with its share of "
-           "rl.rollout_slots");
+           "rl.slots");
   s.AddBool("pipeline.processes", false,
             "streaming modes: run the trainer, rollout and reward roles as separate processes (hub and weights "
             "over shared memory), supervised by this one; Ctrl-C stops them all");
@@ -150,6 +153,66 @@ Result<reward::TaskOptions> TaskOptionsFrom(const Config& c) {
     return Status::InvalidArgument("config key 'task.jsonl.train_path' must be set when task.name is jsonl");
   }
   return t;
+}
+
+// What a run writes into its run.dir (and so what run.overwrite removes).
+constexpr const char* kRunEntries[] = {"config.yaml", "metrics.jsonl", "report.html", "sft",
+                                       "reference",   "checkpoints",   "final",       "roles"};
+
+// A run never writes over an earlier one by accident: a run.dir that holds
+// anything is refused unless the user resumes the run in it (which needs
+// something to resume) or asks to overwrite it, and says which.
+Status PrepareRunDir(const std::string& dir, bool resume, bool overwrite) {
+  if (resume && overwrite) {
+    return Status::InvalidArgument("run.resume=true and run.overwrite=true exclude each other: continue the run in " +
+                                   dir + ", or replace it");
+  }
+  std::error_code ec;
+  const fs::path root(dir);
+  if (fs::exists(root, ec) && !fs::is_directory(root, ec)) {
+    return Status::FailedPrecondition("run.dir " + dir + " exists and is not a directory");
+  }
+  std::vector<std::string> found;  // the entries there, ours first
+  for (const char* name : kRunEntries) {
+    if (fs::exists(root / name, ec))
+      found.push_back(fs::is_directory(root / name, ec) ? std::string(name) + "/" : name);
+  }
+  const size_t ours = found.size();
+  if (fs::is_directory(root, ec)) {
+    std::error_code list_error;
+    for (const auto& entry : fs::directory_iterator(root, list_error)) {
+      const std::string name = entry.path().filename().string();
+      if (std::find(std::begin(kRunEntries), std::end(kRunEntries), name) == std::end(kRunEntries)) {
+        found.push_back(name);
+      }
+    }
+    if (list_error) return Status::Unavailable("cannot read run.dir " + dir + ": " + list_error.message());
+  }
+  std::string listed;
+  for (size_t i = 0; i < found.size() && i < 6; ++i) listed += (i > 0 ? ", " : "") + found[i];
+  if (found.size() > 6) listed += ", ...";
+  if (resume) {
+    if (fs::exists(root / "checkpoints" / "latest", ec) || fs::exists(root / "sft" / "config.json", ec)) {
+      return Status::Ok();
+    }
+    return Status::FailedPrecondition("run.resume=true, but run.dir " + dir +
+                                      " holds no run to resume (no checkpoints/latest and no sft/ warm start" +
+                                      (found.empty() ? "" : "; it holds " + listed) + ")");
+  }
+  if (found.empty()) return Status::Ok();
+  if (!overwrite) {
+    return Status::FailedPrecondition("run.dir " + dir + " is not empty (" + listed +
+                                      "): set run.resume=true to continue the run in it, run.overwrite=true to "
+                                      "replace it, or choose another run.dir");
+  }
+  // Overwrite: remove what a run writes; anything else stays where it is.
+  for (size_t i = 0; i < ours; ++i) {
+    const fs::path entry = root / (found[i].back() == '/' ? found[i].substr(0, found[i].size() - 1) : found[i]);
+    fs::remove_all(entry, ec);
+    if (ec) return Status::Unavailable("run.overwrite: cannot remove " + entry.string() + ": " + ec.message());
+  }
+  if (ours > 0) std::fprintf(stderr, "sluice train: run.overwrite: removed the earlier run in %s\n", dir.c_str());
+  return Status::Ok();
 }
 
 Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
@@ -380,15 +443,21 @@ Status Train(const std::vector<std::string>& args) {
   SetIntraOpThreads(config.GetInt("run.threads"));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
-  std::error_code ec;
-  fs::create_directories(options.run_dir, ec);
-  std::ofstream(fs::path(options.run_dir) / "config.yaml") << config.ToYaml();
+  SLUICE_RETURN_IF_ERROR(PrepareRunDir(options.run_dir, options.resume, config.GetBool("run.overwrite")));
   std::fprintf(
       stderr, "sluice train: task %s, %.2fM-parameter model, %lld RL steps x %lld prompts x %lld answers, run dir %s\n",
       task->name().c_str(), policy->config().NumParameters() / 1e6, static_cast<long long>(options.rl.steps),
       static_cast<long long>(options.rl.prompts_per_step), static_cast<long long>(options.rl.group_size),
       options.run_dir.c_str());
   SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, std::move(task), options));
+  {
+    // The config the run used, as it would be resumed (written once the run
+    // is set up, so a start refused on its inputs leaves the directory
+    // empty): run.overwrite is how this start treated the directory, not
+    // part of the run.
+    SLUICE_ASSIGN_OR_RETURN(Config saved, Config::FromYamlText(schema, config.ToYaml(), {"run.overwrite=false"}));
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically((fs::path(options.run_dir) / "config.yaml").string(), saved.ToYaml()));
+  }
   Progress progress(config.GetString("run.progress"));
   auto report = [&](const std::string& phase, int64_t done, int64_t total, const pipeline::StepRecord* r) {
     progress.Update(phase, done, total, r);

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "sluice/model/tokenizer.h"
 
@@ -38,6 +39,21 @@ Status ModelConfig::Validate() const {
                             {"vocab_size", vocab_size},
                             {"max_position_embeddings", max_position_embeddings}}) {
     if (value <= 0) return bad(key, "must be a positive integer, got " + std::to_string(value));
+  }
+  // Far above any model this runs, and low enough that sizes computed from
+  // them cannot overflow: a typo is an error here, not an allocation that
+  // takes the machine's memory.
+  for (auto [key, value, limit] : {std::tuple<const char*, int64_t, int64_t>{"hidden_size", hidden_size, 1 << 16},
+                                   {"num_hidden_layers", num_hidden_layers, 1 << 10},
+                                   {"num_attention_heads", num_attention_heads, 1 << 10},
+                                   {"num_key_value_heads", num_key_value_heads, 1 << 10},
+                                   {"intermediate_size", intermediate_size, 1 << 20},
+                                   {"vocab_size", vocab_size, 1 << 22},
+                                   {"max_position_embeddings", max_position_embeddings, 1 << 20},
+                                   {"head_dim", head_dim, 1 << 12}}) {
+    if (value > limit) {
+      return bad(key, std::to_string(value) + " is over the limit of " + std::to_string(limit));
+    }
   }
   if (head_dim < 0) return bad("head_dim", "must be positive when given");
   if (head_dim == 0 && hidden_size % num_attention_heads != 0) {

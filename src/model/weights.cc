@@ -148,8 +148,31 @@ Status LoadWeights(Transformer& model, const TensorMap& weights) {
 Result<std::shared_ptr<Transformer>> LoadPretrained(const std::string& dir, torch::Device device) {
   SLUICE_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig((std::filesystem::path(dir) / "config.json").string()));
   SLUICE_ASSIGN_OR_RETURN(TensorMap weights, LoadCheckpointTensors(dir));
+  // The sizes in config.json against the checkpoint, before a model of that
+  // size is built: a config that describes far more parameters than the
+  // checkpoint holds (a wrong num_hidden_layers, say) is refused here; a
+  // near miss is built and refused by LoadWeights, which names the tensor.
+  int64_t held = 0;
+  for (const auto& [name, t] : weights) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    held += n;
+  }
+  if (config.NumParameters() > 2 * held + (int64_t{1} << 20)) {
+    return Status::InvalidArgument(dir + "/config.json describes a model of " + std::to_string(config.NumParameters()) +
+                                   " parameters, but the checkpoint holds " + std::to_string(held) +
+                                   ": a size in config.json (num_hidden_layers, hidden_size, ...) is wrong");
+  }
   auto model = std::make_shared<Transformer>(config, /*seed=*/0);
   SLUICE_RETURN_IF_ERROR(LoadWeights(*model, weights).WithContext(dir));
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : model->named_parameters()) {
+      if (!torch::isfinite(p.value()).all().item<bool>()) {
+        return Status::DataLoss(dir + ": tensor '" + p.key() + "' holds NaN or inf values");
+      }
+    }
+  }
   model->to(device);
   return model;
 }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -150,6 +151,29 @@ TEST_F(WeightsTest, CheckpointForADifferentConfigIsRejected) {
   auto loaded = LoadPretrained(dir_.string());
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("gate_proj"), std::string::npos) << loaded.status().ToString();
+}
+
+TEST_F(WeightsTest, AConfigFarLargerThanItsCheckpointIsRefusedBeforeBuilding) {
+  ASSERT_TRUE(SavePretrained(*model_, dir_.string()).ok());
+  ModelConfig deep = config_;
+  deep.num_hidden_layers = 1000;  // within the config limit, ~1000x the checkpoint
+  ASSERT_TRUE(SaveModelConfig((dir_ / "config.json").string(), deep).ok());
+  auto loaded = LoadPretrained(dir_.string());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(loaded.status().message().find("but the checkpoint holds"), std::string::npos)
+      << loaded.status().ToString();
+}
+
+TEST_F(WeightsTest, NonFiniteWeightsAreRefused) {
+  {
+    torch::NoGradGuard g;
+    model_->named_parameters()["model.layers.0.mlp.up_proj.weight"][0][1] = std::nanf("");
+  }
+  ASSERT_TRUE(SavePretrained(*model_, dir_.string()).ok());
+  auto loaded = LoadPretrained(dir_.string());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(loaded.status().message().find("model.layers.0.mlp.up_proj.weight' holds NaN"), std::string::npos)
+      << loaded.status().ToString();
 }
 
 TEST_F(WeightsTest, CloneIsIndependent) {

@@ -52,6 +52,19 @@ Status RunOptions::Validate() const {
     return bad("rl.group_size", "must be >= 2: GRPO normalizes rewards within a group of answers to one prompt, got " +
                                     std::to_string(rl.group_size));
   }
+  // A step's answers are held in memory together (and, in the direct loop,
+  // generated as one batch): refuse sizes no machine this runs on can hold,
+  // before anything is allocated.
+  constexpr int64_t kMaxAnswersPerStep = int64_t{1} << 16, kMaxTokensPerStep = int64_t{1} << 28;
+  if (rl.prompts_per_step * rl.group_size > kMaxAnswersPerStep) {
+    return bad("rl.prompts_per_step", "x rl.group_size is " + std::to_string(rl.prompts_per_step * rl.group_size) +
+                                          " answers per step, more than the " + std::to_string(kMaxAnswersPerStep) +
+                                          " a step may hold");
+  }
+  if (rl.prompts_per_step * rl.group_size * std::max<int64_t>(rl.sampling.max_new_tokens, 1) > kMaxTokensPerStep) {
+    return bad("rl.max_new_tokens", "x rl.prompts_per_step x rl.group_size is over " +
+                                        std::to_string(kMaxTokensPerStep) + " response tokens per step");
+  }
   if (rl.rollout_slots < 1) return bad("rl.slots", "must be >= 1");
   SLUICE_RETURN_IF_ERROR(rl.sampling.Validate());
   SLUICE_RETURN_IF_ERROR(rl.trainer.Validate());

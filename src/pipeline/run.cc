@@ -27,6 +27,36 @@ using nlohmann::json;
 TrainingRun::TrainingRun(std::unique_ptr<State> state) : state_(std::move(state)) {}
 TrainingRun::~TrainingRun() = default;
 
+namespace {
+
+// Every prompt must leave room for an answer in the model's context. Checked
+// when the run is created, for every example of both splits (naming the file
+// and line it came from), not when the step that draws it comes. Tasks larger
+// than this are generated, and bound their prompt lengths by construction.
+constexpr uint64_t kMaxExamplesChecked = uint64_t{1} << 20;
+
+Status CheckPromptsFit(const reward::Task& task, const model::ByteTokenizer& tokenizer, int64_t context) {
+  for (reward::Split split : {reward::Split::kTrain, reward::Split::kEval}) {
+    const uint64_t n = task.size(split);
+    if (n > kMaxExamplesChecked) continue;
+    for (uint64_t i = 0; i < n; ++i) {
+      SLUICE_ASSIGN_OR_RETURN(reward::Example ex, task.Get(split, i));
+      const int64_t tokens = static_cast<int64_t>(EncodePrompt(tokenizer, ex.prompt).size());
+      if (tokens >= context) {
+        return Status::InvalidArgument(
+            (ex.source.empty() ? "task '" + task.name() + "' " + std::string(reward::SplitName(split)) + " example " +
+                                     std::to_string(i)
+                               : ex.source) +
+            ": the prompt is " + std::to_string(tokens) + " tokens, which leaves no room for an answer in the " +
+            "model's context of " + std::to_string(context) + " tokens (max_position_embeddings)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<TrainingRun>> TrainingRun::Create(std::shared_ptr<model::Transformer> policy,
                                                          std::shared_ptr<const reward::Task> task,
                                                          const RunOptions& options, RunHooks hooks) {
@@ -54,6 +84,7 @@ Result<std::unique_ptr<TrainingRun>> TrainingRun::Create(std::shared_ptr<model::
   engine_options.eos_token_id = s->tokenizer.eos_id();
   SLUICE_ASSIGN_OR_RETURN(s->engine,
                           rollout::RolloutEngine::Create(rollout::PolicySnapshot{s->policy, 0}, engine_options));
+  SLUICE_RETURN_IF_ERROR(CheckPromptsFit(*s->task, s->tokenizer, s->policy->config().max_position_embeddings));
   SLUICE_ASSIGN_OR_RETURN(s->evaluator, Evaluator::Create(s->policy, s->task, EvaluatorOptionsFor(options)));
   State* raw = s.get();
   // Sync mode: the engine is idle while the trainer updates the shared model in
@@ -132,7 +163,7 @@ Status TrainingRun::PrepareTraining() {
   SLUICE_ASSIGN_OR_RETURN(s.trainer, trainer::Trainer::Create(s.policy, s.reference, rl.trainer));
   bool loaded = false;
   if (s.options.resume) SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
-  if (!loaded) std::ofstream(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::trunc);
+  if (!loaded) SLUICE_RETURN_IF_ERROR(MetricsLog::Clear(s.options.run_dir));
   return Status::Ok();
 }
 
@@ -145,7 +176,7 @@ Status TrainingRun::Train(const ProgressFn& progress, const std::atomic<bool>* s
   }
   const uint64_t n = s.task->size(reward::Split::kTrain);
   const auto run_start = Clock::now();
-  std::ofstream metrics(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::app);
+  SLUICE_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::Open(s.options.run_dir));
   while (s.step < rl.steps) {
     StepRecord rec;
     rec.step = s.step + 1;

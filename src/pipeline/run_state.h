@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "generation.h"
+#include "metrics_log.h"
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/random.h"
@@ -69,8 +71,9 @@ struct TrainingRun::State {
   std::unique_ptr<Evaluator> evaluator;
   rollout::PolicyVersion version = 0;
   int64_t step = 0;
-  double elapsed_offset = 0;  // training seconds before this process (from the checkpoint)
-  double elapsed_total = 0;   // elapsed_offset + this process's training time so far
+  int64_t skipped_in_a_row = 0;  // updates skipped (gradient norm not finite) since the last applied one
+  double elapsed_offset = 0;     // training seconds before this process (from the checkpoint)
+  double elapsed_total = 0;      // elapsed_offset + this process's training time so far
   std::vector<StepRecord> history;
   StreamSummary stream_stats;
 
@@ -92,20 +95,29 @@ struct TrainingRun::State {
     for (size_t i = 0; i < samples.size(); ++i) samples[i].advantage = adv[i];
     SLUICE_ASSIGN_OR_RETURN(rec->train, trainer->RlStep(samples));
     rec->samples_trained = static_cast<int64_t>(samples.size());
+    // The trainer skips an update whose gradient is not finite (one bad
+    // batch); a run where that keeps happening trains nothing, so it stops.
+    skipped_in_a_row = std::isfinite(rec->train.grad_norm) ? 0 : skipped_in_a_row + 1;
+    const int64_t limit = std::min<int64_t>(3, std::max<int64_t>(options.rl.steps, 1));
+    if (skipped_in_a_row >= limit) {
+      return Status::DataLoss("RL step " + std::to_string(rec->step) + ": the gradient norm was not finite in " +
+                              std::to_string(skipped_in_a_row) +
+                              " updates in a row, so each was skipped and the run trains nothing: the policy "
+                              "weights or the loss hold NaN or inf (a damaged checkpoint, a learning rate too high?)");
+    }
     return Status::Ok();
   }
 
   // The end of an RL step (s.step already counts it): held-out evaluation
   // when due, the metrics line, the history, a checkpoint when due, progress.
-  Status FinishStep(StepRecord& rec, std::ofstream& metrics, const std::function<Result<EvalResult>()>& evaluate,
+  Status FinishStep(StepRecord& rec, MetricsLog& metrics, const std::function<Result<EvalResult>()>& evaluate,
                     const ProgressFn& progress) {
     const EvalOptions& ev = options.eval;
     if ((ev.interval > 0 && step % ev.interval == 0) || step == options.rl.steps) {
       SLUICE_ASSIGN_OR_RETURN(rec.eval, evaluate());
       rec.has_eval = true;
     }
-    metrics << rec.ToJson() << "\n";
-    metrics.flush();
+    SLUICE_RETURN_IF_ERROR(metrics.Append(rec.ToJson()));
     history.push_back(rec);
     if ((options.checkpoint_interval > 0 && step % options.checkpoint_interval == 0) || step == options.rl.steps) {
       SLUICE_RETURN_IF_ERROR(SaveCheckpoint());

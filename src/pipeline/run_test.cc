@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -405,6 +406,48 @@ TEST_F(TrainingRunTest, StreamingModesTrainEveryAnswerOnceWithinTheStalenessBoun
 // A trainer that drops groups it has taken without acking them (as one that
 // died holding them would) gets them again from the hub once their leases
 // run out, and the run still trains every answer exactly once.
+// A run whose updates are all skipped (the gradient is NaN: here every
+// reward is) stops with an error instead of finishing having trained nothing.
+TEST_F(TrainingRunTest, ARunThatKeepsSkippingUpdatesFails) {
+  struct NanRewardTask : EvenFirstByteTask {
+    double Score(const reward::Example&, std::string_view) const override {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+  };
+  task_ = std::make_shared<NanRewardTask>();
+  RunOptions o = Options("nan_rewards", 6);
+  o.sft.steps = 0;
+  o.eval.interval = 0;
+  o.rl.dynamic_sampling = false;
+  auto run = std::move(TrainingRun::Create(FreshModel(), task_, o)).value();
+  Status st = run->Train(nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+  EXPECT_NE(st.message().find("not finite in 3 updates in a row"), std::string::npos) << st.ToString();
+  EXPECT_EQ(run->history().size(), 2u) << "stopped at the third skipped update";
+}
+
+// A metrics line that cannot be written (here: metrics.jsonl is /dev/full,
+// as on a full disk) stops the run at that step with an error naming the
+// file, in the direct loop and in the streaming trainer.
+TEST_F(TrainingRunTest, AMetricsWriteThatFailsStopsTheRun) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  task_ = std::make_shared<EvenFirstByteTask>();
+  for (PipelineMode mode : {PipelineMode::kDirect, PipelineMode::kSync}) {
+    SCOPED_TRACE(PipelineModeName(mode));
+    RunOptions o = Options("full_disk_" + PipelineModeName(mode), 3);
+    o.pipeline.mode = mode;
+    o.eval.interval = 0;
+    fs::create_directories(o.run_dir);
+    fs::create_symlink("/dev/full", fs::path(o.run_dir) / "metrics.jsonl");
+    auto run = std::move(TrainingRun::Create(FreshModel(), task_, o)).value();
+    Status st = run->Train(nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+    EXPECT_NE(st.message().find("metrics.jsonl"), std::string::npos) << st.ToString();
+    EXPECT_NE(st.message().find("No space left"), std::string::npos) << st.ToString();
+    EXPECT_LE(run->history().size(), 1u) << "the run went on after a failed write";
+  }
+}
+
 TEST_F(TrainingRunTest, GroupsATrainerLostAreRedeliveredAfterTheirLease) {
   task_ = std::make_shared<EvenFirstByteTask>();
   constexpr int64_t kSteps = 4, kPrompts = 3, kGroup = 4;

@@ -20,6 +20,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
+#include <set>
+#include <string>
 
 #include "run_state.h"
 #include "sluice/checkpoint_engine/shm_store.h"
@@ -69,6 +72,35 @@ uint64_t HubBytes(const RunOptions& o) {
   return std::max<uint64_t>(uint64_t{64} << 20, 2 * rows * row_bytes);
 }
 
+// Removes what launchers killed without a chance to clean up (SIGKILL, a
+// crash) left in shared memory: role boards and weight stores are named
+// after their launcher ("<pid>-<start time>-<n>"), so one whose launcher is
+// gone belongs to a dead run. (The hub's arena is swept by the hub itself.)
+void SweepDeadRuns() {
+  Result<std::vector<std::string>> names = ListShmSegments({kShmPrefix});
+  if (!names.ok()) return;
+  const std::string board_prefix = ShmSegmentName({kShmPrefix, "board"}) + ".";
+  const std::string store_prefix = ShmSegmentName({kShmPrefix}) + ".run-";
+  std::set<std::string> dead_stores;
+  for (const std::string& name : *names) {
+    if (name.rfind(board_prefix, 0) == 0) {
+      const std::optional<ProcessIdentity> owner = OwnerNamedIn(std::string_view(name).substr(board_prefix.size()));
+      if (owner && !IsProcessAlive(*owner) && SharedMemorySegment::Unlink(name).ok()) {
+        SLUICE_LOG(INFO) << "removed the role board " << name << " of a dead launcher (pid " << owner->pid << ")";
+      }
+    } else if (name.rfind(store_prefix, 0) == 0) {
+      const std::string_view rest = std::string_view(name).substr(store_prefix.size());
+      const std::optional<ProcessIdentity> owner = OwnerNamedIn(rest);
+      if (owner && !IsProcessAlive(*owner)) dead_stores.insert("run-" + std::string(rest.substr(0, rest.find('.'))));
+    }
+  }
+  for (const std::string& store : dead_stores) {
+    if (ce::DestroyShmStore(kShmPrefix, store).ok()) {
+      SLUICE_LOG(INFO) << "removed the weight store " << store << " of a dead launcher";
+    }
+  }
+}
+
 }  // namespace
 
 Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
@@ -80,6 +112,7 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   if (s.step >= s.options.rl.steps) return Status::Ok();
   const auto run_start = Clock::now();
 
+  SweepDeadRuns();
   // Names of this run's shared-memory objects: unique per launcher process.
   static std::atomic<int> runs{0};
   const ProcessIdentity me = CurrentProcess();

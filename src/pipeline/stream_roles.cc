@@ -435,7 +435,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
   const auto run_start = Clock::now();
   auto interval_start = run_start;
   int64_t busy_us_before = board.rollout_busy_us.load(), tokens_before = board.rollout_tokens.load();
-  std::ofstream metrics(fs::path(s.options.run_dir) / "metrics.jsonl", std::ios::app);
+  SLUICE_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::Open(s.options.run_dir));
   const std::vector<std::string> columns = {column::kPrompt,   column::kResponse,    column::kLogprobs,
                                             column::kVersions, column::kAnswerIndex, column::kReward};
   tq::SamplingPolicy whole_groups;

@@ -300,7 +300,7 @@ TEST(ArithmeticTaskTest, MaxOpsBoundsTheProblems) {
 TEST(ArithmeticTaskTest, OnlyAnExactFinalAnswerScores) {
   auto task = Make(Arithmetic());
   ASSERT_NE(task, nullptr);
-  Example e{0, "7+3-5+2=", "7", "7+3=10,10-5=5,5+2=7#7"};
+  Example e{0, "7+3-5+2=", "7", "7+3=10,10-5=5,5+2=7#7", 0, ""};
   EXPECT_EQ(task->Score(e, "7+3=10,10-5=5,5+2=7#7"), 1.0);
   EXPECT_EQ(task->Score(e, "#7"), 1.0) << "the scratchpad is not checked";
   EXPECT_EQ(task->Score(e, "1+1=5#7\n"), 1.0) << "surrounding whitespace is trimmed";
@@ -368,7 +368,7 @@ TEST(SortTaskTest, SolutionsSortThePromptAndScoreOne) {
 TEST(SortTaskTest, WrongOrderOrMissingMarkerScoresZero) {
   auto task = Make(Sort());
   ASSERT_NE(task, nullptr);
-  Example e{0, "sort:5281=", "1258", "1258#1258"};
+  Example e{0, "sort:5281=", "1258", "1258#1258", 0, ""};
   EXPECT_EQ(task->Score(e, "1258#1258"), 1.0);
   EXPECT_EQ(task->Score(e, "#1258"), 1.0);
   EXPECT_EQ(task->Score(e, "#8521"), 0.0);

@@ -73,6 +73,7 @@ Result<std::vector<Example>> ReadJsonl(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     SLUICE_ASSIGN_OR_RETURN(Example example, ParseExample(line, path + ":" + std::to_string(line_number) + ": "));
+    example.source = path + ":" + std::to_string(line_number);
     examples.push_back(std::move(example));
   }
   if (in.bad()) return Status::Unavailable("jsonl task: error reading " + path);

@@ -191,7 +191,7 @@ TEST_F(JsonlTaskTest, MissingFilesAreNotFound) {
 TEST_F(JsonlTaskTest, ScoreComparesNormalizedFinalAnswers) {
   auto task = MakeTask(Options(WriteNumbered("train.jsonl", 3)));
   ASSERT_TRUE(task.ok());
-  const Example e{0, "Where?", "New  York", ""};
+  const Example e{0, "Where?", "New  York", "", 0, ""};
   EXPECT_EQ((*task)->Score(e, "new york"), 1.0) << "no marker: the whole response";
   EXPECT_EQ((*task)->Score(e, "  NEW\tYORK \n"), 1.0);
   EXPECT_EQ((*task)->Score(e, "it is # new   york"), 1.0);

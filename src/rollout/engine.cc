@@ -19,6 +19,13 @@ Status SamplingParams::Validate() const {
     return Status::InvalidArgument("sampling.temperature must be a finite number >= 0 (0 = greedy), got " +
                                    std::to_string(temperature));
   }
+  // Logits divided by a tinier temperature overflow float to inf, and the
+  // softmax of infs is NaN: such a temperature means greedy, so say so.
+  if (temperature > 0.0f && temperature < kMinTemperature) {
+    return Status::InvalidArgument("sampling.temperature " + std::to_string(temperature) + " is below " +
+                                   std::to_string(kMinTemperature) +
+                                   ", where logits / temperature overflow; use 0 for greedy decoding");
+  }
   if (top_k < 0) return Status::InvalidArgument("sampling.top_k must be >= 0 (0 = off), got " + std::to_string(top_k));
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     return Status::InvalidArgument("sampling.top_p must be in (0, 1], got " + std::to_string(top_p));

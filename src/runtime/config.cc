@@ -511,10 +511,13 @@ Result<Config> Config::Load(const ConfigSchema& schema, const std::string& yaml_
   if (!std::filesystem::exists(yaml_path, ec)) {
     return Status::NotFound("config file '" + yaml_path + "' does not exist");
   }
+  if (std::filesystem::is_directory(yaml_path, ec)) {
+    return Status::InvalidArgument("config file '" + yaml_path + "' is a directory, not a YAML file");
+  }
   std::ifstream in(yaml_path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
-  if (!in || std::filesystem::is_directory(yaml_path, ec)) {
+  if (!in) {
     return Status::Unavailable("cannot read config file '" + yaml_path + "'");
   }
   const std::string contents = text.str();

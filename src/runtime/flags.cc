@@ -10,6 +10,12 @@ void FlagSet::Add(const std::string& name, const std::string& default_value, con
   flags_[name] = Flag{default_value, default_value, help, is_bool};
 }
 
+Status FlagSet::RejectPositional() const {
+  if (positional_.empty()) return Status::Ok();
+  return Status::InvalidArgument("unexpected argument '" + positional_[0] +
+                                 "': this command takes flags only (--name=value; see --help)");
+}
+
 Status FlagSet::Parse(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];

@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -141,6 +142,12 @@ Result<ProcessIdentity> ReadProcessIdentity(int32_t pid);
 // gives no clear answer (an unexpected read error) the process counts as
 // alive, so a caller never reclaims what a live process may still use.
 bool IsProcessAlive(const ProcessIdentity& id);
+
+// Segments named after the process that owns them carry "<pid>-<start_time>"
+// at the start of a name component, followed by the component's end, '-' or
+// '.'. The owner named at the start of `text`, or nullopt when it names none.
+// Lets a later process tell a dead owner's segments and remove them.
+std::optional<ProcessIdentity> OwnerNamedIn(std::string_view text);
 
 // ------------------------------------------------------------ robust mutex
 

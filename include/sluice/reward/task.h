@@ -93,6 +93,7 @@ struct Example {
   std::string answer;    // the reference final answer (no marker)
   std::string solution;  // a full correct response, for supervised warm start; empty if none
   int difficulty = 0;    // generator shape (arithmetic: operations; sort: items); 0 if unknown
+  std::string source;    // where it was read, for messages ("train.jsonl:19"); empty if generated
 };
 
 class Task {

@@ -46,8 +46,12 @@ namespace sluice::rollout {
 using model::TokenId;
 using sluice::PolicyVersion;  // sluice/common/ids.h
 
+// The smallest temperature that samples (0 is greedy); below it logits /
+// temperature overflow float.
+inline constexpr float kMinTemperature = 1e-3f;
+
 struct SamplingParams {
-  float temperature = 1.0f;      // 0: greedy (argmax)
+  float temperature = 1.0f;      // 0: greedy (argmax); else >= kMinTemperature
   int32_t top_k = 0;             // 0: no top-k truncation
   float top_p = 1.0f;            // 1: no nucleus truncation; in (0, 1]
   uint64_t seed = 0;             // the request's own random stream

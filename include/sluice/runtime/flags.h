@@ -33,6 +33,9 @@ class FlagSet {
   Result<std::string> GetChoice(const std::string& name, const std::vector<std::string>& allowed) const;
 
   const std::vector<std::string>& positional() const { return positional_; }
+  // For commands that take flags only: InvalidArgument naming the first
+  // positional argument, if any (a word that would otherwise be ignored).
+  Status RejectPositional() const;
   // True when --help or -h was among the arguments.
   bool help_requested() const { return help_requested_; }
   std::string Usage() const;

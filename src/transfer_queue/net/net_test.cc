@@ -58,7 +58,9 @@ TEST(NetServerTest, OptionsAreValidated) {
   TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kInvalidArgument, "refusing to bind tcp://0.0.0.0:0 without a token");
   o = DefaultServerOptions();
   o.bind = "udp://127.0.0.1:1";
-  TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kInvalidArgument, "must be tcp://HOST:PORT or ipc://PATH");
+  TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kInvalidArgument, "unsupported transport");
+  o.bind = "tcp://127.0.0.1:99999";
+  TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kInvalidArgument, "port '99999' is not a number in 0..65535");
   o = DefaultServerOptions();
   o.max_message_bytes = o.controller.max_tensor_bytes;
   TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kInvalidArgument, "max_message_bytes");

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "net/rpc_channel.h"
 #include "net/server_impl.h"
 #include "sluice/common/logging.h"
 
@@ -50,9 +51,7 @@ std::string HostOf(const std::string& endpoint) {
 
 Status ValidateOptions(const ServerOptions& o) {
   auto bad = [](const std::string& what) { return Status::InvalidArgument("ServerOptions." + what); };
-  if (o.bind.rfind("tcp://", 0) != 0 && o.bind.rfind("ipc://", 0) != 0) {
-    return bad("bind '" + o.bind + "' must be tcp://HOST:PORT or ipc://PATH");
-  }
+  if (Status endpoint = internal::ValidateEndpoint(o.bind); !endpoint.ok()) return bad("bind: " + endpoint.message());
   if (o.token.size() > wire::kMaxTokenBytes) {
     return bad("token has " + std::to_string(o.token.size()) + " bytes, at most " +
                std::to_string(wire::kMaxTokenBytes) + " allowed");
@@ -88,7 +87,7 @@ bool IsLoopbackEndpoint(const std::string& endpoint) {
   if (endpoint.rfind("ipc://", 0) == 0) return true;
   if (endpoint.rfind("tcp://", 0) != 0) return false;
   const std::string host = HostOf(endpoint);
-  if (host == "lo") return true;
+  if (host == "lo" || host == "localhost") return true;
   in_addr v4{};
   if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
   in6_addr v6{};

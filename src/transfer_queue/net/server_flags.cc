@@ -1,10 +1,12 @@
 #include "sluice/transfer_queue/server_flags.h"
 
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "core/validation.h"
+#include "net/rpc_channel.h"
 #include "sluice/runtime/flags.h"
 #include "wire/wire.h"
 
@@ -124,6 +126,10 @@ Result<uint64_t> ParseByteSize(std::string_view flag, std::string_view text) {
 }
 
 Result<std::string> ReadTokenFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::InvalidArgument("--token-file: '" + path + "' is a directory, not a file holding the token");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::InvalidArgument("--token-file: cannot read '" + path + "'");
   std::ostringstream text;
@@ -167,14 +173,10 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
     out.help = true;
     return out;
   }
-  if (!fs.positional().empty()) {
-    return Status::InvalidArgument("unexpected argument '" + fs.positional()[0] + "' (flags only; see --help)");
-  }
+  SLUICE_RETURN_IF_ERROR(fs.RejectPositional());
   ServerOptions& o = out.options;
   SLUICE_ASSIGN_OR_RETURN(o.bind, fs.GetString("bind"));
-  if (o.bind.rfind("tcp://", 0) != 0 && o.bind.rfind("ipc://", 0) != 0) {
-    return Status::InvalidArgument("--bind: '" + o.bind + "' must be tcp://HOST:PORT or ipc://PATH");
-  }
+  SLUICE_RETURN_IF_ERROR(internal::ValidateEndpoint(o.bind).WithContext("--bind"));
   SLUICE_ASSIGN_OR_RETURN(out.token_file, fs.GetString("token-file"));
   if (!out.token_file.empty()) {
     SLUICE_ASSIGN_OR_RETURN(o.token, ReadTokenFile(out.token_file));

@@ -58,7 +58,11 @@ TEST(ServerFlagsTest, BadFlagsAreNamed) {
   TQ_EXPECT_ERROR(ParseServerFlags({"--storage-units", "0"}), kInvalidArgument, "storage-units");
   TQ_EXPECT_ERROR(ParseServerFlags({"--capacity-rows", "lots"}), kInvalidArgument, "capacity-rows");
   TQ_EXPECT_ERROR(ParseServerFlags({"--bogus", "1"}), kInvalidArgument, "bogus");
-  TQ_EXPECT_ERROR(ParseServerFlags({"--bind", "udp://x"}), kInvalidArgument, "--bind: 'udp://x'");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--bind", "udp://x"}), kInvalidArgument, "--bind: endpoint 'udp://x'");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--bind", "tcp://127.0.0.1:99999"}), kInvalidArgument,
+                  "port '99999' is not a number in 0..65535");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--bind", "tcp://127.0.0.1"}), kInvalidArgument, "missing host or port");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--token-file", testing::TempDir()}), kInvalidArgument, "is a directory");
   TQ_EXPECT_ERROR(ParseServerFlags({"--bind", "tcp://0.0.0.0:0"}), kInvalidArgument, "--token-file is required");
   TQ_EXPECT_ERROR(ParseServerFlags({"--tasks", "a,,b"}), kInvalidArgument, "--tasks: task name is empty");
   TQ_EXPECT_ERROR(ParseServerFlags({"--tasks", "a,a"}), kInvalidArgument, "listed twice");
@@ -66,6 +70,13 @@ TEST(ServerFlagsTest, BadFlagsAreNamed) {
                   "--max-message-bytes");
   TQ_EXPECT_ERROR(ParseServerFlags({"--token-file", "/nonexistent/token"}), kInvalidArgument, "cannot read");
   TQ_EXPECT_ERROR(ParseServerFlags({"extra"}), kInvalidArgument, "unexpected argument 'extra'");
+}
+
+TEST(ServerFlagsTest, LocalhostIsLoopback) {
+  Result<ServerFlags> f = ParseServerFlags({"--bind", "tcp://localhost:0"});
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_TRUE(IsLoopbackEndpoint("tcp://localhost:5555"));
+  EXPECT_FALSE(IsLoopbackEndpoint("tcp://localhost.example.com:5555"));
 }
 
 TEST(ServerFlagsTest, TokenFile) {

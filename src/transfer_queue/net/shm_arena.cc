@@ -78,13 +78,9 @@ void SweepDeadArenas() {
   if (!names.ok()) return;
   const std::string prefix = ShmSegmentName({kPrefix, kKind}) + ".";
   for (const std::string& name : *names) {
-    std::string_view rest = std::string_view(name).substr(prefix.size());
-    const size_t dash = rest.find('-'), dot = rest.find('.');
-    if (dash == std::string_view::npos || dot == std::string_view::npos || dash > dot) continue;
-    ProcessIdentity owner;
-    const auto p = std::from_chars(rest.data(), rest.data() + dash, owner.pid);
-    const auto s = std::from_chars(rest.data() + dash + 1, rest.data() + dot, owner.start_time);
-    if (p.ec != std::errc() || s.ec != std::errc() || owner.pid <= 0) continue;
+    const std::optional<ProcessIdentity> found = OwnerNamedIn(std::string_view(name).substr(prefix.size()));
+    if (!found) continue;
+    const ProcessIdentity owner = *found;
     if (IsProcessAlive(owner)) continue;
     if (SharedMemorySegment::Unlink(name).ok()) {
       SLUICE_LOG(INFO) << "TransferQueue: removed shared-memory arena " << name << " of dead process " << owner.pid;

@@ -172,12 +172,13 @@ Status PrepareRunDir(const std::string& dir, bool resume, bool overwrite) {
   if (fs::exists(root, ec) && !fs::is_directory(root, ec)) {
     return Status::FailedPrecondition("run.dir " + dir + " exists and is not a directory");
   }
-  std::vector<std::string> found;  // the entries there, ours first
+  std::vector<fs::path> ours;      // what an earlier run wrote there
+  std::vector<std::string> found;  // every entry there, ours first, for messages
   for (const char* name : kRunEntries) {
-    if (fs::exists(root / name, ec))
-      found.push_back(fs::is_directory(root / name, ec) ? std::string(name) + "/" : name);
+    if (!fs::exists(root / name, ec)) continue;
+    ours.push_back(root / name);
+    found.push_back(fs::is_directory(root / name, ec) ? std::string(name) + "/" : name);
   }
-  const size_t ours = found.size();
   if (fs::is_directory(root, ec)) {
     std::error_code list_error;
     for (const auto& entry : fs::directory_iterator(root, list_error)) {
@@ -206,12 +207,11 @@ Status PrepareRunDir(const std::string& dir, bool resume, bool overwrite) {
                                       "replace it, or choose another run.dir");
   }
   // Overwrite: remove what a run writes; anything else stays where it is.
-  for (size_t i = 0; i < ours; ++i) {
-    const fs::path entry = root / (found[i].back() == '/' ? found[i].substr(0, found[i].size() - 1) : found[i]);
+  for (const fs::path& entry : ours) {
     fs::remove_all(entry, ec);
     if (ec) return Status::Unavailable("run.overwrite: cannot remove " + entry.string() + ": " + ec.message());
   }
-  if (ours > 0) std::fprintf(stderr, "sluice train: run.overwrite: removed the earlier run in %s\n", dir.c_str());
+  if (!ours.empty()) std::fprintf(stderr, "sluice train: run.overwrite: removed the earlier run in %s\n", dir.c_str());
   return Status::Ok();
 }
 

@@ -154,9 +154,8 @@ Result<std::shared_ptr<Transformer>> LoadPretrained(const std::string& dir, torc
   // near miss is built and refused by LoadWeights, which names the tensor.
   int64_t held = 0;
   for (const auto& [name, t] : weights) {
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    held += n;
+    SLUICE_ASSIGN_OR_RETURN(const uint64_t n, CheckedNumel(t.shape));
+    held += static_cast<int64_t>(n);
   }
   if (config.NumParameters() > 2 * held + (int64_t{1} << 20)) {
     return Status::InvalidArgument(dir + "/config.json describes a model of " + std::to_string(config.NumParameters()) +

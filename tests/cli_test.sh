@@ -68,6 +68,12 @@ expect rerun-refused 1 "run.overwrite=true" -- "$SLUICE" train "${small[@]}" run
   || { echo "FAIL rerun-refused changed the earlier run"; failures=$((failures + 1)); }
 expect resume-nothing 1 "holds no run to resume" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/fresh" run.resume=true
 expect resume-and-overwrite 2 "exclude each other" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/run" run.resume=true run.overwrite=true
+# resuming with another model is refused naming what differs, and leaves the run as it was.
+expect resume-other-model 1 "holds another model than this run's (hidden_size" -- \
+  "$SLUICE" train "${small[@]}" run.dir="$tmp/run" run.resume=true rl.steps=4 model.preset=1m
+expect resume-other-model-ckpt 1 "config.yaml) or choose another run.dir" -- \
+  "$SLUICE" train "${small[@]}" run.dir="$tmp/run" run.resume=true rl.steps=4 model.preset=1m sft.steps=0
+[ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 3 ] || { echo "FAIL resume-other-model changed the run"; failures=$((failures + 1)); }
 cp -r "$tmp/run" "$tmp/over" && echo "my notes" > "$tmp/over/notes.txt"
 expect overwrite 0 "removed the earlier run" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/over" run.overwrite=true checkpoint.interval=1
 [ "$(wc -l < "$tmp/over/metrics.jsonl")" -eq 2 ] && [ ! -e "$tmp/over/checkpoints/step_000003" ] && [ -f "$tmp/over/notes.txt" ] \
@@ -125,7 +131,44 @@ expect sweep-dead-run 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.
 left=$(ls /dev/shm | grep -E "(^|[.-])$launcher-" || true)
 [ -z "$left" ] || { echo "FAIL sigkill: the next run left the dead run's segments: $left"; failures=$((failures + 1)); }
 
+# A stalled role (SIGSTOP) is reported by name, pid and state, and again when it moves on; with
+# pipeline.stop_on_stall=true the run stops with that report and leaves no role behind.
+role_pid() {  # role_pid LAUNCHER ROLE: the pid of that role's process
+  for p in $(children_of "$1"); do tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "--role=$2 " && echo "$p"; done
+}
+for action in warn stop; do
+  stop_flag=false; [ $action = stop ] && stop_flag=true
+  "$SLUICE" train "${proc[@]}" run.dir="$tmp/stall-$action" rl.steps=1000000 pipeline.stall_seconds=2 \
+    pipeline.stop_on_stall=$stop_flag > "$tmp/stall-$action.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 300); do grep -q '"step":1' "$tmp/stall-$action/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+  rollout=$(role_pid $launcher rollout)
+  [ -n "$rollout" ] && kill -STOP "$rollout"
+  report="the rollout role (pid $rollout) has made no progress for [0-9]* s (pipeline.stall_seconds=2): it is stopped by a signal"
+  for _ in $(seq 150); do grep -q "$report" "$tmp/stall-$action.log" && break; sleep 0.1; done
+  grep -q "$report" "$tmp/stall-$action.log" \
+    || { echo "FAIL stall-$action: no report of the stopped rollout"; tail -3 "$tmp/stall-$action.log"; failures=$((failures + 1)); }
+  if [ $action = warn ]; then
+    kill -CONT "$rollout"
+    for _ in $(seq 150); do grep -q "rollout role (pid $rollout) makes progress again" "$tmp/stall-$action.log" && break; sleep 0.1; done
+    grep -q "rollout role (pid $rollout) makes progress again" "$tmp/stall-$action.log" \
+      || { echo "FAIL stall-warn: the rollout's recovery was not reported"; failures=$((failures + 1)); }
+    kill -0 $launcher 2>/dev/null || { echo "FAIL stall-warn: the run stopped"; failures=$((failures + 1)); }
+    kill -INT $launcher
+  fi
+  for _ in $(seq 300); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+  wait $launcher; rc=$?
+  if [ $action = stop ]; then
+    [ "$rc" -eq 1 ] && grep -q "Timeout: $report.*stopping the run (pipeline.stop_on_stall=true)" "$tmp/stall-stop.log" \
+      || { echo "FAIL stall-stop: rc=$rc"; tail -3 "$tmp/stall-stop.log"; failures=$((failures + 1)); }
+  fi
+  [ -n "$rollout" ] && kill -0 "$rollout" 2>/dev/null && { echo "FAIL stall-$action: rollout $rollout still runs"; kill -9 "$rollout"; failures=$((failures + 1)); }
+done
+[ "$failures" -eq 0 ] && echo "ok   stalled roles reported"
+
 expect bad-mode 2 "pipeline.mode" -- "$SLUICE" train pipeline.mode=fast
+expect stop-on-stall-without-limit 2 "pipeline.stop_on_stall: needs pipeline.stall_seconds > 0" -- \
+  "$SLUICE" train pipeline.processes=true pipeline.stall_seconds=0 pipeline.stop_on_stall=true
 expect eval-needs-model 2 "--model is required" -- "$SLUICE" eval
 expect unknown-key 2 "trainer.lr" -- "$SLUICE" train trainer.lrr=1
 expect bad-type 2 "rl.steps" -- "$SLUICE" train rl.steps=many

@@ -268,6 +268,12 @@ Result<ProcessIdentity> ReadProcessIdentity(int32_t pid) {
   return ProcessIdentity{pid, stat.start_time};
 }
 
+Result<char> ReadProcessState(int32_t pid) {
+  if (pid <= 0) return Status::NotFound("no process " + std::to_string(pid));
+  SLUICE_ASSIGN_OR_RETURN(ProcStat stat, ReadProcStat(pid));
+  return stat.state;
+}
+
 std::optional<ProcessIdentity> OwnerNamedIn(std::string_view text) {
   const size_t dash = text.find('-');
   if (dash == std::string_view::npos || dash == 0) return std::nullopt;

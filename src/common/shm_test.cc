@@ -1,6 +1,7 @@
 #include "sluice/common/shm.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -135,6 +136,27 @@ TEST(ProcessIdentityTest, DetectsLiveDeadReusedAndZombieProcesses) {
   int status;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_FALSE(IsProcessAlive(*child));
+}
+
+TEST(ProcessIdentityTest, ReadsTheStateOfARunningAndAStoppedProcess) {
+  auto self = ReadProcessState(::getpid());
+  ASSERT_TRUE(self.ok()) << self.status().ToString();
+  EXPECT_EQ(*self, 'R');  // this thread is reading it
+  EXPECT_EQ(ReadProcessState(0x7ffffff0).status().code(), StatusCode::kNotFound);
+  pid_t pid;
+  char arg0[] = "sleep";
+  char arg1[] = "30";
+  char* argv[] = {arg0, arg1, nullptr};
+  ASSERT_EQ(::posix_spawnp(&pid, "sleep", nullptr, nullptr, argv, environ), 0);
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid), &info, WSTOPPED), 0);  // the stop has taken effect
+  auto stopped = ReadProcessState(pid);
+  ASSERT_TRUE(stopped.ok()) << stopped.status().ToString();
+  EXPECT_EQ(*stopped, 'T');
+  ::kill(pid, SIGKILL);
+  int status;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
 }
 
 TEST_F(ShmSegmentTest, MutexTimesOutWhileHeldAndReportsADeadOwner) {

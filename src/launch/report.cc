@@ -62,9 +62,48 @@ std::string Num(double v) {
   return buf;
 }
 
+// Chart geometry shared by the line and bar charts: a title row, a legend
+// row (wrapped when long), then the plot with the y unit written up its left
+// side and the x label centred under it.
+constexpr double kChartW = 520, kChartH = 250, kPlotL = 58, kPlotR = 12, kPlotB = 34;
+constexpr double kLegendChar = 6.6;  // px per character of 11 px sans-serif, generous
+
+std::string ChartHead(const std::string& title, double height) {
+  std::ostringstream out;
+  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kChartW << "' height='" << height << "' viewBox='0 0 "
+      << kChartW << ' ' << height << "'><text x='8' y='16' font-size='13' font-weight='bold'>" << Escape(title)
+      << "</text>";
+  return out.str();
+}
+
+// The y unit, rotated, centred on the plot's left edge, and the x label
+// centred under the plot.
+std::string AxisLabels(const std::string& y_unit, const std::string& x_label, double top, double height) {
+  std::ostringstream out;
+  const double mid = (top + height - kPlotB) / 2;
+  out << "<text x='14' y='" << mid << "' font-size='10' text-anchor='middle' transform='rotate(-90 14 " << mid << ")'>"
+      << Escape(y_unit) << "</text><text x='" << (kPlotL + kChartW - kPlotR) / 2 << "' y='" << height - 6
+      << "' font-size='10' text-anchor='middle'>" << Escape(x_label) << "</text>";
+  return out.str();
+}
+
 // One line chart of several series sharing the x axis (RL step by default).
-std::string Chart(const std::string& title, const std::vector<Series>& series, const std::string& x_label = "step") {
-  constexpr double W = 520, H = 220, L = 50, R = 10, T = 28, B = 30;
+// Series with an empty label (seed ranges) get no legend entry.
+std::string Chart(const std::string& title, const std::string& y_unit, const std::vector<Series>& series,
+                  const std::string& x_label = "RL step") {
+  // Legend entries laid out first: they decide where the plot starts.
+  std::ostringstream legend;
+  double lx = 8, ly = 34;
+  for (const Series& s : series) {
+    if (s.points.empty() || s.label.empty()) continue;
+    const double width = 18 + kLegendChar * static_cast<double>(s.label.size());
+    if (lx > 8 && lx + width > kChartW - kPlotR) lx = 8, ly += 15;
+    legend << "<line x1='" << lx << "' x2='" << lx + 12 << "' y1='" << ly - 4 << "' y2='" << ly - 4 << "' stroke='"
+           << s.color << "' stroke-width='2'" << (s.dashed ? " stroke-dasharray='3,2'" : "") << "/><text x='" << lx + 16
+           << "' y='" << ly << "' font-size='11'>" << Escape(s.label) << "</text>";
+    lx += width + 10;
+  }
+  const double T = ly + 12, H = kChartH + (ly - 34), W = kChartW, L = kPlotL, R = kPlotR, B = kPlotB;
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   for (const Series& s : series) {
     for (auto [x, y] : s.points) {
@@ -72,64 +111,70 @@ std::string Chart(const std::string& title, const std::vector<Series>& series, c
     }
   }
   std::ostringstream out;
-  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << ' '
-      << H << "'><text x='" << L << "' y='16' font-size='13' font-weight='bold'>" << Escape(title) << "</text>";
+  out << ChartHead(title, H);
   if (x0 > x1) return out.str() + "<text x='60' y='110' font-size='12'>no data</text></svg>";
+  out << legend.str() << AxisLabels(y_unit, x_label, T, H);
   if (y0 > 0 && y0 < 0.5 * y1) y0 = 0;  // anchor at zero unless the data sits far from it
   if (y1 == y0) y1 = y0 + 1;
   if (x1 == x0) x1 = x0 + 1;
+  // Round numbers on the y axis: a step of 1, 2, 2.5 or 5 x 10^k giving
+  // about four intervals, the range widened to whole steps.
+  const double raw = (y1 - y0) / 4, magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  double tick = 10 * magnitude;
+  for (double m : {1.0, 2.0, 2.5, 5.0}) {
+    if (m * magnitude >= raw) {
+      tick = m * magnitude;
+      break;
+    }
+  }
+  y0 = std::floor(y0 / tick + 1e-9) * tick;
+  y1 = std::ceil(y1 / tick - 1e-9) * tick;
+  const int ticks = static_cast<int>(std::lround((y1 - y0) / tick));
   auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
   auto py = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
   out << "<rect x='" << L << "' y='" << T << "' width='" << W - L - R << "' height='" << H - T - B
       << "' fill='none' stroke='#bbb'/>";
-  for (int i = 0; i <= 4; ++i) {
-    const double y = y0 + (y1 - y0) * i / 4;
+  for (int i = 0; i <= ticks; ++i) {
+    const double y = y0 + tick * i;
     out << "<text x='" << L - 4 << "' y='" << py(y) + 4 << "' font-size='10' text-anchor='end'>" << Num(y) << "</text>";
     out << "<line x1='" << L << "' x2='" << W - R << "' y1='" << py(y) << "' y2='" << py(y) << "' stroke='#eee'/>";
   }
-  out << "<text x='" << L << "' y='" << H - 8 << "' font-size='10'>" << Escape(x_label) << ' ' << Num(x0)
-      << "</text><text x='" << W - R << "' y='" << H - 8 << "' font-size='10' text-anchor='end'>" << Num(x1)
-      << "</text>";
-  double legend_x = L + 160;
+  out << "<text x='" << L << "' y='" << H - B + 13 << "' font-size='10'>" << Num(x0) << "</text><text x='" << W - R
+      << "' y='" << H - B + 13 << "' font-size='10' text-anchor='end'>" << Num(x1) << "</text>";
   for (const Series& s : series) {
     if (s.points.empty()) continue;
     out << "<polyline fill='none' stroke='" << s.color << "' stroke-width='" << (s.dashed ? "0.8" : "1.5") << "'"
         << (s.dashed ? " stroke-dasharray='3,3'" : "") << " points='";
     for (auto [x, y] : s.points) out << px(x) << ',' << py(y) << ' ';
     out << "'/>";
-    if (s.dashed) continue;
-    if (s.points.size() == 1) {
+    if (!s.dashed && s.points.size() == 1) {
       out << "<circle cx='" << px(s.points[0].first) << "' cy='" << py(s.points[0].second) << "' r='3' fill='"
           << s.color << "'/>";
     }
-    out << "<text x='" << legend_x << "' y='16' font-size='11' fill='" << s.color << "'>" << Escape(s.label)
-        << "</text>";
-    legend_x += 7.0 * static_cast<double>(s.label.size()) + 16;
   }
   return out.str() + "</svg>";
 }
 
 // A bar chart of counts by integer category (e.g. staleness 0, 1, 2, ...).
-std::string Bars(const std::string& title, const std::string& x_label, const std::vector<int64_t>& counts) {
-  constexpr double W = 520, H = 220, L = 50, R = 10, T = 28, B = 30;
+std::string Bars(const std::string& title, const std::string& y_unit, const std::string& x_label,
+                 const std::vector<int64_t>& counts) {
+  const double W = kChartW, H = kChartH, L = kPlotL, R = kPlotR, T = 34, B = kPlotB;
   std::ostringstream out;
-  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << ' '
-      << H << "'><text x='" << L << "' y='16' font-size='13' font-weight='bold'>" << Escape(title) << "</text>";
+  out << ChartHead(title, H);
   int64_t total = 0, top = 0;
   for (int64_t c : counts) total += c, top = std::max(top, c);
   if (total == 0) return out.str() + "<text x='60' y='110' font-size='12'>no data</text></svg>";
+  out << AxisLabels(y_unit, x_label, T, H);
   const double slot = (W - L - R) / static_cast<double>(counts.size());
   for (size_t k = 0; k < counts.size(); ++k) {
-    const double h = (H - T - B) * static_cast<double>(counts[k]) / static_cast<double>(top);
+    const double h = (H - T - B - 14) * static_cast<double>(counts[k]) / static_cast<double>(top);
     const double x = L + slot * static_cast<double>(k);
     out << "<rect x='" << x + slot * 0.15 << "' y='" << H - B - h << "' width='" << slot * 0.7 << "' height='" << h
-        << "' fill='#17becf'/><text x='" << x + slot / 2 << "' y='" << H - B + 12
+        << "' fill='#17becf'/><text x='" << x + slot / 2 << "' y='" << H - B + 13
         << "' font-size='10' text-anchor='middle'>" << k << "</text><text x='" << x + slot / 2 << "' y='"
         << H - B - h - 3 << "' font-size='10' text-anchor='middle'>"
         << Num(100.0 * static_cast<double>(counts[k]) / static_cast<double>(total)) << "%</text>";
   }
-  out << "<text x='" << W - R << "' y='" << H - 4 << "' font-size='10' text-anchor='end'>" << Escape(x_label)
-      << "</text>";
   return out.str() + "</svg>";
 }
 
@@ -162,6 +207,19 @@ Result<std::vector<json>> LoadMetrics(const std::string& run_dir) {
   }
   return rows;
 }
+
+// The held-out accuracy of the model RL started from, if the run recorded it.
+std::optional<double> EvalBeforeRl(const std::string& run_dir) {
+  std::ifstream in(fs::path(run_dir) / kEvalBeforeRlFile);
+  if (!in) return std::nullopt;
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("eval_accuracy") || !j["eval_accuracy"].is_number()) {
+    std::fprintf(stderr, "warning: %s: not a JSON object with a numeric \"eval_accuracy\"; left out\n",
+                 (fs::path(run_dir) / kEvalBeforeRlFile).c_str());
+    return std::nullopt;
+  }
+  return j["eval_accuracy"].get<double>();
+}
 }  // namespace
 
 Result<std::string> RenderRunReport(const std::string& run_dir) {
@@ -173,6 +231,11 @@ Result<std::string> RenderRunReport(const std::string& run_dir) {
     }
     return s;
   };
+  auto percent = [](Series s) {
+    for (auto& point : s.points) point.second *= 100;
+    return s;
+  };
+  const std::optional<double> before = EvalBeforeRl(run_dir);
   std::ostringstream html;
   html << "<!doctype html><html><head><meta charset='utf-8'><title>Sluice run report</title><style>"
           "body{font-family:sans-serif;margin:24px;color:#222}div.grid{display:flex;flex-wrap:wrap;gap:16px}"
@@ -182,35 +245,49 @@ Result<std::string> RenderRunReport(const std::string& run_dir) {
        << " RL steps recorded</p>";
   if (!rows.empty()) {
     const json& last = rows.back();
-    html << "<table><tr><th>step</th><th>reward</th><th>held-out accuracy</th><th>elapsed s</th><th>staleness "
-            "max</th></tr>";
-    auto cell = [&](const char* key) {
-      return last.contains(key) && last[key].is_number() ? Num(last[key].get<double>()) : std::string("-");
+    html << "<table><tr><th>step</th><th>reward</th><th>held-out accuracy before RL</th><th>held-out accuracy "
+            "now</th><th>elapsed s</th><th>staleness max</th></tr>";
+    auto cell = [&](const char* key, double scale = 1) {
+      return last.contains(key) && last[key].is_number() ? Num(scale * last[key].get<double>()) : std::string("-");
     };
     double best_eval = -1;
     for (const json& r : rows) {
-      if (r.contains("eval_accuracy")) best_eval = std::max(best_eval, r["eval_accuracy"].get<double>());
+      if (r.contains("eval_accuracy") && r["eval_accuracy"].is_number()) {
+        best_eval = std::max(best_eval, r["eval_accuracy"].get<double>());
+      }
     }
-    html << "<tr><td>" << cell("step") << "</td><td>" << cell("reward_mean") << "</td><td>" << cell("eval_accuracy")
-         << (best_eval >= 0 ? " (best " + Num(best_eval) + ")" : "") << "</td><td>" << cell("elapsed_seconds")
+    const std::string now = cell("eval_accuracy", 100);
+    html << "<tr><td>" << cell("step") << "</td><td>" << cell("reward_mean") << "</td><td>"
+         << (before ? Num(100 * *before) + "%" : std::string("-")) << "</td><td>" << (now == "-" ? now : now + "%")
+         << (best_eval >= 0 ? " (best " + Num(100 * best_eval) + "%)" : "") << "</td><td>" << cell("elapsed_seconds")
          << "</td><td>" << cell("staleness_max") << "</td></tr></table>";
   }
+  // Held-out accuracy starts at step 0 with the model RL started from, and
+  // that level runs across the chart as the line to beat.
+  Series greedy = percent(series("eval_accuracy", "greedy", "#d62728"));
+  Series baseline{"", "before RL", "#7f7f7f", {}, true};
+  if (before) {
+    greedy.points.insert(greedy.points.begin(), {0.0, 100 * *before});
+    baseline.points = {{0.0, 100 * *before}, {std::max(1.0, greedy.points.back().first), 100 * *before}};
+  }
   html << "<div class='grid'>";
-  html << Chart("Reward and accuracy (training samples)",
-                {series("reward_mean", "reward", "#1f77b4"), series("accuracy", "accuracy", "#2ca02c")});
-  html << Chart("Held-out accuracy (greedy)",
-                {series("eval_accuracy", "greedy", "#d62728"), series("eval_sampled_accuracy", "sampled", "#ff7f0e")});
-  html << Chart("Response length (tokens)",
-                {series("response_len_mean", "mean", "#9467bd"), series("response_len_max", "max", "#8c564b")});
-  html << Chart("Staleness (weight versions)",
-                {series("staleness_mean", "mean per sample", "#17becf"), series("staleness_max", "max", "#7f7f7f")});
-  html << Chart("Trainer time per step (s)", {series("train_seconds", "training", "#2ca02c"),
-                                              series("wait_seconds", "waiting for data", "#d62728")});
-  html << Chart("Queue depth (rows ready for the trainer)", {series("queue_ready", "ready rows", "#1f77b4")});
-  html << Chart("Role timeline: busy fraction per step",
+  html << Chart("Training samples: reward and accuracy", "reward (0..1) / share correct",
+                {series("reward_mean", "mean reward", "#1f77b4"), series("accuracy", "share correct", "#2ca02c")});
+  html << Chart("Held-out accuracy", "% correct",
+                {greedy, percent(series("eval_sampled_accuracy", "sampled", "#ff7f0e")), baseline});
+  html << Chart("Response length", "tokens",
+                {series("response_len_mean", "mean", "#9467bd"), series("response_len_max", "longest", "#8c564b")});
+  html << Chart("Staleness of trained samples", "weight versions behind",
+                {series("staleness_mean", "mean", "#17becf"), series("staleness_max", "max", "#7f7f7f")});
+  html << Chart(
+      "Trainer time per step", "seconds",
+      {series("train_seconds", "training", "#2ca02c"), series("wait_seconds", "waiting for data", "#d62728")});
+  html << Chart("Queue depth", "rows ready for the trainer", {series("queue_ready", "ready rows", "#1f77b4")});
+  html << Chart("Role timeline", "busy share of the step (0..1)",
                 {series("rollout_busy", "rollout", "#1f77b4"), series("trainer_busy", "trainer", "#2ca02c")});
   {
-    Series rollout_rate{"", "rollout tok/s", "#1f77b4", {}}, train_rate{"", "trainer tok/s", "#2ca02c", {}};
+    Series rollout_rate{"", "rollout (over the step's wall time)", "#1f77b4", {}};
+    Series train_rate{"", "trainer (while training)", "#2ca02c", {}};
     std::vector<int64_t> hist;
     for (const json& r : rows) {
       const double step = r["step"].get<double>();
@@ -227,14 +304,16 @@ Result<std::string> RenderRunReport(const std::string& run_dir) {
         }
       }
     }
-    html << Chart("Stage rates (tokens/s; rollout over the step's wall time, trainer while training)",
-                  {rollout_rate, train_rate});
-    html << Bars("Staleness of trained samples (all steps)", "versions behind the trainer", hist);
+    html << Chart("Stage rates", "tokens per second", {rollout_rate, train_rate});
+    html << Bars("Staleness histogram (all steps)", "share of trained samples", "weight versions behind the trainer",
+                 hist);
   }
-  html << Chart("Optimization", {series("grad_norm", "grad norm", "#e377c2"), series("entropy", "entropy", "#bcbd22"),
-                                 series("clip_frac", "clip fraction", "#7f7f7f")});
-  html << Chart("Off-policy weights", {series("is_weight_mean", "mean pi_prox/pi_behav", "#1f77b4"),
-                                       series("is_capped_frac", "capped fraction", "#d62728")});
+  html << Chart("Optimization", "value",
+                {series("grad_norm", "grad norm", "#e377c2"), series("entropy", "entropy (nats/token)", "#bcbd22"),
+                 series("clip_frac", "clip fraction", "#7f7f7f")});
+  html << Chart("Off-policy weights", "ratio / share",
+                {series("is_weight_mean", "mean pi_prox/pi_behav", "#1f77b4"),
+                 series("is_capped_frac", "capped fraction", "#d62728")});
   html << "</div>";
   std::ifstream config(fs::path(run_dir) / "config.yaml");
   if (config) {
@@ -554,8 +633,9 @@ Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {
           "body{font-family:sans-serif;margin:24px;color:#222}div.grid{display:flex;flex-wrap:wrap;gap:16px}"
           "pre{background:#f6f6f6;padding:8px;font-size:12px}</style></head><body><h1>Sluice comparison</h1>"
           "<p>Solid: mean over seeds; dashed: the seeds' range.</p><div class='grid'>";
-  html << Chart("Held-out accuracy (greedy) vs samples trained", eval_series, "samples");
-  html << Chart("Reward (mean of the last 10 steps) vs samples trained", reward_series, "samples");
+  html << Chart("Held-out accuracy (greedy) by samples trained", "share correct (0..1)", eval_series,
+                "samples trained");
+  html << Chart("Reward by samples trained", "mean of the last 10 steps (0..1)", reward_series, "samples trained");
   html << "</div><h2>Table</h2><pre>" << Escape(md.str()) << "</pre><h2>Runs</h2><pre>";
   for (const LabeledRun& run : runs) html << Escape(run.label + "  " + run.run_dir) << "\n";
   html << "</pre></body></html>\n";

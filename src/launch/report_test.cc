@@ -40,6 +40,28 @@ TEST_F(ReportTest, RendersEveryChartAsInlineSvgWithoutScriptsOrFetches) {
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg")) << "no external resources";
   EXPECT_EQ(html.find("https://"), std::string::npos);
+  EXPECT_EQ(html.find("before RL</text>"), std::string::npos) << "no evaluation before RL recorded";
+}
+
+TEST_F(ReportTest, HeldOutAccuracyStartsFromTheModelBeforeRl) {
+  WriteMetrics("{\"step\":4,\"eval_accuracy\":0.75}\n{\"step\":8,\"eval_accuracy\":0.8}\n");
+  std::ofstream(dir_ / kEvalBeforeRlFile) << "{\"eval_accuracy\":0.5,\"examples\":100}\n";
+  auto html = RenderRunReport(dir_.string());
+  ASSERT_TRUE(html.ok()) << html.status().ToString();
+  EXPECT_NE(html->find("<td>50%</td><td>80% (best 80%)</td>"), std::string::npos) << *html;
+  EXPECT_NE(html->find(">before RL</text>"), std::string::npos) << "the level before RL has a legend entry";
+  EXPECT_NE(html->find("% correct"), std::string::npos) << "the accuracy axis has its unit";
+  // The greedy line has three points, the first at step 0 (x = the plot's left edge, 58).
+  const size_t chart = html->find("Held-out accuracy");
+  const size_t line = html->find("<polyline fill='none' stroke='#d62728'", chart);
+  ASSERT_NE(line, std::string::npos);
+  const std::string points = html->substr(html->find("points='", line) + 8, 80);
+  EXPECT_EQ(points.rfind("58,", 0), 0u) << points;
+  // A malformed file is left out with a warning; the report is still written.
+  std::ofstream(dir_ / kEvalBeforeRlFile) << "[1]";
+  auto without = RenderRunReport(dir_.string());
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_EQ(without->find(">before RL</text>"), std::string::npos);
 }
 
 TEST_F(ReportTest, StreamingRunsGetARoleTimelineAndAStalenessHistogram) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -123,6 +124,12 @@ ConfigSchema TrainSchema() {
   s.AddInt("pipeline.lease_seconds", 600, 1, 604800,
            "streaming trainer: how long it may hold a group before acking it (it acks after the step's update); "
            "a trainer that dies leaves its groups to be delivered again after this");
+  s.AddInt("pipeline.stall_seconds", 300, 0, 604800,
+           "pipeline.processes: report a role that makes no progress for this long (no decode step, hub poll or "
+           "training step), naming it and its process state; 0: never");
+  s.AddBool("pipeline.stop_on_stall", false,
+            "pipeline.processes: stop the run with an error when a role stalls (pipeline.stall_seconds), instead "
+            "of only reporting it");
   s.AddInt("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)");
   s.AddInt("eval.size", 200, 1, 1000000, "held-out examples per evaluation (greedy decoding)");
   s.AddInt("eval.max_new_tokens", 96, 1, 1000000, "held-out response length limit");
@@ -156,8 +163,9 @@ Result<reward::TaskOptions> TaskOptionsFrom(const Config& c) {
 }
 
 // What a run writes into its run.dir (and so what run.overwrite removes).
-constexpr const char* kRunEntries[] = {"config.yaml", "metrics.jsonl", "report.html", "sft",
-                                       "reference",   "checkpoints",   "final",       "roles"};
+constexpr const char* kRunEntries[] = {"config.yaml",     "metrics.jsonl", "report.html",
+                                       kEvalBeforeRlFile, "sft",           "reference",
+                                       "checkpoints",     "final",         "roles"};
 
 // A run never writes over an earlier one by accident: a run.dir that holds
 // anything is refused unless the user resumes the run in it (which needs
@@ -284,6 +292,8 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.rollout_engines = static_cast<int32_t>(c.GetInt("pipeline.rollout_engines"));
   o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
   o.pipeline.lease_seconds = c.GetInt("pipeline.lease_seconds");
+  o.pipeline.stall_seconds = c.GetInt("pipeline.stall_seconds");
+  o.pipeline.stop_on_stall = c.GetBool("pipeline.stop_on_stall");
   o.pipeline.train_order = c.GetString("pipeline.train_order") == "prompt" ? pipeline::TrainOrder::kPrompt
                                                                            : pipeline::TrainOrder::kCompletion;
   o.pipeline.processes = c.GetBool("pipeline.processes");
@@ -467,6 +477,9 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(pipeline::EvalResult before, loop->Evaluate());
   std::fprintf(stderr, "held-out accuracy before RL: %.1f%% (%lld examples, greedy)\n", 100 * before.accuracy,
                static_cast<long long>(before.examples));
+  SLUICE_RETURN_IF_ERROR(WriteFileAtomically(
+      (fs::path(options.run_dir) / kEvalBeforeRlFile).string(),
+      nlohmann::json{{"eval_accuracy", before.accuracy}, {"examples", before.examples}}.dump() + "\n"));
   {
     // Process mode: Ctrl-C (or SIGTERM) stops every role and cleans up.
     std::optional<StopOnSignals> signals;

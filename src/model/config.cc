@@ -1,5 +1,6 @@
 #include "sluice/model/config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -179,6 +180,32 @@ Result<ModelConfig> LoadModelConfig(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return ParseModelConfig(text.str(), path);
+}
+
+Status CheckSameArchitecture(const std::string& dir, const ModelConfig& model) {
+  SLUICE_ASSIGN_OR_RETURN(ModelConfig there, LoadModelConfig((std::filesystem::path(dir) / "config.json").string()));
+  std::string diff;
+  auto compare = [&](const char* key, const auto& a, const auto& b) {
+    if (a == b) return;
+    std::ostringstream line;
+    line << (diff.empty() ? "" : ", ") << key << " " << a << " there, " << b << " here";
+    diff += line.str();
+  };
+  compare("model_type", there.model_type, model.model_type);
+  compare("hidden_size", there.hidden_size, model.hidden_size);
+  compare("num_hidden_layers", there.num_hidden_layers, model.num_hidden_layers);
+  compare("num_attention_heads", there.num_attention_heads, model.num_attention_heads);
+  compare("num_key_value_heads", there.num_key_value_heads, model.num_key_value_heads);
+  compare("intermediate_size", there.intermediate_size, model.intermediate_size);
+  compare("vocab_size", there.vocab_size, model.vocab_size);
+  compare("head_dim", there.resolved_head_dim(), model.resolved_head_dim());
+  compare("max_position_embeddings", there.max_position_embeddings, model.max_position_embeddings);
+  compare("tie_word_embeddings", there.tie_word_embeddings, model.tie_word_embeddings);
+  compare("attention_bias", there.attention_bias, model.attention_bias);
+  compare("rope_theta", there.rope_theta, model.rope_theta);
+  compare("rms_norm_eps", there.rms_norm_eps, model.rms_norm_eps);
+  if (diff.empty()) return Status::Ok();
+  return Status::FailedPrecondition(dir + " holds another model than this run's (" + diff + ")");
 }
 
 std::string ModelConfigToJson(const ModelConfig& c) {

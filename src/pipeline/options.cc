@@ -84,6 +84,12 @@ Status RunOptions::Validate() const {
   if (checkpoint_interval < 0) return bad("checkpoint.interval", "must be >= 0");
   if (pipeline.max_staleness < 0) return bad("pipeline.max_staleness", "must be >= 0");
   if (pipeline.sync_interval < 1) return bad("pipeline.sync_interval", "must be >= 1");
+  if (pipeline.stall_seconds < 0 || pipeline.stall_seconds > 604800) {
+    return bad("pipeline.stall_seconds", "must be in [0, 604800] (0: no watchdog)");
+  }
+  if (pipeline.stop_on_stall && pipeline.stall_seconds == 0) {
+    return bad("pipeline.stop_on_stall", "needs pipeline.stall_seconds > 0");
+  }
   if (pipeline.lease_seconds < 1 || pipeline.lease_seconds > 604800) {
     return bad("pipeline.lease_seconds", "must be in [1, 604800] (a week, the hub's longest lease)");
   }

@@ -103,6 +103,7 @@ Status TrainingRun::WarmStart(const ProgressFn& progress) {
   const fs::path out = fs::path(s.options.run_dir) / "sft";
   std::error_code ec;
   if (s.options.resume && fs::exists(out / "config.json", ec)) {
+    SLUICE_RETURN_IF_ERROR(s.CheckResumedModel(out.string()));
     SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::LoadCheckpointTensors(out.string()));
     SLUICE_LOG(INFO) << "warm start: reusing " << out.string();
     return model::LoadWeights(*s.policy, weights);

@@ -154,6 +154,16 @@ struct TrainingRun::State {
     return WriteFileAtomically((CheckpointRoot() / "latest").string(), std::string(name) + "\n");
   }
 
+  // A resumed run must build the model it was started with: a checkpoint of
+  // another shape is refused naming the keys that differ.
+  Status CheckResumedModel(const std::string& dir) const {
+    Status same = model::CheckSameArchitecture(dir, policy->config());
+    if (same.ok() || same.code() != StatusCode::kFailedPrecondition) return same;
+    return Status::FailedPrecondition(
+        "cannot resume: " + same.message() + "; resume with the model settings the run was started with (" +
+        (fs::path(options.run_dir) / "config.yaml").string() + ") or choose another run.dir");
+  }
+
   Status LoadLatestCheckpoint(bool* loaded) {
     *loaded = false;
     std::ifstream latest(CheckpointRoot() / "latest");
@@ -176,6 +186,7 @@ struct TrainingRun::State {
                                         std::to_string(state["seed"].get<uint64_t>()) + ", this run uses " +
                                         std::to_string(options.seed));
     }
+    SLUICE_RETURN_IF_ERROR(CheckResumedModel(dir.string()));
     // Both loaders check everything before copying anything, and the weights
     // are checked against the optimizer state's names first, so a bad
     // checkpoint leaves the run as it was.

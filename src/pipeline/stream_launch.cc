@@ -20,9 +20,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "run_state.h"
 #include "sluice/checkpoint_engine/shm_store.h"
@@ -101,6 +103,84 @@ void SweepDeadRuns() {
   }
 }
 
+// What /proc says a process is doing, in words for the stall report.
+std::string DescribeProcessState(pid_t pid) {
+  Result<char> state = ReadProcessState(pid);
+  if (!state.ok()) return "state unknown";
+  switch (*state) {
+    case 'R':
+      return "running (state R): computing without reaching the end of a loop turn";
+    case 'S':
+      return "sleeping (state S): blocked on a lock, a pipe or a sleep";
+    case 'D':
+      return "waiting on the kernel (state D): disk or page-fault I/O";
+    case 'T':
+      return "stopped by a signal (state T): `kill -CONT " + std::to_string(pid) + "` resumes it";
+    case 't':
+      return "stopped by a debugger (state t)";
+    default:
+      return std::string("state ") + *state;
+  }
+}
+
+// The launcher's watchdog (pipeline.stall_seconds): called on every poll of
+// the supervisor, it reports each role whose heartbeat on the board is older
+// than the limit, once per stall, and says when it moves again. Before its
+// first turn a role is starting (exec, libtorch, the model, the hub and the
+// weight store): that gets at least kStartAllowance. With stop_on_stall the first stall ends the
+// run with Timeout naming the role.
+class StallWatch {
+ public:
+  struct Role {
+    PipelineRole role;
+    pid_t pid;
+  };
+  StallWatch(const RoleBoard& board, std::vector<Role> roles, const PipelineOptions& po)
+      : board_(board),
+        roles_(std::move(roles)),
+        limit_(std::chrono::seconds(po.stall_seconds)),
+        stop_(po.stop_on_stall),
+        started_(std::chrono::steady_clock::now()),
+        reported_(roles_.size(), false) {}
+
+  Status Check() {
+    if (limit_.count() == 0) return Status::Ok();
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < roles_.size(); ++i) {
+      const int64_t beat = board_.heartbeat_ns[static_cast<int>(roles_[i].role)].load(std::memory_order_relaxed);
+      if (beat == RoleBoard::kRoleFinished) continue;
+      const auto last = beat == 0 ? started_ : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(beat));
+      const auto quiet = std::chrono::duration_cast<std::chrono::seconds>(now - last);
+      const std::chrono::seconds limit = beat == 0 ? std::max(limit_, kStartAllowance) : limit_;
+      const std::string who =
+          "the " + PipelineRoleName(roles_[i].role) + " role (pid " + std::to_string(roles_[i].pid) + ")";
+      if (quiet < limit) {
+        if (reported_[i]) SLUICE_LOG(INFO) << who << " makes progress again";
+        reported_[i] = false;
+        continue;
+      }
+      if (reported_[i]) continue;
+      reported_[i] = true;
+      const std::string what = who + " has made no progress for " + std::to_string(quiet.count()) + " s (" +
+                               (beat == 0 ? "since it started, " : "") +
+                               "pipeline.stall_seconds=" + std::to_string(limit_.count()) + "): it is " +
+                               DescribeProcessState(roles_[i].pid);
+      if (stop_) return Status::Timeout(what + "; stopping the run (pipeline.stop_on_stall=true)");
+      SLUICE_LOG(WARNING) << what << "; the run waits for it (pipeline.stop_on_stall=true stops the run instead)";
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static constexpr std::chrono::seconds kStartAllowance{60};
+  const RoleBoard& board_;
+  const std::vector<Role> roles_;
+  const std::chrono::seconds limit_;
+  const bool stop_;
+  const std::chrono::steady_clock::time_point started_;
+  std::vector<bool> reported_;
+};
+
 }  // namespace
 
 Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
@@ -149,6 +229,7 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
 
   Status result = [&]() -> Status {
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
+    std::vector<StallWatch::Role> started;
     for (PipelineRole role : {PipelineRole::kTrainer, PipelineRole::kRollout, PipelineRole::kReward}) {
       runtime::ChildSpec spec;
       spec.name = PipelineRoleName(role);
@@ -162,9 +243,11 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
       spec.args.push_back("--start-version=" + std::to_string(s.version));
       spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
       SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting the " + spec.name + " role"));
+      started.push_back({role, supervisor->pids().back()});
     }
-    // A day is "no limit" for a run; SIGINT and failures end it sooner.
-    Status waited = supervisor->Wait(std::chrono::hours(24 * 365), stop);
+    StallWatch watch(*board, std::move(started), po);
+    // A year is "no limit" for a run; SIGINT, failures and stalls end it sooner.
+    Status waited = supervisor->Wait(std::chrono::hours(24 * 365), stop, [&watch] { return watch.Check(); });
     supervisor->StopAll();
     return waited;
   }();
@@ -250,6 +333,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       done = StreamRoles::RunReward(s, client, board, stopping);
       break;
   }
+  board.Finished(c.role);
   if (!done.ok()) board.stop.store(1);  // the others stop at their next check
   return done;
 }

@@ -240,6 +240,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
     std::map<uint64_t, InFlight> in_flight;
     std::map<tq::LeaseId, int64_t> answers_left;  // by lease
     while (!stopping() && board.stop.load() == 0 && !failed.load()) {
+      board.Beat(PipelineRole::kRollout);
       busy.Set(!engine->idle());
       // Keep about one batch of prompts waiting so freed slots refill at once.
       const int64_t queued = static_cast<int64_t>(engine->num_waiting()) + engine->num_running();
@@ -371,6 +372,7 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
   const RlOptions& rl = s.options.rl;
   const int64_t total = (rl.steps - s.step) * rl.prompts_per_step * rl.group_size;
   for (int64_t scored = 0; scored < total && !stopping() && board.stop.load() == 0;) {
+    board.Beat(PipelineRole::kReward);
     // What it scores comes from the hub: the answer, and the reference answer
     // the rollout wrote next to it (no lookup in the dataset).
     auto meta = client.GetMeta(kRewardTask, {column::kResponse, column::kExample, column::kReferenceAnswer}, 1,
@@ -460,6 +462,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
   std::set<uint64_t> trained;
   int64_t duplicates = 0;
   while (s.step < rl.steps) {
+    board.Beat(PipelineRole::kTrainer);
     StepRecord rec;
     rec.step = s.step + 1;
     rec.total_steps = rl.steps;
@@ -487,6 +490,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       // blocked the hub shows the trainer's demand and the rollout admits
       // nothing past this step.
       if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
+      board.Beat(PipelineRole::kTrainer);
       if (t.check) SLUICE_RETURN_IF_ERROR(t.check());
       auto meta = client.GetMeta(request);
       if (!meta.ok()) {

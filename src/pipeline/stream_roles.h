@@ -12,6 +12,7 @@
 #define SLUICE_SRC_PIPELINE_STREAM_ROLES_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -43,6 +44,18 @@ struct RoleBoard {
   // rollout_idle, then waits for this to reach 0 before decoding: so a lent
   // core and the rollout never compute at the same time.
   std::atomic<int32_t> lent_workers_running;
+  // For the launcher's watchdog (pipeline.stall_seconds), per role (indexed
+  // by PipelineRole): the steady clock, in ns, when the role last went round
+  // its loop; 0 before its first turn, kRoleFinished once it has returned.
+  // The steady clock is CLOCK_MONOTONIC, one clock for every process on the
+  // host.
+  static constexpr int64_t kRoleFinished = -1;
+  std::atomic<int64_t> heartbeat_ns[3];
+  void Beat(PipelineRole role) {
+    heartbeat_ns[static_cast<int>(role)].store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                                               std::memory_order_relaxed);
+  }
+  void Finished(PipelineRole role) { heartbeat_ns[static_cast<int>(role)].store(kRoleFinished); }
 
   // What the run measured, for TrainingRun::stream_summary().
   StreamSummary Summary(double wall_seconds) const;

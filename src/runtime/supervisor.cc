@@ -287,7 +287,7 @@ void Supervisor::PollExits() {
   }
 }
 
-Status Supervisor::Wait(milliseconds timeout, const std::atomic<bool>* stop) {
+Status Supervisor::Wait(milliseconds timeout, const std::atomic<bool>* stop, const std::function<Status()>& watch) {
   if (outcome_.has_value()) return *outcome_;
   if (stopped_) return Status::FailedPrecondition("Wait after StopAll: the children were already stopped");
   if (children_.empty()) return Status::FailedPrecondition("Wait: no child was started");
@@ -312,6 +312,10 @@ Status Supervisor::Wait(milliseconds timeout, const std::atomic<bool>* stop) {
       }
     }
     if (running.empty()) return finish(Status::Ok());
+    if (watch) {
+      Status watched = watch();
+      if (!watched.ok()) return finish(std::move(watched));
+    }
     if (Clock::now() >= deadline) {
       return finish(Status::Timeout("children still running after " + std::to_string(timeout.count()) +
                                     " ms: " + running + "; stopped them"));
@@ -325,7 +329,10 @@ void Supervisor::StopAll() {
   if (children_.empty()) return;
 
   for (const Child& child : children_) {
-    if (!child.reaped) SignalGroup(child.pid, SIGTERM);
+    if (!child.reaped) {
+      SignalGroup(child.pid, SIGTERM);
+      SignalGroup(child.pid, SIGCONT);  // a stopped (SIGSTOP) child acts on SIGTERM only once continued
+    }
   }
   const Clock::time_point grace_end = DeadlineAfter(options_.stop_grace);
   for (;;) {

@@ -160,6 +160,26 @@ TEST(SupervisorTest, TimeoutStopsTheChildrenAndNamesThem) {
   for (pid_t pid : pids) EXPECT_TRUE(Gone(pid)) << pid;
 }
 
+TEST(SupervisorTest, AWatchdogErrorStopsEveryChildIncludingAStoppedOne) {
+  // A long grace: a stopped child must go on SIGTERM (with SIGCONT), not wait for SIGKILL.
+  auto supervisor = MakeSupervisor(10s);
+  ASSERT_TRUE(supervisor->Start(Sleep("rollout")).ok());
+  ASSERT_TRUE(supervisor->Start(Sleep("trainer")).ok());
+  const std::vector<pid_t> pids = supervisor->pids();
+  ASSERT_EQ(::kill(pids[0], SIGSTOP), 0);
+  int calls = 0;
+  const Clock::time_point start = Clock::now();
+  const Status status = supervisor->Wait(30s, nullptr, [&] {
+    return ++calls < 5 ? Status::Ok() : Status::Timeout("the rollout role has made no progress");
+  });
+  EXPECT_EQ(status.code(), StatusCode::kTimeout) << status.ToString();
+  EXPECT_EQ(status.message(), "the rollout role has made no progress");
+  EXPECT_EQ(calls, 5);
+  EXPECT_LT(Clock::now() - start, 5s) << "the stopped child waited for the SIGKILL grace";
+  for (pid_t pid : pids) EXPECT_TRUE(Gone(pid)) << pid;
+  EXPECT_EQ(supervisor->Wait(1s).message(), status.message()) << "the outcome is final";
+}
+
 TEST(SupervisorTest, AChildIgnoringSigtermIsKilledAfterTheGrace) {
   const std::string ready = TempPath("trap_ready");
   std::filesystem::remove(ready);

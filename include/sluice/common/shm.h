@@ -137,6 +137,12 @@ ProcessIdentity CurrentProcess();
 // Unavailable if /proc cannot be read or parsed.
 Result<ProcessIdentity> ReadProcessIdentity(int32_t pid);
 
+// The scheduler state of `pid` as /proc shows it: 'R' running, 'S' sleeping,
+// 'D' waiting on I/O, 'T' stopped by a signal, 't' stopped by a tracer, 'Z'
+// exited and not reaped, ... NotFound if there is no such process;
+// Unavailable if /proc cannot be read or parsed.
+Result<char> ReadProcessState(int32_t pid);
+
 // True if `id.pid` runs and started at `id.start_time`. Zombies (exited,
 // not yet reaped) count as dead: their mappings are already gone. When /proc
 // gives no clear answer (an unexpected read error) the process counts as

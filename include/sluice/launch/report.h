@@ -11,8 +11,12 @@
 
 namespace sluice::launch {
 
-// Reads run_dir/metrics.jsonl (and run_dir/config.yaml if present) and
-// returns the HTML page. Errors: NotFound (no metrics.jsonl), DataLoss (a
+// The held-out evaluation of the model RL starts from, as `sluice train`
+// writes it into the run directory: {"eval_accuracy": 0.838, "examples": 1000}.
+inline constexpr char kEvalBeforeRlFile[] = "eval_before_rl.json";
+
+// Reads run_dir/metrics.jsonl (and run_dir/config.yaml and the evaluation
+// before RL, if present) and returns the HTML page. Errors: NotFound (no metrics.jsonl), DataLoss (a
 // line that is not a JSON object, named by line number).
 Result<std::string> RenderRunReport(const std::string& run_dir);
 

@@ -48,6 +48,12 @@ Result<ModelConfig> LoadModelConfig(const std::string& path);
 std::string ModelConfigToJson(const ModelConfig& config);
 Status SaveModelConfig(const std::string& path, const ModelConfig& config);
 
+// Checks that the checkpoint in `dir` (its config.json) has the architecture
+// of `model`: every key that shapes a tensor or the computation. FailedPrecondition
+// listing each difference ("num_hidden_layers 2 there, 4 here"); NotFound or
+// InvalidArgument from reading config.json.
+Status CheckSameArchitecture(const std::string& dir, const ModelConfig& model);
+
 // Built-in presets for demos, tests and benchmarks ("tiny" ~27K, "1m" ~1M,
 // "5m", "20m" parameters), all with the byte-level tokenizer's vocabulary.
 Result<ModelConfig> PresetModelConfig(const std::string& name);

@@ -105,6 +105,13 @@ struct PipelineOptions {
   // delivered again when the lease runs out. Must cover a group's wait for
   // its step (up to max_staleness + 1 steps) plus the step itself.
   int64_t lease_seconds = 600;
+  // pipeline.processes: the launcher's watchdog. A role that goes this long
+  // without a turn of its loop (a decode step, a poll of the hub, a training
+  // step: each takes well under a second on the built-in models) is reported
+  // by name, pid and process state; with stop_on_stall the run then stops
+  // with an error. 0: no watchdog.
+  int64_t stall_seconds = 300;
+  bool stop_on_stall = false;
   // Streaming modes: run the trainer, rollout and reward roles each as its
   // own OS process (hub and weights over shared memory), started and
   // supervised by this process, instead of as threads of it. Needs

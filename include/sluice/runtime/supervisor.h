@@ -10,8 +10,9 @@
 //    delivers that signal when the *thread* that called Start exits, so call
 //    Start from a thread that lives as long as the children (normally main).
 //    Grandchildren are not covered by it.
-//  * Stopping is SIGTERM to every group, up to `stop_grace` for the children
-//    to exit, then SIGKILL to every group, then reaping. Every child started is
+//  * Stopping is SIGTERM (and SIGCONT, so a stopped child handles it) to every
+//    group, up to `stop_grace` for the children to exit, then SIGKILL to every
+//    group, then reaping. Every child started is
 //    reaped by Wait or StopAll (or the destructor): no zombies are left.
 //
 // StopOnSignals turns the launcher's own SIGINT/SIGTERM into a flag that
@@ -29,6 +30,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -83,8 +85,11 @@ class Supervisor {
   //   Aborted            - `*stop` became true (checked every poll_interval)
   //   Timeout            - `timeout` passed with children still running
   //   FailedPrecondition - no child was started, or StopAll came first
+  //   what `watch` returned, when it returned an error (it is called every
+  //   poll_interval while children run, on this thread: a watchdog)
   // The outcome is final: a later Wait returns the same status.
-  Status Wait(std::chrono::milliseconds timeout, const std::atomic<bool>* stop = nullptr);
+  Status Wait(std::chrono::milliseconds timeout, const std::atomic<bool>* stop = nullptr,
+              const std::function<Status()>& watch = nullptr);
 
   // Stops and reaps every child: SIGTERM, up to stop_grace, SIGKILL. Returns
   // within stop_grace + 5 s even if a child is stuck in the kernel (that one

@@ -75,7 +75,7 @@ model-config-not-json  | 2 | config.json: not valid JSON                        
 model-config-no-hidden | 2 | hidden_size                                          | generate --model config-no-hidden
 model-config-negative  | 2 | num_hidden_layers                                    | generate --model config-negative
 model-config-gpt2      | 2 | model_type                                           | generate --model config-gpt2
-model-rope-scaling     | 1 | 'rope_scaling': scaled rotary embeddings are not supported | generate --model config-rope-scaling
+model-rope-scaling     | 1 | 'rope_scaling': type 'yarn' is not supported          | generate --model config-rope-scaling
 model-heads            | 2 | does not divide num_attention_heads 3                | generate --model config-heads
 model-huge-vocab       | 2 | 'vocab_size': 1000000000000 is over the limit        | generate --model config-huge-vocab
 model-no-weights       | 2 | neither model.safetensors nor model.safetensors.index.json | generate --model no-weights

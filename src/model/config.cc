@@ -20,6 +20,7 @@ int64_t ModelConfig::NumParameters() const {
                       + q * hidden_size                       // o
                       + 3 * hidden_size * intermediate_size;  // gate, up, down
   if (attention_bias) per_layer += q + 2 * kv;
+  if (qk_norm()) per_layer += 2 * hd;
   int64_t total = vocab_size * hidden_size + num_hidden_layers * per_layer + hidden_size;
   if (!tie_word_embeddings) total += vocab_size * hidden_size;
   return total;
@@ -29,8 +30,8 @@ Status ModelConfig::Validate() const {
   auto bad = [](const std::string& key, const std::string& why) {
     return Status::InvalidArgument("config key '" + key + "': " + why);
   };
-  if (model_type != "llama" && model_type != "qwen2") {
-    return bad("model_type", "'" + model_type + "' is not supported (allowed: llama, qwen2)");
+  if (model_type != "llama" && model_type != "qwen2" && model_type != "qwen3") {
+    return bad("model_type", "'" + model_type + "' is not supported (allowed: llama, qwen2, qwen3)");
   }
   for (auto [key, value] : {std::pair<const char*, int64_t>{"hidden_size", hidden_size},
                             {"num_hidden_layers", num_hidden_layers},
@@ -72,6 +73,17 @@ Status ModelConfig::Validate() const {
   if (!(rope_theta > 0)) return bad("rope_theta", "must be > 0");
   if (eos_token_id < -1 || eos_token_id >= vocab_size) return bad("eos_token_id", "is outside the vocabulary");
   if (bos_token_id < -1 || bos_token_id >= vocab_size) return bad("bos_token_id", "is outside the vocabulary");
+  if (!rope_scaling.type.empty()) {
+    const RopeScaling& r = rope_scaling;
+    if (r.type != "llama3") return bad("rope_scaling", "type '" + r.type + "' is not supported (allowed: llama3)");
+    if (!(r.factor >= 1 && r.factor <= 1024)) return bad("rope_scaling.factor", "must be in [1, 1024]");
+    if (!(r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor && r.high_freq_factor <= 1e6)) {
+      return bad("rope_scaling", "needs 0 < low_freq_factor < high_freq_factor");
+    }
+    if (r.original_max_position_embeddings <= 0 || r.original_max_position_embeddings > (1 << 20)) {
+      return bad("rope_scaling.original_max_position_embeddings", "must be in [1, 1048576]");
+    }
+  }
   if (torch_dtype != "float32" && torch_dtype != "bfloat16" && torch_dtype != "float16") {
     return bad("torch_dtype", "'" + torch_dtype + "' is not supported (allowed: float32, bfloat16, float16)");
   }
@@ -119,6 +131,38 @@ Status ReadString(const json& j, const char* key, std::string* out) {
   return Status::Ok();
 }
 
+// rope_scaling: null, absent or type "default" is none; "llama3" with its four
+// keys; any other type (yarn, linear, dynamic, longrope, ...) is refused by
+// name rather than computed wrongly.
+Status ReadRopeScaling(const json& j, RopeScaling* out) {
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return Status::Ok();
+  const json& r = j["rope_scaling"];
+  if (!r.is_object()) {
+    return Status::InvalidArgument("config key 'rope_scaling' must be an object, got " + r.dump());
+  }
+  std::string type;
+  SLUICE_RETURN_IF_ERROR(ReadString(r, "rope_type", &type));  // transformers >= 4.43
+  if (type.empty()) SLUICE_RETURN_IF_ERROR(ReadString(r, "type", &type));
+  if (type.empty() || type == "default") return Status::Ok();
+  if (type != "llama3") {
+    return Status::Unimplemented("config key 'rope_scaling': type '" + type +
+                                 "' is not supported (supported: llama3; yarn, linear, dynamic and longrope are not)");
+  }
+  out->type = type;
+  auto need = [&](const char* key) -> Status {
+    if (!r.contains(key))
+      return Status::InvalidArgument(std::string("config key 'rope_scaling.") + key + "' is missing");
+    return Status::Ok();
+  };
+  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    SLUICE_RETURN_IF_ERROR(need(key));
+  }
+  SLUICE_RETURN_IF_ERROR(ReadDouble(r, "factor", &out->factor));
+  SLUICE_RETURN_IF_ERROR(ReadDouble(r, "low_freq_factor", &out->low_freq_factor));
+  SLUICE_RETURN_IF_ERROR(ReadDouble(r, "high_freq_factor", &out->high_freq_factor));
+  return ReadInt(r, "original_max_position_embeddings", true, &out->original_max_position_embeddings);
+}
+
 }  // namespace
 
 Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& origin) {
@@ -153,9 +197,7 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
       SLUICE_RETURN_IF_ERROR(ReadInt(j, "eos_token_id", false, &c.eos_token_id));
     }
     SLUICE_RETURN_IF_ERROR(ReadString(j, "torch_dtype", &c.torch_dtype));
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-      return Status::Unimplemented("config key 'rope_scaling': scaled rotary embeddings are not supported yet");
-    }
+    SLUICE_RETURN_IF_ERROR(ReadRopeScaling(j, &c.rope_scaling));
     // Architecture switches the model does not implement: accepting them would
     // silently compute something other than what the checkpoint was trained for.
     std::string hidden_act = "silu";
@@ -204,13 +246,23 @@ Status CheckSameArchitecture(const std::string& dir, const ModelConfig& model) {
   compare("attention_bias", there.attention_bias, model.attention_bias);
   compare("rope_theta", there.rope_theta, model.rope_theta);
   compare("rms_norm_eps", there.rms_norm_eps, model.rms_norm_eps);
+  compare("rope_scaling", there.rope_scaling.type.empty() ? "none" : there.rope_scaling.type,
+          model.rope_scaling.type.empty() ? "none" : model.rope_scaling.type);
+  if (!(there.rope_scaling == model.rope_scaling) && there.rope_scaling.type == model.rope_scaling.type) {
+    compare("rope_scaling.factor", there.rope_scaling.factor, model.rope_scaling.factor);
+    compare("rope_scaling.original_max_position_embeddings", there.rope_scaling.original_max_position_embeddings,
+            model.rope_scaling.original_max_position_embeddings);
+  }
   if (diff.empty()) return Status::Ok();
   return Status::FailedPrecondition(dir + " holds another model than this run's (" + diff + ")");
 }
 
 std::string ModelConfigToJson(const ModelConfig& c) {
   json j = {
-      {"architectures", {c.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"architectures",
+       {c.model_type == "qwen2"   ? "Qwen2ForCausalLM"
+        : c.model_type == "qwen3" ? "Qwen3ForCausalLM"
+                                  : "LlamaForCausalLM"}},
       {"model_type", c.model_type},
       {"hidden_size", c.hidden_size},
       {"num_hidden_layers", c.num_hidden_layers},
@@ -229,6 +281,13 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   };
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (c.eos_token_id >= 0) j["eos_token_id"] = c.eos_token_id;
+  if (!c.rope_scaling.type.empty()) {
+    j["rope_scaling"] = {{"rope_type", c.rope_scaling.type},
+                         {"factor", c.rope_scaling.factor},
+                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+  }
   return j.dump(2) + "\n";
 }
 

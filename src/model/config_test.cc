@@ -316,10 +316,80 @@ TEST(ParseModelConfigTest, InvalidOrNonObjectJson) {
   ExpectError(ParseModelConfig("42").status(), StatusCode::kInvalidArgument, {"not a JSON object"});
 }
 
-TEST(ParseModelConfigTest, RopeScalingIsUnimplemented) {
-  json j = MinimalConfig();
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kUnimplemented, {"'rope_scaling'"});
+// Qwen3-0.6B's config.json: per-head q/k norms (model_type qwen3), head_dim
+// 128 while hidden_size / heads is 64.
+constexpr const char* kQwen3Config = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+  "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936
+})";
+
+// Llama-3.2-1B's config.json: rope_scaling of type llama3.
+constexpr const char* kLlama32Config = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256
+})";
+
+TEST(ParseModelConfigTest, Qwen3Config) {
+  auto c = ParseModelConfig(kQwen3Config);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model_type, "qwen3");
+  EXPECT_TRUE(c->qk_norm());
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->resolved_head_dim(), 128);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  // 0.6B with tied embeddings: 0.44B without them (q/k norms are 2 x 128 per layer).
+  EXPECT_EQ(c->NumParameters(), 596049920);
+  auto again = ParseModelConfig(ModelConfigToJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->model_type, "qwen3");
+  EXPECT_NE(ModelConfigToJson(*c).find("Qwen3ForCausalLM"), std::string::npos);
+}
+
+TEST(ParseModelConfigTest, Llama3RopeScaling) {
+  auto c = ParseModelConfig(kLlama32Config);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling, (RopeScaling{"llama3", 32.0, 1.0, 4.0, 8192}));
+  auto again = ParseModelConfig(ModelConfigToJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->rope_scaling, c->rope_scaling);
+  // "type" (older transformers) names the type too; "default" is none.
+  json j = json::parse(kLlama32Config);
+  j["rope_scaling"].erase("rope_type");
+  j["rope_scaling"]["type"] = "llama3";
+  EXPECT_EQ(ParseModelConfig(j.dump())->rope_scaling.type, "llama3");
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_EQ(ParseModelConfig(j.dump())->rope_scaling.type, "");
+}
+
+TEST(ParseModelConfigTest, OtherRopeScalingIsRefusedByName) {
+  for (const char* type : {"yarn", "linear", "dynamic", "longrope"}) {
+    json j = MinimalConfig();
+    j["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
+    ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kUnimplemented,
+                {"'rope_scaling'", std::string("'") + type + "'"});
+  }
+  json j = json::parse(kLlama32Config);
+  j["rope_scaling"].erase("low_freq_factor");
+  ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {"rope_scaling.low_freq_factor"});
+  j = json::parse(kLlama32Config);
+  j["rope_scaling"]["high_freq_factor"] = 0.5;  // below low_freq_factor
+  ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {"'rope_scaling'"});
+  j["rope_scaling"] = "llama3";
+  ExpectError(ParseModelConfig(j.dump()).status(), StatusCode::kInvalidArgument, {"must be an object"});
 }
 
 TEST(ParseModelConfigTest, UnsupportedArchitectureFeaturesAreUnimplemented) {

@@ -24,6 +24,20 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const 
   return x * cos + RotateHalf(x) * sin;
 }
 
+// Llama 3.1's rope_scaling: frequencies whose wavelength is longer than the
+// pretraining context / low_freq_factor are divided by `factor`, those
+// shorter than context / high_freq_factor kept, and those between blended
+// linearly in context / wavelength.
+torch::Tensor Llama3Frequencies(const torch::Tensor& inv_freq, const RopeScaling& r) {
+  const double context = static_cast<double>(r.original_max_position_embeddings);
+  const auto wavelength = 2 * M_PI / inv_freq;
+  const auto slowed = inv_freq / r.factor;
+  const auto blend = ((context / wavelength) - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  const auto medium = (1 - blend) * slowed + blend * inv_freq;
+  return torch::where(wavelength > context / r.low_freq_factor, slowed,
+                      torch::where(wavelength < context / r.high_freq_factor, inv_freq, medium));
+}
+
 torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
@@ -114,6 +128,16 @@ Attention::Attention(const ModelConfig& c)
   k_proj_ = register_module("k_proj", MakeLinear(c.hidden_size, num_kv_heads_ * head_dim_, c.attention_bias));
   v_proj_ = register_module("v_proj", MakeLinear(c.hidden_size, num_kv_heads_ * head_dim_, c.attention_bias));
   o_proj_ = register_module("o_proj", MakeLinear(num_heads_ * head_dim_, c.hidden_size, false));
+  if (c.qk_norm()) {
+    q_norm_ = register_module("q_norm", std::make_shared<RmsNorm>(head_dim_, c.rms_norm_eps));
+    k_norm_ = register_module("k_norm", std::make_shared<RmsNorm>(head_dim_, c.rms_norm_eps));
+  }
+}
+
+torch::Tensor Attention::HeadNorm(const std::shared_ptr<RmsNorm>& norm, torch::Tensor x) const {
+  if (!norm) return x;
+  const auto shape = x.sizes().vec();
+  return norm->Forward(x.reshape({-1, head_dim_})).view(shape);
 }
 
 namespace {
@@ -142,15 +166,15 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& keys, const to
 torch::Tensor Attention::Forward(const torch::Tensor& x, const AttentionContext& ctx, int64_t layer) {
   if (ctx.cache == nullptr) {
     const int64_t B = x.size(0), T = x.size(1);
-    auto q = ApplyRope(Project(q_proj_, x).view({B, T, num_heads_, head_dim_}), ctx.cos, ctx.sin);
-    auto k = ApplyRope(Project(k_proj_, x).view({B, T, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
+    auto q = ApplyRope(HeadNorm(q_norm_, Project(q_proj_, x).view({B, T, num_heads_, head_dim_})), ctx.cos, ctx.sin);
+    auto k = ApplyRope(HeadNorm(k_norm_, Project(k_proj_, x).view({B, T, num_kv_heads_, head_dim_})), ctx.cos, ctx.sin);
     auto v = Project(v_proj_, x).view({B, T, num_kv_heads_, head_dim_});
     return Project(o_proj_, Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), ctx.causal));
   }
   const int64_t N = x.size(0);
   // Packed tokens: [N, heads, D]; rope tables are [N, D].
-  auto q = RopePacked(Project(q_proj_, x).view({N, num_heads_, head_dim_}), ctx.cos, ctx.sin);
-  auto k = RopePacked(Project(k_proj_, x).view({N, num_kv_heads_, head_dim_}), ctx.cos, ctx.sin);
+  auto q = RopePacked(HeadNorm(q_norm_, Project(q_proj_, x).view({N, num_heads_, head_dim_})), ctx.cos, ctx.sin);
+  auto k = RopePacked(HeadNorm(k_norm_, Project(k_proj_, x).view({N, num_kv_heads_, head_dim_})), ctx.cos, ctx.sin);
   auto v = Project(v_proj_, x).view({N, num_kv_heads_, head_dim_});
   torch::Tensor& ck = ctx.cache->keys[layer];
   torch::Tensor& cv = ctx.cache->values[layer];
@@ -252,6 +276,7 @@ Transformer::Transformer(const ModelConfig& config, uint64_t seed) : config_(con
   // Rotary tables, as HF computes them: inv_freq_i = theta^(-2i/D), angle = pos * inv_freq.
   const int64_t D = config_.resolved_head_dim();
   auto inv_freq = torch::pow(config_.rope_theta, -torch::arange(0, D, 2, torch::kFloat64) / static_cast<double>(D));
+  if (config_.rope_scaling.type == "llama3") inv_freq = Llama3Frequencies(inv_freq, config_.rope_scaling);
   auto pos = torch::arange(config_.max_position_embeddings, torch::kFloat64);
   auto angles = torch::outer(pos, inv_freq);
   auto emb = torch::cat({angles, angles}, -1);

@@ -4,23 +4,42 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+
 #include "decode_kernels.h"
 #include "sluice/model/config.h"
 
 namespace sluice::model {
 namespace {
 
-ModelConfig SmallConfig(bool tied, bool bias, int64_t kv_heads) {
+struct Variant {
+  bool tied;
+  bool bias;
+  int64_t kv_heads;
+  std::string model_type = "llama";
+  int64_t head_dim = 0;      // 0: hidden / heads
+  bool llama3_rope = false;  // rope_scaling of type llama3, with every regime in use
+};
+
+ModelConfig SmallConfig(const Variant& v) {
   ModelConfig c;
+  c.model_type = v.model_type;
+  c.head_dim = v.head_dim;
+  if (v.llama3_rope) {
+    // Wavelengths here run from 6 to ~1400 positions: with a pretraining
+    // context of 32, some are kept (< 8), some slowed 8x (> 32), some blended.
+    c.rope_scaling = RopeScaling{"llama3", 8.0, 1.0, 4.0, 32};
+  }
   c.hidden_size = 32;
   c.num_hidden_layers = 2;
   c.num_attention_heads = 4;
-  c.num_key_value_heads = kv_heads;
+  c.num_key_value_heads = v.kv_heads;
   c.intermediate_size = 48;
   c.vocab_size = 50;
   c.max_position_embeddings = 64;
-  c.tie_word_embeddings = tied;
-  c.attention_bias = bias;
+  c.tie_word_embeddings = v.tied;
+  c.attention_bias = v.bias;
   c.rope_theta = 500.0;
   return c;
 }
@@ -37,16 +56,10 @@ void Perturb(Transformer& m, uint64_t seed) {
   for (auto& p : m.parameters()) p.add_(torch::randn(p.sizes(), gen) * 0.05);
 }
 
-struct Variant {
-  bool tied;
-  bool bias;
-  int64_t kv_heads;
-};
-
 class TransformerTest : public ::testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
-    config_ = SmallConfig(GetParam().tied, GetParam().bias, GetParam().kv_heads);
+    config_ = SmallConfig(GetParam());
     model_ = std::make_shared<Transformer>(config_, 7);
     Perturb(*model_, 8);
   }
@@ -69,7 +82,10 @@ TEST_P(TransformerTest, NamesFollowHuggingFace) {
   int64_t total = 0;
   for (const auto& p : params) total += p.value().numel();
   EXPECT_EQ(total, config_.NumParameters());
-  EXPECT_EQ(params["model.layers.0.self_attn.k_proj.weight"].size(0), config_.num_key_value_heads * 8);
+  EXPECT_EQ(params["model.layers.0.self_attn.k_proj.weight"].size(0),
+            config_.num_key_value_heads * config_.resolved_head_dim());
+  EXPECT_EQ(params.contains("model.layers.1.self_attn.q_norm.weight"), config_.model_type == "qwen3");
+  EXPECT_EQ(params.contains("model.layers.1.self_attn.k_norm.weight"), config_.model_type == "qwen3");
 }
 
 TEST_P(TransformerTest, ChangingAFutureTokenNeverChangesEarlierLogits) {
@@ -172,7 +188,18 @@ void TransformerTest::CheckPrefillsAndDecodesInOnePass() {
 torch::Tensor NaiveForward(Transformer& m, const ModelConfig& c, const torch::Tensor& tokens) {
   auto p = m.named_parameters();
   const int64_t T = tokens.size(1), H = c.num_attention_heads, KV = c.num_key_value_heads;
-  const int64_t D = c.hidden_size / H;
+  const int64_t D = c.head_dim > 0 ? c.head_dim : c.hidden_size / H;
+  // Frequency i of RoPE, with Llama 3.1's scaling written out case by case.
+  auto frequency = [&](int64_t i) {
+    const double f = std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    if (c.rope_scaling.type != "llama3") return f;
+    const RopeScaling& r = c.rope_scaling;
+    const double ctx = static_cast<double>(r.original_max_position_embeddings), wavelength = 2 * M_PI / f;
+    if (wavelength < ctx / r.high_freq_factor) return f;
+    if (wavelength > ctx / r.low_freq_factor) return f / r.factor;
+    const double s = (ctx / wavelength - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    return (1 - s) * f / r.factor + s * f;
+  };
   auto rms = [&](const torch::Tensor& x, const torch::Tensor& w) {
     return w * (x / torch::sqrt((x * x).mean(-1, true) + c.rms_norm_eps));
   };
@@ -184,7 +211,7 @@ torch::Tensor NaiveForward(Transformer& m, const ModelConfig& c, const torch::Te
     auto out = torch::empty_like(x);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t i = 0; i < D / 2; ++i) {
-        double angle = t * std::pow(c.rope_theta, -2.0 * i / D);
+        double angle = static_cast<double>(t) * frequency(i);
         auto x1 = x[t][i], x2 = x[t][i + D / 2];
         out[t][i] = x1 * std::cos(angle) - x2 * std::sin(angle);
         out[t][i + D / 2] = x2 * std::cos(angle) + x1 * std::sin(angle);
@@ -202,8 +229,13 @@ torch::Tensor NaiveForward(Transformer& m, const ModelConfig& c, const torch::Te
     std::vector<torch::Tensor> heads;
     for (int64_t head = 0; head < H; ++head) {
       int64_t kvh = head / (H / KV);
-      auto qh = rope(q.narrow(1, head * D, D));
-      auto kh = rope(k.narrow(1, kvh * D, D));
+      auto qh = q.narrow(1, head * D, D), kh = k.narrow(1, kvh * D, D);
+      if (c.model_type == "qwen3") {  // per-head RMSNorm of q and k, before RoPE
+        qh = rms(qh, p[pre + "self_attn.q_norm.weight"]);
+        kh = rms(kh, p[pre + "self_attn.k_norm.weight"]);
+      }
+      qh = rope(qh);
+      kh = rope(kh);
       auto vh = v.narrow(1, kvh * D, D);
       auto scores = torch::matmul(qh, kh.t()) / std::sqrt(static_cast<double>(D));
       auto mask = torch::ones({T, T}, torch::kBool).triu(1);
@@ -228,14 +260,19 @@ TEST_P(TransformerTest, MatchesNaiveReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, TransformerTest,
-                         ::testing::Values(Variant{true, false, 2}, Variant{false, true, 4}, Variant{false, false, 1}),
+                         ::testing::Values(Variant{true, false, 2}, Variant{false, true, 4}, Variant{false, false, 1},
+                                           // Qwen3: q/k head norms, head_dim 16 != hidden 32 / 4 heads.
+                                           Variant{true, false, 2, "qwen3", 16},
+                                           // Llama 3.1/3.2: rope_scaling llama3.
+                                           Variant{false, false, 2, "llama", 0, true}),
                          [](const auto& info) {
-                           return std::string(info.param.tied ? "Tied" : "Untied") + (info.param.bias ? "Bias" : "") +
-                                  "Kv" + std::to_string(info.param.kv_heads);
+                           return std::string(info.param.model_type == "qwen3" ? "Qwen3" : "") +
+                                  (info.param.llama3_rope ? "Llama3Rope" : "") + (info.param.tied ? "Tied" : "Untied") +
+                                  (info.param.bias ? "Bias" : "") + "Kv" + std::to_string(info.param.kv_heads);
                          });
 
 TEST(TransformerInit, SameSeedSameWeightsDifferentSeedDifferent) {
-  ModelConfig c = SmallConfig(true, false, 2);
+  ModelConfig c = SmallConfig(Variant{true, false, 2});
   Transformer a(c, 1), b(c, 1), d(c, 2);
   auto pa = a.named_parameters(), pb = b.named_parameters(), pd = d.named_parameters();
   for (const auto& p : pa) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();

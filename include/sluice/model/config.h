@@ -12,8 +12,22 @@
 
 namespace sluice::model {
 
+// rope_scaling of a config.json. Supported: none, and Llama 3.1's "llama3"
+// (long wavelengths slowed by `factor`, short ones kept, a smooth blend
+// between, relative to the context the model was pretrained with).
+struct RopeScaling {
+  std::string type;  // "" (none) or "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+  friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
+};
+
 struct ModelConfig {
-  std::string model_type = "llama";  // "llama" or "qwen2"; qwen2 implies attention biases
+  // "llama", "qwen2" (attention biases by default) or "qwen3" (an RMSNorm
+  // over each head of q and k before RoPE: q_norm, k_norm).
+  std::string model_type = "llama";
   int64_t hidden_size = 128;
   int64_t num_hidden_layers = 4;
   int64_t num_attention_heads = 4;
@@ -29,7 +43,9 @@ struct ModelConfig {
   int64_t bos_token_id = -1;    // -1: none
   int64_t eos_token_id = -1;
   std::string torch_dtype = "float32";  // dtype the weights are saved in
+  RopeScaling rope_scaling;
 
+  bool qk_norm() const { return model_type == "qwen3"; }
   int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   // Total parameter count implied by the shapes.
   int64_t NumParameters() const;

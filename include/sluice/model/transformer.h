@@ -95,8 +95,13 @@ class Attention : public torch::nn::Module {
   torch::Tensor Forward(const torch::Tensor& x, const AttentionContext& ctx, int64_t layer);
 
  private:
+  // Qwen3's RMSNorm over each head of q or k (before RoPE); identity when
+  // `norm` is null (Llama, Qwen2).
+  torch::Tensor HeadNorm(const std::shared_ptr<RmsNorm>& norm, torch::Tensor x) const;
+
   int64_t num_heads_, num_kv_heads_, head_dim_;
   torch::nn::Linear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
+  std::shared_ptr<RmsNorm> q_norm_, k_norm_;  // qwen3 only
 };
 
 class Mlp : public torch::nn::Module {

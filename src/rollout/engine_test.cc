@@ -287,6 +287,55 @@ TEST_F(EngineTest, ForcedLengthIgnoresEosAndLengthsStopAtTheirLimits) {
   EXPECT_EQ(out->front().finish, FinishReason::kLength);
 }
 
+// Qwen3 (q/k head norms, head_dim apart from hidden/heads) and Llama 3.1's
+// rope_scaling through the engine: greedy decoding over the KV cache, with
+// other requests batched alongside, picks what a full recomputation of the
+// sequence picks at every step, and logs its probability.
+TEST(EngineArchitectures, CachedGreedyDecodingMatchesFullRecomputation) {
+  ModelConfig qwen3 = *model::PresetModelConfig("tiny");
+  qwen3.model_type = "qwen3";
+  qwen3.head_dim = 16;
+  ModelConfig llama31 = *model::PresetModelConfig("tiny");
+  llama31.rope_scaling = model::RopeScaling{"llama3", 8.0, 1.0, 4.0, 32};
+  for (ModelConfig c : {qwen3, llama31}) {
+    SCOPED_TRACE(c.model_type + (c.rope_scaling.type.empty() ? "" : " rope_scaling llama3"));
+    c.max_position_embeddings = 96;
+    auto m = std::make_shared<Transformer>(c, 21);
+    {
+      torch::NoGradGuard g;
+      auto gen = at::detail::createCPUGenerator(22);
+      for (auto& p : m->parameters()) p.add_(torch::randn(p.sizes(), gen) * 0.1);  // norms away from 1
+      m->named_parameters()["model.embed_tokens.weight"].mul_(12.0);
+    }
+    auto engine = MakeEngine(m, 4);
+    std::vector<GenerationRequest> requests = MixedRequests(6, 9);
+    for (auto& r : requests) {
+      r.sampling.forced_length = 40;  // long enough for positions past the scaled context
+      ASSERT_TRUE(engine->Submit(r).ok());
+    }
+    auto done = engine->RunUntilIdle();
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    auto got = ById(std::move(*done));
+    int64_t checked = 0;
+    for (const auto& r : requests) {
+      if (r.sampling.temperature != 0.0f) continue;
+      const GenerationResult& g = got.at(r.id);
+      std::vector<int64_t> seq(r.prompt.begin(), r.prompt.end());
+      torch::NoGradGuard no_grad;
+      for (size_t t = 0; t < g.tokens.size(); ++t) {
+        auto logits = m->Forward(torch::tensor(seq, torch::kInt64).unsqueeze(0))[0][-1];
+        const auto logprobs = torch::log_softmax(logits, -1);
+        const int64_t want = logprobs.argmax().item<int64_t>();
+        ASSERT_EQ(g.tokens[t], want) << "token " << t << " of request " << r.id;
+        EXPECT_NEAR(g.logprobs[t], logprobs[want].item<float>(), 1e-4) << "token " << t;
+        seq.push_back(want);
+        ++checked;
+      }
+    }
+    EXPECT_GE(checked, 40) << "greedy requests decoded";
+  }
+}
+
 TEST(EngineBadInput, ClearErrorsNeverCrashes) {
   auto m = TinyModel();
   EngineOptions zero;

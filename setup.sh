@@ -19,6 +19,7 @@ PACKAGES=(
   libopenblas0-openmp                      # a real BLAS: libtorch is ~20x slower on the reference one
   nlohmann-json3-dev                       # config.json and safetensors headers
   libyaml-cpp-dev                          # run configs (sluice train --config)
+  libpcre2-dev libutf8proc-dev             # Hugging Face tokenizers: Unicode regexes, NFC
   libzmq3-dev cppzmq-dev                   # TransferQueue/CheckpointEngine network transport
   libgloo-dev                              # CheckpointEngine cross-host weight broadcast (optional; skipped without)
   libgtest-dev libgmock-dev                # tests

@@ -17,6 +17,7 @@ constexpr const char* kUsage =
     "  generate   generate with the continuous-batching rollout engine\n"
     "  report     render a run directory's metrics as one HTML page\n"
     "  init       write a freshly initialized built-in model as a Hugging Face checkpoint\n"
+    "  tokenize   a model's tokenizer.json on text (ids as JSON), or --decode ids\n"
     "run `sluice <command> --help` for the command's flags\n";
 
 }  // namespace
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   if (command == "init") return sluice::launch::RunInitCommand(args);
   if (command == "generate") return sluice::launch::RunGenerateCommand(args);
   if (command == "report") return sluice::launch::RunReportCommand(args);
+  if (command == "tokenize") return sluice::launch::RunTokenizeCommand(args);
   std::fprintf(stderr, "unknown command '%s'\n%s", command.c_str(), kUsage);
   return 2;
 }

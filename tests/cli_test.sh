@@ -166,6 +166,17 @@ for action in warn stop; do
 done
 [ "$failures" -eq 0 ] && echo "ok   stalled roles reported"
 
+# sluice tokenize: a model directory's tokenizer.json both ways; bad lines named.
+qwen="$(dirname "$0")/data/tokenizers/qwen3"
+expect tokenize 0 "[39,301,385,11,1879,0]" -- "$SLUICE" tokenize --model "$qwen" --text "Hello, world!"
+printf '"<|im_start|>hi"\n"x"\n' > "$tmp/texts.jsonl"
+expect tokenize-stdin 0 "[151644,71,72]" -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\" < \"$tmp/texts.jsonl\""
+printf '[151644,71,72,151645]\n' > "$tmp/ids.jsonl"
+expect tokenize-decode 0 '"hi"' -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\" --decode < \"$tmp/ids.jsonl\""
+printf '"ok"\nnot json\n' > "$tmp/bad.jsonl"
+expect tokenize-bad-line 2 "stdin:2: expected a JSON string" -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\" < \"$tmp/bad.jsonl\""
+expect tokenize-no-tokenizer 2 "tokenizer.json: cannot open" -- "$SLUICE" tokenize --model "$tmp" --text x
+
 expect bad-mode 2 "pipeline.mode" -- "$SLUICE" train pipeline.mode=fast
 expect stop-on-stall-without-limit 2 "pipeline.stop_on_stall: needs pipeline.stall_seconds > 0" -- \
   "$SLUICE" train pipeline.processes=true pipeline.stall_seconds=0 pipeline.stop_on_stall=true

@@ -34,6 +34,10 @@ int RunTrainCommand(const std::vector<std::string>& args);
 // `sluice eval`: held-out accuracy of a checkpoint on a task.
 int RunEvalCommand(const std::vector<std::string>& args);
 
+// `sluice tokenize`: a model directory's tokenizer.json on text (ids as
+// JSON), or the reverse with --decode.
+int RunTokenizeCommand(const std::vector<std::string>& args);
+
 // `sluice report RUN_DIR`: writes RUN_DIR/report.html (see report.h).
 int RunReportCommand(const std::vector<std::string>& args);
 

@@ -1,0 +1,67 @@
+// Tokenizers in the Hugging Face `tokenizer.json` format: byte-level BPE as
+// GPT-2, Qwen2/2.5/3 and Llama 3 use it.
+//
+// Supported components (anything else is refused by name when loading):
+//   normalizer     null, NFC, or a Sequence of them
+//   pre_tokenizer  ByteLevel (with or without GPT-2's regex), Split with a
+//                  Regex or String pattern (behaviour Isolated or Removed,
+//                  not inverted), or a Sequence of them; regexes run on PCRE2
+//                  with Unicode properties, as the Rust library's onig does
+//   model          BPE with ranked merges ("a b" strings or ["a", "b"]
+//                  pairs), ignore_merges, no unk token, no byte fallback,
+//                  no subword prefix or suffix
+//   decoder        ByteLevel (or null)
+//   added_tokens   matched in the raw text before anything else, leftmost
+//                  and longest first, with lstrip / rstrip / single_word
+// Encode adds no special tokens (no post-processor): prompts and chat
+// templates carry the ones they need as text.
+//
+// Thread safety: immutable after Load; every method may be called
+// concurrently.
+#ifndef SLUICE_MODEL_HF_TOKENIZER_H_
+#define SLUICE_MODEL_HF_TOKENIZER_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/common/status.h"
+#include "sluice/model/tokenizer.h"
+
+namespace sluice::model {
+
+class HfTokenizer final : public Tokenizer {
+ public:
+  // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json
+  // (bos_token, eos_token, pad_token). Errors: NotFound (no tokenizer.json),
+  // InvalidArgument naming the file and the key (malformed JSON, a merge of
+  // tokens not in the vocabulary, an id out of range, a bad regex),
+  // Unimplemented naming a component type this class does not support.
+  static Result<std::unique_ptr<HfTokenizer>> Load(const std::string& dir);
+  // The same from the files' text; `origin` names them in errors.
+  static Result<std::unique_ptr<HfTokenizer>> FromJson(const std::string& tokenizer_json,
+                                                       const std::string& config_json, const std::string& origin);
+  ~HfTokenizer() override;
+
+  std::vector<TokenId> Encode(std::string_view text) const override;
+  // Concatenates the tokens' bytes; special added tokens are left out when
+  // skip_special. Errors: OutOfRange for an id outside the vocabulary.
+  Result<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special = true) const override;
+  int64_t vocab_size() const override;
+  TokenId bos_id() const override;
+  TokenId eos_id() const override;
+  TokenId pad_id() const override;
+  // The id of a token's exact text (a vocabulary entry or an added token), or -1.
+  TokenId TokenToId(std::string_view token) const;
+
+  struct Impl;
+
+ private:
+  explicit HfTokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::model
+
+#endif  // SLUICE_MODEL_HF_TOKENIZER_H_

@@ -1,0 +1,77 @@
+// `sluice tokenize`: a model directory's tokenizer on text, for users
+// checking what their data pipeline feeds the model.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sluice/launch/commands.h"
+#include "sluice/model/hf_tokenizer.h"
+#include "sluice/runtime/flags.h"
+
+namespace sluice::launch {
+
+namespace {
+
+using nlohmann::json;
+using runtime::FlagSet;
+
+Status Tokenize(const std::vector<std::string>& args) {
+  FlagSet flags;
+  flags.Add("model", "", "model directory holding tokenizer.json (and tokenizer_config.json)");
+  flags.Add("text", "", "text to encode; empty: read stdin, one JSON string per line");
+  flags.Add("decode", "false",
+            "decode instead: read stdin, one JSON array of ids per line, and print each as a JSON string", true);
+  flags.Add("keep-special", "false", "--decode: keep special tokens in the text", true);
+  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::printf("usage: sluice tokenize --model=DIR [--text=TEXT | --decode] [flags]\n%s", flags.Usage().c_str());
+    return Status::Ok();
+  }
+  SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
+  SLUICE_ASSIGN_OR_RETURN(std::string dir, flags.GetString("model"));
+  if (dir.empty()) return Status::InvalidArgument("flag --model is required");
+  SLUICE_ASSIGN_OR_RETURN(std::string text, flags.GetString("text"));
+  SLUICE_ASSIGN_OR_RETURN(bool decode, flags.GetBool("decode"));
+  SLUICE_ASSIGN_OR_RETURN(bool keep_special, flags.GetBool("keep-special"));
+  if (decode && !text.empty()) return Status::InvalidArgument("--decode reads ids from stdin; --text is for encoding");
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<model::HfTokenizer> tokenizer, model::HfTokenizer::Load(dir));
+
+  auto encode = [&](const std::string& s) { std::printf("%s\n", json(tokenizer->Encode(s)).dump().c_str()); };
+  if (!text.empty()) {
+    encode(text);
+    return Status::Ok();
+  }
+  std::string line;
+  for (int64_t n = 1; std::getline(std::cin, line); ++n) {
+    if (line.empty()) continue;
+    const std::string where = "stdin:" + std::to_string(n);
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!decode) {
+      if (!j.is_string()) return Status::InvalidArgument(where + ": expected a JSON string, e.g. \"Hello\"");
+      encode(j.get<std::string>());
+      continue;
+    }
+    if (!j.is_array()) return Status::InvalidArgument(where + ": expected a JSON array of token ids, e.g. [9707, 11]");
+    std::vector<model::TokenId> ids;
+    for (const json& id : j) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        return Status::InvalidArgument(where + ": " + id.dump() + " is not a token id");
+      }
+      ids.push_back(id.get<model::TokenId>());
+    }
+    auto decoded = tokenizer->Decode(ids, !keep_special);
+    if (!decoded.ok()) return decoded.status().WithContext(where);
+    // Invalid UTF-8 (a token cut inside a character) is shown as U+FFFD.
+    std::printf("%s\n", json(*decoded).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int RunTokenizeCommand(const std::vector<std::string>& args) { return RunCommand(Tokenize, args); }
+
+}  // namespace sluice::launch

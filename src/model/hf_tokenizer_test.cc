@@ -1,0 +1,212 @@
+#include "sluice/model/hf_tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace sluice::model {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const fs::path kData = fs::path(SLUICE_TEST_DATA) / "tokenizers";
+
+std::vector<json> ReadJsonLines(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<json> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(json::parse(line));
+  }
+  return out;
+}
+
+// Fixtures cut from the real Qwen3 and Llama 3.2 tokenizer.json (their first
+// 3000 merges, every added token and component), with the ids the reference
+// implementation (transformers.js) gives for each line of corpus.jsonl:
+// several scripts, combining marks, emoji, code, runs of whitespace, digits,
+// contractions and special tokens inside text
+// (scripts/tokenizer_fixtures/make_fixtures.mjs).
+class ReferenceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReferenceTest, SameIdsAsTheReferenceOnTheCorpus) {
+  auto tokenizer = HfTokenizer::Load((kData / GetParam()).string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const std::vector<json> corpus = ReadJsonLines(kData / "corpus.jsonl");
+  const std::vector<json> expected = ReadJsonLines(kData / GetParam() / "expected.jsonl");
+  ASSERT_EQ(corpus.size(), expected.size());
+  ASSERT_GE(corpus.size(), 40u);
+  size_t tokens = 0;
+  for (size_t i = 0; i < corpus.size(); ++i) {
+    const std::vector<TokenId> got = (*tokenizer)->Encode(corpus[i].get<std::string>());
+    EXPECT_EQ(json(got), expected[i]) << "line " << i + 1 << ": " << corpus[i].dump().substr(0, 80);
+    tokens += got.size();
+  }
+  EXPECT_GT(tokens, 2000u);
+}
+
+TEST_P(ReferenceTest, DecodingGivesTheTextBack) {
+  auto tokenizer = HfTokenizer::Load((kData / GetParam()).string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const bool nfc = GetParam() == "qwen3";  // Qwen normalizes to NFC first
+  for (const json& line : ReadJsonLines(kData / "corpus.jsonl")) {
+    const std::string text = line.get<std::string>();
+    const bool ascii = std::all_of(text.begin(), text.end(), [](char c) { return (c & 0x80) == 0; });
+    if (nfc && !ascii) continue;
+    auto decoded = (*tokenizer)->Decode((*tokenizer)->Encode(text), /*skip_special=*/false);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, text);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest, ::testing::Values("qwen3", "llama3_2"));
+
+TEST(HfTokenizerTest, SpecialTokensComeFromTheConfigAndAreSkippedWhenDecoding) {
+  auto qwen = HfTokenizer::Load((kData / "qwen3").string());
+  ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
+  EXPECT_EQ((*qwen)->eos_id(), 151645);  // <|im_end|>
+  EXPECT_EQ((*qwen)->pad_id(), 151643);  // <|endoftext|>
+  EXPECT_EQ((*qwen)->bos_id(), -1);      // Qwen has none
+  EXPECT_EQ((*qwen)->TokenToId("<think>"), 151667);
+  EXPECT_EQ((*qwen)->vocab_size(), 151669);
+  const std::vector<TokenId> ids = (*qwen)->Encode("<|im_start|>user\nhi<|im_end|>");
+  EXPECT_EQ(ids.front(), 151644);
+  EXPECT_EQ(ids.back(), 151645);
+  EXPECT_EQ(*(*qwen)->Decode(ids), "user\nhi");
+  EXPECT_EQ(*(*qwen)->Decode(ids, /*skip_special=*/false), "<|im_start|>user\nhi<|im_end|>");
+  // <think> is an added token that is not special: kept when decoding.
+  EXPECT_EQ(*(*qwen)->Decode((*qwen)->Encode("<think>x</think>")), "<think>x</think>");
+  EXPECT_EQ((*qwen)->Decode({151669}).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ((*qwen)->Decode({-1}).status().code(), StatusCode::kOutOfRange);
+
+  auto llama = HfTokenizer::Load((kData / "llama3_2").string());
+  ASSERT_TRUE(llama.ok()) << llama.status().ToString();
+  EXPECT_EQ((*llama)->bos_id(), 128000);  // <|begin_of_text|>
+  EXPECT_EQ((*llama)->eos_id(), 128009);  // <|eot_id|>
+}
+
+TEST(HfTokenizerTest, BytesThatAreNotUtf8AreEncodedOneByOneAndComeBack) {
+  auto llama = HfTokenizer::Load((kData / "llama3_2").string());
+  ASSERT_TRUE(llama.ok()) << llama.status().ToString();
+  const std::string text = std::string("ok \xff\xfe bad \xe2\x82 cut ") + std::string(1, '\0') + "nul";
+  const std::vector<TokenId> ids = (*llama)->Encode(text);
+  EXPECT_FALSE(ids.empty());
+  EXPECT_EQ(*(*llama)->Decode(ids), text);
+}
+
+// A minimal byte-level BPE, written out here (the 256 byte tokens as GPT-2
+// maps them, then a few merges), to break one part at a time.
+json MinimalTokenizer() {
+  json vocab = json::object();
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    const int cp = printable ? b : next++;
+    std::string text;
+    if (cp < 0x80) {
+      text.push_back(static_cast<char>(cp));
+    } else {
+      text.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      text.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+    vocab[text] = b;
+  }
+  vocab["ab"] = 256;
+  vocab["abc"] = 257;
+  return {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", "ab c"}}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"added_tokens", json::array({{{"id", 300}, {"content", "<eos>"}, {"special", true}}})}};
+}
+
+TEST(HfTokenizerTest, MinimalTokenizerMergesInRankOrder) {
+  auto t = HfTokenizer::FromJson(MinimalTokenizer().dump(), R"({"eos_token": "<eos>"})", "mini");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->Encode("abc"), (std::vector<TokenId>{257}));
+  EXPECT_EQ((*t)->Encode("abcab<eos>ac"), (std::vector<TokenId>{257, 256, 300, 'a', 'c'}));
+  EXPECT_EQ((*t)->eos_id(), 300);
+}
+
+TEST(HfTokenizerTest, BadFilesAreRefusedNamingTheProblem) {
+  struct Case {
+    const char* what;
+    std::function<void(json&)> edit;
+    StatusCode code;
+    const char* needle;
+  };
+  const std::vector<Case> cases = {
+      {"WordPiece", [](json& j) { j["model"]["type"] = "WordPiece"; }, StatusCode::kUnimplemented,
+       "model type \"WordPiece\""},
+      {"NFKC",
+       [](json& j) {
+         j["normalizer"] = {{"type", "NFKC"}};
+       },
+       StatusCode::kUnimplemented, "normalizer type \"NFKC\""},
+      {"Metaspace",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}};
+       },
+       StatusCode::kUnimplemented, "pre_tokenizer type \"Metaspace\""},
+      {"merge of unknown token", [](json& j) { j["model"]["merges"].push_back("ab zz"); }, StatusCode::kInvalidArgument,
+       "merge 2 'ab zz' uses a token that is not in model.vocab"},
+      {"merge without space", [](json& j) { j["model"]["merges"].push_back("abc"); }, StatusCode::kInvalidArgument,
+       "merge 2 'abc' is not two tokens"},
+      {"merge as number", [](json& j) { j["model"]["merges"].push_back(7); }, StatusCode::kInvalidArgument,
+       "merge 2 7 is neither"},
+      {"bad regex",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(\\p{L}+"}}}, {"behavior", "Isolated"}};
+       },
+       StatusCode::kInvalidArgument, "does not compile"},
+      {"Split behavior",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithNext"}};
+       },
+       StatusCode::kUnimplemented, "Split behavior \"MergedWithNext\""},
+      {"not byte level", [](json& j) { j["model"]["vocab"].erase("a"); }, StatusCode::kInvalidArgument,
+       "lacks the byte-level token of byte 97"},
+      {"id out of range", [](json& j) { j["model"]["vocab"]["x1"] = -4; }, StatusCode::kInvalidArgument,
+       "model.vocab['x1']"},
+      {"unk token", [](json& j) { j["model"]["unk_token"] = "<unk>"; }, StatusCode::kUnimplemented, "BPE unk_token"},
+      {"byte fallback", [](json& j) { j["model"]["byte_fallback"] = true; }, StatusCode::kUnimplemented,
+       "byte_fallback"},
+      {"decoder",
+       [](json& j) {
+         j["decoder"] = {{"type", "Metaspace"}};
+       },
+       StatusCode::kUnimplemented, "decoder \"Metaspace\""},
+      {"added token without id",
+       [](json& j) {
+         j["added_tokens"].push_back({{"content", "<x>"}});
+       },
+       StatusCode::kInvalidArgument, "needs an id"},
+      {"no model", [](json& j) { j.erase("model"); }, StatusCode::kInvalidArgument, "no 'model'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    json j = MinimalTokenizer();
+    c.edit(j);
+    auto t = HfTokenizer::FromJson(j.dump(), "", "fixture/tokenizer.json");
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), c.code) << t.status().ToString();
+    EXPECT_NE(t.status().message().find(c.needle), std::string::npos) << t.status().ToString();
+    EXPECT_NE(t.status().message().find("fixture/tokenizer.json"), std::string::npos) << t.status().ToString();
+  }
+  auto not_json = HfTokenizer::FromJson("{\"model\": [", "", "x.json");
+  EXPECT_EQ(not_json.status().code(), StatusCode::kInvalidArgument);
+  auto bad_eos = HfTokenizer::FromJson(MinimalTokenizer().dump(), R"({"eos_token": "</s>"})", "x.json");
+  EXPECT_EQ(bad_eos.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_eos.status().message().find("eos_token '</s>' is not a token"), std::string::npos);
+  EXPECT_EQ(HfTokenizer::Load("/nonexistent/model").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace sluice::model

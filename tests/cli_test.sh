@@ -176,6 +176,16 @@ expect tokenize-decode 0 '"hi"' -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\"
 printf '"ok"\nnot json\n' > "$tmp/bad.jsonl"
 expect tokenize-bad-line 2 "stdin:2: expected a JSON string" -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\" < \"$tmp/bad.jsonl\""
 expect tokenize-no-tokenizer 2 "tokenizer.json: cannot open" -- "$SLUICE" tokenize --model "$tmp" --text x
+# A Qwen3-architecture model with that tokenizer: generate encodes and decodes with it.
+expect init-qwen3 0 "wrote tiny model" -- "$SLUICE" init --preset tiny --model-type qwen3 --tokenizer "$qwen" --out "$tmp/q3"
+grep -q '"model_type": "qwen3"' "$tmp/q3/config.json" && [ -f "$tmp/q3/tokenizer.json" ] \
+  || { echo "FAIL init-qwen3: config or tokenizer missing"; failures=$((failures + 1)); }
+expect generate-qwen3 0 "user\nHello" -- "$SLUICE" generate --model "$tmp/q3" --prompt "<|im_start|>user
+Hello<|im_end|>" --num-samples 1 --max-new-tokens 4 --threads 1
+# A tokenizer.json that does not fit the model's vocabulary is refused before generating.
+cp "$qwen/tokenizer.json" "$tmp/m/tokenizer.json"
+expect tokenizer-mismatch 2 "does not belong to this model" -- "$SLUICE" generate --model "$tmp/m" --max-new-tokens 2
+rm "$tmp/m/tokenizer.json"
 
 expect bad-mode 2 "pipeline.mode" -- "$SLUICE" train pipeline.mode=fast
 expect stop-on-stall-without-limit 2 "pipeline.stop_on_stall: needs pipeline.stall_seconds > 0" -- \

@@ -3,10 +3,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
 #include "sluice/launch/commands.h"
+#include "sluice/model/hf_tokenizer.h"
 #include "sluice/model/tokenizer.h"
 #include "sluice/model/weights.h"
 #include "sluice/rollout/engine.h"
@@ -15,6 +17,7 @@
 namespace sluice::launch {
 namespace {
 
+namespace fs = std::filesystem;
 using runtime::FlagSet;
 
 // Prints the error and returns the exit code for it.
@@ -49,6 +52,30 @@ Result<torch::Device> PickDevice(const std::string& name) {
   return cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
 }
 
+// The text of `ids` for display. A model's vocabulary may be larger than its
+// tokenizer's (padded for the hardware, as Qwen's is), and a random or
+// undertrained model samples those ids too: each is shown as <id N>.
+std::string ShownText(const model::Tokenizer& tokenizer, const std::vector<model::TokenId>& ids) {
+  auto whole = tokenizer.Decode(ids);
+  if (whole.ok()) return *whole;
+  std::string out;
+  std::vector<model::TokenId> run;
+  auto flush = [&] {
+    if (auto text = tokenizer.Decode(run); text.ok()) out += *text;
+    run.clear();
+  };
+  for (model::TokenId id : ids) {
+    if (tokenizer.Decode({id}).ok()) {
+      run.push_back(id);
+    } else {
+      flush();
+      out += "<id " + std::to_string(id) + ">";
+    }
+  }
+  flush();
+  return out;
+}
+
 Status PrintUsage(const char* command, const FlagSet& flags) {
   std::printf("usage: sluice %s [flags]\n%s", command, flags.Usage().c_str());
   return Status::Ok();
@@ -60,17 +87,40 @@ Status Init(const std::vector<std::string>& args) {
   flags.Add("seed", "0", "initialization seed");
   flags.Add("out", "", "output directory (Hugging Face layout: config.json + model.safetensors)");
   flags.Add("dtype", "F32", "weight dtype on disk: F32, BF16, F16");
+  flags.Add("model-type", "llama", "architecture: llama, qwen2, qwen3");
+  flags.Add("tokenizer", "",
+            "directory whose tokenizer.json (and tokenizer_config.json) the model gets: its vocabulary sets "
+            "vocab_size, its bos/eos tokens the config's ids (empty: the byte tokenizer)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) return PrintUsage("init", flags);
   SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
   SLUICE_ASSIGN_OR_RETURN(std::string preset, flags.GetString("preset"));
   SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(preset));
+  SLUICE_ASSIGN_OR_RETURN(config.model_type, flags.GetChoice("model-type", {"llama", "qwen2", "qwen3"}));
+  config.attention_bias = config.model_type == "qwen2";
+  SLUICE_ASSIGN_OR_RETURN(std::string tokenizer_dir, flags.GetString("tokenizer"));
+  if (!tokenizer_dir.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(auto tokenizer, model::HfTokenizer::Load(tokenizer_dir));
+    config.vocab_size = tokenizer->vocab_size();
+    config.bos_token_id = tokenizer->bos_id();
+    config.eos_token_id = tokenizer->eos_id();
+  }
+  SLUICE_RETURN_IF_ERROR(config.Validate());
   SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(std::string out, flags.GetString("out"));
   if (out.empty()) return Status::InvalidArgument("flag --out is required");
   SLUICE_ASSIGN_OR_RETURN(std::string dtype_name, flags.GetChoice("dtype", {"F32", "BF16", "F16"}));
   model::Transformer m(config, static_cast<uint64_t>(seed));
   SLUICE_RETURN_IF_ERROR(model::SavePretrained(m, out, *ParseDTypeName(dtype_name)));
+  if (!tokenizer_dir.empty()) {
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+      const fs::path from = fs::path(tokenizer_dir) / file;
+      std::error_code ec;
+      if (!fs::exists(from, ec)) continue;
+      fs::copy_file(from, fs::path(out) / file, fs::copy_options::overwrite_existing, ec);
+      if (ec) return Status::Unavailable("copying " + from.string() + " to " + out + ": " + ec.message());
+    }
+  }
   std::printf("wrote %s model (%.2fM parameters) to %s\n", preset.c_str(), config.NumParameters() / 1e6, out.c_str());
   return Status::Ok();
 }
@@ -107,10 +157,19 @@ Status Generate(const std::vector<std::string>& args) {
   } else {
     SLUICE_ASSIGN_OR_RETURN(m, model::LoadPretrained(model_dir, device));
   }
-  model::ByteTokenizer tokenizer;
+  // The model directory's own tokenizer.json when it has one, else bytes.
+  std::unique_ptr<model::Tokenizer> owned = std::make_unique<model::ByteTokenizer>();
+  std::string tokenizer_name = "the byte tokenizer";
+  std::error_code ec;
+  if (!model_dir.empty() && fs::exists(fs::path(model_dir) / "tokenizer.json", ec)) {
+    SLUICE_ASSIGN_OR_RETURN(owned, model::HfTokenizer::Load(model_dir));
+    tokenizer_name = (fs::path(model_dir) / "tokenizer.json").string();
+  }
+  const model::Tokenizer& tokenizer = *owned;
   if (m->config().vocab_size < tokenizer.vocab_size()) {
-    return Status::InvalidArgument("the model's vocab_size " + std::to_string(m->config().vocab_size) +
-                                   " is smaller than the byte tokenizer's " + std::to_string(tokenizer.vocab_size()));
+    return Status::InvalidArgument(
+        "the model's vocab_size " + std::to_string(m->config().vocab_size) + " is smaller than " + tokenizer_name +
+        "'s " + std::to_string(tokenizer.vocab_size()) + " ids: the tokenizer does not belong to this model");
   }
 
   rollout::EngineOptions options;
@@ -118,7 +177,7 @@ Status Generate(const std::vector<std::string>& args) {
   options.num_slots = static_cast<int32_t>(slots);
   SLUICE_ASSIGN_OR_RETURN(std::string scheduling, flags.GetChoice("scheduling", {"continuous", "static"}));
   options.scheduling = scheduling == "static" ? rollout::Scheduling::kStatic : rollout::Scheduling::kContinuous;
-  options.eos_token_id = tokenizer.eos_id();
+  options.eos_token_id = tokenizer.eos_id();  // -1: the config's eos_token_id
   SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create(rollout::PolicySnapshot{m, 0}, options));
 
   rollout::SamplingParams sampling;
@@ -138,7 +197,8 @@ Status Generate(const std::vector<std::string>& args) {
 
   uint64_t id = 0;
   for (const std::string& p : prompts) {
-    std::vector<model::TokenId> ids = {tokenizer.bos_id()};
+    std::vector<model::TokenId> ids;
+    if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
     for (model::TokenId t : tokenizer.Encode(p)) ids.push_back(t);
     for (int64_t s = 0; s < samples; ++s, ++id) {
       rollout::GenerationRequest r{id, ids, sampling};
@@ -152,8 +212,8 @@ Status Generate(const std::vector<std::string>& args) {
 
   std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   for (const auto& r : results) {
-    SLUICE_ASSIGN_OR_RETURN(std::string prompt_text, tokenizer.Decode(r.prompt));
-    SLUICE_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(r.tokens));
+    const std::string prompt_text = ShownText(tokenizer, r.prompt);
+    const std::string text = ShownText(tokenizer, r.tokens);
     double mean_logprob = 0;
     for (float lp : r.logprobs) mean_logprob += lp;
     mean_logprob /= std::max<size_t>(1, r.logprobs.size());

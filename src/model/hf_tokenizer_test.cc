@@ -66,6 +66,29 @@ TEST_P(ReferenceTest, DecodingGivesTheTextBack) {
   }
 }
 
+// Streaming: each chunk is whole characters, and the chunks add up to the text.
+TEST_P(ReferenceTest, StreamingDecodeHoldsBackPartialCharacters) {
+  auto tokenizer = HfTokenizer::Load((kData / GetParam()).string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  int held_back = 0;
+  for (const json& line : ReadJsonLines(kData / "corpus.jsonl")) {
+    const std::vector<TokenId> ids = (*tokenizer)->Encode(line.get<std::string>());
+    StreamingDecoder stream(**tokenizer, /*skip_special=*/false);
+    std::string joined;
+    for (TokenId id : ids) {
+      auto chunk = stream.Push(id);
+      ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+      EXPECT_TRUE(json::accept(json(*chunk).dump())) << "chunk is not valid UTF-8";
+      std::string whole = *(*tokenizer)->Decode({id}, false);
+      if (*chunk != whole) ++held_back;
+      joined += *chunk;
+    }
+    joined += stream.Finish();
+    EXPECT_EQ(joined, *(*tokenizer)->Decode(ids, false));
+  }
+  EXPECT_GT(held_back, 10) << "the corpus has tokens that end inside a character";
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest, ::testing::Values("qwen3", "llama3_2"));
 
 TEST(HfTokenizerTest, SpecialTokensComeFromTheConfigAndAreSkippedWhenDecoding) {

@@ -2,6 +2,44 @@
 
 namespace sluice::model {
 
+namespace {
+
+// Bytes a UTF-8 sequence starting with `lead` has (0: not a lead byte).
+int SequenceLength(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) return 2;
+  if (lead >= 0xE0 && lead <= 0xEF) return 3;
+  if (lead >= 0xF0 && lead <= 0xF4) return 4;
+  return 0;
+}
+
+}  // namespace
+
+Result<std::string> StreamingDecoder::Push(TokenId id) {
+  SLUICE_ASSIGN_OR_RETURN(std::string bytes, tokenizer_.Decode({id}, skip_special_));
+  pending_ += bytes;
+  // Hold back the last sequence if its lead byte promises more bytes than
+  // have arrived; a sequence can be at most 4 bytes, so look at the last 3.
+  size_t keep = 0;
+  const size_t n = pending_.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    const unsigned char c = static_cast<unsigned char>(pending_[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const int length = SequenceLength(c);
+    if (length > static_cast<int>(back)) keep = back;
+    break;
+  }
+  std::string out = pending_.substr(0, n - keep);
+  pending_.erase(0, n - keep);
+  return out;
+}
+
+std::string StreamingDecoder::Finish() {
+  std::string out;
+  out.swap(pending_);
+  return out;
+}
+
 std::vector<TokenId> ByteTokenizer::Encode(std::string_view text) const {
   std::vector<TokenId> ids;
   ids.reserve(text.size());

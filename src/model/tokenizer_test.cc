@@ -63,6 +63,22 @@ TEST(ByteTokenizerTest, OutOfRangeIdIsAnError) {
   }
 }
 
+TEST(StreamingDecoderTest, HoldsBackACharacterUntilItsLastByte) {
+  ByteTokenizer t;
+  StreamingDecoder stream(t);
+  const std::string emoji = "\xF0\x9F\x98\x80";  // U+1F600, four bytes
+  std::vector<std::string> chunks;
+  for (unsigned char b : "a" + emoji + "\xC3\xA9") chunks.push_back(*stream.Push(static_cast<TokenId>(b)));
+  EXPECT_EQ(chunks, (std::vector<std::string>{"a", "", "", "", emoji, "", "\xC3\xA9"}));
+  // A lead byte never finished is handed over by Finish; stray bytes pass at once.
+  EXPECT_EQ(*stream.Push(0xE2), "");
+  EXPECT_EQ(*stream.Push(0x82), "");
+  EXPECT_EQ(stream.Finish(), "\xE2\x82");
+  EXPECT_EQ(*stream.Push(0x80), "\x80");
+  EXPECT_EQ(*stream.Push(ByteTokenizer::kEos), "");  // special: skipped
+  EXPECT_EQ(stream.Push(9999).status().code(), StatusCode::kOutOfRange);
+}
+
 TEST(ByteTokenizerTest, InterfaceReportsVocabulary) {
   std::unique_ptr<Tokenizer> tok = std::make_unique<ByteTokenizer>();
   EXPECT_EQ(tok->vocab_size(), 259);

@@ -30,6 +30,25 @@ class Tokenizer {
   virtual TokenId pad_id() const = 0;
 };
 
+// Decodes ids as they are generated: each Push returns the text its token
+// completes, holding back a trailing UTF-8 sequence that the next tokens
+// finish (a byte-level token often ends inside a character). Bytes that
+// can never complete a character are passed on as they are.
+class StreamingDecoder {
+ public:
+  explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special = true)
+      : tokenizer_(tokenizer), skip_special_(skip_special) {}
+  // Errors: OutOfRange for an id outside the vocabulary (nothing is consumed).
+  Result<std::string> Push(TokenId id);
+  // What is still held back (an incomplete sequence at the very end).
+  std::string Finish();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  std::string pending_;
+};
+
 class ByteTokenizer final : public Tokenizer {
  public:
   static constexpr TokenId kPad = 256;

@@ -182,6 +182,15 @@ grep -q '"model_type": "qwen3"' "$tmp/q3/config.json" && [ -f "$tmp/q3/tokenizer
   || { echo "FAIL init-qwen3: config or tokenizer missing"; failures=$((failures + 1)); }
 expect generate-qwen3 0 "user\nHello" -- "$SLUICE" generate --model "$tmp/q3" --prompt "<|im_start|>user
 Hello<|im_end|>" --num-samples 1 --max-new-tokens 4 --threads 1
+# Training that model on a JSONL task, roles as processes: prompts are encoded and answers decoded
+# with its tokenizer.json, which every checkpoint and the final model keep.
+for i in $(seq 1 40); do echo "{\"prompt\": \"<|im_start|>user\\nWhat is $i+$i?<|im_end|>\\n\", \"answer\": \"$((2 * i))\"}"; done > "$tmp/q.jsonl"
+expect train-qwen3 0 "held-out accuracy" -- "$SLUICE" train model.path="$tmp/q3" task.name=jsonl task.jsonl.train_path="$tmp/q.jsonl" \
+  sft.steps=0 rl.steps=2 rl.prompts_per_step=2 rl.group_size=2 rl.max_new_tokens=4 eval.size=4 eval.max_new_tokens=4 \
+  run.threads=1 run.progress=lines pipeline.mode=async pipeline.processes=true pipeline.rollout_threads=1 \
+  pipeline.trainer_threads=1 checkpoint.interval=1 run.dir="$tmp/q3run"
+cmp -s "$tmp/q3run/final/tokenizer.json" "$qwen/tokenizer.json" && cmp -s "$tmp/q3run/checkpoints/step_000002/tokenizer.json" "$qwen/tokenizer.json" \
+  || { echo "FAIL train-qwen3: the tokenizer was not kept with the model"; failures=$((failures + 1)); }
 # A tokenizer.json that does not fit the model's vocabulary is refused before generating.
 cp "$qwen/tokenizer.json" "$tmp/m/tokenizer.json"
 expect tokenizer-mismatch 2 "does not belong to this model" -- "$SLUICE" generate --model "$tmp/m" --max-new-tokens 2

@@ -16,6 +16,7 @@
 #include "sluice/common/file_util.h"
 #include "sluice/launch/commands.h"
 #include "sluice/launch/report.h"
+#include "sluice/model/hf_tokenizer.h"
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/evaluator.h"
 #include "sluice/pipeline/run.h"
@@ -229,6 +230,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.seed = static_cast<uint64_t>(c.GetInt("run.seed"));
   o.resume = c.GetBool("run.resume");
   o.checkpoint_interval = c.GetInt("checkpoint.interval");
+  o.tokenizer_dir = c.GetString("model.path");  // its tokenizer.json, if it has one
   o.sft.steps = c.GetInt("sft.steps");
   o.sft.batch_size = c.GetInt("sft.batch_size");
   o.sft.shortcut_fraction = c.GetDouble("sft.shortcut_fraction");
@@ -489,6 +491,7 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(pipeline::EvalResult after, loop->Evaluate());
   const fs::path final_dir = fs::path(options.run_dir) / "final";
   SLUICE_RETURN_IF_ERROR(model::SavePretrained(*policy, final_dir.string()));
+  SLUICE_RETURN_IF_ERROR(model::CopyTokenizerFiles(options.tokenizer_dir, final_dir.string()));
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60;
   std::printf("held-out accuracy: %.1f%% before RL -> %.1f%% after RL (%lld examples, greedy), %.1f min\n",
               100 * before.accuracy, 100 * after.accuracy, static_cast<long long>(after.examples), minutes);
@@ -520,8 +523,9 @@ Status Eval(const std::vector<std::string>& args) {
   SetIntraOpThreads(config.GetInt("run.threads"));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, model::LoadPretrained(model_dir));
-  SLUICE_ASSIGN_OR_RETURN(auto evaluator,
-                          pipeline::Evaluator::Create(policy, std::move(task), pipeline::EvaluatorOptionsFor(options)));
+  pipeline::EvaluatorOptions eval_options = pipeline::EvaluatorOptionsFor(options);
+  SLUICE_ASSIGN_OR_RETURN(eval_options.tokenizer, model::LoadTokenizer(model_dir));
+  SLUICE_ASSIGN_OR_RETURN(auto evaluator, pipeline::Evaluator::Create(policy, std::move(task), eval_options));
   auto result = evaluator->Evaluate();
   SLUICE_RETURN_IF_ERROR(result.status());
   std::printf("held-out accuracy %.1f%%, mean reward %.3f, mean response %.1f tokens (%lld examples, greedy)\n",

@@ -596,6 +596,10 @@ Result<std::string> HfTokenizer::Decode(const std::vector<TokenId>& ids, bool sk
 }
 
 int64_t HfTokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_to_token.size()); }
+bool HfTokenizer::Knows(TokenId id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->id_to_token.size() &&
+         !impl_->id_to_token[static_cast<size_t>(id)].empty();
+}
 TokenId HfTokenizer::bos_id() const { return impl_->bos; }
 TokenId HfTokenizer::eos_id() const { return impl_->eos; }
 TokenId HfTokenizer::pad_id() const { return impl_->pad; }
@@ -603,6 +607,29 @@ TokenId HfTokenizer::pad_id() const { return impl_->pad; }
 TokenId HfTokenizer::TokenToId(std::string_view token) const {
   auto it = impl_->vocab.find(std::string(token));
   return it == impl_->vocab.end() ? -1 : it->second;
+}
+
+Result<std::shared_ptr<const Tokenizer>> LoadTokenizer(const std::string& model_dir) {
+  std::error_code ec;
+  if (model_dir.empty() || !std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json", ec)) {
+    return std::shared_ptr<const Tokenizer>(std::make_shared<ByteTokenizer>());
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<HfTokenizer> t, HfTokenizer::Load(model_dir));
+  return std::shared_ptr<const Tokenizer>(std::move(t));
+}
+
+Status CopyTokenizerFiles(const std::string& from_dir, const std::string& to_dir) {
+  if (from_dir.empty()) return Status::Ok();
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    const std::filesystem::path from = std::filesystem::path(from_dir) / file;
+    std::error_code ec;
+    if (!std::filesystem::exists(from, ec)) continue;
+    if (std::filesystem::equivalent(from, std::filesystem::path(to_dir) / file, ec)) continue;
+    std::filesystem::copy_file(from, std::filesystem::path(to_dir) / file,
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) return Status::Unavailable("copying " + from.string() + " to " + to_dir + ": " + ec.message());
+  }
+  return Status::Ok();
 }
 
 }  // namespace sluice::model

@@ -15,6 +15,16 @@ int SequenceLength(unsigned char lead) {
 
 }  // namespace
 
+std::string DecodeKnown(const Tokenizer& tokenizer, const std::vector<TokenId>& ids, bool skip_special) {
+  std::vector<TokenId> known;
+  known.reserve(ids.size());
+  for (TokenId id : ids) {
+    if (tokenizer.Knows(id)) known.push_back(id);
+  }
+  auto text = tokenizer.Decode(known, skip_special);
+  return text.ok() ? *text : std::string();
+}
+
 Result<std::string> StreamingDecoder::Push(TokenId id) {
   SLUICE_ASSIGN_OR_RETURN(std::string bytes, tokenizer_.Decode({id}, skip_special_));
   pending_ += bytes;

@@ -26,14 +26,16 @@ Result<std::unique_ptr<Evaluator>> Evaluator::Create(std::shared_ptr<model::Tran
   if (options.eval.samples < 0) return Status::InvalidArgument("option eval.samples: must be >= 0");
   if (options.slots < 1) return Status::InvalidArgument("evaluator slots must be >= 1");
   if (options.eval.samples > 0) SLUICE_RETURN_IF_ERROR(options.sampling.Validate());
-  const model::ByteTokenizer tokenizer;
-  if (policy->config().vocab_size < tokenizer.vocab_size()) {
+  EvaluatorOptions resolved = options;
+  if (!resolved.tokenizer) resolved.tokenizer = std::make_shared<model::ByteTokenizer>();
+  if (policy->config().vocab_size < resolved.tokenizer->vocab_size()) {
     return Status::InvalidArgument("model vocab_size " + std::to_string(policy->config().vocab_size) +
-                                   " is smaller than the byte tokenizer's " + std::to_string(tokenizer.vocab_size()));
+                                   " is smaller than its tokenizer's " +
+                                   std::to_string(resolved.tokenizer->vocab_size()));
   }
   if (task->size(reward::Split::kEval) == 0)
     return Status::InvalidArgument("task '" + task->name() + "' has no eval examples");
-  return std::unique_ptr<Evaluator>(new Evaluator(std::move(policy), std::move(task), options));
+  return std::unique_ptr<Evaluator>(new Evaluator(std::move(policy), std::move(task), resolved));
 }
 
 Evaluator::Evaluator(std::shared_ptr<model::Transformer> policy, std::shared_ptr<const reward::Task> task,
@@ -41,7 +43,7 @@ Evaluator::Evaluator(std::shared_ptr<model::Transformer> policy, std::shared_ptr
     : policy_(std::move(policy)), task_(std::move(task)), options_(options) {}
 
 Result<EvalResult> Evaluator::Evaluate() {
-  const model::ByteTokenizer tokenizer;
+  const model::Tokenizer& tokenizer = *options_.tokenizer;
   const int64_t n = std::min<int64_t>(options_.eval.size, static_cast<int64_t>(task_->size(reward::Split::kEval)));
   const int64_t samples = options_.eval.samples;
   std::vector<reward::Example> examples;

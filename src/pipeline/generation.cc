@@ -4,8 +4,9 @@
 
 namespace sluice::pipeline {
 
-std::vector<model::TokenId> EncodePrompt(const model::ByteTokenizer& tokenizer, const std::string& text) {
-  std::vector<model::TokenId> ids = {tokenizer.bos_id()};
+std::vector<model::TokenId> EncodePrompt(const model::Tokenizer& tokenizer, const std::string& text) {
+  std::vector<model::TokenId> ids;
+  if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
   for (model::TokenId t : tokenizer.Encode(text)) ids.push_back(t);
   return ids;
 }
@@ -25,10 +26,9 @@ Result<std::vector<rollout::GenerationResult>> GenerateAll(rollout::RolloutEngin
   return results;
 }
 
-Result<double> ScoreAnswer(const model::ByteTokenizer& tokenizer, const reward::Task& task, const reward::Example& ex,
+Result<double> ScoreAnswer(const model::Tokenizer& tokenizer, const reward::Task& task, const reward::Example& ex,
                            const std::vector<model::TokenId>& answer) {
-  SLUICE_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(answer));
-  return task.Score(ex, text);
+  return task.Score(ex, model::DecodeKnown(tokenizer, answer));
 }
 
 }  // namespace sluice::pipeline

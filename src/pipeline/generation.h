@@ -14,7 +14,7 @@
 namespace sluice::pipeline {
 
 // BOS, then the prompt's tokens.
-std::vector<model::TokenId> EncodePrompt(const model::ByteTokenizer& tokenizer, const std::string& text);
+std::vector<model::TokenId> EncodePrompt(const model::Tokenizer& tokenizer, const std::string& text);
 
 // Generates every request on `engine` (idle on entry) until it is idle again;
 // results sorted by request id. On an error the engine is drained first.
@@ -22,7 +22,7 @@ Result<std::vector<rollout::GenerationResult>> GenerateAll(rollout::RolloutEngin
                                                            std::vector<rollout::GenerationRequest> requests);
 
 // The task's reward for an answer's tokens.
-Result<double> ScoreAnswer(const model::ByteTokenizer& tokenizer, const reward::Task& task, const reward::Example& ex,
+Result<double> ScoreAnswer(const model::Tokenizer& tokenizer, const reward::Task& task, const reward::Example& ex,
                            const std::vector<model::TokenId>& answer);
 
 }  // namespace sluice::pipeline

@@ -35,7 +35,7 @@ namespace {
 // than this are generated, and bound their prompt lengths by construction.
 constexpr uint64_t kMaxExamplesChecked = uint64_t{1} << 20;
 
-Status CheckPromptsFit(const reward::Task& task, const model::ByteTokenizer& tokenizer, int64_t context) {
+Status CheckPromptsFit(const reward::Task& task, const model::Tokenizer& tokenizer, int64_t context) {
   for (reward::Split split : {reward::Split::kTrain, reward::Split::kEval}) {
     const uint64_t n = task.size(split);
     if (n > kMaxExamplesChecked) continue;
@@ -63,10 +63,12 @@ Result<std::unique_ptr<TrainingRun>> TrainingRun::Create(std::shared_ptr<model::
   SLUICE_RETURN_IF_ERROR(options.Validate());
   if (!policy || !task) return Status::InvalidArgument("the loop needs a model and a task");
   auto s = std::make_unique<State>();
-  if (policy->config().vocab_size < s->tokenizer.vocab_size()) {
+  SLUICE_ASSIGN_OR_RETURN(s->tokenizer, model::LoadTokenizer(options.tokenizer_dir));
+  if (policy->config().vocab_size < s->tokenizer->vocab_size()) {
     return Status::InvalidArgument("model vocab_size " + std::to_string(policy->config().vocab_size) +
-                                   " is smaller than the byte tokenizer's " +
-                                   std::to_string(s->tokenizer.vocab_size()));
+                                   " is smaller than its tokenizer's " + std::to_string(s->tokenizer->vocab_size()) +
+                                   (options.tokenizer_dir.empty() ? std::string(" (the byte tokenizer)")
+                                                                  : " (" + options.tokenizer_dir + "/tokenizer.json)"));
   }
   if (task->size(reward::Split::kTrain) == 0)
     return Status::InvalidArgument("task '" + task->name() + "' has no train examples");
@@ -81,11 +83,13 @@ Result<std::unique_ptr<TrainingRun>> TrainingRun::Create(std::shared_ptr<model::
   if (ec) return Status::Unavailable(options.run_dir + ": cannot create run directory: " + ec.message());
   rollout::EngineOptions engine_options;
   engine_options.num_slots = options.rl.rollout_slots;
-  engine_options.eos_token_id = s->tokenizer.eos_id();
+  engine_options.eos_token_id = s->tokenizer->eos_id();
   SLUICE_ASSIGN_OR_RETURN(s->engine,
                           rollout::RolloutEngine::Create(rollout::PolicySnapshot{s->policy, 0}, engine_options));
-  SLUICE_RETURN_IF_ERROR(CheckPromptsFit(*s->task, s->tokenizer, s->policy->config().max_position_embeddings));
-  SLUICE_ASSIGN_OR_RETURN(s->evaluator, Evaluator::Create(s->policy, s->task, EvaluatorOptionsFor(options)));
+  SLUICE_RETURN_IF_ERROR(CheckPromptsFit(*s->task, *s->tokenizer, s->policy->config().max_position_embeddings));
+  EvaluatorOptions eval_options = EvaluatorOptionsFor(options);
+  eval_options.tokenizer = s->tokenizer;
+  SLUICE_ASSIGN_OR_RETURN(s->evaluator, Evaluator::Create(s->policy, s->task, eval_options));
   State* raw = s.get();
   // Sync mode: the engine is idle while the trainer updates the shared model in
   // place; at the next step it serves the new version.
@@ -127,8 +131,8 @@ Status TrainingRun::WarmStart(const ProgressFn& progress) {
       const bool shortcut = sft.shortcut_fraction > 0 &&
                             UnitInterval(HashCombine(s.options.seed ^ kShortcutSalt, cursor)) < sft.shortcut_fraction;
       const std::string target = shortcut ? std::string(1, reward::kAnswerMarker) + ex.answer : ex.solution;
-      trainer::SftExample e{s.EncodePrompt(ex.prompt), s.tokenizer.Encode(target)};
-      e.target.push_back(s.tokenizer.eos_id());
+      trainer::SftExample e{s.EncodePrompt(ex.prompt), s.tokenizer->Encode(target)};
+      if (s.EosId() >= 0) e.target.push_back(s.EosId());
       batch.push_back(std::move(e));
     }
     if (batch.empty()) continue;
@@ -141,7 +145,7 @@ Status TrainingRun::WarmStart(const ProgressFn& progress) {
       progress("sft", step + 1, sft.steps, &r);
     }
   }
-  return model::SavePretrained(*s.policy, out.string());
+  return s.SaveModel(out.string());
 }
 
 Result<EvalResult> TrainingRun::Evaluate() { return state_->evaluator->Evaluate(); }

@@ -20,6 +20,7 @@
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/random.h"
+#include "sluice/model/hf_tokenizer.h"
 #include "sluice/model/safetensors.h"
 #include "sluice/model/tokenizer.h"
 #include "sluice/model/weights.h"
@@ -65,7 +66,7 @@ struct TrainingRun::State {
   std::shared_ptr<const reward::Task> task;
   RunOptions options;
   RunHooks hooks;
-  model::ByteTokenizer tokenizer;
+  std::shared_ptr<const model::Tokenizer> tokenizer;  // the model's (RunOptions::tokenizer_dir) or bytes
   std::unique_ptr<rollout::RolloutEngine> engine;
   std::unique_ptr<trainer::Trainer> trainer;
   std::unique_ptr<Evaluator> evaluator;
@@ -78,7 +79,16 @@ struct TrainingRun::State {
   StreamSummary stream_stats;
 
   std::vector<model::TokenId> EncodePrompt(const std::string& text) const {
-    return pipeline::EncodePrompt(tokenizer, text);
+    return pipeline::EncodePrompt(*tokenizer, text);
+  }
+  // The token that ends an answer: the tokenizer's, else the model config's (-1: none).
+  model::TokenId EosId() const {
+    return tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : static_cast<model::TokenId>(policy->config().eos_token_id);
+  }
+  // SavePretrained, with the run's tokenizer files beside the weights.
+  Status SaveModel(const std::string& dir) const {
+    SLUICE_RETURN_IF_ERROR(model::SavePretrained(*policy, dir));
+    return model::CopyTokenizerFiles(options.tokenizer_dir, dir);
   }
 
   // GRPO advantages over `samples` (grouped by group_id), then one trainer
@@ -134,14 +144,14 @@ struct TrainingRun::State {
   }
 
   Result<double> Score(const reward::Example& ex, const rollout::GenerationResult& r) const {
-    return ScoreAnswer(tokenizer, *task, ex, r.tokens);
+    return ScoreAnswer(*tokenizer, *task, ex, r.tokens);
   }
 
   Status SaveCheckpoint() {
     char name[32];
     std::snprintf(name, sizeof(name), "step_%06lld", static_cast<long long>(step));
     fs::path dir = CheckpointRoot() / name;
-    SLUICE_RETURN_IF_ERROR(model::SavePretrained(*policy, dir.string()));
+    SLUICE_RETURN_IF_ERROR(SaveModel(dir.string()));
     SLUICE_RETURN_IF_ERROR(
         model::WriteSafetensorsFile((dir / "optimizer.safetensors").string(), trainer->OptimizerState()));
     nlohmann::json state = {{"step", step},

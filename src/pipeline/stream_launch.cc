@@ -204,7 +204,7 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   // The roles start from this process's weights (after the warm start, or
   // the resumed checkpoint's).
   const fs::path init_dir = fs::path(s.options.run_dir) / "roles" / "init";
-  SLUICE_RETURN_IF_ERROR(model::SavePretrained(*s.policy, init_dir.string()));
+  SLUICE_RETURN_IF_ERROR(s.SaveModel(init_dir.string()));
 
   tq::ServerOptions so;
   so.controller.columns = HubColumns();

@@ -210,7 +210,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
     if (po.rollout_threads > 0) SetIntraOpThreadsHere(std::max(1, po.rollout_threads / engines));
     rollout::EngineOptions eo;
     eo.num_slots = rl.rollout_slots / engines + (e < rl.rollout_slots % engines ? 1 : 0);
-    eo.eos_token_id = s.tokenizer.eos_id();
+    eo.eos_token_id = s.tokenizer->eos_id();
     eo.switch_policy = po.switch_policy;
     SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create({r.model, s.version}, eo));
     engine->SetWeightSwapHook(hooks[static_cast<size_t>(e)]);
@@ -393,7 +393,7 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
     SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, 0));
     SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> tokens,
                             TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
-    SLUICE_ASSIGN_OR_RETURN(std::string text, s.tokenizer.Decode(tokens));
+    const std::string text = model::DecodeKnown(*s.tokenizer, tokens);
     const float reward = static_cast<float>(s.task->Score(ex, text));
     tq::ColumnBatch cols;
     cols[column::kReward] = {HostTensor::Copy(DType::kF32, {}, &reward, sizeof(reward))};

@@ -49,6 +49,7 @@ class HfTokenizer final : public Tokenizer {
   // skip_special. Errors: OutOfRange for an id outside the vocabulary.
   Result<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special = true) const override;
   int64_t vocab_size() const override;
+  bool Knows(TokenId id) const override;
   TokenId bos_id() const override;
   TokenId eos_id() const override;
   TokenId pad_id() const override;
@@ -61,6 +62,15 @@ class HfTokenizer final : public Tokenizer {
   explicit HfTokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The tokenizer of a model directory: its tokenizer.json when it has one,
+// else (and for an empty `model_dir`) the built-in byte tokenizer.
+Result<std::shared_ptr<const Tokenizer>> LoadTokenizer(const std::string& model_dir);
+
+// Copies tokenizer.json and tokenizer_config.json from `from_dir` into
+// `to_dir` where they exist (nothing for an empty `from_dir`), so a
+// checkpoint keeps the tokenizer of the model it came from.
+Status CopyTokenizerFiles(const std::string& from_dir, const std::string& to_dir);
 
 }  // namespace sluice::model
 

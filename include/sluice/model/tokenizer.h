@@ -25,10 +25,17 @@ class Tokenizer {
   // Errors: OutOfRange for an id outside the vocabulary.
   virtual Result<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special = true) const = 0;
   virtual int64_t vocab_size() const = 0;
+  // Whether `id` is a token (the vocabulary may have unused ids).
+  virtual bool Knows(TokenId id) const = 0;
   virtual TokenId bos_id() const = 0;
   virtual TokenId eos_id() const = 0;
   virtual TokenId pad_id() const = 0;
 };
+
+// Decodes `ids`, leaving out those the tokenizer does not know, as Hugging
+// Face's decode does: a model's vocabulary is often padded past its
+// tokenizer's, and a model can sample those ids.
+std::string DecodeKnown(const Tokenizer& tokenizer, const std::vector<TokenId>& ids, bool skip_special = true);
 
 // Decodes ids as they are generated: each Push returns the text its token
 // completes, holding back a trailing UTF-8 sequence that the next tokens
@@ -59,6 +66,7 @@ class ByteTokenizer final : public Tokenizer {
   std::vector<TokenId> Encode(std::string_view text) const override;
   Result<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special = true) const override;
   int64_t vocab_size() const override { return kVocabSize; }
+  bool Knows(TokenId id) const override { return id >= 0 && id < kVocabSize; }
   TokenId bos_id() const override { return kBos; }
   TokenId eos_id() const override { return kEos; }
   TokenId pad_id() const override { return kPad; }

@@ -30,7 +30,8 @@ struct EvaluatorOptions {
   // from `seed` and the answer's index.
   rollout::SamplingParams sampling;
   uint64_t seed = 0;
-  int32_t slots = 64;  // sequences decoded at once
+  int32_t slots = 64;                                 // sequences decoded at once
+  std::shared_ptr<const model::Tokenizer> tokenizer;  // null: the byte tokenizer
 };
 
 // A run's evaluation settings: eval.*, the RL sampling settings, the run's

@@ -46,7 +46,8 @@ ConfigSchema TrainSchema() {
   s.AddEnum("run.progress", "auto", {"auto", "bar", "lines", "off"}, "progress display on stderr");
   s.AddString("model.path", "", "initial checkpoint (Hugging Face layout); empty: a fresh model.preset");
   s.AddEnum("model.preset", "1m", {"tiny", "1m", "5m", "20m"}, "built-in model size when model.path is empty");
-  s.AddEnum("task.name", "arithmetic", {"arithmetic", "sort", "jsonl"}, "the verifiable task");
+  s.AddEnum("task.name", "arithmetic", {"arithmetic", "sort", "jsonl", "math"},
+            "the verifiable task (math: task.jsonl.* files in the GSM8K or MATH layout, answers compared as math)");
   s.AddInt("task.train_size", 100000, 1, 100000000, "generated tasks: train examples");
   s.AddInt("task.eval_size", 200, 1, 1000000, "generated tasks: held-out examples");
   s.AddDouble("task.eval_fraction", 0.1, 1e-6, 0.5,
@@ -62,6 +63,8 @@ ConfigSchema TrainSchema() {
   s.AddString("task.jsonl.train_path", "", "jsonl: file of {\"prompt\", \"answer\"[, \"solution\"]} lines");
   s.AddString("task.jsonl.eval_path", "", "jsonl: held-out file (empty: the tail of train_path)");
   s.AddDouble("task.jsonl.eval_fraction", 0.1, 1e-9, 0.999999, "jsonl: share of train_path held out");
+  s.AddString("task.math.instruction", "Let's think step by step and output the final answer within \\boxed{}.",
+              "math: a line added after every question (empty: none)");
   s.AddInt("sft.steps", 0, 0, 10000000, "supervised warm-start steps on the task's solutions (0: none)");
   s.AddInt("sft.batch_size", 64, 1, 1000000, "examples per warm-start step");
   s.AddDouble("sft.shortcut_fraction", 0.0, 0.0, 1.0,
@@ -156,6 +159,7 @@ Result<reward::TaskOptions> TaskOptionsFrom(const Config& c) {
   t.sort.max_length = static_cast<int>(c.GetInt("task.sort.max_length"));
   t.jsonl.train_path = c.GetString("task.jsonl.train_path");
   t.jsonl.eval_path = c.GetString("task.jsonl.eval_path");
+  t.jsonl.instruction = c.GetString("task.math.instruction");
   t.jsonl.eval_fraction = c.GetDouble("task.jsonl.eval_fraction");
   if (t.name == "jsonl" && t.jsonl.train_path.empty()) {
     return Status::InvalidArgument("config key 'task.jsonl.train_path' must be set when task.name is jsonl");

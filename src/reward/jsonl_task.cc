@@ -29,7 +29,44 @@ Status ReadStringField(const json& object, const char* key, bool required, const
   return Status::Ok();
 }
 
-Result<Example> ParseExample(const std::string& line, const std::string& where) {
+// The math task's layouts: GSM8K ({"question", "answer": "... #### 72"}) and
+// MATH ({"problem", "solution": "... \\boxed{72} ..."}), besides
+// {"prompt", "answer"[, "solution"]}; the instruction follows the prompt.
+Result<Example> ParseMathExample(const json& object, const std::string& where, const JsonlOptions& options) {
+  Example example;
+  if (object.contains("question")) {
+    SLUICE_RETURN_IF_ERROR(ReadStringField(object, "question", true, where, &example.prompt));
+    std::string worked;
+    SLUICE_RETURN_IF_ERROR(ReadStringField(object, "answer", true, where, &worked));
+    const size_t hashes = worked.rfind("####");
+    if (hashes == std::string::npos) {
+      return Status::InvalidArgument(where + "GSM8K \"answer\" has no '#### <final answer>'");
+    }
+    example.answer = ExtractMathAnswer(worked.substr(hashes));
+    example.solution = worked;
+  } else if (object.contains("problem")) {
+    SLUICE_RETURN_IF_ERROR(ReadStringField(object, "problem", true, where, &example.prompt));
+    SLUICE_RETURN_IF_ERROR(ReadStringField(object, "solution", true, where, &example.solution));
+    if (example.solution.find("\\boxed{") == std::string::npos) {
+      return Status::InvalidArgument(where + "MATH \"solution\" has no \\boxed{<final answer>}");
+    }
+    example.answer = ExtractMathAnswer(example.solution);
+  } else {
+    SLUICE_RETURN_IF_ERROR(ReadStringField(object, "prompt", true, where, &example.prompt));
+    SLUICE_RETURN_IF_ERROR(ReadStringField(object, "answer", true, where, &example.answer));
+    SLUICE_RETURN_IF_ERROR(ReadStringField(object, "solution", false, where, &example.solution));
+  }
+  if (example.prompt.empty()) return Status::InvalidArgument(where + "the question is empty");
+  if (NormalizeMathAnswer(example.answer).empty()) return Status::InvalidArgument(where + "the final answer is empty");
+  if (!example.solution.empty() && !MathAnswersMatch(ExtractMathAnswer(example.solution), example.answer)) {
+    return Status::InvalidArgument(where + "the solution's final answer '" + ExtractMathAnswer(example.solution) +
+                                   "' is not the answer '" + example.answer + "'");
+  }
+  if (!options.instruction.empty()) example.prompt += "\n" + options.instruction;
+  return example;
+}
+
+Result<Example> ParseExample(const std::string& line, const std::string& where, const JsonlOptions& options) {
   json object;
   try {
     object = json::parse(line);
@@ -39,6 +76,7 @@ Result<Example> ParseExample(const std::string& line, const std::string& where) 
   if (!object.is_object()) {
     return Status::InvalidArgument(where + "expected a JSON object, got " + std::string(object.type_name()));
   }
+  if (options.math) return ParseMathExample(object, where, options);
   Example example;
   SLUICE_RETURN_IF_ERROR(ReadStringField(object, "prompt", true, where, &example.prompt));
   SLUICE_RETURN_IF_ERROR(ReadStringField(object, "answer", true, where, &example.answer));
@@ -59,7 +97,7 @@ Result<Example> ParseExample(const std::string& line, const std::string& where) 
   return example;
 }
 
-Result<std::vector<Example>> ReadJsonl(const std::string& path) {
+Result<std::vector<Example>> ReadJsonl(const std::string& path, const JsonlOptions& options) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return Status::NotFound("jsonl task: " + path + " does not exist");
   if (std::filesystem::is_directory(path, ec)) {
@@ -72,7 +110,8 @@ Result<std::vector<Example>> ReadJsonl(const std::string& path) {
   for (size_t line_number = 1; std::getline(in, line); ++line_number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    SLUICE_ASSIGN_OR_RETURN(Example example, ParseExample(line, path + ":" + std::to_string(line_number) + ": "));
+    SLUICE_ASSIGN_OR_RETURN(Example example,
+                            ParseExample(line, path + ":" + std::to_string(line_number) + ": ", options));
     example.source = path + ":" + std::to_string(line_number);
     examples.push_back(std::move(example));
   }
@@ -83,13 +122,14 @@ Result<std::vector<Example>> ReadJsonl(const std::string& path) {
 
 class JsonlTask final : public Task {
  public:
-  JsonlTask(std::vector<Example> train, std::vector<Example> eval) : train_(std::move(train)), eval_(std::move(eval)) {
+  JsonlTask(std::vector<Example> train, std::vector<Example> eval, bool math)
+      : train_(std::move(train)), eval_(std::move(eval)), math_(math) {
     for (size_t i = 0; i < train_.size(); ++i) train_[i].index = i;
     for (size_t i = 0; i < eval_.size(); ++i) eval_[i].index = i;
     has_solutions_ = std::any_of(train_.begin(), train_.end(), [](const Example& e) { return !e.solution.empty(); });
   }
 
-  std::string name() const override { return "jsonl"; }
+  std::string name() const override { return math_ ? "math" : "jsonl"; }
 
   uint64_t size(Split split) const override { return examples(split).size(); }
 
@@ -105,6 +145,7 @@ class JsonlTask final : public Task {
   }
 
   double Score(const Example& example, std::string_view response) const override {
+    if (math_) return MathAnswersMatch(ExtractMathAnswer(response), example.answer) ? 1.0 : 0.0;
     return NormalizeAnswer(ExtractFinalAnswer(response)) == NormalizeAnswer(example.answer) ? 1.0 : 0.0;
   }
 
@@ -114,16 +155,17 @@ class JsonlTask final : public Task {
   std::vector<Example> train_;
   std::vector<Example> eval_;
   bool has_solutions_ = false;
+  bool math_ = false;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Task>> MakeJsonlTask(const JsonlOptions& options) {
   if (options.train_path.empty()) return Status::InvalidArgument("task option 'jsonl.train_path' is required");
-  SLUICE_ASSIGN_OR_RETURN(std::vector<Example> train, ReadJsonl(options.train_path));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<Example> train, ReadJsonl(options.train_path, options));
   std::vector<Example> eval;
   if (!options.eval_path.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(eval, ReadJsonl(options.eval_path));
+    SLUICE_ASSIGN_OR_RETURN(eval, ReadJsonl(options.eval_path, options));
   } else {
     if (!(options.eval_fraction > 0 && options.eval_fraction < 1)) {
       return Status::InvalidArgument("task option 'jsonl.eval_fraction' must be in (0, 1), got " +
@@ -148,7 +190,7 @@ Result<std::unique_ptr<Task>> MakeJsonlTask(const JsonlOptions& options) {
     return Status::InvalidArgument("jsonl task: every train example of " + options.train_path +
                                    " has a prompt that is in the eval split; nothing is left to train on");
   }
-  return std::unique_ptr<Task>(new JsonlTask(std::move(train), std::move(eval)));
+  return std::unique_ptr<Task>(new JsonlTask(std::move(train), std::move(eval), options.math));
 }
 
 }  // namespace sluice::reward::internal

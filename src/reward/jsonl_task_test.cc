@@ -202,5 +202,72 @@ TEST_F(JsonlTaskTest, ScoreComparesNormalizedFinalAnswers) {
   EXPECT_EQ((*task)->Score(e, ""), 0.0);
 }
 
+// GSM8K and MATH layouts: the final answer comes out of the worked solution,
+// the instruction follows the question, and answers compare as math.
+TEST_F(JsonlTaskTest, MathTaskReadsGsm8kAndMathLayouts) {
+  const std::string path = Write(
+      "math.jsonl",
+      R"({"question": "Natalia sold 48 clips in April and half as many in May. How many in all?", "answer": "In May she sold 48/2 = <<48/2=24>>24.\nIn all 48+24 = <<48+24=72>>72.\n#### 72"})"
+      "\n"
+      R"({"problem": "What is $\\frac{1}{2} + \\frac{1}{4}$?", "solution": "Add: $\\frac{2}{4} + \\frac{1}{4} = \\boxed{\\frac{3}{4}}$."})"
+      "\n"
+      R"({"question": "A shop sells 1,200 pens a day. How many in 2 days?", "answer": "2 x 1,200 = 2,400\n#### 2,400"})"
+      "\n"
+      R"({"prompt": "2+2?", "answer": "4"})"
+      "\n");
+  TaskOptions options = Options(path);
+  options.name = "math";
+  options.jsonl.instruction = "Put the final answer in \\boxed{}.";
+  options.jsonl.eval_fraction = 0.25;
+  auto task = MakeTask(options);
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_EQ((*task)->name(), "math");
+  EXPECT_TRUE((*task)->has_solutions());
+  auto gsm = (*task)->Get(Split::kTrain, 0);
+  ASSERT_TRUE(gsm.ok());
+  EXPECT_EQ(gsm->answer, "72");
+  EXPECT_EQ(gsm->prompt.substr(gsm->prompt.size() - 34), "\nPut the final answer in \\boxed{}.");
+  auto math = (*task)->Get(Split::kTrain, 1);
+  ASSERT_TRUE(math.ok());
+  EXPECT_EQ(math->answer, "\\frac{3}{4}");
+  const Task& t = **task;
+  EXPECT_EQ(t.Score(*gsm, "48/2 = 24, so 48 + 24 = 72.\n#### 72"), 1.0);
+  EXPECT_EQ(t.Score(*gsm, "The answer is \\boxed{72}."), 1.0);
+  EXPECT_EQ(t.Score(*gsm, "so she sold $72$ clips"), 1.0);  // the last number
+  EXPECT_EQ(t.Score(*gsm, "\\boxed{72.0}"), 1.0);
+  EXPECT_EQ(t.Score(*gsm, "\\boxed{71}"), 0.0);
+  EXPECT_EQ(t.Score(*gsm, "no idea"), 0.0);
+  EXPECT_EQ(t.Score(*math, "\\boxed{\\dfrac{3}{4}}"), 1.0);
+  EXPECT_EQ(t.Score(*math, "\\boxed{0.75}"), 1.0);
+  EXPECT_EQ(t.Score(*math, "\\boxed{3/4}"), 1.0);
+  EXPECT_EQ(t.Score(*math, "\\boxed{\\frac{3}{5}}"), 0.0);
+  auto pens = (*task)->Get(Split::kTrain, 2);
+  ASSERT_TRUE(pens.ok());
+  EXPECT_EQ(t.Score(*pens, "\\boxed{2400 \\text{ pens}}"), 1.0);
+  EXPECT_EQ(t.Score(*pens, "#### 2,400"), 1.0);
+}
+
+TEST_F(JsonlTaskTest, MathTaskBadLinesAreNamed) {
+  auto bad = [&](const std::string& line, const std::string& what) {
+    const std::string path = Write("bad.jsonl", R"({"prompt": "p", "answer": "1"})"
+                                                "\n" +
+                                                    line + "\n");
+    TaskOptions options = Options(path);
+    options.name = "math";
+    auto task = MakeTask(options);
+    ASSERT_FALSE(task.ok()) << line;
+    EXPECT_EQ(task.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(task.status().message().find(path + ":2: " + what), std::string::npos) << task.status().ToString();
+  };
+  bad(R"({"question": "q", "answer": "no final line"})", "GSM8K \"answer\" has no '#### <final answer>'");
+  bad(R"({"question": "q", "answer": "####   "})", "the final answer is empty");
+  bad(R"({"problem": "q", "solution": "it is 4"})", "MATH \"solution\" has no \\boxed{<final answer>}");
+  bad(R"({"problem": "q"})", "missing \"solution\"");
+  bad(R"({"question": "", "answer": "#### 3"})", "the question is empty");
+  bad(R"({"prompt": "p", "answer": "4", "solution": "\\boxed{5}"})",
+      "the solution's final answer '5' is not the answer '4'");
+  bad(R"({"question": 7, "answer": "#### 3"})", "\"question\" must be a string");
+}
+
 }  // namespace
 }  // namespace sluice::reward

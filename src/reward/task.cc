@@ -39,8 +39,13 @@ Result<std::unique_ptr<Task>> MakeTask(const TaskOptions& options) {
                                        options.eval_fraction);
   }
   if (options.name == "jsonl") return internal::MakeJsonlTask(options.jsonl);
+  if (options.name == "math") {
+    JsonlOptions math = options.jsonl;
+    math.math = true;
+    return internal::MakeJsonlTask(math);
+  }
   return Status::InvalidArgument("task option 'name': unknown task '" + options.name +
-                                 "' (allowed: arithmetic, sort, jsonl)");
+                                 "' (allowed: arithmetic, sort, jsonl, math)");
 }
 
 }  // namespace sluice::reward

@@ -143,6 +143,12 @@ struct JsonlOptions {
   std::string train_path;      // required
   std::string eval_path;       // empty: hold out the tail of train_path
   double eval_fraction = 0.1;  // share of train_path held out when eval_path is empty, in (0, 1)
+  // The "math" task: the same files, also in the GSM8K layout ({"question",
+  // "answer": "... #### 72"}) or the MATH layout ({"problem", "solution":
+  // "... \boxed{72} ..."}); answers compared by MathAnswersMatch; each
+  // prompt followed by a line with `instruction` when it is not empty.
+  bool math = false;
+  std::string instruction;
 };
 
 struct TaskOptions {
@@ -165,6 +171,21 @@ Result<std::unique_ptr<Task>> MakeTask(const TaskOptions& options);
 // The text after the last kAnswerMarker with surrounding ASCII whitespace
 // removed, or the whole response (trimmed) when there is no marker.
 std::string ExtractFinalAnswer(std::string_view response);
+
+// The final answer of a math response: the contents of its last \boxed{...}
+// (braces balanced), else the text after its last "####" (GSM8K), else after
+// its last '#', else its last number; "" when it has none of these.
+std::string ExtractMathAnswer(std::string_view response);
+
+// Canonical form of a math answer: $ signs, \left / \right, spacing
+// commands, \text{...} units, degree signs, '%' and a trailing period
+// removed; \dfrac and \tfrac read as \frac; commas between digits
+// (thousands) removed; whitespace removed; ASCII letters lowercased.
+std::string NormalizeMathAnswer(std::string_view answer);
+
+// Whether two math answers agree: equal canonical forms, or both numbers
+// (integers, decimals, a/b or \frac{a}{b}, with a sign) within 1e-6 relative.
+bool MathAnswersMatch(std::string_view response_answer, std::string_view reference);
 
 // Canonical form for comparing free-text answers: surrounding whitespace
 // removed, each internal run of whitespace collapsed to one space, ASCII

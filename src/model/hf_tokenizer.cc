@@ -121,6 +121,8 @@ class Regex {
     return regex;
   }
   ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
 
   // The [begin, end) byte ranges of the non-empty matches in `text`, left to right.
   std::vector<std::pair<size_t, size_t>> Matches(std::string_view text) const {

@@ -112,15 +112,7 @@ Status Init(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(std::string dtype_name, flags.GetChoice("dtype", {"F32", "BF16", "F16"}));
   model::Transformer m(config, static_cast<uint64_t>(seed));
   SLUICE_RETURN_IF_ERROR(model::SavePretrained(m, out, *ParseDTypeName(dtype_name)));
-  if (!tokenizer_dir.empty()) {
-    for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
-      const fs::path from = fs::path(tokenizer_dir) / file;
-      std::error_code ec;
-      if (!fs::exists(from, ec)) continue;
-      fs::copy_file(from, fs::path(out) / file, fs::copy_options::overwrite_existing, ec);
-      if (ec) return Status::Unavailable("copying " + from.string() + " to " + out + ": " + ec.message());
-    }
-  }
+  SLUICE_RETURN_IF_ERROR(model::CopyTokenizerFiles(tokenizer_dir, out));
   std::printf("wrote %s model (%.2fM parameters) to %s\n", preset.c_str(), config.NumParameters() / 1e6, out.c_str());
   return Status::Ok();
 }

@@ -12,7 +12,8 @@
 //                  no subword prefix or suffix
 //   decoder        ByteLevel (or null)
 //   added_tokens   matched in the raw text before anything else, leftmost
-//                  and longest first, with lstrip / rstrip / single_word
+//                  and longest first, with rstrip and single_word (lstrip
+//                  is refused; the `normalized` flag is not applied)
 // Encode adds no special tokens (no post-processor): prompts and chat
 // templates carry the ones they need as text.
 //

@@ -138,19 +138,19 @@ role_pid() {  # role_pid LAUNCHER ROLE: the pid of that role's process
 }
 for action in warn stop; do
   stop_flag=false; [ $action = stop ] && stop_flag=true
-  "$SLUICE" train "${proc[@]}" run.dir="$tmp/stall-$action" rl.steps=1000000 pipeline.stall_seconds=2 \
+  "$SLUICE" train "${proc[@]}" run.dir="$tmp/stall-$action" rl.steps=1000000 pipeline.stall_seconds=5 \
     pipeline.stop_on_stall=$stop_flag > "$tmp/stall-$action.log" 2>&1 &
   launcher=$!
   for _ in $(seq 300); do grep -q '"step":1' "$tmp/stall-$action/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
   rollout=$(role_pid $launcher rollout)
   [ -n "$rollout" ] && kill -STOP "$rollout"
-  report="the rollout role (pid $rollout) has made no progress for [0-9]* s (pipeline.stall_seconds=2): it is stopped by a signal"
-  for _ in $(seq 150); do grep -q "$report" "$tmp/stall-$action.log" && break; sleep 0.1; done
+  report="the rollout role (pid $rollout) has made no progress for [0-9]* s (pipeline.stall_seconds=5): it is stopped by a signal"
+  for _ in $(seq 300); do grep -q "$report" "$tmp/stall-$action.log" && break; sleep 0.1; done
   grep -q "$report" "$tmp/stall-$action.log" \
     || { echo "FAIL stall-$action: no report of the stopped rollout"; tail -3 "$tmp/stall-$action.log"; failures=$((failures + 1)); }
   if [ $action = warn ]; then
     kill -CONT "$rollout"
-    for _ in $(seq 150); do grep -q "rollout role (pid $rollout) makes progress again" "$tmp/stall-$action.log" && break; sleep 0.1; done
+    for _ in $(seq 300); do grep -q "rollout role (pid $rollout) makes progress again" "$tmp/stall-$action.log" && break; sleep 0.1; done
     grep -q "rollout role (pid $rollout) makes progress again" "$tmp/stall-$action.log" \
       || { echo "FAIL stall-warn: the rollout's recovery was not reported"; failures=$((failures + 1)); }
     kill -0 $launcher 2>/dev/null || { echo "FAIL stall-warn: the run stopped"; failures=$((failures + 1)); }

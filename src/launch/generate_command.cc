@@ -65,7 +65,7 @@ std::string ShownText(const model::Tokenizer& tokenizer, const std::vector<model
     run.clear();
   };
   for (model::TokenId id : ids) {
-    if (tokenizer.Decode({id}).ok()) {
+    if (tokenizer.Knows(id)) {
       run.push_back(id);
     } else {
       flush();
@@ -150,13 +150,11 @@ Status Generate(const std::vector<std::string>& args) {
     SLUICE_ASSIGN_OR_RETURN(m, model::LoadPretrained(model_dir, device));
   }
   // The model directory's own tokenizer.json when it has one, else bytes.
-  std::unique_ptr<model::Tokenizer> owned = std::make_unique<model::ByteTokenizer>();
-  std::string tokenizer_name = "the byte tokenizer";
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const model::Tokenizer> owned, model::LoadTokenizer(model_dir));
   std::error_code ec;
-  if (!model_dir.empty() && fs::exists(fs::path(model_dir) / "tokenizer.json", ec)) {
-    SLUICE_ASSIGN_OR_RETURN(owned, model::HfTokenizer::Load(model_dir));
-    tokenizer_name = (fs::path(model_dir) / "tokenizer.json").string();
-  }
+  const std::string tokenizer_name = !model_dir.empty() && fs::exists(fs::path(model_dir) / "tokenizer.json", ec)
+                                         ? (fs::path(model_dir) / "tokenizer.json").string()
+                                         : std::string("the byte tokenizer");
   const model::Tokenizer& tokenizer = *owned;
   if (m->config().vocab_size < tokenizer.vocab_size()) {
     return Status::InvalidArgument(

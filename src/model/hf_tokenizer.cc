@@ -195,7 +195,6 @@ struct HfTokenizer::Impl {
   std::array<TokenId, 256> byte_ids{};
   bool ignore_merges = false;
   bool nfc = false;
-  bool byte_level_decoder = true;
   std::vector<PreTokenizer> pre_tokenizers;
   std::vector<AddedToken> added;                         // longest first within each first byte
   std::array<std::vector<int32_t>, 256> added_by_first;  // indices into `added`
@@ -580,7 +579,6 @@ Result<std::string> HfTokenizer::Decode(const std::vector<TokenId>& ids, bool sk
     if (skip_special && impl_->is_special[static_cast<size_t>(id)]) continue;
     text += impl_->id_to_token[static_cast<size_t>(id)];
   }
-  if (!impl_->byte_level_decoder) return text;
   std::string bytes;
   bytes.reserve(text.size());
   for (size_t i = 0; i < text.size();) {

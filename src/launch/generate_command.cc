@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "sluice/launch/commands.h"
+#include "sluice/model/device.h"
 #include "sluice/model/hf_tokenizer.h"
 #include "sluice/model/tokenizer.h"
 #include "sluice/model/weights.h"
@@ -45,13 +46,6 @@ std::string Printable(const std::string& text) {
   return out;
 }
 
-Result<torch::Device> PickDevice(const std::string& name) {
-  if (name == "cpu") return torch::Device(torch::kCPU);
-  bool cuda = torch::cuda::is_available();
-  if (name == "cuda" && !cuda) return Status::FailedPrecondition("--device=cuda but no CUDA device is available");
-  return cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-}
-
 // The text of `ids` for display. A model's vocabulary may be larger than its
 // tokenizer's (padded for the hardware, as Qwen's is), and a random or
 // undertrained model samples those ids too: each is shown as <id N>.
@@ -83,7 +77,7 @@ Status PrintUsage(const char* command, const FlagSet& flags) {
 
 Status Init(const std::vector<std::string>& args) {
   FlagSet flags;
-  flags.Add("preset", "1m", "built-in model size: tiny, 1m, 5m, 20m");
+  flags.Add("preset", "1m", "built-in model size: tiny, 1m, 5m, 20m, 0.5b");
   flags.Add("seed", "0", "initialization seed");
   flags.Add("out", "", "output directory (Hugging Face layout: config.json + model.safetensors)");
   flags.Add("dtype", "F32", "weight dtype on disk: F32, BF16, F16");
@@ -120,7 +114,7 @@ Status Init(const std::vector<std::string>& args) {
 Status Generate(const std::vector<std::string>& args) {
   FlagSet flags;
   flags.Add("model", "", "checkpoint directory (config.json + safetensors); empty: a fresh --preset model");
-  flags.Add("preset", "1m", "built-in model when --model is empty: tiny, 1m, 5m, 20m");
+  flags.Add("preset", "1m", "built-in model when --model is empty: tiny, 1m, 5m, 20m, 0.5b");
   flags.Add("prompt", "", "prompt text; empty: a few built-in prompts");
   flags.Add("num-samples", "4", "samples per prompt");
   flags.Add("slots", "8", "concurrent sequences (continuous-batching slots)");
@@ -131,14 +125,15 @@ Status Generate(const std::vector<std::string>& args) {
   flags.Add("top-p", "1.0", "nucleus truncation (1 = off)");
   flags.Add("seed", "0", "sampling seed (request i uses seed + i)");
   flags.Add("threads", "0", "intra-op threads (0 = all cores)");
-  flags.Add("device", "auto", "auto, cpu or cuda");
+  flags.Add("device", "auto", "auto (cuda when a GPU is usable), cpu, cuda or cuda:N");
+  flags.Add("dtype", "auto", "weights and KV cache: auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) return PrintUsage("generate", flags);
   SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
   SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 0, 1024));
   SetIntraOpThreads(threads);
-  SLUICE_ASSIGN_OR_RETURN(std::string device_name, flags.GetChoice("device", {"auto", "cpu", "cuda"}));
-  SLUICE_ASSIGN_OR_RETURN(torch::Device device, PickDevice(device_name));
+  SLUICE_ASSIGN_OR_RETURN(std::string device_name, flags.GetString("device"));
+  SLUICE_ASSIGN_OR_RETURN(torch::Device device, model::ResolveDevice(device_name));
   SLUICE_ASSIGN_OR_RETURN(std::string model_dir, flags.GetString("model"));
   std::shared_ptr<model::Transformer> m;
   if (model_dir.empty()) {
@@ -149,6 +144,9 @@ Status Generate(const std::vector<std::string>& args) {
   } else {
     SLUICE_ASSIGN_OR_RETURN(m, model::LoadPretrained(model_dir, device));
   }
+  SLUICE_ASSIGN_OR_RETURN(std::string dtype_name, flags.GetString("dtype"));
+  SLUICE_ASSIGN_OR_RETURN(torch::ScalarType dtype, model::ResolveDtype(dtype_name, device));
+  if (dtype != torch::kFloat32) m->to(dtype);
   // The model directory's own tokenizer.json when it has one, else bytes.
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const model::Tokenizer> owned, model::LoadTokenizer(model_dir));
   std::error_code ec;

@@ -45,7 +45,10 @@ ConfigSchema TrainSchema() {
             "start afresh in a run.dir that holds an earlier run, removing that run's files first");
   s.AddEnum("run.progress", "auto", {"auto", "bar", "lines", "off"}, "progress display on stderr");
   s.AddString("model.path", "", "initial checkpoint (Hugging Face layout); empty: a fresh model.preset");
-  s.AddEnum("model.preset", "1m", {"tiny", "1m", "5m", "20m"}, "built-in model size when model.path is empty");
+  s.AddEnum("model.preset", "1m", {"tiny", "1m", "5m", "20m", "0.5b"},
+            "built-in model size when model.path is empty (0.5b: Qwen2.5-0.5B's shape and vocabulary size)");
+  s.AddString("model.device", "auto",
+              "where the trainer and the rollout run: auto (cuda when a GPU is usable, else cpu), cpu, cuda, cuda:N");
   s.AddEnum("task.name", "arithmetic", {"arithmetic", "sort", "jsonl", "math"},
             "the verifiable task (math: task.jsonl.* files in the GSM8K or MATH layout, answers compared as math)");
   s.AddInt("task.train_size", 100000, 1, 100000000, "generated tasks: train examples");
@@ -105,6 +108,9 @@ ConfigSchema TrainSchema() {
   s.AddDouble("trainer.is_cap", 2.0, 1e-6, 1e6,
               "cap on the behaviour importance weight (decoupled: tokens above are masked)");
   s.AddBool("trainer.recompute_old_logprobs", true, "recompute the proximal logprobs on the trainer");
+  s.AddEnum("trainer.precision", "auto", {"auto", "float32", "bf16-mixed"},
+            "bf16-mixed: forward passes under bfloat16 autocast on float32 master weights (CUDA only); auto: "
+            "bf16-mixed on CUDA, float32 on CPU");
   s.AddEnum("pipeline.mode", "direct", {"direct", "sync", "one_step_off", "async"},
             "direct: one loop, no hub; sync/one_step_off/async: rollout, reward and trainer roles over the "
             "TransferQueue with max staleness 0/1/pipeline.max_staleness");
@@ -114,6 +120,11 @@ ConfigSchema TrainSchema() {
             "rollout weight switch: in_flight (sequences continue on new weights) or at_boundary (finish first)");
   s.AddInt("pipeline.rollout_threads", 0, 0, 1024, "intra-op threads of the rollout role (0: run.threads)");
   s.AddInt("pipeline.trainer_threads", 0, 0, 1024, "intra-op threads of the trainer role (0: run.threads)");
+  s.AddString("pipeline.trainer_device", "", "the trainer's device (empty: model.device)");
+  s.AddString("pipeline.rollout_device", "",
+              "streaming modes: the rollout's device (empty: model.device; direct mode uses the trainer's model)");
+  s.AddEnum("pipeline.rollout_dtype", "auto", {"auto", "float32", "bfloat16"},
+            "streaming modes: the rollout's weights and KV cache (auto: bfloat16 on CUDA, float32 on CPU)");
   s.AddInt("pipeline.rollout_engines", 1, 1, 1024,
            "rollout engines, data parallel, each on rollout_threads / rollout_engines threads with its share of "
            "rl.slots");
@@ -303,6 +314,16 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.train_order = c.GetString("pipeline.train_order") == "prompt" ? pipeline::TrainOrder::kPrompt
                                                                            : pipeline::TrainOrder::kCompletion;
   o.pipeline.processes = c.GetBool("pipeline.processes");
+  const std::string device = c.GetString("model.device");
+  const std::string trainer_device = c.GetString("pipeline.trainer_device");
+  const std::string rollout_device = c.GetString("pipeline.rollout_device");
+  o.devices.trainer = trainer_device.empty() ? device : trainer_device;
+  // The direct loop generates with the trainer's model.
+  o.devices.rollout = !rollout_device.empty()                              ? rollout_device
+                      : o.pipeline.mode == pipeline::PipelineMode::kDirect ? o.devices.trainer
+                                                                           : device;
+  o.devices.rollout_dtype = c.GetString("pipeline.rollout_dtype");
+  o.devices.trainer_precision = c.GetString("trainer.precision");
   SLUICE_RETURN_IF_ERROR(o.Validate());
   return o;
 }

@@ -322,8 +322,15 @@ Result<ModelConfig> PresetModelConfig(const std::string& name) {
     set(256, 6, 8, 4, 704);
   else if (name == "20m")
     set(512, 7, 8, 4, 1408);
-  else
-    return Status::InvalidArgument("unknown model preset '" + name + "' (allowed: tiny, 1m, 5m, 20m)");
+  else if (name == "0.5b") {  // Qwen2.5-0.5B's shape: for GPU runs and benchmarks (byte tokenizer ids < 259)
+    set(896, 24, 14, 2, 4864);
+    c.vocab_size = 151936;
+    c.attention_bias = true;
+    c.rope_theta = 1000000.0;
+    c.max_position_embeddings = 4096;
+  } else {
+    return Status::InvalidArgument("unknown model preset '" + name + "' (allowed: tiny, 1m, 5m, 20m, 0.5b)");
+  }
   SLUICE_RETURN_IF_ERROR(c.Validate());
   return c;
 }

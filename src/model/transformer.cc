@@ -303,6 +303,10 @@ torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const torch::Tens
     ctx.sin = ctx.sin.unsqueeze(2);
   }
   auto h = model_->embed_tokens->forward(tokens);
+  if (h.scalar_type() != ctx.cos.scalar_type()) {  // a bfloat16 model: rotate in its dtype, as HF does
+    ctx.cos = ctx.cos.to(h.scalar_type());
+    ctx.sin = ctx.sin.to(h.scalar_type());
+  }
   for (size_t i = 0; i < model_->layers.size(); ++i) h = model_->layers[i]->Forward(h, ctx, static_cast<int64_t>(i));
   return model_->norm->Forward(h);
 }

@@ -184,14 +184,19 @@ Status SavePretrained(Transformer& model, const std::string& dir, DType dtype, c
   return SaveModelConfig((std::filesystem::path(dir) / "config.json").string(), config);
 }
 
-std::shared_ptr<Transformer> CloneModel(Transformer& model) {
+std::shared_ptr<Transformer> CloneModel(Transformer& model, torch::Device device, torch::ScalarType dtype) {
   auto copy = std::make_shared<Transformer>(model.config(), /*seed=*/0);
   torch::NoGradGuard no_grad;
+  copy->to(device, dtype);
   auto src = model.named_parameters();
-  copy->to(src.size() > 0 ? src[0].value().device() : torch::Device(torch::kCPU));
-  auto dst = copy->named_parameters();
-  for (auto& p : dst) p.value().copy_(src[p.key()]);
+  for (auto& p : copy->named_parameters()) p.value().copy_(src[p.key()]);
   return copy;
+}
+
+std::shared_ptr<Transformer> CloneModel(Transformer& model) {
+  auto params = model.parameters();
+  if (params.empty()) return std::make_shared<Transformer>(model.config(), /*seed=*/0);
+  return CloneModel(model, params.front().device(), params.front().scalar_type());
 }
 
 }  // namespace sluice::model

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "sluice/model/device.h"
 #include "sluice/pipeline/roles.h"
 
 namespace sluice::pipeline {
@@ -101,6 +102,29 @@ Status RunOptions::Validate() const {
   }
   if (pipeline.rollout_threads < 0 || pipeline.trainer_threads < 0) {
     return bad("pipeline.rollout_threads/trainer_threads", "must be >= 0 (0: the process setting)");
+  }
+  if (Status d = model::CheckDeviceName(devices.trainer); !d.ok())
+    return bad("pipeline.trainer_device (model.device)", d.message());
+  if (Status d = model::CheckDeviceName(devices.rollout); !d.ok())
+    return bad("pipeline.rollout_device (model.device)", d.message());
+  if (devices.rollout_dtype != "auto" && devices.rollout_dtype != "float32" && devices.rollout_dtype != "bfloat16") {
+    return bad("pipeline.rollout_dtype", "'" + devices.rollout_dtype + "' is not one of auto, float32, bfloat16");
+  }
+  if (devices.trainer_precision != "auto" && devices.trainer_precision != "float32" &&
+      devices.trainer_precision != "bf16-mixed") {
+    return bad("trainer.precision", "'" + devices.trainer_precision + "' is not one of auto, float32, bf16-mixed");
+  }
+  if (pipeline.mode == PipelineMode::kDirect) {
+    if (devices.rollout != devices.trainer) {
+      return bad("pipeline.rollout_device",
+                 "direct mode generates with the trainer's model: leave it unset or equal "
+                 "to pipeline.trainer_device, or choose a streaming pipeline.mode");
+    }
+    if (devices.rollout_dtype == "bfloat16") {
+      return bad("pipeline.rollout_dtype",
+                 "direct mode generates with the trainer's float32 model: bfloat16 rollout weights need a streaming "
+                 "pipeline.mode");
+    }
   }
   if (pipeline.train_order == TrainOrder::kCompletion && pipeline.EffectiveMaxStaleness() > 0) {
     return bad("pipeline.train_order",

@@ -16,6 +16,7 @@
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/random.h"
+#include "sluice/model/device.h"
 #include "sluice/model/safetensors.h"
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/evaluator.h"
@@ -74,9 +75,26 @@ Result<std::unique_ptr<TrainingRun>> TrainingRun::Create(std::shared_ptr<model::
     return Status::InvalidArgument("task '" + task->name() + "' has no train examples");
   if (task->size(reward::Split::kEval) == 0)
     return Status::InvalidArgument("task '" + task->name() + "' has no eval examples");
+  SLUICE_ASSIGN_OR_RETURN(s->trainer_device, model::ResolveDevice(options.devices.trainer));
+  SLUICE_ASSIGN_OR_RETURN(s->rollout_device, model::ResolveDevice(options.devices.rollout));
+  SLUICE_ASSIGN_OR_RETURN(s->rollout_dtype, model::ResolveDtype(options.devices.rollout_dtype, s->rollout_device));
+  if (options.pipeline.mode == PipelineMode::kDirect) s->rollout_dtype = torch::kFloat32;  // the trainer's model
+  try {
+    policy->to(s->trainer_device);
+  } catch (const c10::Error& e) {
+    return Status::ResourceExhausted("cannot move the model to " + s->trainer_device.str() + ": " +
+                                     e.what_without_backtrace());
+  }
   s->policy = std::move(policy);
   s->task = std::move(task);
   s->options = options;
+  const std::string& precision = options.devices.trainer_precision;
+  s->options.rl.trainer.bf16_autocast =
+      precision == "bf16-mixed" || (precision == "auto" && s->trainer_device.is_cuda());
+  if (s->options.rl.trainer.bf16_autocast && !s->trainer_device.is_cuda()) {
+    return Status::InvalidArgument("option trainer.precision: bf16-mixed needs a CUDA trainer device, not " +
+                                   s->trainer_device.str());
+  }
   s->hooks = std::move(hooks);
   std::error_code ec;
   fs::create_directories(options.run_dir, ec);

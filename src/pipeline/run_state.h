@@ -65,6 +65,11 @@ struct TrainingRun::State {
   std::shared_ptr<model::Transformer> reference;
   std::shared_ptr<const reward::Task> task;
   RunOptions options;
+  // RunOptions::devices resolved: the policy lives on trainer_device; the
+  // streaming rollout serves a copy on rollout_device in rollout_dtype.
+  torch::Device trainer_device{torch::kCPU};
+  torch::Device rollout_device{torch::kCPU};
+  torch::ScalarType rollout_dtype = torch::kFloat32;
   RunHooks hooks;
   std::shared_ptr<const model::Tokenizer> tokenizer;  // the model's (RunOptions::tokenizer_dir) or bytes
   std::unique_ptr<rollout::RolloutEngine> engine;

@@ -323,8 +323,10 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       sub_options.attach_timeout = milliseconds(120000);  // the trainer creates the store after loading
       initial.clear();
       SLUICE_ASSIGN_OR_RETURN(auto subscriber, ce::ShmSubscriber::Attach(sub_options));
-      SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(s.policy, s.version, *subscriber));
-      StreamRoles::Rollout r{s.policy, standby.get(), subscriber.get()};
+      // This process serves its own copy on the rollout's device and dtype.
+      std::shared_ptr<model::Transformer> served = model::CloneModel(*s.policy, s.rollout_device, s.rollout_dtype);
+      SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(served, s.version, *subscriber));
+      StreamRoles::Rollout r{served, standby.get(), subscriber.get()};
       done = StreamRoles::RunRollout(s, client, r, board, stopping);
       standby->Stop();
       break;

@@ -78,7 +78,7 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   SLUICE_ASSIGN_OR_RETURN(auto store, ce::VersionStore::Create(store_options));
   SLUICE_RETURN_IF_ERROR(store->Publish(s.version, initial));
   initial.clear();
-  std::shared_ptr<model::Transformer> rollout_model = model::CloneModel(*s.policy);
+  std::shared_ptr<model::Transformer> rollout_model = model::CloneModel(*s.policy, s.rollout_device, s.rollout_dtype);
   SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(rollout_model, s.version, *store));
 
   RoleBoard board{};

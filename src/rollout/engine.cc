@@ -398,7 +398,9 @@ Result<std::unique_ptr<RolloutEngine>> RolloutEngine::Create(PolicySnapshot poli
   }
   try {
     impl->device = ModelDevice(*policy.model);
-    impl->cache = model::KvCache::Allocate(config, options.num_slots, impl->options.max_seq_len, impl->device);
+    // The cache in the model's dtype: a bfloat16 rollout model halves it.
+    impl->cache = model::KvCache::Allocate(config, options.num_slots, impl->options.max_seq_len, impl->device,
+                                           policy.model->parameters().front().scalar_type());
   } catch (const c10::Error& e) {
     return Status::ResourceExhausted(std::string("cannot allocate the KV cache: ") + e.what_without_backtrace());
   }

@@ -1,5 +1,8 @@
 #include "sluice/trainer/trainer.h"
 
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
 #include <atomic>
 #include <cmath>
 #include <exception>
@@ -182,9 +185,59 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
   return out;
 }
 
+namespace {
+
+// CUDA autocast to bfloat16 for the forward pass of this thread (autocast
+// state is thread-local, so every micro-batch worker sets its own): matrix
+// products in bfloat16 on the float32 master weights, reductions and the
+// loss in float32. The cache of bfloat16 weight casts is dropped when the
+// outermost guard ends, so the next forward sees the updated weights.
+class CudaBf16Autocast {
+ public:
+  explicit CudaBf16Autocast(bool on) : on_(on) {
+    if (!on_) return;
+#if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 4)
+    was_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    was_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+#else
+    was_enabled_ = at::autocast::is_enabled();
+    was_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+#endif
+    at::autocast::increment_nesting();
+  }
+  ~CudaBf16Autocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCUDA, was_enabled_);
+    at::autocast::set_autocast_dtype(at::kCUDA, was_dtype_);
+#else
+    at::autocast::set_enabled(was_enabled_);
+    at::autocast::set_autocast_gpu_dtype(was_dtype_);
+#endif
+  }
+  CudaBf16Autocast(const CudaBf16Autocast&) = delete;
+  CudaBf16Autocast& operator=(const CudaBf16Autocast&) = delete;
+
+ private:
+  bool on_;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
+}  // namespace
+
 torch::Tensor Trainer::TokenLogprobs(model::Transformer& model, const Batch& batch, torch::Tensor* logits_out) {
   const int64_t L = batch.tokens.size(1);
-  auto logits = model.Forward(batch.tokens).narrow(1, 0, L - 1);
+  torch::Tensor logits;
+  {
+    CudaBf16Autocast autocast(options_.bf16_autocast && batch.tokens.is_cuda());
+    logits = model.Forward(batch.tokens).narrow(1, 0, L - 1);  // float32 (Transformer::Logits)
+  }
   if (options_.temperature != 1.0f) logits = logits / options_.temperature;
   auto logp = torch::log_softmax(logits, -1).gather(2, batch.tokens.narrow(1, 1, L - 1).unsqueeze(2)).squeeze(2);
   if (logits_out != nullptr) *logits_out = logits;

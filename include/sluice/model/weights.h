@@ -48,6 +48,8 @@ Status SavePretrained(Transformer& model, const std::string& dir, DType dtype = 
 
 // A deep copy on the same device (same config, same weights).
 std::shared_ptr<Transformer> CloneModel(Transformer& model);
+// A copy on `device` in `dtype` (the rollout's model: bfloat16 on a GPU).
+std::shared_ptr<Transformer> CloneModel(Transformer& model, torch::Device device, torch::ScalarType dtype);
 
 }  // namespace sluice::model
 

@@ -144,6 +144,22 @@ struct ThreadBudget {
   std::string ToString() const;  // e.g. "rollout 1 engine x 1 thread, trainer 1 worker x 1 thread + 1 lent ..."
 };
 
+// Where the roles compute (docs/gpu.md). Names as model::ResolveDevice and
+// ResolveDtype take them; the command-line front end fills them from
+// model.device, pipeline.trainer_device, pipeline.rollout_device,
+// pipeline.rollout_dtype and trainer.precision.
+struct DeviceOptions {
+  std::string trainer = "cpu";  // the policy's master weights, the trainer and the evaluation
+  std::string rollout = "cpu";  // streaming modes: the rollout's model (direct: the trainer's model)
+  // The rollout's weights: auto (bfloat16 on CUDA, float32 on CPU), float32,
+  // bfloat16. Streaming modes only: the direct loop generates with the
+  // trainer's float32 model.
+  std::string rollout_dtype = "auto";
+  // The trainer's compute: auto (bf16-mixed on CUDA, float32 on CPU),
+  // float32, bf16-mixed (bfloat16 autocast on float32 master weights; CUDA).
+  std::string trainer_precision = "auto";
+};
+
 struct RunOptions {
   std::string run_dir;  // metrics.jsonl, checkpoints/, sft/, final/
   uint64_t seed = 0;
@@ -156,6 +172,7 @@ struct RunOptions {
   RlOptions rl;
   EvalOptions eval;
   PipelineOptions pipeline;
+  DeviceOptions devices;
 
   // InvalidArgument naming the option for bad values (e.g. group_size 1).
   Status Validate() const;

@@ -88,6 +88,9 @@ struct TrainerOptions {
   bool recompute_old_logprobs = true;  // else the behaviour logprobs serve as the proximal policy
   float temperature = 1.0f;            // logits / temperature, as rollout sampled
   int32_t pad_token = 0;               // any id in the vocabulary: padding is masked
+  // On CUDA: forward passes under bfloat16 autocast (float32 master weights,
+  // gradients and optimizer state; the loss in float32). Ignored on CPU.
+  bool bf16_autocast = false;
   // Threads computing micro-batches at once (data parallel inside the step:
   // each runs libtorch with one intra-op thread and gradients accumulate into
   // the shared model). Two one-thread workers train ~2x one thread, where

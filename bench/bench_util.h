@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench_stats.h"
+#include "sluice/common/logging.h"
 #include "sluice/common/status.h"
 #include "sluice/runtime/process.h"
 
@@ -59,7 +60,9 @@ template <typename Body>
 int BenchMain(int argc, char** argv, Body body) {
   sluice::runtime::EnsurePassiveOpenMp(argv);
   sluice::runtime::TuneAllocator();
+  InstallCrashBacktrace();
   Status s = body(argc, argv);
+  std::fflush(stdout);  // the results are out even if something fails at exit
   if (!s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return 2;

@@ -103,7 +103,13 @@ if ! stage configure cmake "${common[@]}" -DTorch_DIR="$torch_prefix/Torch"; the
 fi
 # ---- the gpu label: GPU against CPU
 if stage build-tests cmake --build "$build" -j "$jobs" --target sluice_gpu_test -- -k 0; then
-  (cd "$build" && stage gpu-tests ctest -L gpu --output-on-failure --timeout 300)
+  if ! (cd "$build" && stage gpu-tests ctest -L gpu --output-on-failure --timeout 300); then
+    # One test at a time, so a crash in one leaves the others' results.
+    bin=$build/src/pipeline/sluice_gpu_test
+    for t in $("$bin" --gtest_list_tests | awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}'); do
+      CUDA_LAUNCH_BLOCKING=1 stage "gpu-test $t" timeout 300 "$bin" --gtest_filter="$t"
+    done
+  fi
   cp "$build/Testing/Temporary/LastTest.log" "$results/gpu-tests-detail.log" 2>/dev/null
 fi
 

@@ -1,5 +1,7 @@
 #include "sluice/common/logging.h"
 
+#include <execinfo.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,4 +87,32 @@ LogMessage::~LogMessage() {
 }
 
 }  // namespace internal
+namespace {
+
+void CrashHandler(int sig) {
+  // Only async-signal-safe calls: write(2) and backtrace_symbols_fd.
+  const char* name = sig == SIGSEGV  ? "SIGSEGV"
+                     : sig == SIGBUS ? "SIGBUS"
+                     : sig == SIGILL ? "SIGILL"
+                     : sig == SIGFPE ? "SIGFPE"
+                                     : "SIGABRT";
+  const char head[] = "\n*** fatal signal ";
+  (void)!::write(STDERR_FILENO, head, sizeof(head) - 1);
+  (void)!::write(STDERR_FILENO, name, std::strlen(name));
+  (void)!::write(STDERR_FILENO, "; call stack:\n", 14);
+  void* frames[64];
+  const int n = ::backtrace(frames, 64);
+  ::backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+}  // namespace
+
+void InstallCrashBacktrace() {
+  void* warm[1];
+  ::backtrace(warm, 1);  // loads libgcc now, not inside the handler
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) ::signal(sig, CrashHandler);
+}
+
 }  // namespace sluice

@@ -17,6 +17,7 @@
 
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/check.h"
+#include "sluice/common/logging.h"
 #include "sluice/model/config.h"
 #include "sluice/model/device.h"
 #include "sluice/model/transformer.h"
@@ -34,6 +35,12 @@ namespace {
 namespace fs = std::filesystem;
 namespace ce = checkpoint_engine;
 using std::chrono::milliseconds;
+
+// A crash on the device machine prints its call stack (no debugger there).
+const bool kCrashBacktrace = [] {
+  InstallCrashBacktrace();
+  return true;
+}();
 
 // The value of a result that must be ok (the test fails loudly otherwise).
 template <typename T>

@@ -19,6 +19,12 @@ LogLevel GetLogLevel();
 // Parses "debug"/"info"/"warning"/"error" (any case); false if unknown.
 bool ParseLogLevel(std::string_view text, LogLevel* level);
 
+// On SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT: writes the signal and the
+// call stack (symbol names where the binary exports them) to stderr, then
+// dies of the same signal. For programs run where no debugger is at hand
+// (the device check, benchmarks).
+void InstallCrashBacktrace();
+
 namespace internal {
 class LogMessage {
  public:

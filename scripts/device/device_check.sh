@@ -13,7 +13,8 @@
 # which stages passed. Settings (environment): SLUICE_CHECK_JOBS (build
 # jobs, default all cores), SLUICE_CHECK_BENCH_ARGS (pipeline_bench flags),
 # SLUICE_CHECK_BENCH_TIMEOUT (seconds, default 300, cut to what is left of
-# SLUICE_CHECK_BUDGET, default 570), PYTHON (default python3). At most six
+# SLUICE_CHECK_BUDGET, default 570), SLUICE_CHECK_TESTS_ONLY (1: the gpu
+# tests only), PYTHON (default python3). At most six
 # files: summary.txt, stages.log, machine.txt, gpu-tests-detail.log,
 # pipeline_bench.json, nvidia-smi.txt.
 set -uo pipefail
@@ -106,15 +107,23 @@ if stage build-tests cmake --build "$build" -j "$jobs" --target sluice_gpu_test 
   if ! (cd "$build" && stage gpu-tests ctest -L gpu --output-on-failure --timeout 300); then
     # One test at a time, so a crash in one leaves the others' results.
     bin=$build/src/pipeline/sluice_gpu_test
+    crashed=""
     for t in $("$bin" --gtest_list_tests | awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}'); do
       CUDA_LAUNCH_BLOCKING=1 stage "gpu-test $t" timeout 300 "$bin" --gtest_filter="$t"
+      [ $? -ge 128 ] && [ -z "$crashed" ] && crashed=$t
     done
+    # The first test that died of a signal, under the debugger: its call stack.
+    if [ -n "$crashed" ] && command -v cuda-gdb >/dev/null; then
+      stage "call stack of $crashed" timeout "${SLUICE_CHECK_GDB_TIMEOUT:-150}" cuda-gdb -q -batch -ex "set pagination off" -ex run -ex bt \
+        -ex "info registers rip" --args "$bin" --gtest_filter="$crashed"
+    fi
   fi
   cp "$build/Testing/Temporary/LastTest.log" "$results/gpu-tests-detail.log" 2>/dev/null
 fi
 
 # ---- the CLI on the GPU, then sync against async: a random-weight 0.5B model, long-tail answers
-if stage build-apps cmake --build "$build" -j "$jobs" --target pipeline_bench sluice -- -k 0; then
+# (SLUICE_CHECK_TESTS_ONLY=1: not these)
+if [ -z "${SLUICE_CHECK_TESTS_ONLY:-}" ] && stage build-apps cmake --build "$build" -j "$jobs" --target pipeline_bench sluice -- -k 0; then
   stage generate timeout 120 "$build/apps/sluice" generate --preset 0.5b --device cuda --num-samples 8 --slots 16 \
     --max-new-tokens 128 --temperature 0.8
   bench_args=${SLUICE_CHECK_BENCH_ARGS:-"--preset 0.5b --device cuda --modes sync,async --steps 3 --prompts 8 \

@@ -98,6 +98,12 @@ gen-threads            | 2 | --threads                                          
 gen-seed-text          | 2 | --seed                                               | generate --model good --seed abc
 gen-slots-text         | 2 | --slots                                              | generate --model good --slots 1e3
 gen-flag-no-value      | 2 | --prompt                                             | generate --model good --prompt
+gen-device             | 2 | device 'tpu' is not one of auto, cpu, cuda, cuda:N   | generate --model good --device tpu
+gen-dtype              | 2 | dtype 'fp8' is not one of auto, float32, bfloat16    | generate --model good --dtype fp8
+train-device           | 2 | device 'tpu' is not one of auto, cpu, cuda, cuda:N   | train model.device=tpu
+train-device-absent    | 1 | device 'cuda:99' asked for                           | train model.device=cuda:99
+train-rollout-dtype    | 2 | pipeline.rollout_dtype                               | train pipeline.rollout_dtype=fp8
+train-direct-rollout   | 2 | direct mode generates with the trainer's model       | train pipeline.mode=direct model.device=cpu pipeline.rollout_device=cuda
 yaml-syntax            | 2 | yaml-syntax.yaml                                     | train --config=yaml-syntax.yaml
 yaml-type              | 2 | rl.steps                                             | train --config=yaml-type.yaml
 yaml-group             | 2 | rl.group_size                                        | train --config=yaml-group.yaml

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <queue>
 #include <sstream>
 #include <unordered_map>
 
@@ -170,6 +172,54 @@ struct PreTokenizer {
   std::shared_ptr<Regex> byte_level_regex;  // ByteLevel with use_regex
 };
 
+// The normalizer's steps, applied in order to text between added tokens.
+struct NormalizerStep {
+  enum class Kind { kNfc, kPrepend, kReplace } kind = Kind::kNfc;
+  std::string text;         // kPrepend: what is prepended; kReplace: what is replaced
+  std::string replacement;  // kReplace
+};
+
+// The decoder's steps for SentencePiece-style vocabularies, applied in order
+// to the list of token strings (each step as the Rust library applies it:
+// per token, except Fuse, which joins them into one).
+struct DecoderStep {
+  enum class Kind { kReplace, kByteFallback, kFuse, kStrip } kind = Kind::kFuse;
+  std::string text, replacement;  // kReplace; kStrip: the character stripped
+  int64_t start = 0, stop = 0;    // kStrip: how many at the start and at the end
+};
+
+// "<0x41>" -> 0x41, or -1: the byte tokens of a byte-fallback vocabulary.
+int ByteFallbackValue(std::string_view token) {
+  if (token.size() != 6 || token.substr(0, 3) != "<0x" || token[5] != '>') return -1;
+  int v = 0;
+  for (char c : token.substr(3, 2)) {
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+bool IsValidUtf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    if (NextCodePoint(text, &i) < 0) return false;
+  }
+  return true;
+}
+
+void ReplaceAll(std::string* text, std::string_view from, std::string_view to) {
+  if (from.empty()) return;
+  std::string out;
+  size_t at = 0;
+  for (size_t hit; (hit = text->find(from, at)) != std::string::npos; at = hit + from.size()) {
+    out.append(*text, at, hit - at);
+    out.append(to);
+  }
+  if (at == 0) return;
+  out.append(*text, at, std::string::npos);
+  *text = std::move(out);
+}
+
 struct AddedToken {
   TokenId id = 0;
   std::string content;
@@ -192,9 +242,19 @@ struct HfTokenizer::Impl {
   std::vector<std::string> id_to_token;                              // "" for unused ids
   std::vector<uint8_t> is_special;                                   // per id
   std::unordered_map<uint64_t, std::pair<int32_t, TokenId>> merges;  // (left, right) -> (rank, merged)
+  // Byte-level BPE (GPT-2, Qwen, Llama 3): pieces are bytes mapped to
+  // printable characters, byte_ids[b] the symbol of byte b. Otherwise
+  // SentencePiece-style BPE (Llama 2, Mistral): symbols are characters, one
+  // outside the vocabulary becomes its UTF-8 bytes' <0xXX> tokens
+  // (byte_fallback, byte_ids) or the unknown token.
+  bool byte_level = true;
   std::array<TokenId, 256> byte_ids{};
+  bool byte_fallback = false;
+  TokenId unk = -1;
+  bool fuse_unk = false;
   bool ignore_merges = false;
-  bool nfc = false;
+  std::vector<NormalizerStep> normalizers;
+  std::vector<DecoderStep> decoders;  // SentencePiece-style only
   std::vector<PreTokenizer> pre_tokenizers;
   std::vector<AddedToken> added;                         // longest first within each first byte
   std::array<std::vector<int32_t>, 256> added_by_first;  // indices into `added`
@@ -202,12 +262,16 @@ struct HfTokenizer::Impl {
 
   static uint64_t Pair(TokenId a, TokenId b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
-  // BPE over one pre-tokenized piece (raw bytes).
+  // BPE over one pre-tokenized piece.
   void EncodePiece(std::string_view piece, std::vector<TokenId>* out) const {
     if (piece.empty()) return;
     if (ignore_merges) {
       std::string mapped;
-      for (unsigned char b : piece) mapped += ByteLevel().byte_to_text[b];
+      if (byte_level) {
+        for (unsigned char b : piece) mapped += ByteLevel().byte_to_text[b];
+      } else {
+        mapped = piece;
+      }
       auto it = vocab.find(mapped);
       if (it != vocab.end()) {
         out->push_back(it->second);
@@ -216,53 +280,106 @@ struct HfTokenizer::Impl {
     }
     std::vector<TokenId> symbols;
     symbols.reserve(piece.size());
-    for (unsigned char b : piece) symbols.push_back(byte_ids[b]);
-    // Merge the lowest-ranked adjacent pair until none is mergeable. Pieces
-    // are words, so the quadratic scan is short; runs of thousands of
-    // spaces cost milliseconds.
-    while (symbols.size() > 1) {
-      int32_t best_rank = INT32_MAX;
-      size_t best = 0;
-      TokenId merged = 0;
-      for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-        auto it = merges.find(Pair(symbols[i], symbols[i + 1]));
-        if (it != merges.end() && it->second.first < best_rank) {
-          best_rank = it->second.first;
-          best = i;
-          merged = it->second.second;
+    if (byte_level) {
+      for (unsigned char b : piece) symbols.push_back(byte_ids[b]);
+    } else {
+      for (size_t i = 0; i < piece.size();) {
+        const size_t start = i;
+        NextCodePoint(piece, &i);
+        auto it = vocab.find(std::string(piece.substr(start, i - start)));
+        if (it != vocab.end()) {
+          symbols.push_back(it->second);
+        } else if (byte_fallback) {
+          for (size_t k = start; k < i; ++k) symbols.push_back(byte_ids[static_cast<unsigned char>(piece[k])]);
+        } else if (unk >= 0 && !(fuse_unk && !symbols.empty() && symbols.back() == unk)) {
+          symbols.push_back(unk);
         }
       }
-      if (best_rank == INT32_MAX) break;
-      // Merge every non-overlapping occurrence of the best pair, left to right.
-      const TokenId left = symbols[best], right = symbols[best + 1];
-      size_t w = 0;
-      for (size_t i = 0; i < symbols.size();) {
-        if (i + 1 < symbols.size() && symbols[i] == left && symbols[i + 1] == right) {
-          symbols[w++] = merged;
-          i += 2;
-        } else {
-          symbols[w++] = symbols[i++];
-        }
-      }
-      symbols.resize(w);
     }
+    Merge(&symbols);
     out->insert(out->end(), symbols.begin(), symbols.end());
+  }
+
+  // Applies the merges: always the lowest-ranked adjacent pair, the leftmost
+  // of equals first (a heap of candidate pairs over a linked list, so a long
+  // piece, such as a SentencePiece-style segment with no pre-tokenizer, costs
+  // n log n).
+  void Merge(std::vector<TokenId>* symbols) const {
+    const size_t n = symbols->size();
+    if (n < 2) return;
+    std::vector<TokenId>& id = *symbols;
+    std::vector<int64_t> prev(n), next(n);
+    for (size_t i = 0; i < n; ++i) {
+      prev[i] = static_cast<int64_t>(i) - 1;
+      next[i] = i + 1 < n ? static_cast<int64_t>(i + 1) : -1;
+    }
+    struct Candidate {
+      int32_t rank;
+      int64_t left;
+      TokenId a, b;
+      bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    };
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+    auto consider = [&](int64_t left) {
+      if (left < 0 || next[static_cast<size_t>(left)] < 0) return;
+      const TokenId a = id[static_cast<size_t>(left)], b = id[static_cast<size_t>(next[static_cast<size_t>(left)])];
+      auto it = merges.find(Pair(a, b));
+      if (it != merges.end()) heap.push(Candidate{it->second.first, left, a, b});
+    };
+    for (size_t i = 0; i + 1 < n; ++i) consider(static_cast<int64_t>(i));
+    std::vector<uint8_t> alive(n, 1);
+    while (!heap.empty()) {
+      const Candidate c = heap.top();
+      heap.pop();
+      const auto l = static_cast<size_t>(c.left);
+      const int64_t r = next[l];
+      // Stale: a neighbour merged since this pair was queued.
+      if (!alive[l] || r < 0 || id[l] != c.a || id[static_cast<size_t>(r)] != c.b) continue;
+      id[l] = merges.at(Pair(c.a, c.b)).second;
+      alive[static_cast<size_t>(r)] = 0;
+      next[l] = next[static_cast<size_t>(r)];
+      if (next[l] >= 0) prev[static_cast<size_t>(next[l])] = c.left;
+      consider(prev[l]);
+      consider(c.left);
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (alive[i]) id[w++] = id[i];
+    }
+    id.resize(w);
   }
 
   // Normalizes, pre-tokenizes and encodes text that holds no added token.
   void EncodeSegment(std::string_view text, std::vector<TokenId>* out) const {
     if (text.empty()) return;
     std::string normalized;
-    if (nfc && std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
-      utf8proc_uint8_t* result = nullptr;
-      const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                              static_cast<utf8proc_ssize_t>(text.size()), &result,
-                                              static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-      if (n >= 0) {
-        normalized.assign(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
-        text = normalized;
-      }  // invalid UTF-8: left as it is (its bytes are encoded one by one)
-      std::free(result);
+    for (const NormalizerStep& step : normalizers) {
+      switch (step.kind) {
+        case NormalizerStep::Kind::kNfc:
+          if (std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
+            utf8proc_uint8_t* result = nullptr;
+            const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                                    static_cast<utf8proc_ssize_t>(text.size()), &result,
+                                                    static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+            if (n >= 0) {
+              normalized.assign(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
+              text = normalized;
+            }  // invalid UTF-8: left as it is (its bytes are encoded one by one)
+            std::free(result);
+          }
+          break;
+        case NormalizerStep::Kind::kPrepend:
+          normalized = step.text + std::string(text);
+          text = normalized;
+          break;
+        case NormalizerStep::Kind::kReplace: {
+          std::string replaced(text);
+          ReplaceAll(&replaced, step.text, step.replacement);
+          normalized = std::move(replaced);
+          text = normalized;
+          break;
+        }
+      }
     }
     std::vector<std::string_view> pieces{text};
     for (const PreTokenizer& p : pre_tokenizers) {
@@ -287,6 +404,70 @@ struct HfTokenizer::Impl {
       pieces = std::move(next);
     }
     for (std::string_view piece : pieces) EncodePiece(piece, out);
+  }
+
+  // The SentencePiece-style decoder over the tokens' strings.
+  std::string DecodeChain(std::vector<std::string> tokens) const {
+    for (const DecoderStep& step : decoders) {
+      switch (step.kind) {
+        case DecoderStep::Kind::kReplace:
+          for (std::string& t : tokens) ReplaceAll(&t, step.text, step.replacement);
+          break;
+        case DecoderStep::Kind::kByteFallback: {
+          // A run of <0xXX> tokens becomes its bytes when they are valid
+          // UTF-8, else one U+FFFD per byte, as the Rust library does.
+          std::vector<std::string> out;
+          std::string run;
+          size_t run_tokens = 0;
+          auto flush = [&] {
+            if (run_tokens == 0) return;
+            if (IsValidUtf8(run)) {
+              out.push_back(run);
+            } else {
+              std::string replacement;
+              for (size_t k = 0; k < run_tokens; ++k) replacement += "\xEF\xBF\xBD";
+              out.push_back(std::move(replacement));
+            }
+            run.clear();
+            run_tokens = 0;
+          };
+          for (std::string& t : tokens) {
+            const int byte = ByteFallbackValue(t);
+            if (byte >= 0) {
+              run.push_back(static_cast<char>(byte));
+              ++run_tokens;
+            } else {
+              flush();
+              out.push_back(std::move(t));
+            }
+          }
+          flush();
+          tokens = std::move(out);
+          break;
+        }
+        case DecoderStep::Kind::kFuse: {
+          std::string joined;
+          for (const std::string& t : tokens) joined += t;
+          tokens = {std::move(joined)};
+          break;
+        }
+        case DecoderStep::Kind::kStrip:
+          for (std::string& t : tokens) {
+            for (int64_t k = 0; k < step.start && t.compare(0, step.text.size(), step.text) == 0; ++k) {
+              t.erase(0, step.text.size());
+            }
+            for (int64_t k = 0; k < step.stop && t.size() >= step.text.size() &&
+                                t.compare(t.size() - step.text.size(), step.text.size(), step.text) == 0;
+                 ++k) {
+              t.erase(t.size() - step.text.size());
+            }
+          }
+          break;
+      }
+    }
+    std::string text;
+    for (const std::string& t : tokens) text += t;
+    return text;
   }
 
   // The added token matching at text[i] (longest first), with the span it
@@ -343,19 +524,82 @@ Status Unsupported(const std::string& origin, const std::string& what, const jso
   return Status::Unimplemented(origin + ": " + what + " " + value.dump() + " is not supported");
 }
 
-Status ParseNormalizer(const json& n, const std::string& origin, bool* nfc) {
+Status ParseNormalizer(const json& n, const std::string& origin, std::vector<NormalizerStep>* out) {
   if (n.is_null()) return Status::Ok();
   if (!n.is_object() || !n.contains("type")) return Status::InvalidArgument(origin + ": normalizer has no type");
   const std::string type = n["type"].is_string() ? n["type"].get<std::string>() : "";
   if (type == "NFC") {
-    *nfc = true;
+    out->push_back(NormalizerStep{});
+    return Status::Ok();
+  }
+  if (type == "Prepend") {
+    if (!n.contains("prepend") || !n["prepend"].is_string()) {
+      return Status::InvalidArgument(origin + ": normalizer Prepend has no 'prepend' string");
+    }
+    out->push_back(NormalizerStep{NormalizerStep::Kind::kPrepend, n["prepend"].get<std::string>(), ""});
+    return Status::Ok();
+  }
+  if (type == "Replace") {
+    const json pattern = n.value("pattern", json());
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string()) {
+      return Unsupported(origin, "normalizer Replace pattern (only String patterns are)", pattern);
+    }
+    if (!n.contains("content") || !n["content"].is_string()) {
+      return Status::InvalidArgument(origin + ": normalizer Replace has no 'content' string");
+    }
+    out->push_back(NormalizerStep{NormalizerStep::Kind::kReplace, pattern["String"].get<std::string>(),
+                                  n["content"].get<std::string>()});
     return Status::Ok();
   }
   if (type == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array()) {
-    for (const json& inner : n["normalizers"]) SLUICE_RETURN_IF_ERROR(ParseNormalizer(inner, origin, nfc));
+    for (const json& inner : n["normalizers"]) SLUICE_RETURN_IF_ERROR(ParseNormalizer(inner, origin, out));
     return Status::Ok();
   }
   return Unsupported(origin, "normalizer type", n["type"]);
+}
+
+// A SentencePiece-style decoder: Replace (String patterns), ByteFallback,
+// Fuse and Strip, alone or in a Sequence.
+Status ParseDecoder(const json& d, const std::string& origin, std::vector<DecoderStep>* out) {
+  if (!d.is_object() || !d.contains("type") || !d["type"].is_string()) {
+    return Status::InvalidArgument(origin + ": decoder has no type");
+  }
+  const std::string type = d["type"].get<std::string>();
+  if (type == "Sequence") {
+    if (!d.contains("decoders") || !d["decoders"].is_array()) {
+      return Status::InvalidArgument(origin + ": decoder Sequence has no 'decoders' list");
+    }
+    for (const json& inner : d["decoders"]) SLUICE_RETURN_IF_ERROR(ParseDecoder(inner, origin, out));
+    return Status::Ok();
+  }
+  DecoderStep step;
+  if (type == "Replace") {
+    const json pattern = d.value("pattern", json());
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string() ||
+        !d.contains("content") || !d["content"].is_string()) {
+      return Unsupported(origin, "decoder Replace (only a String pattern with a content is)", d);
+    }
+    step.kind = DecoderStep::Kind::kReplace;
+    step.text = pattern["String"].get<std::string>();
+    step.replacement = d["content"].get<std::string>();
+  } else if (type == "ByteFallback") {
+    step.kind = DecoderStep::Kind::kByteFallback;
+  } else if (type == "Fuse") {
+    step.kind = DecoderStep::Kind::kFuse;
+  } else if (type == "Strip") {
+    if (!d.contains("content") || !d["content"].is_string() || d["content"].get<std::string>().empty() ||
+        !d.value("start", json(0)).is_number_unsigned() || !d.value("stop", json(0)).is_number_unsigned()) {
+      return Status::InvalidArgument(origin + ": decoder Strip needs a 'content' character and counts 'start', 'stop'");
+    }
+    step.kind = DecoderStep::Kind::kStrip;
+    step.text = d["content"].get<std::string>();
+    step.start = d.value("start", int64_t{0});
+    step.stop = d.value("stop", int64_t{0});
+  } else {
+    return Unsupported(origin, "decoder", d["type"]);
+  }
+  out->push_back(std::move(step));
+  return Status::Ok();
 }
 
 Status ParsePreTokenizer(const json& p, const std::string& origin, std::vector<PreTokenizer>* out) {
@@ -425,13 +669,23 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
   const json& model = j["model"];
   const std::string type = model.value("type", std::string("BPE"));
   if (type != "BPE") return Unsupported(origin, "model type", model["type"]);
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix", "unk_token"}) {
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && !model[key].is_null() &&
         !(model[key].is_string() && model[key].get<std::string>().empty())) {
       return Unsupported(origin, std::string("BPE ") + key, model[key]);
     }
   }
-  if (model.value("byte_fallback", false)) return Unsupported(origin, "BPE byte_fallback", model["byte_fallback"]);
+  impl->byte_fallback = model.value("byte_fallback", false);
+  impl->fuse_unk = model.value("fuse_unk", false);
+  // Byte-level unless the file says otherwise: a byte-fallback model, or a
+  // decoder other than ByteLevel, is SentencePiece-style.
+  const json decoder = j.value("decoder", json());
+  const bool byte_level_decoder =
+      decoder.is_null() || (decoder.is_object() && decoder.value("type", std::string()) == "ByteLevel");
+  impl->byte_level = byte_level_decoder && !impl->byte_fallback;
+  if (byte_level_decoder && impl->byte_fallback) {
+    return Unsupported(origin, "BPE byte_fallback with a ByteLevel decoder", model["byte_fallback"]);
+  }
   if (model.contains("dropout") && !model["dropout"].is_null())
     return Unsupported(origin, "BPE dropout", model["dropout"]);
   impl->ignore_merges = model.value("ignore_merges", false);
@@ -481,8 +735,27 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
     impl->is_special[static_cast<size_t>(t.id)] = t.special ? 1 : 0;
     impl->added_by_first[static_cast<unsigned char>(t.content[0])].push_back(static_cast<int32_t>(i));
   }
-  // Byte symbols: every byte's byte-level text must be in the vocabulary.
-  for (int b = 0; b < 256; ++b) {
+  if (model.contains("unk_token") && model["unk_token"].is_string() && !model["unk_token"].get<std::string>().empty()) {
+    auto it = impl->vocab.find(model["unk_token"].get<std::string>());
+    if (it == impl->vocab.end()) {
+      return Status::InvalidArgument(origin + ": model.unk_token '" + model["unk_token"].get<std::string>() +
+                                     "' is not in model.vocab");
+    }
+    impl->unk = it->second;
+  }
+  // Byte symbols: every byte's byte-level text, or its <0xXX> byte-fallback
+  // token, must be in the vocabulary.
+  for (int b = 0; b < 256 && !impl->byte_level; ++b) {
+    if (!impl->byte_fallback) break;
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    auto it = impl->vocab.find(name);
+    if (it == impl->vocab.end()) {
+      return Status::InvalidArgument(origin + ": model.vocab lacks the byte-fallback token " + name);
+    }
+    impl->byte_ids[static_cast<size_t>(b)] = it->second;
+  }
+  for (int b = 0; b < 256 && impl->byte_level; ++b) {
     auto it = impl->vocab.find(ByteLevel().byte_to_text[static_cast<size_t>(b)]);
     if (it == impl->vocab.end()) {
       return Status::InvalidArgument(origin + ": model.vocab lacks the byte-level token of byte " + std::to_string(b) +
@@ -523,11 +796,15 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
     ++rank;
   }
   // Normalizer, pre-tokenizer, decoder.
-  SLUICE_RETURN_IF_ERROR(ParseNormalizer(j.value("normalizer", json()), origin, &impl->nfc));
+  SLUICE_RETURN_IF_ERROR(ParseNormalizer(j.value("normalizer", json()), origin, &impl->normalizers));
   SLUICE_RETURN_IF_ERROR(ParsePreTokenizer(j.value("pre_tokenizer", json()), origin, &impl->pre_tokenizers));
-  const json decoder = j.value("decoder", json());
-  if (!decoder.is_null() && !(decoder.is_object() && decoder.value("type", std::string()) == "ByteLevel")) {
-    return Unsupported(origin, "decoder", decoder.is_object() ? decoder.value("type", json()) : decoder);
+  if (!impl->byte_level) {
+    SLUICE_RETURN_IF_ERROR(ParseDecoder(decoder, origin, &impl->decoders));
+    for (const PreTokenizer& p : impl->pre_tokenizers) {
+      if (p.kind == PreTokenizer::Kind::kByteLevel) {
+        return Unsupported(origin, "pre_tokenizer ByteLevel without a ByteLevel decoder", j["pre_tokenizer"]);
+      }
+    }
   }
   // Special tokens named by tokenizer_config.json.
   if (!config_json.empty()) {
@@ -570,15 +847,19 @@ std::vector<TokenId> HfTokenizer::Encode(std::string_view text) const {
 }
 
 Result<std::string> HfTokenizer::Decode(const std::vector<TokenId>& ids, bool skip_special) const {
-  std::string text;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (TokenId id : ids) {
     if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_token.size() ||
         impl_->id_to_token[static_cast<size_t>(id)].empty()) {
       return Status::OutOfRange("token id " + std::to_string(id) + " is not in the vocabulary");
     }
     if (skip_special && impl_->is_special[static_cast<size_t>(id)]) continue;
-    text += impl_->id_to_token[static_cast<size_t>(id)];
+    tokens.push_back(impl_->id_to_token[static_cast<size_t>(id)]);
   }
+  if (!impl_->byte_level) return impl_->DecodeChain(std::move(tokens));
+  std::string text;
+  for (const std::string& t : tokens) text += t;
   std::string bytes;
   bytes.reserve(text.size());
   for (size_t i = 0; i < text.size();) {

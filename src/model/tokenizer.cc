@@ -25,29 +25,43 @@ std::string DecodeKnown(const Tokenizer& tokenizer, const std::vector<TokenId>& 
   return text.ok() ? *text : std::string();
 }
 
+Result<std::string> StreamingDecoder::DecodeRange(size_t begin, size_t end) const {
+  return tokenizer_.Decode(
+      std::vector<TokenId>(ids_.begin() + static_cast<ptrdiff_t>(begin), ids_.begin() + static_cast<ptrdiff_t>(end)),
+      skip_special_);
+}
+
 Result<std::string> StreamingDecoder::Push(TokenId id) {
-  SLUICE_ASSIGN_OR_RETURN(std::string bytes, tokenizer_.Decode({id}, skip_special_));
-  pending_ += bytes;
-  // Hold back the last sequence if its lead byte promises more bytes than
-  // have arrived; a sequence can be at most 4 bytes, so look at the last 3.
-  size_t keep = 0;
-  const size_t n = pending_.size();
+  ids_.push_back(id);
+  Result<std::string> full = DecodeRange(prefix_, ids_.size());
+  if (!full.ok()) {
+    ids_.pop_back();
+    return full.status();
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::string out, DecodeRange(prefix_, read_));
+  if (full->size() <= out.size()) return std::string();
+  // Hold back while the text ends inside a character or with U+FFFD.
+  const std::string& text = *full;
+  const size_t n = text.size();
+  if (n >= 3 && text.compare(n - 3, 3, "\xEF\xBF\xBD") == 0) return std::string();
   for (size_t back = 1; back <= 3 && back <= n; ++back) {
-    const unsigned char c = static_cast<unsigned char>(pending_[n - back]);
+    const unsigned char c = static_cast<unsigned char>(text[n - back]);
     if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-    const int length = SequenceLength(c);
-    if (length > static_cast<int>(back)) keep = back;
+    if (SequenceLength(c) > static_cast<int>(back)) return std::string();
     break;
   }
-  std::string out = pending_.substr(0, n - keep);
-  pending_.erase(0, n - keep);
-  return out;
+  std::string added = text.substr(out.size());
+  prefix_ = read_;
+  read_ = ids_.size();
+  return added;
 }
 
 std::string StreamingDecoder::Finish() {
-  std::string out;
-  out.swap(pending_);
-  return out;
+  Result<std::string> full = DecodeRange(prefix_, ids_.size());
+  Result<std::string> out = DecodeRange(prefix_, read_);
+  prefix_ = read_ = ids_.size();
+  if (!full.ok() || !out.ok() || full->size() <= out->size()) return std::string();
+  return full->substr(out->size());
 }
 
 std::vector<TokenId> ByteTokenizer::Encode(std::string_view text) const {

@@ -1,19 +1,29 @@
 // Tokenizers in the Hugging Face `tokenizer.json` format: byte-level BPE as
-// GPT-2, Qwen2/2.5/3 and Llama 3 use it.
+// GPT-2, Qwen2/2.5/3 and Llama 3 use it, and SentencePiece-style BPE with
+// byte fallback as Llama 2 and Mistral's first models use it.
 //
 // Supported components (anything else is refused by name when loading):
-//   normalizer     null, NFC, or a Sequence of them
+//   normalizer     null, NFC, Prepend, Replace with a String pattern, or a
+//                  Sequence of them
 //   pre_tokenizer  ByteLevel (with or without GPT-2's regex), Split with a
 //                  Regex or String pattern (behaviour Isolated or Removed,
 //                  not inverted), or a Sequence of them; regexes run on PCRE2
 //                  with Unicode properties, as the Rust library's onig does
 //   model          BPE with ranked merges ("a b" strings or ["a", "b"]
-//                  pairs), ignore_merges, no unk token, no byte fallback,
-//                  no subword prefix or suffix
-//   decoder        ByteLevel (or null)
+//                  pairs), ignore_merges, unk_token with fuse_unk, no subword
+//                  prefix or suffix; byte-level (a ByteLevel or no decoder)
+//                  or SentencePiece-style (byte_fallback to <0xXX> tokens,
+//                  or any other decoder): characters are the symbols and one
+//                  outside the vocabulary becomes its bytes' tokens or unk
+//   decoder        ByteLevel (or null) for byte-level; Replace (String),
+//                  ByteFallback, Fuse and Strip, or a Sequence of them, for
+//                  SentencePiece-style
 //   added_tokens   matched in the raw text before anything else, leftmost
 //                  and longest first, with rstrip and single_word (lstrip
-//                  is refused; the `normalized` flag is not applied)
+//                  is refused; the `normalized` flag is not applied); the
+//                  text between them is normalized piece by piece, as the
+//                  Rust library does (so Llama 2's Prepend("▁") starts every
+//                  piece)
 // Encode adds no special tokens (no post-processor): prompts and chat
 // templates carry the ones they need as text.
 //

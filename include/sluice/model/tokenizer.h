@@ -38,22 +38,29 @@ class Tokenizer {
 std::string DecodeKnown(const Tokenizer& tokenizer, const std::vector<TokenId>& ids, bool skip_special = true);
 
 // Decodes ids as they are generated: each Push returns the text its token
-// completes, holding back a trailing UTF-8 sequence that the next tokens
-// finish (a byte-level token often ends inside a character). Bytes that
-// can never complete a character are passed on as they are.
+// completes, holding back text that the next tokens may still change: a
+// trailing incomplete UTF-8 sequence (a byte-level token often ends inside a
+// character) or a trailing U+FFFD (a byte-fallback token run not finished
+// yet). It decodes a short window of recent ids and returns what the newest
+// ones add, so decoders that look at neighbouring tokens (Strip, ByteFallback)
+// give the same text as decoding everything at once.
 class StreamingDecoder {
  public:
   explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special = true)
       : tokenizer_(tokenizer), skip_special_(skip_special) {}
   // Errors: OutOfRange for an id outside the vocabulary (nothing is consumed).
   Result<std::string> Push(TokenId id);
-  // What is still held back (an incomplete sequence at the very end).
+  // What is still held back at the very end.
   std::string Finish();
 
  private:
+  Result<std::string> DecodeRange(size_t begin, size_t end) const;
+
   const Tokenizer& tokenizer_;
   bool skip_special_;
-  std::string pending_;
+  std::vector<TokenId> ids_;
+  size_t prefix_ = 0;  // the window's start: ids before it are out for good
+  size_t read_ = 0;    // ids_[prefix_, read_) are out; ids_[read_, end) are held back
 };
 
 class ByteTokenizer final : public Tokenizer {

@@ -470,6 +470,34 @@ struct HfTokenizer::Impl {
     return text;
   }
 
+  // Splits `text` on the added tokens, leftmost and longest first; the
+  // pieces between are normalized, pre-tokenized and encoded. An lstrip
+  // token also takes the whitespace before it, an rstrip one the whitespace
+  // after it.
+  void SplitOnAdded(std::string_view text, std::vector<TokenId>* out) const {
+    size_t segment = 0;
+    for (size_t i = 0; i < text.size() && !added.empty();) {
+      size_t end = 0;
+      const AddedToken* t = MatchAdded(text, i, &end);
+      if (t == nullptr) {
+        ++i;
+        continue;
+      }
+      size_t before = i;
+      while (t->lstrip && before > segment) {
+        size_t p = before - 1;  // the code point ending at `before`
+        while (p > segment && (static_cast<unsigned char>(text[p]) & 0xC0) == 0x80) --p;
+        size_t q = p;
+        if (!IsWhitespace(NextCodePoint(text, &q))) break;
+        before = p;
+      }
+      EncodeSegment(text.substr(segment, before - segment), out);
+      out->push_back(t->id);
+      i = segment = end;
+    }
+    EncodeSegment(text.substr(segment), out);
+  }
+
   // The added token matching at text[i] (longest first), with the span it
   // covers once lstrip / rstrip take the whitespace around it.
   const AddedToken* MatchAdded(std::string_view text, size_t i, size_t* end) const {
@@ -703,6 +731,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
     max_id = std::max(max_id, v);
   }
   // Added tokens.
+  std::string normalized_added;  // one with normalized true, if any
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& a : j["added_tokens"]) {
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
@@ -716,9 +745,14 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
       t.content = a["content"].get<std::string>();
       t.special = a.value("special", false);
       t.lstrip = a.value("lstrip", false);
+      // Every added token is matched in the raw text. The Rust library
+      // matches a `normalized` one in the normalized text instead, which
+      // for byte-level tokenizers (NFC leaves token texts as they are) is
+      // the same; a SentencePiece-style normalizer (Prepend, Replace) would
+      // change the token's text, so that case is refused below.
+      if (a.value("normalized", !t.special)) normalized_added = t.content;
       t.rstrip = a.value("rstrip", false);
       t.single_word = a.value("single_word", false);
-      if (t.lstrip) return Unsupported(origin, "added token lstrip for " + t.content, a["lstrip"]);
       impl->vocab[t.content] = t.id;
       max_id = std::max(max_id, t.id);
       impl->added.push_back(std::move(t));
@@ -800,6 +834,11 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
   SLUICE_RETURN_IF_ERROR(ParsePreTokenizer(j.value("pre_tokenizer", json()), origin, &impl->pre_tokenizers));
   if (!impl->byte_level) {
     SLUICE_RETURN_IF_ERROR(ParseDecoder(decoder, origin, &impl->decoders));
+    if (!normalized_added.empty() && !impl->normalizers.empty()) {
+      return Status::Unimplemented(origin + ": added token '" + normalized_added +
+                                   "' is matched in normalized text (normalized true), which a SentencePiece-style "
+                                   "normalizer changes: not supported");
+    }
     for (const PreTokenizer& p : impl->pre_tokenizers) {
       if (p.kind == PreTokenizer::Kind::kByteLevel) {
         return Unsupported(origin, "pre_tokenizer ByteLevel without a ByteLevel decoder", j["pre_tokenizer"]);
@@ -830,19 +869,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
 
 std::vector<TokenId> HfTokenizer::Encode(std::string_view text) const {
   std::vector<TokenId> out;
-  size_t segment = 0;
-  for (size_t i = 0; i < text.size();) {
-    size_t end = 0;
-    const AddedToken* t = impl_->added.empty() ? nullptr : impl_->MatchAdded(text, i, &end);
-    if (t == nullptr) {
-      ++i;
-      continue;
-    }
-    impl_->EncodeSegment(text.substr(segment, i - segment), &out);
-    out.push_back(t->id);
-    i = segment = end;
-  }
-  impl_->EncodeSegment(text.substr(segment), &out);
+  impl_->SplitOnAdded(text, &out);
   return out;
 }
 

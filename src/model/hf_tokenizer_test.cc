@@ -198,6 +198,31 @@ TEST(HfTokenizerTest, UnknownCharactersBecomeTheUnknownToken) {
   EXPECT_EQ((*unfused)->Encode("a\u2603\u2603b"), (std::vector<TokenId>{4, 0, 0, 3}));
 }
 
+// An lstrip added token takes the whitespace before it. Expected ids from
+// the Rust library (its Node build) on the llama2 fixture with <x> added.
+TEST(HfTokenizerTest, LstripTokensTakeTheWhitespaceBeforeThem) {
+  std::ifstream in(kData / "llama2" / "tokenizer.json");
+  json j = json::parse(in);
+  j["added_tokens"].push_back({{"id", 32000},
+                               {"content", "<x>"},
+                               {"lstrip", true},
+                               {"rstrip", false},
+                               {"single_word", false},
+                               {"normalized", false},
+                               {"special", false}});
+  auto t = HfTokenizer::FromJson(j.dump(), "", "llama2+x");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->Encode("a  <x>b"), (std::vector<TokenId>{264, 32000, 287}));
+  EXPECT_EQ((*t)->Encode("x <x> hi<x>"), (std::vector<TokenId>{1318, 32000, 28705, 295, 28710, 32000}));
+  EXPECT_EQ((*t)->Encode("\thi  <x>"), (std::vector<TokenId>{28705, 12, 28716, 28710, 32000}));
+  // Matched in normalized text, a token's text would change under Prepend/Replace: refused.
+  j["added_tokens"].back()["normalized"] = true;
+  auto refused = HfTokenizer::FromJson(j.dump(), "", "llama2+x");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("added token '<x>' is matched in normalized text"), std::string::npos);
+}
+
 // A long piece (no pre-tokenizer splits a SentencePiece-style segment)
 // merges the same as the same text in short pieces.
 TEST(HfTokenizerTest, LongSegmentsMergeAsShortOnes) {

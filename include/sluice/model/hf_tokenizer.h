@@ -19,11 +19,13 @@
 //                  ByteFallback, Fuse and Strip, or a Sequence of them, for
 //                  SentencePiece-style
 //   added_tokens   matched in the raw text before anything else, leftmost
-//                  and longest first, with rstrip and single_word (lstrip
-//                  is refused; the `normalized` flag is not applied); the
-//                  text between them is normalized piece by piece, as the
-//                  Rust library does (so Llama 2's Prepend("▁") starts every
-//                  piece)
+//                  and longest first, with lstrip, rstrip and single_word;
+//                  the text between them is normalized piece by piece, as
+//                  the Rust library does (so Llama 2's Prepend("▁") starts
+//                  every piece). The Rust library matches a token with
+//                  `normalized` true in normalized text: the same for
+//                  byte-level tokenizers (NFC leaves token texts as they
+//                  are); with a SentencePiece-style normalizer it is refused
 // Encode adds no special tokens (no post-processor): prompts and chat
 // templates carry the ones they need as text.
 //

@@ -176,6 +176,12 @@ expect tokenize-decode 0 '"hi"' -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\"
 printf '"ok"\nnot json\n' > "$tmp/bad.jsonl"
 expect tokenize-bad-line 2 "stdin:2: expected a JSON string" -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\" < \"$tmp/bad.jsonl\""
 expect tokenize-no-tokenizer 2 "tokenizer.json: cannot open" -- "$SLUICE" tokenize --model "$tmp" --text x
+# Started by a launcher as one of several processes: refused, naming the placement; a malformed
+# launcher variable is named.
+expect torchrun-world-2 1 "rank 1 of 2 (local 1 of 2, node 0), rendezvous at 127.0.0.1:29511, from torchrun" -- \
+  env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
+  "$SLUICE" train run.dir="$tmp/ranked"
+expect slurm-bad-rank 2 "SLURM_PROCID='x'" -- env SLURM_PROCID=x SLURM_NTASKS=2 "$SLUICE" train run.dir="$tmp/ranked"
 # A Qwen3-architecture model with that tokenizer: generate encodes and decodes with it.
 expect init-qwen3 0 "wrote tiny model" -- "$SLUICE" init --preset tiny --model-type qwen3 --tokenizer "$qwen" --out "$tmp/q3"
 grep -q '"model_type": "qwen3"' "$tmp/q3/config.json" && [ -f "$tmp/q3/tokenizer.json" ] \

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -23,6 +24,7 @@
 #include "sluice/reward/task.h"
 #include "sluice/runtime/config.h"
 #include "sluice/runtime/flags.h"
+#include "sluice/runtime/launch_env.h"
 #include "sluice/runtime/supervisor.h"
 
 namespace sluice::launch {
@@ -472,6 +474,16 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(Config config, Config::Load(schema, config_path, flags.positional()));
   SLUICE_ASSIGN_OR_RETURN(std::string role, flags.GetString("role"));
   if (!role.empty()) return RunRoleProcess(flags, config);
+  // Started by torchrun, srun or mpirun as one of several processes: every
+  // one would train the same run in the same directory. Refused until
+  // trainer ranks across processes exist.
+  SLUICE_ASSIGN_OR_RETURN(runtime::ProcessPlacement placement, runtime::PlacementFromEnvironment(std::getenv));
+  if (placement.world_size > 1) {
+    return Status::FailedPrecondition(
+        "launched as " + placement.ToString() +
+        ": training across several launched processes is not built yet; start one `sluice train` per run (it "
+        "starts and supervises its own role processes with pipeline.processes=true)");
+  }
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
   if (options.pipeline.processes) {
     SLUICE_ASSIGN_OR_RETURN(options.pipeline.role_command, RoleCommand(options.run_dir));

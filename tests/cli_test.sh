@@ -188,13 +188,15 @@ grep -q '"model_type": "qwen3"' "$tmp/q3/config.json" && [ -f "$tmp/q3/tokenizer
   || { echo "FAIL init-qwen3: config or tokenizer missing"; failures=$((failures + 1)); }
 expect generate-qwen3 0 "user\nHello" -- "$SLUICE" generate --model "$tmp/q3" --prompt "<|im_start|>user
 Hello<|im_end|>" --num-samples 1 --max-new-tokens 4 --threads 1
-# Training that model on math word problems in the GSM8K layout, roles as processes: prompts are
-# encoded and answers decoded with its tokenizer.json, which every checkpoint and the final model keep.
+# Training that model on math word problems in the GSM8K layout with the README's recipe
+# (configs/gsm8k.yaml, cut to a few tiny steps), roles as processes: prompts are encoded and answers
+# decoded with its tokenizer.json, which every checkpoint and the final model keep.
 for i in $(seq 1 40); do
   echo "{\"question\": \"Tom has $i apples and buys $i more. How many now?\", \"answer\": \"$i+$i = <<$i+$i=$((2 * i))>>$((2 * i))\\n#### $((2 * i))\"}"
 done > "$tmp/q.jsonl"
-expect train-qwen3 0 "held-out accuracy" -- "$SLUICE" train model.path="$tmp/q3" task.name=math task.jsonl.train_path="$tmp/q.jsonl" \
-  sft.steps=0 rl.steps=2 rl.prompts_per_step=2 rl.group_size=2 rl.max_new_tokens=4 eval.size=4 eval.max_new_tokens=4 \
+expect train-qwen3 0 "held-out accuracy" -- "$SLUICE" train --config="$(dirname "$0")/../configs/gsm8k.yaml" \
+  model.path="$tmp/q3" task.jsonl.train_path="$tmp/q.jsonl" \
+  rl.steps=2 rl.prompts_per_step=2 rl.group_size=2 rl.max_new_tokens=4 rl.slots=8 eval.size=4 eval.max_new_tokens=4 \
   run.threads=1 run.progress=lines pipeline.mode=async pipeline.processes=true pipeline.rollout_threads=1 \
   pipeline.trainer_threads=1 checkpoint.interval=1 run.dir="$tmp/q3run"
 cmp -s "$tmp/q3run/final/tokenizer.json" "$qwen/tokenizer.json" && cmp -s "$tmp/q3run/checkpoints/step_000002/tokenizer.json" "$qwen/tokenizer.json" \

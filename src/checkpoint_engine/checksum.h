@@ -18,6 +18,11 @@ namespace sluice::checkpoint_engine {
 
 uint64_t Checksum64(const void* data, size_t nbytes, uint64_t seed = 0);
 
+// memcpy(dst, src, nbytes) and Checksum64 of the copy in one pass over
+// memory (each block hashed while it is in cache). Same result as copying,
+// then calling Checksum64(dst, ...).
+uint64_t CopyAndChecksum64(void* dst, const void* src, size_t nbytes, uint64_t seed = 0);
+
 }  // namespace sluice::checkpoint_engine
 
 #endif  // SLUICE_SRC_CHECKPOINT_ENGINE_CHECKSUM_H_

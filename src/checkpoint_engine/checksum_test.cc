@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -44,6 +46,35 @@ TEST(Checksum64Test, LengthSeedAndAlignmentMatter) {
   std::vector<unsigned char> a(100), b(101);
   for (size_t i = 0; i < a.size(); ++i) a[i] = b[i + 1] = static_cast<unsigned char>(i * 7);
   EXPECT_EQ(Checksum64(a.data(), a.size()), Checksum64(b.data() + 1, a.size()));
+}
+
+}  // namespace
+}  // namespace sluice::checkpoint_engine
+
+namespace sluice::checkpoint_engine {
+namespace {
+
+// The fused copy gives the bytes and the sum of copying then hashing, at
+// every length around the stripe and block boundaries and at odd offsets.
+TEST(Checksum64Test, CopyAndChecksumEqualsCopyThenChecksum) {
+  std::mt19937_64 rng(7);
+  std::vector<unsigned char> src(3 * 32768 + 100), dst(src.size() + 8), want(src.size() + 8);
+  for (auto& b : src) b = static_cast<unsigned char>(rng());
+  std::vector<size_t> sizes;
+  for (size_t n = 0; n <= 100; ++n) sizes.push_back(n);
+  for (size_t n : {size_t{32767}, size_t{32768}, size_t{32769}, size_t{65535}, size_t{65600}, src.size() - 3}) {
+    sizes.push_back(n);
+  }
+  for (size_t n : sizes) {
+    for (size_t offset : {size_t{0}, size_t{3}}) {
+      std::fill(dst.begin(), dst.end(), 0xAB);
+      std::fill(want.begin(), want.end(), 0xAB);
+      std::memcpy(want.data() + offset, src.data() + 1, n);
+      const uint64_t sum = CopyAndChecksum64(dst.data() + offset, src.data() + 1, n, 42);
+      EXPECT_EQ(sum, Checksum64(src.data() + 1, n, 42)) << "n " << n;
+      EXPECT_EQ(dst, want) << "n " << n << " offset " << offset;
+    }
+  }
 }
 
 }  // namespace

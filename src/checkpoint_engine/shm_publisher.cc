@@ -121,9 +121,9 @@ Status ShmPublishHandle::Put(std::string_view name, const HostTensor& tensor) {
 
   shm::TensorRecord& record = staging_->records[t];
   std::byte* dst = staging_->segment.data() + record.offset;
-  if (tensor.nbytes > 0) std::memcpy(dst, tensor.data, tensor.nbytes);
-  // Checksum the copy, not the source: what readers will see is what is hashed.
-  record.checksum = Checksum64(dst, tensor.nbytes);
+  // Checksum the copy, not the source: what readers will see is what is
+  // hashed (in the same pass over memory as the copy).
+  record.checksum = CopyAndChecksum64(dst, tensor.data, tensor.nbytes);
   staging_->put[t] = true;
   staging_->bytes_staged += tensor.nbytes;
   if (core_->options.test_hooks.after_put) core_->options.test_hooks.after_put(version_, staging_->bytes_staged);

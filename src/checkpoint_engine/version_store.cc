@@ -284,8 +284,7 @@ Status PublishHandle::Put(std::string_view name, const HostTensor& tensor) {
   stored.spec = &spec;
   stored.nbytes = expected;
   stored.bytes = core_->TakeBuffer(spec.name, expected);
-  if (expected > 0) std::memcpy(stored.bytes.get(), tensor.data, expected);
-  stored.checksum = Checksum64(stored.bytes.get(), expected);
+  stored.checksum = CopyAndChecksum64(stored.bytes.get(), tensor.data, expected);  // of the copy
   staging_->tensors.emplace(spec.name, std::move(stored));
   staging_->nbytes += expected;
   {

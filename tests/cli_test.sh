@@ -176,6 +176,14 @@ expect tokenize-decode 0 '"hi"' -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\"
 printf '"ok"\nnot json\n' > "$tmp/bad.jsonl"
 expect tokenize-bad-line 2 "stdin:2: expected a JSON string" -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\" < \"$tmp/bad.jsonl\""
 expect tokenize-no-tokenizer 2 "tokenizer.json: cannot open" -- "$SLUICE" tokenize --model "$tmp" --text x
+# --chat: conversations through the model's chat template (Qwen3's, with its thinking switch).
+echo '{"messages": [{"role": "user", "content": "2+2?"}], "add_generation_prompt": true, "enable_thinking": false}' \
+  > "$tmp/chat.jsonl"
+expect tokenize-chat 0 '"<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"' -- \
+  sh -c "\"$SLUICE\" tokenize --model \"$qwen\" --chat < \"$tmp/chat.jsonl\""
+echo '{"messages": "not a list"}' > "$tmp/badchat.jsonl"
+expect tokenize-chat-bad 2 'stdin:1: expected a JSON object with a "messages" list' -- \
+  sh -c "\"$SLUICE\" tokenize --model \"$qwen\" --chat < \"$tmp/badchat.jsonl\""
 # Started by a launcher as one of several processes: refused, naming the placement; a malformed
 # launcher variable is named.
 expect torchrun-world-2 1 "rank 1 of 2 (local 1 of 2, node 0), rendezvous at 127.0.0.1:29511, from torchrun" -- \

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sluice/launch/commands.h"
+#include "sluice/model/chat_template.h"
 #include "sluice/model/hf_tokenizer.h"
 #include "sluice/runtime/flags.h"
 
@@ -25,6 +26,12 @@ Status Tokenize(const std::vector<std::string>& args) {
   flags.Add("decode", "false",
             "decode instead: read stdin, one JSON array of ids per line, and print each as a JSON string", true);
   flags.Add("keep-special", "false", "--decode: keep special tokens in the text", true);
+  flags.Add("chat", "false",
+            "render the chat template instead: read stdin, one JSON object per line ({\"messages\": [...], "
+            "\"add_generation_prompt\": true, ...}; every key is a template variable), and print each rendering "
+            "as a JSON string",
+            true);
+  flags.Add("ids", "false", "--chat: print the rendering's token ids instead of its text", true);
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::printf("usage: sluice tokenize --model=DIR [--text=TEXT | --decode] [flags]\n%s", flags.Usage().c_str());
@@ -37,6 +44,35 @@ Status Tokenize(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(bool decode, flags.GetBool("decode"));
   SLUICE_ASSIGN_OR_RETURN(bool keep_special, flags.GetBool("keep-special"));
   if (decode && !text.empty()) return Status::InvalidArgument("--decode reads ids from stdin; --text is for encoding");
+  SLUICE_ASSIGN_OR_RETURN(bool chat, flags.GetBool("chat"));
+  SLUICE_ASSIGN_OR_RETURN(bool chat_ids, flags.GetBool("ids"));
+  if (chat && (decode || !text.empty())) return Status::InvalidArgument("--chat reads conversations from stdin alone");
+  if (chat_ids && !chat) return Status::InvalidArgument("--ids goes with --chat");
+  if (chat) {
+    SLUICE_ASSIGN_OR_RETURN(model::ChatTemplate chat_template, model::ChatTemplate::Load(dir));
+    std::unique_ptr<model::HfTokenizer> tokenizer;
+    if (chat_ids) {
+      SLUICE_ASSIGN_OR_RETURN(tokenizer, model::HfTokenizer::Load(dir));
+    }
+    std::string line;
+    for (int64_t n = 1; std::getline(std::cin, line); ++n) {
+      if (line.empty()) continue;
+      const std::string where = "stdin:" + std::to_string(n);
+      auto context = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (context.is_discarded() || !context.is_object() || !context.contains("messages") ||
+          !context["messages"].is_array()) {
+        return Status::InvalidArgument(where + ": expected a JSON object with a \"messages\" list");
+      }
+      Result<std::string> rendered = chat_template.Render(context);
+      if (!rendered.ok()) return rendered.status().WithContext(where);
+      if (chat_ids) {
+        std::printf("%s\n", json(tokenizer->Encode(*rendered)).dump().c_str());
+      } else {
+        std::printf("%s\n", json(*rendered).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+      }
+    }
+    return Status::Ok();
+  }
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<model::HfTokenizer> tokenizer, model::HfTokenizer::Load(dir));
 
   auto encode = [&](const std::string& s) { std::printf("%s\n", json(tokenizer->Encode(s)).dump().c_str()); };

@@ -68,6 +68,12 @@ ConfigSchema TrainSchema() {
   s.AddString("task.jsonl.train_path", "", "jsonl: file of {\"prompt\", \"answer\"[, \"solution\"]} lines");
   s.AddString("task.jsonl.eval_path", "", "jsonl: held-out file (empty: the tail of train_path)");
   s.AddDouble("task.jsonl.eval_fraction", 0.1, 1e-9, 0.999999, "jsonl: share of train_path held out");
+  s.AddEnum("task.chat_template", "auto", {"auto", "none"},
+            "auto: prompts go through the chat template of model.path's tokenizer_config.json when it has one "
+            "(as the user's message, with the generation prompt); none: the prompt text as it is");
+  s.AddString("task.system_prompt", "", "with a chat template: a system message before every prompt (empty: none)");
+  s.AddEnum("task.enable_thinking", "auto", {"auto", "true", "false"},
+            "with a chat template: the enable_thinking variable (Qwen3's thinking switch); auto: not set");
   s.AddString("task.math.instruction", "Let's think step by step and output the final answer within \\boxed{}.",
               "math: a line added after every question (empty: none)");
   s.AddInt("sft.steps", 0, 0, 10000000, "supervised warm-start steps on the task's solutions (0: none)");
@@ -325,6 +331,9 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
                       : o.pipeline.mode == pipeline::PipelineMode::kDirect ? o.devices.trainer
                                                                            : device;
   o.devices.rollout_dtype = c.GetString("pipeline.rollout_dtype");
+  o.prompts.chat_template = c.GetString("task.chat_template");
+  o.prompts.system_prompt = c.GetString("task.system_prompt");
+  o.prompts.enable_thinking = c.GetString("task.enable_thinking");
   o.devices.trainer_precision = c.GetString("trainer.precision");
   SLUICE_RETURN_IF_ERROR(o.Validate());
   return o;
@@ -562,6 +571,7 @@ Status Eval(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(auto policy, model::LoadPretrained(model_dir));
   pipeline::EvaluatorOptions eval_options = pipeline::EvaluatorOptionsFor(options);
   SLUICE_ASSIGN_OR_RETURN(eval_options.tokenizer, model::LoadTokenizer(model_dir));
+  SLUICE_ASSIGN_OR_RETURN(eval_options.prompt_format, pipeline::PromptFormatFor(options.prompts, model_dir));
   SLUICE_ASSIGN_OR_RETURN(auto evaluator, pipeline::Evaluator::Create(policy, std::move(task), eval_options));
   auto result = evaluator->Evaluate();
   SLUICE_RETURN_IF_ERROR(result.status());

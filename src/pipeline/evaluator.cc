@@ -17,6 +17,21 @@ EvaluatorOptions EvaluatorOptionsFor(const RunOptions& run) {
   return o;
 }
 
+Result<model::PromptFormat> PromptFormatFor(const PromptOptions& options, const std::string& model_dir) {
+  model::PromptFormat format;
+  if (options.chat_template == "auto" && !model_dir.empty()) {
+    Result<model::ChatTemplate> chat = model::ChatTemplate::Load(model_dir);
+    if (chat.ok()) {
+      format.chat = std::make_shared<const model::ChatTemplate>(std::move(chat).value());
+    } else if (chat.status().code() != StatusCode::kNotFound) {
+      return chat.status();
+    }
+  }
+  format.system = options.system_prompt;
+  if (options.enable_thinking != "auto") format.variables["enable_thinking"] = options.enable_thinking == "true";
+  return format;
+}
+
 Result<std::unique_ptr<Evaluator>> Evaluator::Create(std::shared_ptr<model::Transformer> policy,
                                                      std::shared_ptr<const reward::Task> task,
                                                      const EvaluatorOptions& options) {
@@ -50,8 +65,12 @@ Result<EvalResult> Evaluator::Evaluate() {
   std::vector<rollout::GenerationRequest> requests;
   for (int64_t i = 0; i < n; ++i) {
     SLUICE_ASSIGN_OR_RETURN(reward::Example ex, task_->Get(reward::Split::kEval, static_cast<uint64_t>(i)));
+    if (options_.prompt_format.chat) {  // a template that fails says so, naming the example
+      SLUICE_RETURN_IF_ERROR(options_.prompt_format.Apply(ex.prompt).status().WithContext(
+          ex.source.empty() ? "eval example " + std::to_string(i) : ex.source));
+    }
     rollout::GenerationRequest r;
-    r.prompt = EncodePrompt(tokenizer, ex.prompt);
+    r.prompt = EncodePrompt(tokenizer, ex.prompt, options_.prompt_format);
     // Request i * (samples + 1) is the greedy answer, the next `samples` are sampled.
     for (int64_t k = 0; k <= samples; ++k) {
       r.id = static_cast<uint64_t>(i * (samples + 1) + k);

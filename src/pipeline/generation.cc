@@ -2,9 +2,17 @@
 
 #include <algorithm>
 
+#include "sluice/common/check.h"
+
 namespace sluice::pipeline {
 
-std::vector<model::TokenId> EncodePrompt(const model::Tokenizer& tokenizer, const std::string& text) {
+std::vector<model::TokenId> EncodePrompt(const model::Tokenizer& tokenizer, const std::string& text,
+                                         const model::PromptFormat& format) {
+  if (format.chat) {
+    Result<std::string> rendered = format.Apply(text);
+    SLUICE_CHECK(rendered.ok()) << rendered.status().ToString();
+    return tokenizer.Encode(*rendered);
+  }
   std::vector<model::TokenId> ids;
   if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
   for (model::TokenId t : tokenizer.Encode(text)) ids.push_back(t);

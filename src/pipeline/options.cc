@@ -114,6 +114,12 @@ Status RunOptions::Validate() const {
       devices.trainer_precision != "bf16-mixed") {
     return bad("trainer.precision", "'" + devices.trainer_precision + "' is not one of auto, float32, bf16-mixed");
   }
+  if (prompts.chat_template != "auto" && prompts.chat_template != "none") {
+    return bad("task.chat_template", "'" + prompts.chat_template + "' is not one of auto, none");
+  }
+  if (prompts.enable_thinking != "auto" && prompts.enable_thinking != "true" && prompts.enable_thinking != "false") {
+    return bad("task.enable_thinking", "'" + prompts.enable_thinking + "' is not one of auto, true, false");
+  }
   if (pipeline.mode == PipelineMode::kDirect) {
     if (devices.rollout != devices.trainer) {
       return bad("pipeline.rollout_device",

@@ -36,20 +36,26 @@ namespace {
 // than this are generated, and bound their prompt lengths by construction.
 constexpr uint64_t kMaxExamplesChecked = uint64_t{1} << 20;
 
-Status CheckPromptsFit(const reward::Task& task, const model::Tokenizer& tokenizer, int64_t context) {
+Status CheckPromptsFit(const reward::Task& task, const model::Tokenizer& tokenizer, const model::PromptFormat& format,
+                       int64_t context) {
   for (reward::Split split : {reward::Split::kTrain, reward::Split::kEval}) {
-    const uint64_t n = task.size(split);
-    if (n > kMaxExamplesChecked) continue;
+    // Beyond the limit, the first example alone: its chat template renders.
+    const uint64_t n = std::min<uint64_t>(task.size(split), task.size(split) > kMaxExamplesChecked ? 1 : UINT64_MAX);
     for (uint64_t i = 0; i < n; ++i) {
       SLUICE_ASSIGN_OR_RETURN(reward::Example ex, task.Get(split, i));
-      const int64_t tokens = static_cast<int64_t>(EncodePrompt(tokenizer, ex.prompt).size());
+      const std::string where =
+          ex.source.empty()
+              ? "task '" + task.name() + "' " + std::string(reward::SplitName(split)) + " example " + std::to_string(i)
+              : ex.source;
+      if (format.chat) {
+        Result<std::string> rendered = format.Apply(ex.prompt);
+        if (!rendered.ok()) return rendered.status().WithContext(where + ": its prompt through the chat template");
+      }
+      const int64_t tokens = static_cast<int64_t>(EncodePrompt(tokenizer, ex.prompt, format).size());
       if (tokens >= context) {
-        return Status::InvalidArgument(
-            (ex.source.empty() ? "task '" + task.name() + "' " + std::string(reward::SplitName(split)) + " example " +
-                                     std::to_string(i)
-                               : ex.source) +
-            ": the prompt is " + std::to_string(tokens) + " tokens, which leaves no room for an answer in the " +
-            "model's context of " + std::to_string(context) + " tokens (max_position_embeddings)");
+        return Status::InvalidArgument(where + ": the prompt is " + std::to_string(tokens) +
+                                       " tokens, which leaves no room for an answer in the " + "model's context of " +
+                                       std::to_string(context) + " tokens (max_position_embeddings)");
       }
     }
   }
@@ -104,9 +110,12 @@ Result<std::unique_ptr<TrainingRun>> TrainingRun::Create(std::shared_ptr<model::
   engine_options.eos_token_id = s->tokenizer->eos_id();
   SLUICE_ASSIGN_OR_RETURN(s->engine,
                           rollout::RolloutEngine::Create(rollout::PolicySnapshot{s->policy, 0}, engine_options));
-  SLUICE_RETURN_IF_ERROR(CheckPromptsFit(*s->task, *s->tokenizer, s->policy->config().max_position_embeddings));
+  SLUICE_ASSIGN_OR_RETURN(s->prompt_format, PromptFormatFor(options.prompts, options.tokenizer_dir));
+  SLUICE_RETURN_IF_ERROR(
+      CheckPromptsFit(*s->task, *s->tokenizer, s->prompt_format, s->policy->config().max_position_embeddings));
   EvaluatorOptions eval_options = EvaluatorOptionsFor(options);
   eval_options.tokenizer = s->tokenizer;
+  eval_options.prompt_format = s->prompt_format;
   SLUICE_ASSIGN_OR_RETURN(s->evaluator, Evaluator::Create(s->policy, s->task, eval_options));
   State* raw = s.get();
   // Sync mode: the engine is idle while the trainer updates the shared model in

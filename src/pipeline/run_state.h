@@ -72,6 +72,7 @@ struct TrainingRun::State {
   torch::ScalarType rollout_dtype = torch::kFloat32;
   RunHooks hooks;
   std::shared_ptr<const model::Tokenizer> tokenizer;  // the model's (RunOptions::tokenizer_dir) or bytes
+  model::PromptFormat prompt_format;                  // its chat template (RunOptions::prompts), or none
   std::unique_ptr<rollout::RolloutEngine> engine;
   std::unique_ptr<trainer::Trainer> trainer;
   std::unique_ptr<Evaluator> evaluator;
@@ -84,7 +85,7 @@ struct TrainingRun::State {
   StreamSummary stream_stats;
 
   std::vector<model::TokenId> EncodePrompt(const std::string& text) const {
-    return pipeline::EncodePrompt(*tokenizer, text);
+    return pipeline::EncodePrompt(*tokenizer, text, prompt_format);
   }
   // The token that ends an answer: the tokenizer's, else the model config's (-1: none).
   model::TokenId EosId() const {

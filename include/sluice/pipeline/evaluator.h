@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "sluice/common/status.h"
+#include "sluice/model/chat_template.h"
 #include "sluice/pipeline/metrics.h"
 #include "sluice/pipeline/options.h"
 #include "sluice/reward/task.h"
@@ -32,11 +33,17 @@ struct EvaluatorOptions {
   uint64_t seed = 0;
   int32_t slots = 64;                                 // sequences decoded at once
   std::shared_ptr<const model::Tokenizer> tokenizer;  // null: the byte tokenizer
+  model::PromptFormat prompt_format;                  // how prompts reach the model (the run's)
 };
 
 // A run's evaluation settings: eval.*, the RL sampling settings, the run's
 // seed and its rollout slots.
 EvaluatorOptions EvaluatorOptionsFor(const RunOptions& run);
+
+// How prompts reach the model of `model_dir` under `options`: its chat
+// template when it has one and chat_template is auto. Errors: a template
+// that does not parse (InvalidArgument naming the file and line).
+Result<model::PromptFormat> PromptFormatFor(const PromptOptions& options, const std::string& model_dir);
 
 class Evaluator {
  public:

@@ -160,6 +160,17 @@ struct DeviceOptions {
   std::string trainer_precision = "auto";
 };
 
+// How a task's prompts reach the model (task.chat_template, task.system_prompt,
+// task.enable_thinking).
+struct PromptOptions {
+  // auto: through the chat template of tokenizer_dir's tokenizer_config.json
+  // when it has one (as the user's message, with the generation prompt);
+  // none: the prompt text as it is, after BOS.
+  std::string chat_template = "auto";
+  std::string system_prompt;             // a system message first, when not empty
+  std::string enable_thinking = "auto";  // auto (not passed), true, false: the template variable
+};
+
 struct RunOptions {
   std::string run_dir;  // metrics.jsonl, checkpoints/, sft/, final/
   uint64_t seed = 0;
@@ -173,6 +184,7 @@ struct RunOptions {
   EvalOptions eval;
   PipelineOptions pipeline;
   DeviceOptions devices;
+  PromptOptions prompts;
 
   // InvalidArgument naming the option for bad values (e.g. group_size 1).
   Status Validate() const;

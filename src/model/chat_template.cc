@@ -351,7 +351,14 @@ class ExprParser {
     if (Peek().kind != Token::Kind::kEnd) Fail(line_, "unexpected '" + Peek().text + "' in expression");
     return e;
   }
-  ExprPtr Parse() { return Conditional(); }
+  // Nesting is bounded so that a hostile template cannot exhaust the stack.
+  ExprPtr Parse() {
+    if (++depth_ > kMaxDepth) Fail(line_, "expression nested deeper than " + std::to_string(kMaxDepth));
+    ExprPtr e = Conditional();
+    --depth_;
+    return e;
+  }
+  static constexpr int kMaxDepth = 128;
   const Token& Peek(size_t k = 0) const { return t_[std::min(pos_ + k, t_.size() - 1)]; }
   bool IsOp(const char* op, size_t k = 0) const { return Peek(k).kind == Token::Kind::kOp && Peek(k).text == op; }
   bool IsName(const char* n, size_t k = 0) const { return Peek(k).kind == Token::Kind::kName && Peek(k).text == n; }
@@ -634,6 +641,7 @@ class ExprParser {
   std::vector<Token> t_;
   size_t pos_ = 0;
   int line_;
+  int depth_ = 0;
 };
 
 // ------------------------------------------------------------------ nodes
@@ -772,6 +780,11 @@ class TemplateParser {
   // Parses nodes until a statement whose first word is in `stops` (left in
   // *stop with its tokens in *rest), or the end.
   NodePtr ParseBlock(const std::vector<std::string>& stops, std::string* stop, std::vector<Token>* rest = nullptr) {
+    if (++depth_ > 128) Fail(line_, "statements nested deeper than 128");
+    struct Leave {
+      int* depth;
+      ~Leave() { --*depth; }
+    } leave{&depth_};
     auto block = std::make_shared<Node>();
     stop->clear();
     while (i_ < p_.size()) {
@@ -889,6 +902,7 @@ class TemplateParser {
   std::vector<Piece> p_;
   size_t i_ = 0;
   int line_ = 1;
+  int depth_ = 0;
 };
 
 // --------------------------------------------------------------- rendering

@@ -112,6 +112,13 @@ TEST(ChatTemplateTest, UnsupportedAndBrokenTemplatesAreRefusedWithTheirLine) {
     EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(t.status().message().find(c.needle), std::string::npos) << c.source << ": " << t.status().ToString();
   }
+  // Nesting deep enough to exhaust the stack is refused.
+  auto deep = ChatTemplate::Parse("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("nested deeper"), std::string::npos);
+  std::string ifs;
+  for (int k = 0; k < 10000; ++k) ifs += "{% if true %}";
+  EXPECT_FALSE(ChatTemplate::Parse(ifs).ok());
   auto raised = ChatTemplate::Parse("{{ raise_exception('no system role') }}");
   ASSERT_TRUE(raised.ok());
   auto text = raised->Render(Json::object());

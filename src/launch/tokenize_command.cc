@@ -34,7 +34,8 @@ Status Tokenize(const std::vector<std::string>& args) {
   flags.Add("ids", "false", "--chat: print the rendering's token ids instead of its text", true);
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
-    std::printf("usage: sluice tokenize --model=DIR [--text=TEXT | --decode] [flags]\n%s", flags.Usage().c_str());
+    std::printf("usage: sluice tokenize --model=DIR [--text=TEXT | --decode | --chat [--ids]] [flags]\n%s",
+                flags.Usage().c_str());
     return Status::Ok();
   }
   SLUICE_RETURN_IF_ERROR(flags.RejectPositional());

@@ -1,18 +1,21 @@
 #include "sluice/model/chat_template.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <functional>
-#include <iomanip>
-#include <map>
+#include <limits>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace sluice::model {
@@ -21,1536 +24,3257 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// ------------------------------------------------------------------ values
+// Bounds that keep a broken or hostile template from exhausting the stack or
+// memory: the nesting of expressions and statements, of values, and the size
+// of what one rendering produces.
+constexpr int kMaxNesting = 200;
+constexpr int kMaxValueDepth = 500;
+constexpr size_t kMaxOutputBytes = size_t{64} << 20;
+constexpr int64_t kMaxSequenceLength = 10'000'000;
 
-// A Jinja value: JSON data, Jinja's Undefined, a namespace (mutable through
-// `set ns.x`), or a callable (a global function or a bound method).
-struct Value {
-  enum class Kind { kUndefined, kData, kNamespace, kCallable } kind = Kind::kUndefined;
-  Json data;
-  std::shared_ptr<Json> ns;
-  std::string callable;  // "namespace", "range", "raise_exception", "strftime_now", or "method:<name>"
-  Json self;             // a bound method's receiver
+// ------------------------------------------------------------ positions
 
-  static Value Of(Json j) {
-    Value v;
-    v.kind = Kind::kData;
-    v.data = std::move(j);
-    return v;
-  }
-  bool defined() const { return kind != Kind::kUndefined; }
+struct Pos {
+  int line = 0;
+  int column = 0;
 };
 
-struct RenderError {
-  std::string message;
-};
-
-[[noreturn]] void Fail(int line, const std::string& what) {
-  throw RenderError{"chat template line " + std::to_string(line) + ": " + what};
+std::string Where(Pos pos) {
+  return "chat template line " + std::to_string(pos.line) + ", column " + std::to_string(pos.column);
 }
 
-bool Truthy(const Value& v) {
-  switch (v.kind) {
-    case Value::Kind::kUndefined:
-      return false;
-    case Value::Kind::kNamespace:
-    case Value::Kind::kCallable:
-      return true;
-    case Value::Kind::kData:
-      break;
+Status Error(Pos pos, const std::string& what) { return Status::InvalidArgument(Where(pos) + ": " + what); }
+
+// -------------------------------------------------------------- Unicode
+
+void AppendUtf8(char32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   }
-  const Json& j = v.data;
-  if (j.is_null()) return false;
-  if (j.is_boolean()) return j.get<bool>();
-  if (j.is_number_integer()) return j.get<int64_t>() != 0;
-  if (j.is_number()) return j.get<double>() != 0.0;
-  if (j.is_string()) return !j.get_ref<const std::string&>().empty();
-  return !j.empty();
 }
 
-// Python's repr of a float: the shortest digits that read back, with ".0"
-// for integral values and Python's exponent form.
-std::string PyFloat(double d) {
-  if (std::isnan(d)) return "nan";
-  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), d);
-  std::string s(buf, end);
-  const size_t e = s.find('e');
-  if (e != std::string::npos) {
-    // C++ prints 1e-05 as "1e-05"; Python too. "1e+20" as "1e+20": same.
-    return s;
+// The code point at s[*i], advancing *i; U+FFFD for a byte that starts no
+// valid sequence (strings here are valid UTF-8: JSON strings and template
+// source checked by Parse).
+char32_t NextCodePoint(std::string_view s, size_t* i) {
+  utf8proc_int32_t cp = 0;
+  const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + *i),
+                                              static_cast<utf8proc_ssize_t>(s.size() - *i), &cp);
+  if (n <= 0) {
+    *i += 1;
+    return 0xFFFD;
   }
-  if (s.find('.') == std::string::npos) s += ".0";
-  return s;
+  *i += static_cast<size_t>(n);
+  return static_cast<char32_t>(cp);
 }
 
-void PyRepr(const Json& j, std::string* out);
-
-// str() of a value, as Jinja prints it.
-std::string PyStr(const Json& j) {
-  if (j.is_string()) return j.get<std::string>();
-  std::string out;
-  PyRepr(j, &out);
+std::u32string Decode(std::string_view s) {
+  std::u32string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) out.push_back(NextCodePoint(s, &i));
   return out;
 }
 
-void PyRepr(const Json& j, std::string* out) {
-  if (j.is_null()) {
-    *out += "None";
-  } else if (j.is_boolean()) {
-    *out += j.get<bool>() ? "True" : "False";
-  } else if (j.is_number_integer() || j.is_number_unsigned()) {
-    *out += j.dump();
-  } else if (j.is_number()) {
-    *out += PyFloat(j.get<double>());
-  } else if (j.is_string()) {
-    const std::string& s = j.get_ref<const std::string&>();
-    const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
-    *out += q;
-    for (char c : s) {
-      if (c == q || c == '\\') *out += '\\';
-      if (c == '\n') {
-        *out += "\\n";
-        continue;
-      }
-      *out += c;
+std::string Encode(std::u32string_view cps) {
+  std::string out;
+  out.reserve(cps.size());
+  for (char32_t c : cps) AppendUtf8(c, &out);
+  return out;
+}
+
+int64_t CodePointCount(std::string_view s) {
+  int64_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+
+// Python's str.isspace(), which str.strip() and str.split() and the regex
+// class \s (Jinja's whitespace control) follow.
+bool IsPySpace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// Python's str.splitlines() boundaries (besides "\r\n", which is one).
+bool IsLineBreak(char32_t c) {
+  return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 || c == 0x2028 ||
+         c == 0x2029;
+}
+
+// Case mappings as Python's: Unicode's full mappings where they are common
+// (ß, İ, the Latin ligatures ﬀ..ﬆ, ŉ, ǰ), the simple one-code-point
+// mappings elsewhere (Python also applies the rarer full ones, e.g. of
+// Greek with ypogegrammeni, and the final-sigma rule).
+enum class Case { kUpper, kLower, kTitle };
+
+void AppendCase(char32_t c, Case to, std::string* out) {
+  struct Special {
+    char32_t c;
+    const char* upper;
+    const char* lower;
+    const char* title;
+  };
+  static constexpr Special kSpecial[] = {
+      {0x00DF, "SS", "\u00DF", "Ss"},           {0x0130, "\u0130", "i\u0307", "\u0130"},
+      {0x0149, "\u02BCN", "\u0149", "\u02BCN"}, {0x01F0, "J\u030C", "\u01F0", "J\u030C"},
+      {0xFB00, "FF", "\uFB00", "Ff"},           {0xFB01, "FI", "\uFB01", "Fi"},
+      {0xFB02, "FL", "\uFB02", "Fl"},           {0xFB03, "FFI", "\uFB03", "Ffi"},
+      {0xFB04, "FFL", "\uFB04", "Ffl"},         {0xFB05, "ST", "\uFB05", "St"},
+      {0xFB06, "ST", "\uFB06", "St"},
+  };
+  for (const Special& s : kSpecial) {
+    if (s.c == c) {
+      *out += to == Case::kUpper ? s.upper : to == Case::kLower ? s.lower : s.title;
+      return;
     }
-    *out += q;
-  } else if (j.is_array()) {
-    *out += '[';
-    for (size_t i = 0; i < j.size(); ++i) {
-      if (i) *out += ", ";
-      PyRepr(j[i], out);
-    }
-    *out += ']';
-  } else {
-    *out += '{';
-    bool first = true;
-    for (const auto& [k, v] : j.items()) {
-      if (!first) *out += ", ";
-      first = false;
-      PyRepr(Json(k), out);
-      *out += ": ";
-      PyRepr(v, out);
-    }
-    *out += '}';
+  }
+  const auto cp = static_cast<utf8proc_int32_t>(c);
+  AppendUtf8(static_cast<char32_t>(to == Case::kUpper   ? utf8proc_toupper(cp)
+                                   : to == Case::kLower ? utf8proc_tolower(cp)
+                                                        : utf8proc_totitle(cp)),
+             out);
+}
+
+bool IsCased(char32_t c) {
+  const utf8proc_category_t cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+}
+
+// Python's str.isprintable() for one code point, which repr() follows.
+bool IsPrintable(char32_t c) {
+  if (c == ' ') return true;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
   }
 }
 
-// Python's json.dumps(ensure_ascii=False, indent=indent) with its default
-// separators, keys in their order: transformers' tojson filter.
-void PyJson(const Json& j, int indent, int depth, std::string* out) {
-  auto newline = [&](int d) {
-    if (indent < 0) return;
-    *out += '\n';
-    out->append(static_cast<size_t>(indent * d), ' ');
-  };
-  if (j.is_string()) {
-    *out += '"';
-    for (unsigned char c : j.get_ref<const std::string&>()) {
-      switch (c) {
-        case '"':
-          *out += "\\\"";
-          break;
-        case '\\':
-          *out += "\\\\";
-          break;
-        case '\n':
-          *out += "\\n";
-          break;
-        case '\r':
-          *out += "\\r";
-          break;
-        case '\t':
-          *out += "\\t";
-          break;
-        case '\b':
-          *out += "\\b";
-          break;
-        case '\f':
-          *out += "\\f";
-          break;
-        default:
-          if (c < 0x20 || c == 0x7f) {
-            char buf[8];
-            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-            *out += buf;
+std::string MapCase(std::string_view s, Case to) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) AppendCase(NextCodePoint(s, &i), to, &out);
+  return out;
+}
+
+// Python's str.title(): a cased code point after an uncased one starts a word.
+std::string PyTitle(std::string_view s) {
+  std::string out;
+  bool previous_cased = false;
+  for (size_t i = 0; i < s.size();) {
+    const char32_t c = NextCodePoint(s, &i);
+    AppendCase(c, previous_cased ? Case::kLower : Case::kTitle, &out);
+    previous_cased = IsCased(c);
+  }
+  return out;
+}
+
+// Python's str.capitalize(): the first code point in title case, the rest lower.
+std::string PyCapitalize(std::string_view s) {
+  std::string out;
+  bool first = true;
+  for (size_t i = 0; i < s.size();) {
+    const char32_t c = NextCodePoint(s, &i);
+    AppendCase(c, first ? Case::kTitle : Case::kLower, &out);
+    first = false;
+  }
+  return out;
+}
+
+// Jinja's title filter (not str.title()): words start after whitespace or
+// one of -({[< and take their first code point upper-cased, the rest lower.
+std::string JinjaTitle(std::string_view s) {
+  std::string out;
+  bool word_start = true;
+  for (size_t i = 0; i < s.size();) {
+    const char32_t c = NextCodePoint(s, &i);
+    if (IsPySpace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
+      AppendUtf8(c, &out);
+      word_start = true;
+    } else {
+      AppendCase(c, word_start ? Case::kUpper : Case::kLower, &out);
+      word_start = false;
+    }
+  }
+  return out;
+}
+
+// Python's str.strip / lstrip / rstrip: whitespace, or the code points of `chars`.
+std::string PyStrip(std::string_view s, const std::optional<std::u32string>& chars, bool left, bool right) {
+  const std::u32string cps = Decode(s);
+  auto drop = [&](char32_t c) { return chars ? chars->find(c) != std::u32string::npos : IsPySpace(c); };
+  size_t b = 0, e = cps.size();
+  if (left) {
+    while (b < e && drop(cps[b])) ++b;
+  }
+  if (right) {
+    while (e > b && drop(cps[e - 1])) --e;
+  }
+  return Encode(std::u32string_view(cps).substr(b, e - b));
+}
+
+// Python's str.split() without a separator: runs of whitespace, at most
+// `maxsplit` splits (negative: all), from the left or (rsplit) the right.
+std::vector<std::string> PySplitWhitespace(std::string_view s, int64_t maxsplit, bool from_right) {
+  std::u32string cps = Decode(s);
+  if (from_right) std::reverse(cps.begin(), cps.end());
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (true) {
+    while (i < cps.size() && IsPySpace(cps[i])) ++i;
+    if (i == cps.size()) break;
+    if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
+      size_t e = cps.size();
+      while (e > i && IsPySpace(cps[e - 1])) --e;
+      std::u32string rest = cps.substr(i, e - i);
+      if (from_right) std::reverse(rest.begin(), rest.end());
+      out.push_back(Encode(rest));
+      break;
+    }
+    size_t e = i;
+    while (e < cps.size() && !IsPySpace(cps[e])) ++e;
+    std::u32string word = cps.substr(i, e - i);
+    if (from_right) std::reverse(word.begin(), word.end());
+    out.push_back(Encode(word));
+    i = e;
+  }
+  if (from_right) std::reverse(out.begin(), out.end());
+  return out;
+}
+
+// Python's str.split(sep) / rsplit(sep) with a non-empty separator.
+std::vector<std::string> PySplit(const std::string& s, const std::string& sep, int64_t maxsplit, bool from_right) {
+  std::vector<std::string> out;
+  if (!from_right) {
+    size_t at = 0;
+    for (size_t hit = 0;
+         (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) && (hit = s.find(sep, at)) != std::string::npos;
+         at = hit + sep.size()) {
+      out.push_back(s.substr(at, hit - at));
+    }
+    out.push_back(s.substr(at));
+    return out;
+  }
+  size_t end = s.size();
+  int64_t splits = 0;
+  while ((maxsplit < 0 || splits < maxsplit) && end >= sep.size()) {
+    const size_t hit = s.rfind(sep, end - sep.size());
+    if (hit == std::string::npos) break;
+    out.push_back(s.substr(hit + sep.size(), end - hit - sep.size()));
+    end = hit;
+    ++splits;
+  }
+  out.push_back(s.substr(0, end));
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+// Python's str.replace(old, new, count): an empty `old` inserts `new`
+// before every code point and at the end.
+std::string PyReplace(const std::string& s, const std::string& old, const std::string& repl, int64_t count) {
+  std::string out;
+  int64_t done = 0;
+  if (old.empty()) {
+    size_t i = 0;
+    while (true) {
+      if (count < 0 || done < count) {
+        out += repl;
+        ++done;
+      }
+      if (i >= s.size()) break;
+      const size_t start = i;
+      NextCodePoint(s, &i);
+      out.append(s, start, i - start);
+    }
+    return out;
+  }
+  size_t at = 0;
+  for (size_t hit = 0; (count < 0 || done < count) && (hit = s.find(old, at)) != std::string::npos;
+       at = hit + old.size()) {
+    out.append(s, at, hit - at);
+    out += repl;
+    ++done;
+  }
+  out.append(s, at, std::string::npos);
+  return out;
+}
+
+// ---------------------------------------------------------------- values
+
+struct Value;
+struct List;
+struct Dict;
+struct Namespace;
+using ListPtr = std::shared_ptr<const List>;
+using DictPtr = std::shared_ptr<const Dict>;
+using NamespacePtr = std::shared_ptr<Namespace>;
+
+struct None {};
+
+// Jinja's default Undefined; `what` describes what was missing, for the
+// error that using it in an operation raises.
+struct Undefined {
+  std::string what;
+};
+
+// Something callable: a global function ("range"), a bound method
+// ("str.split" with its string as `self`) or a loop's cycle().
+struct Function {
+  std::string name;
+  std::shared_ptr<const Value> self;
+};
+
+// A Python value as a template sees it. Lists and dicts are shared and
+// never changed once built (transformers renders in an immutable sandbox);
+// namespaces are the one mutable kind.
+struct Value {
+  using Data =
+      std::variant<Undefined, None, bool, int64_t, double, std::string, ListPtr, DictPtr, NamespacePtr, Function>;
+  Data data;
+
+  template <typename T>
+  bool Is() const {
+    return std::holds_alternative<T>(data);
+  }
+  template <typename T>
+  const T& As() const {
+    return std::get<T>(data);
+  }
+};
+
+struct List {
+  std::vector<Value> items;
+  bool tuple = false;  // printed as (a, b)
+  int depth = 1;
+};
+
+// Keys in insertion order, as Python's dicts keep them (and so tojson).
+struct Dict {
+  std::vector<std::pair<std::string, Value>> items;
+  int depth = 1;
+
+  const Value* Find(std::string_view key) const {
+    for (const auto& [k, v] : items) {
+      if (k == key) return &v;
+    }
+    return nullptr;
+  }
+  // A new key goes last; an existing one keeps its place, as in Python.
+  void Set(std::string key, Value v) {
+    for (auto& [k, old] : items) {
+      if (k == key) {
+        old = std::move(v);
+        return;
+      }
+    }
+    items.emplace_back(std::move(key), std::move(v));
+  }
+};
+
+struct Namespace {
+  Dict attrs;
+};
+
+template <typename T>
+Value Make(T x) {
+  Value v;
+  v.data.emplace<T>(std::move(x));
+  return v;
+}
+Value Str(std::string s) { return Make<std::string>(std::move(s)); }
+Value Int(int64_t i) { return Make<int64_t>(i); }
+Value Float(double d) { return Make<double>(d); }
+Value Bool(bool b) { return Make<bool>(b); }
+Value NoneValue() { return Make<None>(None{}); }
+Value Undef(std::string what) { return Make<Undefined>(Undefined{std::move(what)}); }
+
+int DepthOf(const Value& v) {
+  if (v.Is<ListPtr>()) return v.As<ListPtr>()->depth;
+  if (v.Is<DictPtr>()) return v.As<DictPtr>()->depth;
+  return 0;
+}
+
+Value ListValue(std::vector<Value> items, bool tuple = false) {
+  auto list = std::make_shared<List>();
+  for (const Value& v : items) list->depth = std::max(list->depth, DepthOf(v) + 1);
+  list->items = std::move(items);
+  list->tuple = tuple;
+  return Make<ListPtr>(std::move(list));
+}
+
+Value DictValue(Dict dict) {
+  dict.depth = 1;
+  for (const auto& [k, v] : dict.items) dict.depth = std::max(dict.depth, DepthOf(v) + 1);
+  return Make<DictPtr>(std::make_shared<const Dict>(std::move(dict)));
+}
+
+Value StringList(const std::vector<std::string>& items) {
+  std::vector<Value> out;
+  out.reserve(items.size());
+  for (const std::string& s : items) out.push_back(Str(s));
+  return ListValue(std::move(out));
+}
+
+bool IsNumber(const Value& v) { return v.Is<bool>() || v.Is<int64_t>() || v.Is<double>(); }
+bool IsIntegral(const Value& v) { return v.Is<bool>() || v.Is<int64_t>(); }  // Python's bool is an int
+int64_t AsInt(const Value& v) { return v.Is<bool>() ? (v.As<bool>() ? 1 : 0) : v.As<int64_t>(); }
+double AsDouble(const Value& v) { return v.Is<double>() ? v.As<double>() : static_cast<double>(AsInt(v)); }
+
+// Python's type names, for messages.
+std::string TypeName(const Value& v) {
+  if (v.Is<Undefined>()) return "undefined";
+  if (v.Is<None>()) return "none";
+  if (v.Is<bool>()) return "bool";
+  if (v.Is<int64_t>()) return "int";
+  if (v.Is<double>()) return "float";
+  if (v.Is<std::string>()) return "str";
+  if (v.Is<ListPtr>()) return v.As<ListPtr>()->tuple ? "tuple" : "list";
+  if (v.Is<DictPtr>()) return "dict";
+  if (v.Is<NamespacePtr>()) return "namespace";
+  return "function";
+}
+
+// Jinja's name for a value's type in its undefined-value messages.
+std::string TypeRepr(const Value& v) { return v.Is<None>() ? "None" : TypeName(v) + " object"; }
+
+// The error of using an undefined value where a value is needed.
+Status UndefinedError(Pos pos, const Value& v) { return Error(pos, v.As<Undefined>().what); }
+
+bool Truthy(const Value& v) {
+  if (v.Is<Undefined>() || v.Is<None>()) return false;
+  if (v.Is<bool>()) return v.As<bool>();
+  if (v.Is<int64_t>()) return v.As<int64_t>() != 0;
+  if (v.Is<double>()) return v.As<double>() != 0.0;
+  if (v.Is<std::string>()) return !v.As<std::string>().empty();
+  if (v.Is<ListPtr>()) return !v.As<ListPtr>()->items.empty();
+  if (v.Is<DictPtr>()) return !v.As<DictPtr>()->items.empty();
+  return true;
+}
+
+// Python's ==. Numbers compare by value across int, float and bool; a list
+// never equals a tuple; namespaces and functions only themselves.
+bool Equal(const Value& a, const Value& b) {
+  if (IsNumber(a) && IsNumber(b)) {
+    if (IsIntegral(a) && IsIntegral(b)) return AsInt(a) == AsInt(b);
+    return AsDouble(a) == AsDouble(b);
+  }
+  if (a.data.index() != b.data.index()) return false;
+  if (a.Is<Undefined>() || a.Is<None>()) return true;
+  if (a.Is<std::string>()) return a.As<std::string>() == b.As<std::string>();
+  if (a.Is<ListPtr>()) {
+    const List& x = *a.As<ListPtr>();
+    const List& y = *b.As<ListPtr>();
+    if (x.tuple != y.tuple || x.items.size() != y.items.size()) return false;
+    for (size_t i = 0; i < x.items.size(); ++i) {
+      if (!Equal(x.items[i], y.items[i])) return false;
+    }
+    return true;
+  }
+  if (a.Is<DictPtr>()) {
+    const Dict& x = *a.As<DictPtr>();
+    const Dict& y = *b.As<DictPtr>();
+    if (x.items.size() != y.items.size()) return false;
+    for (const auto& [k, v] : x.items) {
+      const Value* other = y.Find(k);
+      if (other == nullptr || !Equal(v, *other)) return false;
+    }
+    return true;
+  }
+  if (a.Is<NamespacePtr>()) return a.As<NamespacePtr>() == b.As<NamespacePtr>();
+  return false;
+}
+
+// Python's ordering (<) of numbers, strings (by code point, as UTF-8 bytes
+// order them) and lists or tuples of those: -1, 0 or 1.
+Result<int> Compare(const Value& a, const Value& b, Pos pos, std::string_view op) {
+  if (a.Is<Undefined>()) return UndefinedError(pos, a);
+  if (b.Is<Undefined>()) return UndefinedError(pos, b);
+  if (IsNumber(a) && IsNumber(b)) {
+    if (IsIntegral(a) && IsIntegral(b)) return AsInt(a) < AsInt(b) ? -1 : AsInt(a) > AsInt(b) ? 1 : 0;
+    const double x = AsDouble(a), y = AsDouble(b);
+    return x < y ? -1 : x > y ? 1 : 0;
+  }
+  if (a.Is<std::string>() && b.Is<std::string>()) {
+    const int c = a.As<std::string>().compare(b.As<std::string>());
+    return c < 0 ? -1 : c > 0 ? 1 : 0;
+  }
+  if (a.Is<ListPtr>() && b.Is<ListPtr>() && a.As<ListPtr>()->tuple == b.As<ListPtr>()->tuple) {
+    const auto& x = a.As<ListPtr>()->items;
+    const auto& y = b.As<ListPtr>()->items;
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (Equal(x[i], y[i])) continue;
+      return Compare(x[i], y[i], pos, op);
+    }
+    return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
+  }
+  return Error(pos, "'" + std::string(op) + "' is not supported between " + TypeName(a) + " and " + TypeName(b));
+}
+
+// ------------------------------------------------------- Python printing
+
+// Python's repr() of a float: the shortest digits that read back, in fixed
+// notation with ".0" for exponents -4 to 15 and as 1e+16 elsewhere.
+std::string PyFloatRepr(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  if (d == 0) return std::signbit(d) ? "-0.0" : "0.0";
+  char buf[64];
+  const auto result = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
+  std::string s(buf, result.ptr);
+  std::string sign;
+  if (s[0] == '-') {
+    sign = "-";
+    s.erase(0, 1);
+  }
+  const size_t e = s.find('e');
+  std::string digits;
+  for (char c : s.substr(0, e)) {
+    if (c != '.') digits += c;
+  }
+  const int decimal_point = std::atoi(s.c_str() + e + 1) + 1;  // value = 0.DIGITS * 10^decimal_point
+  std::string out;
+  if (decimal_point > -4 && decimal_point <= 16) {
+    if (decimal_point <= 0) {
+      out = "0." + std::string(static_cast<size_t>(-decimal_point), '0') + digits;
+    } else if (decimal_point >= static_cast<int>(digits.size())) {
+      out = digits + std::string(static_cast<size_t>(decimal_point) - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, static_cast<size_t>(decimal_point)) + "." +
+            digits.substr(static_cast<size_t>(decimal_point));
+    }
+  } else {
+    out = digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    const int exponent = decimal_point - 1;
+    const std::string x = std::to_string(std::abs(exponent));
+    out += std::string(exponent < 0 ? "e-" : "e+") + (x.size() < 2 ? "0" : "") + x;
+  }
+  return sign + out;
+}
+
+void AppendHex(uint32_t v, int width, std::string* out) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%0*x", width, v);
+  *out += buf;
+}
+
+// Python's repr() of a str.
+void AppendStrRepr(std::string_view s, std::string* out) {
+  const bool has_single = s.find('\'') != std::string_view::npos;
+  const bool has_double = s.find('"') != std::string_view::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
+  *out += quote;
+  for (size_t i = 0; i < s.size();) {
+    const size_t start = i;
+    const char32_t c = NextCodePoint(s, &i);
+    if (c == static_cast<char32_t>(quote) || c == '\\') {
+      *out += '\\';
+      *out += static_cast<char>(c);
+    } else if (c == '\t') {
+      *out += "\\t";
+    } else if (c == '\n') {
+      *out += "\\n";
+    } else if (c == '\r') {
+      *out += "\\r";
+    } else if (c < 0x20 || c == 0x7F) {
+      *out += "\\x";
+      AppendHex(c, 2, out);
+    } else if (c < 0x7F || IsPrintable(c)) {
+      out->append(s, start, i - start);
+    } else if (c <= 0xFF) {
+      *out += "\\x";
+      AppendHex(c, 2, out);
+    } else if (c <= 0xFFFF) {
+      *out += "\\u";
+      AppendHex(c, 4, out);
+    } else {
+      *out += "\\U";
+      AppendHex(c, 8, out);
+    }
+  }
+  *out += quote;
+}
+
+// Python's repr() (as str() of a list or dict prints its items).
+Status AppendRepr(const Value& v, std::string* out, int depth, Pos pos) {
+  if (depth > kMaxValueDepth) return Error(pos, "a value nested too deeply to print");
+  if (v.Is<std::string>()) {
+    AppendStrRepr(v.As<std::string>(), out);
+  } else if (v.Is<Undefined>()) {
+    *out += "Undefined";
+  } else if (v.Is<None>()) {
+    *out += "None";
+  } else if (v.Is<bool>()) {
+    *out += v.As<bool>() ? "True" : "False";
+  } else if (v.Is<int64_t>()) {
+    *out += std::to_string(v.As<int64_t>());
+  } else if (v.Is<double>()) {
+    *out += PyFloatRepr(v.As<double>());
+  } else if (v.Is<ListPtr>()) {
+    const List& list = *v.As<ListPtr>();
+    *out += list.tuple ? '(' : '[';
+    for (size_t i = 0; i < list.items.size(); ++i) {
+      if (i > 0) *out += ", ";
+      SLUICE_RETURN_IF_ERROR(AppendRepr(list.items[i], out, depth + 1, pos));
+    }
+    if (list.tuple && list.items.size() == 1) *out += ',';
+    *out += list.tuple ? ')' : ']';
+  } else if (v.Is<DictPtr>() || v.Is<NamespacePtr>()) {
+    const Dict& dict = v.Is<DictPtr>() ? *v.As<DictPtr>() : v.As<NamespacePtr>()->attrs;
+    if (v.Is<NamespacePtr>()) *out += "<Namespace ";
+    *out += '{';
+    bool first = true;
+    for (const auto& [k, item] : dict.items) {
+      if (!first) *out += ", ";
+      first = false;
+      AppendStrRepr(k, out);
+      *out += ": ";
+      SLUICE_RETURN_IF_ERROR(AppendRepr(item, out, depth + 1, pos));
+    }
+    *out += '}';
+    if (v.Is<NamespacePtr>()) *out += '>';
+  } else {
+    return Error(pos, "cannot print function '" + v.As<Function>().name + "' (call it)");
+  }
+  return Status::Ok();
+}
+
+// Python's str(), as {{ }}, ~ and the string filter print values; an
+// undefined value prints as nothing.
+Result<std::string> ToStr(const Value& v, Pos pos) {
+  if (v.Is<std::string>()) return v.As<std::string>();
+  if (v.Is<Undefined>()) return std::string();
+  std::string out;
+  SLUICE_RETURN_IF_ERROR(AppendRepr(v, &out, 0, pos));
+  return out;
+}
+
+// transformers' tojson filter: json.dumps(x, ensure_ascii=False, indent=None,
+// separators=None, sort_keys=False) and those keywords.
+struct JsonStyle {
+  bool ensure_ascii = false;
+  std::optional<std::string> indent;  // none: one line
+  std::string item_separator = ", ";
+  std::string key_separator = ": ";
+  bool sort_keys = false;
+};
+
+void AppendJsonString(std::string_view s, bool ensure_ascii, std::string* out) {
+  *out += '"';
+  for (size_t i = 0; i < s.size();) {
+    const size_t start = i;
+    const char32_t c = NextCodePoint(s, &i);
+    switch (c) {
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
+      default:
+        if (c < 0x20 || (ensure_ascii && c > 0x7E)) {
+          if (c > 0xFFFF) {  // a surrogate pair, as Python writes it
+            const uint32_t v = c - 0x10000;
+            *out += "\\u";
+            AppendHex(0xD800 + (v >> 10), 4, out);
+            *out += "\\u";
+            AppendHex(0xDC00 + (v & 0x3FF), 4, out);
           } else {
-            *out += static_cast<char>(c);
+            *out += "\\u";
+            AppendHex(c, 4, out);
+          }
+        } else {
+          out->append(s, start, i - start);
+        }
+    }
+  }
+  *out += '"';
+}
+
+Status AppendJson(const Value& v, const JsonStyle& style, int level, std::string* out, Pos pos) {
+  if (level > kMaxValueDepth) return Error(pos, "tojson: a value nested too deeply");
+  if (v.Is<None>()) {
+    *out += "null";
+  } else if (v.Is<bool>()) {
+    *out += v.As<bool>() ? "true" : "false";
+  } else if (v.Is<int64_t>()) {
+    *out += std::to_string(v.As<int64_t>());
+  } else if (v.Is<double>()) {
+    const double d = v.As<double>();
+    *out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : PyFloatRepr(d);
+  } else if (v.Is<std::string>()) {
+    AppendJsonString(v.As<std::string>(), style.ensure_ascii, out);
+  } else if (v.Is<ListPtr>() || v.Is<DictPtr>()) {
+    const bool is_list = v.Is<ListPtr>();
+    const size_t n = is_list ? v.As<ListPtr>()->items.size() : v.As<DictPtr>()->items.size();
+    if (n == 0) {
+      *out += is_list ? "[]" : "{}";
+      return Status::Ok();
+    }
+    std::string newline;
+    if (style.indent) {
+      newline = "\n";
+      for (int i = 0; i <= level; ++i) newline += *style.indent;
+    }
+    *out += is_list ? '[' : '{';
+    *out += newline;
+    if (is_list) {
+      const auto& items = v.As<ListPtr>()->items;
+      for (size_t i = 0; i < n; ++i) {
+        if (i > 0) *out += style.item_separator + newline;
+        SLUICE_RETURN_IF_ERROR(AppendJson(items[i], style, level + 1, out, pos));
+      }
+    } else {
+      std::vector<const std::pair<std::string, Value>*> items;
+      for (const auto& item : v.As<DictPtr>()->items) items.push_back(&item);
+      if (style.sort_keys) {
+        std::stable_sort(items.begin(), items.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
+      }
+      for (size_t i = 0; i < n; ++i) {
+        if (i > 0) *out += style.item_separator + newline;
+        AppendJsonString(items[i]->first, style.ensure_ascii, out);
+        *out += style.key_separator;
+        SLUICE_RETURN_IF_ERROR(AppendJson(items[i]->second, style, level + 1, out, pos));
+      }
+    }
+    if (style.indent) {
+      *out += '\n';
+      for (int i = 0; i < level; ++i) *out += *style.indent;
+    }
+    *out += is_list ? ']' : '}';
+  } else {
+    return Error(pos, "tojson: a value of type " + TypeName(v) + " is not JSON serializable");
+  }
+  return Status::Ok();
+}
+
+Result<Value> FromJson(const Json& j, int depth) {
+  if (depth > kMaxValueDepth) return Status::InvalidArgument("chat template context: nested too deeply");
+  switch (j.type()) {
+    case Json::value_t::null:
+      return NoneValue();
+    case Json::value_t::boolean:
+      return Bool(j.get<bool>());
+    case Json::value_t::number_integer:
+      return Int(j.get<int64_t>());
+    case Json::value_t::number_unsigned: {
+      const auto u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return Status::InvalidArgument("chat template context: integer " + std::to_string(u) +
+                                       " is outside the 64-bit range");
+      }
+      return Int(static_cast<int64_t>(u));
+    }
+    case Json::value_t::number_float:
+      return Float(j.get<double>());
+    case Json::value_t::string:
+      return Str(j.get<std::string>());
+    case Json::value_t::array: {
+      std::vector<Value> items;
+      items.reserve(j.size());
+      for (const Json& item : j) {
+        SLUICE_ASSIGN_OR_RETURN(Value v, FromJson(item, depth + 1));
+        items.push_back(std::move(v));
+      }
+      return ListValue(std::move(items));
+    }
+    case Json::value_t::object: {
+      Dict dict;
+      dict.items.reserve(j.size());
+      for (const auto& [k, item] : j.items()) {  // keys are unique already
+        SLUICE_ASSIGN_OR_RETURN(Value v, FromJson(item, depth + 1));
+        dict.items.emplace_back(k, std::move(v));
+      }
+      return DictValue(std::move(dict));
+    }
+    default:
+      return Status::InvalidArgument("chat template context: a binary or discarded JSON value");
+  }
+}
+
+// ----------------------------------------------------------------- lexer
+
+enum class Tok { kData, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt, kFloat, kOp, kEof };
+
+struct Token {
+  Tok type = Tok::kEof;
+  std::string text;  // data, a name, a string's value, an operator
+  int64_t i = 0;
+  double f = 0;
+  Pos pos;
+};
+
+std::string Describe(const Token& t) {
+  switch (t.type) {
+    case Tok::kData:
+      return "template text";
+    case Tok::kVarBegin:
+      return "'{{'";
+    case Tok::kVarEnd:
+      return "'}}'";
+    case Tok::kBlockBegin:
+      return "'{%'";
+    case Tok::kBlockEnd:
+      return "'%}'";
+    case Tok::kString:
+      return "a string";
+    case Tok::kInt:
+    case Tok::kFloat:
+      return "a number";
+    case Tok::kEof:
+      return "the end of the template";
+    case Tok::kName:
+    case Tok::kOp:
+      break;
+  }
+  return "'" + t.text + "'";
+}
+
+bool IsNameStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_'; }
+bool IsNameChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+int HexValue(char c) {
+  if (IsDigit(c)) return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return 99;
+}
+
+// Splits a template into text and tag tokens as Jinja's lexer does with
+// transformers' settings: trim_blocks (a block or comment tag eats the one
+// newline after it), lstrip_blocks (the spaces and tabs before a block or
+// comment tag that starts its line go), '-' (all whitespace on that side
+// goes), '+' (neither of the first two applies), and keep_trailing_newline
+// off (the source's one final newline goes). Line ends are normalized to
+// "\n" first, as Jinja does.
+class Lexer {
+ public:
+  explicit Lexer(std::string_view source) {
+    src_.reserve(source.size());
+    for (size_t i = 0; i < source.size(); ++i) {
+      if (source[i] == '\r') {
+        src_ += '\n';
+        if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+      } else {
+        src_ += source[i];
+      }
+    }
+    if (!src_.empty() && src_.back() == '\n') src_.pop_back();
+    line_starts_.push_back(0);
+    for (size_t i = 0; i < src_.size(); ++i) {
+      if (src_[i] == '\n') line_starts_.push_back(i + 1);
+    }
+  }
+
+  Result<std::vector<Token>> Run() {
+    const size_t n = src_.size();
+    while (pos_ < n) {
+      size_t open = std::string::npos;
+      for (size_t k = src_.find('{', pos_); k != std::string::npos && k + 1 < n; k = src_.find('{', k + 1)) {
+        if (src_[k + 1] == '{' || src_[k + 1] == '%' || src_[k + 1] == '#') {
+          open = k;
+          break;
+        }
+      }
+      if (open == std::string::npos) {
+        Push(Tok::kData, src_.substr(pos_), pos_);
+        break;
+      }
+      std::string text = src_.substr(pos_, open - pos_);
+      const char type = src_[open + 1];
+      size_t after = open + 2;
+      const char sign = after < n && (src_[after] == '-' || src_[after] == '+') ? src_[after] : '\0';
+      if (sign != '\0') ++after;
+      if (sign == '-') {
+        text = PyStrip(text, std::nullopt, false, true);
+      } else if (sign != '+' && type != '{') {
+        const size_t nl = text.rfind('\n');
+        const size_t line_start = nl == std::string::npos ? 0 : nl + 1;
+        if ((line_start > 0 || line_starting_) && text.find_first_not_of(" \t", line_start) == std::string::npos) {
+          text.resize(line_start);
+        }
+      }
+      if (!text.empty()) Push(Tok::kData, std::move(text), pos_);
+      if (type == '#') {
+        SLUICE_RETURN_IF_ERROR(SkipComment(open, after));
+      } else {
+        SLUICE_RETURN_IF_ERROR(LexTag(type, open, after));
+      }
+    }
+    Token eof;
+    eof.type = Tok::kEof;
+    eof.pos = PosAt(n);
+    tokens_.push_back(std::move(eof));
+    return std::move(tokens_);
+  }
+
+ private:
+  Pos PosAt(size_t offset) const {
+    const auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
+    const auto line = static_cast<size_t>(it - line_starts_.begin());  // 1-based
+    const size_t start = line_starts_[line - 1];
+    return {static_cast<int>(line),
+            static_cast<int>(CodePointCount(std::string_view(src_).substr(start, offset - start))) + 1};
+  }
+
+  void Push(Tok type, std::string text, size_t offset) {
+    Token t;
+    t.type = type;
+    t.text = std::move(text);
+    t.pos = PosAt(offset);
+    tokens_.push_back(std::move(t));
+  }
+
+  // The end of the whitespace at src_[i] (Python's \s*).
+  size_t SkipWhitespace(size_t i) const {
+    while (i < src_.size()) {
+      size_t next = i;
+      if (!IsPySpace(NextCodePoint(src_, &next))) break;
+      i = next;
+    }
+    return i;
+  }
+
+  // After a tag: the lexer is at a line's start when the tag ate its newline.
+  void EndTag(size_t end) {
+    pos_ = end;
+    line_starting_ = end > 0 && src_[end - 1] == '\n';
+  }
+
+  Status SkipComment(size_t open, size_t after) {
+    const size_t close = src_.find("#}", after);
+    if (close == std::string::npos) return Error(PosAt(open), "comment '{#' is never closed with '#}'");
+    size_t end = close + 2;
+    const char sign = close > after ? src_[close - 1] : '\0';
+    if (sign == '-') {
+      end = SkipWhitespace(end);
+    } else if (sign != '+' && end < src_.size() && src_[end] == '\n') {
+      ++end;
+    }
+    EndTag(end);
+    return Status::Ok();
+  }
+
+  // The tokens of a {{ }} or {% %} tag from `after` (past the opener and its
+  // sign) to its end, which only counts outside brackets and strings.
+  Status LexTag(char type, size_t open, size_t after) {
+    const size_t n = src_.size();
+    Push(type == '{' ? Tok::kVarBegin : Tok::kBlockBegin, type == '{' ? "{{" : "{%", open);
+    if (type == '%') {
+      const size_t word = SkipWhitespace(after);
+      size_t e = word;
+      while (e < n && IsNameChar(src_[e])) ++e;
+      if (src_.compare(word, e - word, "raw") == 0) return Error(PosAt(word), "statement 'raw' is not supported");
+    }
+    std::vector<char> brackets;
+    size_t p = after;
+    while (true) {
+      if (brackets.empty()) {
+        size_t end = std::string::npos;
+        if (type == '{') {
+          if (src_.compare(p, 3, "-}}") == 0) {
+            end = SkipWhitespace(p + 3);
+          } else if (src_.compare(p, 2, "}}") == 0) {
+            end = p + 2;
+          }
+        } else if (src_.compare(p, 3, "+%}") == 0) {
+          end = p + 3;
+        } else if (src_.compare(p, 3, "-%}") == 0) {
+          end = SkipWhitespace(p + 3);
+        } else if (src_.compare(p, 2, "%}") == 0) {
+          end = p + 2;
+          if (end < n && src_[end] == '\n') ++end;
+        }
+        if (end != std::string::npos) {
+          Push(type == '{' ? Tok::kVarEnd : Tok::kBlockEnd, type == '{' ? "}}" : "%}", p);
+          EndTag(end);
+          return Status::Ok();
+        }
+      }
+      if (p >= n) {
+        return Error(PosAt(open), type == '{' ? "'{{' is never closed with '}}'" : "'{%' is never closed with '%}'");
+      }
+      size_t next = p;
+      const char32_t c = NextCodePoint(src_, &next);
+      if (IsPySpace(c)) {
+        p = next;
+        continue;
+      }
+      Token t;
+      t.pos = PosAt(p);
+      const char ch = src_[p];
+      if (ch == '\'' || ch == '"') {
+        size_t e = p + 1;
+        while (e < n && src_[e] != ch) e += src_[e] == '\\' ? 2 : 1;
+        if (e >= n) return Error(t.pos, "string literal is never closed");
+        t.type = Tok::kString;
+        SLUICE_ASSIGN_OR_RETURN(t.text, Unescape(std::string_view(src_).substr(p + 1, e - p - 1), t.pos));
+        p = e + 1;
+      } else if (IsDigit(ch)) {
+        SLUICE_ASSIGN_OR_RETURN(p, LexNumber(p, &t));
+      } else if (IsNameStart(ch)) {
+        size_t e = p;
+        while (e < n && IsNameChar(src_[e])) ++e;
+        t.type = Tok::kName;
+        t.text = src_.substr(p, e - p);
+        p = e;
+      } else {
+        static constexpr const char* kOperators[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*",
+                                                     "/",  "%",  "~",  "[",  "]",  "(",  ")", "{", "}",
+                                                     "<",  ">",  "=",  ".",  ":",  "|",  ",", ";"};
+        const char* op = nullptr;
+        for (const char* candidate : kOperators) {
+          if (src_.compare(p, std::strlen(candidate), candidate) == 0) {
+            op = candidate;
+            break;
+          }
+        }
+        if (op == nullptr) return Error(t.pos, "unexpected character '" + src_.substr(p, next - p) + "' in a tag");
+        t.type = Tok::kOp;
+        t.text = op;
+        p += t.text.size();
+        if (t.text == "(" || t.text == "[" || t.text == "{") {
+          brackets.push_back(t.text[0]);
+        } else if (t.text == ")" || t.text == "]" || t.text == "}") {
+          const char want = t.text == ")" ? '(' : t.text == "]" ? '[' : '{';
+          if (brackets.empty() || brackets.back() != want) return Error(t.pos, "unexpected '" + t.text + "'");
+          brackets.pop_back();
+        }
+      }
+      tokens_.push_back(std::move(t));
+    }
+  }
+
+  // Digits from src_[i] with single underscores between them; the end (i if none).
+  size_t Digits(size_t i, int base) const {
+    size_t e = i;
+    while (e < src_.size() && HexValue(src_[e]) < base) {
+      ++e;
+      if (e + 1 < src_.size() && src_[e] == '_' && HexValue(src_[e + 1]) < base) ++e;
+    }
+    return e;
+  }
+
+  // An integer (decimal, 0x, 0o, 0b, with '_' between digits) or a float
+  // (digits with a fraction and/or an exponent), as Jinja reads them.
+  Result<size_t> LexNumber(size_t p, Token* t) {
+    const size_t n = src_.size();
+    int base = 10;
+    size_t b = p;
+    if (src_[p] == '0' && p + 1 < n && std::strchr("xXoObB", src_[p + 1]) != nullptr) {
+      const char kind = static_cast<char>(std::tolower(static_cast<unsigned char>(src_[p + 1])));
+      base = kind == 'x' ? 16 : kind == 'o' ? 8 : 2;
+      b = p + 2;
+      if (b < n && src_[b] == '_') ++b;
+    }
+    size_t e = Digits(b, base);
+    if (e == b) return Error(PosAt(p), "a number with no digits");
+    bool is_float = false;
+    // A number right after '.' is an item index (x.0.1), never a fraction.
+    const bool after_dot = p > 0 && src_[p - 1] == '.';
+    if (base == 10 && !after_dot) {
+      if (e + 1 < n && src_[e] == '.' && IsDigit(src_[e + 1])) {
+        e = Digits(e + 1, 10);
+        is_float = true;
+      }
+      if (e < n && (src_[e] == 'e' || src_[e] == 'E')) {
+        size_t x = e + 1;
+        if (x < n && (src_[x] == '+' || src_[x] == '-')) ++x;
+        if (x < n && IsDigit(src_[x])) {
+          e = Digits(x, 10);
+          is_float = true;
+        }
+      }
+    }
+    std::string clean;
+    for (size_t i = b; i < e; ++i) {
+      if (src_[i] != '_') clean += src_[i];
+    }
+    t->text = src_.substr(p, e - p);
+    if (is_float) {
+      t->type = Tok::kFloat;
+      t->f = std::strtod(clean.c_str(), nullptr);
+      return e;
+    }
+    t->type = Tok::kInt;
+    const auto [ptr, ec] = std::from_chars(clean.data(), clean.data() + clean.size(), t->i, base);
+    if (ec != std::errc() || ptr != clean.data() + clean.size()) {
+      return Error(PosAt(p), "integer " + t->text + " is outside the 64-bit range");
+    }
+    return e;
+  }
+
+  // A string literal's escapes, as Python's unicode-escape codec reads them.
+  static Result<std::string> Unescape(std::string_view raw, Pos pos) {
+    std::string out;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] != '\\' || i + 1 >= raw.size()) {
+        out += raw[i];
+        continue;
+      }
+      const char c = raw[++i];
+      switch (c) {
+        case '\n':
+          break;  // a line continuation
+        case '\\':
+        case '\'':
+        case '"':
+          out += c;
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'x':
+        case 'u':
+        case 'U': {
+          const size_t width = c == 'x' ? 2 : c == 'u' ? 4 : 8;
+          uint32_t cp = 0;
+          for (size_t k = 1; k <= width; ++k) {
+            if (i + k >= raw.size() || HexValue(raw[i + k]) > 15) {
+              return Error(pos, std::string("string literal: truncated \\") + c + " escape");
+            }
+            cp = cp * 16 + static_cast<uint32_t>(HexValue(raw[i + k]));
+          }
+          i += width;
+          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+            return Error(pos, "string literal: an escape of an invalid code point");
+          }
+          AppendUtf8(cp, &out);
+          break;
+        }
+        case 'N':
+          return Error(pos, "string literal: \\N{...} escapes are not supported");
+        default:
+          if (c >= '0' && c <= '7') {
+            uint32_t cp = 0;
+            size_t k = 0;
+            for (; k < 3 && i + k < raw.size() && raw[i + k] >= '0' && raw[i + k] <= '7'; ++k) {
+              cp = cp * 8 + static_cast<uint32_t>(raw[i + k] - '0');
+            }
+            i += k - 1;
+            AppendUtf8(cp, &out);
+          } else {  // an unknown escape stays as it is, as in Python
+            out += '\\';
+            out += c;
           }
       }
     }
-    *out += '"';
-  } else if (j.is_null()) {
-    *out += "null";
-  } else if (j.is_boolean()) {
-    *out += j.get<bool>() ? "true" : "false";
-  } else if (j.is_number_float()) {
-    *out += PyFloat(j.get<double>());
-  } else if (j.is_number()) {
-    *out += j.dump();
-  } else if (j.is_array()) {
-    if (j.empty()) {
-      *out += "[]";
-      return;
-    }
-    *out += '[';
-    for (size_t i = 0; i < j.size(); ++i) {
-      if (i) *out += indent < 0 ? ", " : ",";
-      newline(depth + 1);
-      PyJson(j[i], indent, depth + 1, out);
-    }
-    newline(depth);
-    *out += ']';
-  } else {
-    if (j.empty()) {
-      *out += "{}";
-      return;
-    }
-    *out += '{';
-    bool first = true;
-    for (const auto& [k, v] : j.items()) {
-      if (!first) *out += indent < 0 ? ", " : ",";
-      first = false;
-      newline(depth + 1);
-      PyJson(Json(k), indent, depth + 1, out);
-      *out += ": ";
-      PyJson(v, indent, depth + 1, out);
-    }
-    newline(depth);
-    *out += '}';
+    return out;
   }
-}
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-std::string Strip(const std::string& s, const std::string* chars, bool left, bool right) {
-  auto drop = [&](char c) { return chars ? chars->find(c) != std::string::npos : IsSpace(c); };
-  size_t b = 0, e = s.size();
-  if (left) {
-    while (b < e && drop(s[b])) ++b;
-  }
-  if (right) {
-    while (e > b && drop(s[e - 1])) --e;
-  }
-  return s.substr(b, e - b);
-}
-
-// ------------------------------------------------------------- expressions
-
-struct Token {
-  enum class Kind { kName, kString, kInt, kFloat, kOp, kEnd } kind = Kind::kEnd;
-  std::string text;
-  int64_t i = 0;
-  double f = 0;
+  std::string src_;
+  std::vector<size_t> line_starts_;
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+  bool line_starting_ = true;
 };
 
-std::vector<Token> Lex(std::string_view s, int line) {
-  std::vector<Token> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    const char c = s[i];
-    if (IsSpace(c)) {
-      ++i;
-      continue;
-    }
-    Token t;
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-      size_t e = i;
-      while (e < s.size() && (std::isalnum(static_cast<unsigned char>(s[e])) || s[e] == '_')) ++e;
-      t.kind = Token::Kind::kName;
-      t.text = std::string(s.substr(i, e - i));
-      i = e;
-    } else if (std::isdigit(static_cast<unsigned char>(c))) {
-      size_t e = i;
-      while (e < s.size() && std::isdigit(static_cast<unsigned char>(s[e]))) ++e;
-      bool is_float = false;
-      if (e + 1 < s.size() && s[e] == '.' && std::isdigit(static_cast<unsigned char>(s[e + 1]))) {
-        is_float = true;
-        ++e;
-        while (e < s.size() && std::isdigit(static_cast<unsigned char>(s[e]))) ++e;
-      }
-      const std::string text(s.substr(i, e - i));
-      if (is_float) {
-        t.kind = Token::Kind::kFloat;
-        t.f = std::stod(text);
-      } else {
-        t.kind = Token::Kind::kInt;
-        auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), t.i);
-        if (ec != std::errc()) Fail(line, "number '" + text + "' is out of range");
-      }
-      i = e;
-    } else if (c == '\'' || c == '"') {
-      std::string v;
-      size_t e = i + 1;
-      for (; e < s.size() && s[e] != c; ++e) {
-        if (s[e] == '\\' && e + 1 < s.size()) {
-          const char n = s[++e];
-          v += n == 'n' ? '\n' : n == 't' ? '\t' : n == 'r' ? '\r' : n;
-        } else {
-          v += s[e];
-        }
-      }
-      if (e >= s.size()) Fail(line, "unterminated string literal");
-      t.kind = Token::Kind::kString;
-      t.text = std::move(v);
-      i = e + 1;
-    } else {
-      static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}", ",",
-                                   ".",  ":",  "|",  "+",  "-",  "*",  "/", "%", "~", "<", ">", "="};
-      bool found = false;
-      for (const char* op : kOps) {
-        if (s.substr(i, std::strlen(op)) == op) {
-          t.kind = Token::Kind::kOp;
-          t.text = op;
-          i += std::strlen(op);
-          found = true;
-          break;
-        }
-      }
-      if (!found) Fail(line, std::string("unexpected character '") + c + "'");
-    }
-    out.push_back(std::move(t));
-  }
-  out.push_back(Token{});
-  return out;
-}
+// ------------------------------------------------------------------- AST
+
+struct Expr;
+using ExprPtr = std::shared_ptr<const Expr>;
 
 struct Expr {
   enum class Kind {
-    kLiteral,
-    kName,
-    kList,
-    kDict,
-    kAttr,
-    kItem,
-    kSlice,
-    kCall,
-    kFilter,
-    kTest,
-    kUnary,
-    kBinary,
-    kCond
-  } kind = Kind::kLiteral;
-  Json literal;
-  std::string name;                         // kName, kAttr, kFilter, kTest, operator of kUnary / kBinary
-  std::vector<std::shared_ptr<Expr>> args;  // operands, list items, call / filter arguments
-  std::vector<std::pair<std::string, std::shared_ptr<Expr>>> kwargs;  // call keyword arguments; dict items
-  bool negated = false;                                               // `is not`
-  int line = 0;
+    kConst,    // value
+    kName,     // name
+    kList,     // args: items
+    kTuple,    // args: items
+    kDict,     // args: key, value, key, value, ...
+    kAttr,     // args: base; name: the attribute
+    kItem,     // args: base, key
+    kSlice,    // args: base, start, stop, step (null where absent)
+    kCall,     // args: callee, positional arguments; kwargs
+    kFilter,   // args: operand, positional arguments; kwargs; name
+    kTest,     // args: operand, positional arguments; kwargs; name; negated
+    kNot,      // args: operand
+    kNeg,      // args: operand
+    kPlus,     // args: operand
+    kBinary,   // args: left, right; name: + - * / // % **
+    kAnd,      // args: left, right
+    kOr,       // args: left, right
+    kCompare,  // args: operands; ops: == != < <= > >= in notin between them
+    kCond,     // args: value, condition, value otherwise (null: undefined)
+    kConcat,   // args: operands of ~
+  };
+  Kind kind = Kind::kConst;
+  Pos pos;
+  Value value;
+  std::string name;
+  std::vector<ExprPtr> args;
+  std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  std::vector<std::string> ops;
+  bool negated = false;
 };
-using ExprPtr = std::shared_ptr<Expr>;
 
-class ExprParser {
+// An assignment target: a name, names to unpack a sequence into, or a
+// namespace attribute (`ns.attr`).
+struct Target {
+  Pos pos;
+  std::vector<std::string> names;
+  bool unpack = false;
+  std::string attr;
+};
+
+struct Stmt;
+using Body = std::vector<std::shared_ptr<const Stmt>>;
+
+struct Stmt {
+  enum class Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kBreak, kContinue, kGeneration };
+  Kind kind = Kind::kText;
+  Pos pos;
+  std::string text;                                // kText
+  ExprPtr expr;                                    // kOutput, kSet: the value; kFor: the iterable
+  ExprPtr filter;                                  // kFor: `if` (null: none)
+  Target target;                                   // kFor, kSet, kSetBlock
+  std::vector<std::pair<ExprPtr, Body>> branches;  // kIf: (condition, body); `else` has a null condition
+  Body body, else_body;                            // kFor (else_body: for-else), kSetBlock, kGeneration
+};
+
+// ------------------------------------------------------------ vocabulary
+
+bool OneOf(std::string_view s, std::initializer_list<std::string_view> list) {
+  return std::find(list.begin(), list.end(), s) != list.end();
+}
+
+bool IsSupportedFilter(std::string_view name) {
+  return OneOf(name,
+               {"abs",     "capitalize", "count",      "d",      "default", "first",  "float",  "int",        "items",
+                "join",    "last",       "length",     "list",   "lower",   "map",    "reject", "rejectattr", "replace",
+                "reverse", "select",     "selectattr", "string", "title",   "tojson", "trim",   "unique",     "upper"});
+}
+
+bool IsSupportedTest(std::string_view name) {
+  return OneOf(name, {"defined",     "undefined", "none",        "boolean", "true",     "false",    "integer",
+                      "float",       "number",    "string",      "mapping", "sequence", "iterable", "callable",
+                      "odd",         "even",      "divisibleby", "eq",      "equalto",  "==",       "ne",
+                      "!=",          "lt",        "lessthan",    "<",       "le",       "<=",       "gt",
+                      "greaterthan", ">",         "ge",          ">=",      "in"});
+}
+
+bool IsSupportedStrMethod(std::string_view name) {
+  return OneOf(
+      name, {"startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "replace", "upper",
+             "lower", "title", "capitalize", "join", "find", "count", "removeprefix", "removesuffix"});
+}
+
+bool IsSupportedDictMethod(std::string_view name) { return OneOf(name, {"items", "keys", "values", "get"}); }
+
+// The methods of Python's str, dict and list: a template reaching one this
+// class does not implement is refused rather than given an undefined value.
+bool IsPyStrMethod(std::string_view name) {
+  return OneOf(name,
+               {"capitalize", "casefold",     "center",       "count",   "encode",     "endswith",    "expandtabs",
+                "find",       "format",       "format_map",   "index",   "isalnum",    "isalpha",     "isascii",
+                "isdecimal",  "isdigit",      "isidentifier", "islower", "isnumeric",  "isprintable", "isspace",
+                "istitle",    "isupper",      "join",         "ljust",   "lower",      "lstrip",      "maketrans",
+                "partition",  "removeprefix", "removesuffix", "replace", "rfind",      "rindex",      "rjust",
+                "rpartition", "rsplit",       "rstrip",       "split",   "splitlines", "startswith",  "strip",
+                "swapcase",   "title",        "translate",    "upper",   "zfill"});
+}
+bool IsPyDictMethod(std::string_view name) {
+  return OneOf(
+      name, {"clear", "copy", "fromkeys", "get", "items", "keys", "pop", "popitem", "setdefault", "update", "values"});
+}
+bool IsPyListMethod(std::string_view name) {
+  return OneOf(name,
+               {"append", "clear", "copy", "count", "extend", "index", "insert", "pop", "remove", "reverse", "sort"});
+}
+
+bool IsGlobalFunction(std::string_view name) {
+  return OneOf(name, {"range", "namespace", "dict", "raise_exception", "strftime_now"});
+}
+
+// ---------------------------------------------------------------- parser
+
+// Jinja's grammar (its parser's precedences) for the supported statements
+// and expressions: `x if c else y`, or, and, not, comparisons (chained),
+// + -, ~, * / // %, **, unary - +, then postfix (.attr, [item], calls) and
+// filters / tests.
+class Parser {
  public:
-  ExprParser(std::vector<Token> tokens, int line) : t_(std::move(tokens)), line_(line) {}
+  explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
 
-  ExprPtr ParseAll() {
-    ExprPtr e = Parse();
-    if (Peek().kind != Token::Kind::kEnd) Fail(line_, "unexpected '" + Peek().text + "' in expression");
+  Result<Body> ParseTemplate() {
+    std::string end;
+    return ParseBody({}, &end);
+  }
+
+ private:
+  const Token& Cur() const { return t_[std::min(i_, t_.size() - 1)]; }
+  const Token& Peek() const { return t_[std::min(i_ + 1, t_.size() - 1)]; }
+  void Advance() {
+    if (i_ < t_.size() - 1) ++i_;
+  }
+  bool IsOp(std::string_view op) const { return Cur().type == Tok::kOp && Cur().text == op; }
+  bool IsName(std::string_view name) const { return Cur().type == Tok::kName && Cur().text == name; }
+
+  Status Unexpected(const std::string& wanted) const {
+    return Error(Cur().pos, "expected " + wanted + ", found " + Describe(Cur()));
+  }
+  Status ExpectOp(std::string_view op) {
+    if (!IsOp(op)) return Unexpected("'" + std::string(op) + "'");
+    Advance();
+    return Status::Ok();
+  }
+  Status ExpectBlockEnd(std::string_view statement) {
+    if (Cur().type != Tok::kBlockEnd) return Unexpected("'%}' to end the '" + std::string(statement) + "' statement");
+    Advance();
+    return Status::Ok();
+  }
+  Result<std::string> ExpectName(const std::string& what) {
+    if (Cur().type != Tok::kName) return Unexpected(what);
+    std::string name = Cur().text;
+    Advance();
+    return name;
+  }
+
+  static std::shared_ptr<Expr> Node(Expr::Kind kind, Pos pos) {
+    auto e = std::make_shared<Expr>();
+    e->kind = kind;
+    e->pos = pos;
     return e;
   }
-  // Nesting is bounded so that a hostile template cannot exhaust the stack.
-  ExprPtr Parse() {
-    if (++depth_ > kMaxDepth) Fail(line_, "expression nested deeper than " + std::to_string(kMaxDepth));
-    ExprPtr e = Conditional();
+
+  // ---------------------------------------------------------- statements
+
+  // Parses until a `{% name %}` whose name is in `ends` (left unconsumed,
+  // after its '{%'; *end is the name) or the end of the template (*end
+  // empty).
+  Result<Body> ParseBody(std::initializer_list<std::string_view> ends, std::string* end) {
+    if (++depth_ > kMaxNesting) return Error(Cur().pos, "the template nests too deeply (over 200 levels)");
+    Body body;
+    end->clear();
+    while (Cur().type != Tok::kEof) {
+      const Token& t = Cur();
+      if (t.type == Tok::kData) {
+        auto s = std::make_shared<Stmt>();
+        s->kind = Stmt::Kind::kText;
+        s->pos = t.pos;
+        s->text = t.text;
+        body.push_back(std::move(s));
+        Advance();
+        continue;
+      }
+      if (t.type == Tok::kVarBegin) {
+        auto s = std::make_shared<Stmt>();
+        s->kind = Stmt::Kind::kOutput;
+        s->pos = t.pos;
+        Advance();
+        SLUICE_ASSIGN_OR_RETURN(s->expr, ParseTuple(false, true, {}, false));
+        if (Cur().type != Tok::kVarEnd) return Unexpected("'}}'");
+        Advance();
+        body.push_back(std::move(s));
+        continue;
+      }
+      if (t.type != Tok::kBlockBegin) return Unexpected("template text or a tag");
+      Advance();
+      if (Cur().type != Tok::kName) return Unexpected("a statement name");
+      const std::string word = Cur().text;
+      const Pos pos = Cur().pos;
+      if (OneOf(word, ends)) {
+        *end = word;
+        --depth_;
+        return body;
+      }
+      std::shared_ptr<Stmt> s;
+      if (word == "if") {
+        SLUICE_ASSIGN_OR_RETURN(s, ParseIf());
+      } else if (word == "for") {
+        SLUICE_ASSIGN_OR_RETURN(s, ParseFor());
+      } else if (word == "set") {
+        SLUICE_ASSIGN_OR_RETURN(s, ParseSet());
+      } else if (word == "break" || word == "continue") {
+        if (loops_ == 0) return Error(pos, "'" + word + "' outside a for loop");
+        Advance();
+        SLUICE_RETURN_IF_ERROR(ExpectBlockEnd(word));
+        s = std::make_shared<Stmt>();
+        s->kind = word == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
+      } else if (word == "generation") {
+        Advance();
+        SLUICE_RETURN_IF_ERROR(ExpectBlockEnd(word));
+        s = std::make_shared<Stmt>();
+        s->kind = Stmt::Kind::kGeneration;
+        std::string inner;
+        SLUICE_ASSIGN_OR_RETURN(s->body, ParseClosedBody(word, pos, {"endgeneration"}, &inner));
+        SLUICE_RETURN_IF_ERROR(CloseStatement("endgeneration"));
+      } else if (OneOf(word, {"elif", "else", "endif", "endfor", "endset", "endgeneration"})) {
+        if (ends.size() == 0) return Error(pos, "'" + word + "' without its opening statement");
+        std::string wanted;
+        for (std::string_view e : ends) wanted += (wanted.empty() ? "'" : " or '") + std::string(e) + "'";
+        return Error(pos, "'" + word + "' where " + wanted + " was expected");
+      } else {
+        return Error(pos, "statement '" + word + "' is not supported (supported: if, for, set, break, continue)");
+      }
+      s->pos = pos;
+      body.push_back(std::move(s));
+    }
+    --depth_;
+    return body;
+  }
+
+  // A body that must end with one of `ends`: an error naming the opening
+  // statement otherwise.
+  Result<Body> ParseClosedBody(const std::string& opener, Pos pos, std::initializer_list<std::string_view> ends,
+                               std::string* end) {
+    SLUICE_ASSIGN_OR_RETURN(Body body, ParseBody(ends, end));
+    if (end->empty()) {
+      std::string wanted;
+      for (std::string_view e : ends) wanted += (wanted.empty() ? "'" : " or '") + std::string(e) + "'";
+      return Error(pos, "'" + opener + "' is never closed (expected " + wanted + ")");
+    }
+    return body;
+  }
+
+  Status CloseStatement(std::string_view word) {
+    Advance();  // the end word
+    return ExpectBlockEnd(word);
+  }
+
+  Result<std::shared_ptr<Stmt>> ParseIf() {
+    const Pos pos = Cur().pos;
+    Advance();
+    auto s = std::make_shared<Stmt>();
+    s->kind = Stmt::Kind::kIf;
+    SLUICE_ASSIGN_OR_RETURN(ExprPtr cond, ParseExpression());
+    SLUICE_RETURN_IF_ERROR(ExpectBlockEnd("if"));
+    std::string end;
+    while (true) {
+      SLUICE_ASSIGN_OR_RETURN(Body body, ParseClosedBody("if", pos, {"elif", "else", "endif"}, &end));
+      s->branches.emplace_back(cond, std::move(body));
+      if (end == "elif") {
+        Advance();
+        SLUICE_ASSIGN_OR_RETURN(cond, ParseExpression());
+        SLUICE_RETURN_IF_ERROR(ExpectBlockEnd("elif"));
+        continue;
+      }
+      if (end == "else") {
+        Advance();
+        SLUICE_RETURN_IF_ERROR(ExpectBlockEnd("else"));
+        SLUICE_ASSIGN_OR_RETURN(Body other, ParseClosedBody("if", pos, {"endif"}, &end));
+        s->branches.emplace_back(nullptr, std::move(other));
+      }
+      SLUICE_RETURN_IF_ERROR(CloseStatement("endif"));
+      return s;
+    }
+  }
+
+  // Names (`x`, `k, v`, `(k, v)`) or, with `namespace_attr`, `ns.attr`.
+  Result<Target> ParseTarget(bool namespace_attr, std::string_view end_name) {
+    Target target;
+    target.pos = Cur().pos;
+    if (namespace_attr && Cur().type == Tok::kName && Peek().type == Tok::kOp && Peek().text == ".") {
+      target.names.push_back(Cur().text);
+      Advance();
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(target.attr, ExpectName("an attribute name"));
+      return target;
+    }
+    const bool parenthesized = IsOp("(");
+    if (parenthesized) Advance();
+    while (true) {
+      SLUICE_ASSIGN_OR_RETURN(std::string name, ExpectName("a variable name to assign"));
+      if (OneOf(name, {"true", "false", "none", "True", "False", "None"})) {
+        return Error(target.pos, "cannot assign to '" + name + "'");
+      }
+      target.names.push_back(std::move(name));
+      if (!IsOp(",")) break;
+      Advance();
+      target.unpack = true;
+      if ((parenthesized && IsOp(")")) || (!end_name.empty() && IsName(end_name)) || IsOp("=") ||
+          Cur().type == Tok::kBlockEnd) {
+        break;
+      }
+    }
+    if (parenthesized) {
+      SLUICE_RETURN_IF_ERROR(ExpectOp(")"));
+      target.unpack = true;
+    }
+    return target;
+  }
+
+  Result<std::shared_ptr<Stmt>> ParseFor() {
+    const Pos pos = Cur().pos;
+    Advance();
+    auto s = std::make_shared<Stmt>();
+    s->kind = Stmt::Kind::kFor;
+    SLUICE_ASSIGN_OR_RETURN(s->target, ParseTarget(false, "in"));
+    if (!IsName("in")) return Unexpected("'in'");
+    Advance();
+    SLUICE_ASSIGN_OR_RETURN(s->expr, ParseTuple(false, false, "recursive", false));
+    if (IsName("if")) {
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(s->filter, ParseExpression());
+    }
+    if (IsName("recursive")) return Error(Cur().pos, "recursive for loops are not supported");
+    SLUICE_RETURN_IF_ERROR(ExpectBlockEnd("for"));
+    std::string end;
+    ++loops_;
+    SLUICE_ASSIGN_OR_RETURN(s->body, ParseClosedBody("for", pos, {"else", "endfor"}, &end));
+    --loops_;
+    if (end == "else") {
+      Advance();
+      SLUICE_RETURN_IF_ERROR(ExpectBlockEnd("else"));
+      // break and continue in a for-else belong to an enclosing loop, if any.
+      SLUICE_ASSIGN_OR_RETURN(s->else_body, ParseClosedBody("for", pos, {"endfor"}, &end));
+    }
+    SLUICE_RETURN_IF_ERROR(CloseStatement("endfor"));
+    return s;
+  }
+
+  Result<std::shared_ptr<Stmt>> ParseSet() {
+    const Pos pos = Cur().pos;
+    Advance();
+    auto s = std::make_shared<Stmt>();
+    SLUICE_ASSIGN_OR_RETURN(s->target, ParseTarget(true, ""));
+    if (IsOp("=")) {
+      Advance();
+      s->kind = Stmt::Kind::kSet;
+      SLUICE_ASSIGN_OR_RETURN(s->expr, ParseTuple(false, true, {}, false));
+      SLUICE_RETURN_IF_ERROR(ExpectBlockEnd("set"));
+      return s;
+    }
+    if (IsOp("|")) return Error(Cur().pos, "filters on a {% set %} block are not supported");
+    SLUICE_RETURN_IF_ERROR(ExpectBlockEnd("set"));
+    s->kind = Stmt::Kind::kSetBlock;
+    std::string end;
+    SLUICE_ASSIGN_OR_RETURN(s->body, ParseClosedBody("set", pos, {"endset"}, &end));
+    SLUICE_RETURN_IF_ERROR(CloseStatement("endset"));
+    return s;
+  }
+
+  // --------------------------------------------------------- expressions
+
+  Result<ExprPtr> ParseExpression(bool with_conditional = true) {
+    if (++depth_ > kMaxNesting) return Error(Cur().pos, "the template nests too deeply (over 200 levels)");
+    Result<ExprPtr> e = with_conditional ? ParseConditional() : ParseOr();
     --depth_;
     return e;
   }
-  static constexpr int kMaxDepth = 128;
-  const Token& Peek(size_t k = 0) const { return t_[std::min(pos_ + k, t_.size() - 1)]; }
-  bool IsOp(const char* op, size_t k = 0) const { return Peek(k).kind == Token::Kind::kOp && Peek(k).text == op; }
-  bool IsName(const char* n, size_t k = 0) const { return Peek(k).kind == Token::Kind::kName && Peek(k).text == n; }
-  Token Next() { return t_[std::min(pos_++, t_.size() - 1)]; }
-  void Expect(const char* op) {
-    if (!IsOp(op)) Fail(line_, std::string("expected '") + op + "', found '" + Peek().text + "'");
-    ++pos_;
-  }
-  std::string ExpectName() {
-    if (Peek().kind != Token::Kind::kName) Fail(line_, "expected a name, found '" + Peek().text + "'");
-    return Next().text;
-  }
-  bool AtEnd() const { return Peek().kind == Token::Kind::kEnd; }
 
- private:
-  ExprPtr Make(Expr::Kind k, std::string name = "") {
-    auto e = std::make_shared<Expr>();
-    e->kind = k;
-    e->name = std::move(name);
-    e->line = line_;
-    return e;
+  // One expression, or a tuple of comma-separated ones.
+  Result<ExprPtr> ParseTuple(bool simplified, bool with_conditional, std::string_view end_name,
+                             bool explicit_parentheses) {
+    const Pos pos = Cur().pos;
+    std::vector<ExprPtr> items;
+    bool is_tuple = false;
+    while (true) {
+      if (!items.empty()) SLUICE_RETURN_IF_ERROR(ExpectOp(","));
+      if (Cur().type == Tok::kVarEnd || Cur().type == Tok::kBlockEnd || Cur().type == Tok::kEof || IsOp(")") ||
+          (!end_name.empty() && IsName(end_name))) {
+        break;
+      }
+      ExprPtr item;
+      if (simplified) {
+        SLUICE_ASSIGN_OR_RETURN(item, ParsePrimary());
+      } else {
+        SLUICE_ASSIGN_OR_RETURN(item, ParseExpression(with_conditional));
+      }
+      items.push_back(std::move(item));
+      if (!IsOp(",")) break;
+      is_tuple = true;
+    }
+    if (!is_tuple) {
+      if (!items.empty()) return items[0];
+      if (!explicit_parentheses) return Unexpected("an expression");
+    }
+    auto e = Node(Expr::Kind::kTuple, pos);
+    e->args = std::move(items);
+    return ExprPtr(e);
   }
-  ExprPtr Binary(const std::string& op, ExprPtr a, ExprPtr b) {
-    ExprPtr e = Make(Expr::Kind::kBinary, op);
-    e->args = {std::move(a), std::move(b)};
-    return e;
-  }
-  ExprPtr Conditional() {
-    ExprPtr a = Or();
-    if (IsName("if")) {
-      ++pos_;
-      ExprPtr cond = Or();
+
+  Result<ExprPtr> ParseConditional() {
+    SLUICE_ASSIGN_OR_RETURN(ExprPtr e, ParseOr());
+    while (IsName("if")) {
+      const Pos pos = Cur().pos;
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr cond, ParseOr());
       ExprPtr other;
       if (IsName("else")) {
-        ++pos_;
-        other = Conditional();
+        Advance();
+        SLUICE_ASSIGN_OR_RETURN(other, ParseExpression());
       }
-      ExprPtr e = Make(Expr::Kind::kCond);
-      e->args = {cond, a, other};
-      return e;
+      auto c = Node(Expr::Kind::kCond, pos);
+      c->args = {e, cond, other};
+      e = c;
     }
-    return a;
+    return e;
   }
-  ExprPtr Or() {
-    ExprPtr a = And();
+
+  Result<ExprPtr> ParseOr() {
+    SLUICE_ASSIGN_OR_RETURN(ExprPtr e, ParseAnd());
     while (IsName("or")) {
-      ++pos_;
-      a = Binary("or", a, And());
+      auto n = Node(Expr::Kind::kOr, Cur().pos);
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
+      n->args = {e, right};
+      e = n;
     }
-    return a;
+    return e;
   }
-  ExprPtr And() {
-    ExprPtr a = Not();
+
+  Result<ExprPtr> ParseAnd() {
+    SLUICE_ASSIGN_OR_RETURN(ExprPtr e, ParseNot());
     while (IsName("and")) {
-      ++pos_;
-      a = Binary("and", a, Not());
+      auto n = Node(Expr::Kind::kAnd, Cur().pos);
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
+      n->args = {e, right};
+      e = n;
     }
-    return a;
+    return e;
   }
-  ExprPtr Not() {
+
+  Result<ExprPtr> ParseNot() {
     if (IsName("not")) {
-      ++pos_;
-      ExprPtr e = Make(Expr::Kind::kUnary, "not");
-      e->args = {Not()};
-      return e;
+      auto n = Node(Expr::Kind::kNot, Cur().pos);
+      Advance();
+      if (++depth_ > kMaxNesting) return Error(n->pos, "the template nests too deeply (over 200 levels)");
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr operand, ParseNot());
+      --depth_;
+      n->args = {operand};
+      return ExprPtr(n);
     }
-    return Compare();
+    return ParseCompare();
   }
-  ExprPtr Compare() {
-    ExprPtr a = Math1();
+
+  Result<ExprPtr> ParseCompare() {
+    const Pos pos = Cur().pos;
+    SLUICE_ASSIGN_OR_RETURN(ExprPtr first, ParseMath1());
+    std::vector<ExprPtr> operands = {first};
+    std::vector<std::string> ops;
     while (true) {
-      if (Peek().kind == Token::Kind::kOp &&
-          (IsOp("==") || IsOp("!=") || IsOp("<") || IsOp(">") || IsOp("<=") || IsOp(">="))) {
-        const std::string op = Next().text;
-        a = Binary(op, a, Math1());
+      if (Cur().type == Tok::kOp && OneOf(Cur().text, {"==", "!=", "<", "<=", ">", ">="})) {
+        ops.push_back(Cur().text);
+        Advance();
       } else if (IsName("in")) {
-        ++pos_;
-        a = Binary("in", a, Math1());
-      } else if (IsName("not") && IsName("in", 1)) {
-        pos_ += 2;
-        a = Binary("not in", a, Math1());
+        ops.emplace_back("in");
+        Advance();
+      } else if (IsName("not") && Peek().type == Tok::kName && Peek().text == "in") {
+        ops.emplace_back("notin");
+        Advance();
+        Advance();
       } else {
-        return a;
+        break;
       }
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr next, ParseMath1());
+      operands.push_back(std::move(next));
     }
+    if (ops.empty()) return first;
+    auto n = Node(Expr::Kind::kCompare, pos);
+    n->args = std::move(operands);
+    n->ops = std::move(ops);
+    return ExprPtr(n);
   }
-  ExprPtr Math1() {
-    ExprPtr a = Concat();
-    while ((IsOp("+") || IsOp("-"))) {
-      const std::string op = Next().text;
-      a = Binary(op, a, Concat());
+
+  static ExprPtr Binary(ExprPtr left, ExprPtr right, const std::string& op, Pos pos) {
+    auto n = Node(Expr::Kind::kBinary, pos);
+    n->name = op;
+    n->args = {std::move(left), std::move(right)};
+    return n;
+  }
+
+  Result<ExprPtr> ParseMath1() {
+    SLUICE_ASSIGN_OR_RETURN(ExprPtr e, ParseConcat());
+    while (IsOp("+") || IsOp("-")) {
+      const std::string op = Cur().text;
+      const Pos pos = Cur().pos;
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr right, ParseConcat());
+      e = Binary(e, right, op, pos);
     }
-    return a;
+    return e;
   }
-  ExprPtr Concat() {
-    ExprPtr a = Math2();
+
+  Result<ExprPtr> ParseConcat() {
+    const Pos pos = Cur().pos;
+    SLUICE_ASSIGN_OR_RETURN(ExprPtr first, ParseMath2());
+    std::vector<ExprPtr> parts = {first};
     while (IsOp("~")) {
-      ++pos_;
-      a = Binary("~", a, Math2());
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr next, ParseMath2());
+      parts.push_back(std::move(next));
     }
-    return a;
+    if (parts.size() == 1) return first;
+    auto n = Node(Expr::Kind::kConcat, pos);
+    n->args = std::move(parts);
+    return ExprPtr(n);
   }
-  ExprPtr Math2() {
-    ExprPtr a = Unary();
+
+  Result<ExprPtr> ParseMath2() {
+    SLUICE_ASSIGN_OR_RETURN(ExprPtr e, ParsePow());
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
-      const std::string op = Next().text;
-      a = Binary(op, a, Unary());
+      const std::string op = Cur().text;
+      const Pos pos = Cur().pos;
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr right, ParsePow());
+      e = Binary(e, right, op, pos);
     }
-    return a;
+    return e;
   }
-  ExprPtr Unary() {
+
+  // Left-associative and below unary minus, as in Jinja (-2 ** 2 is 4).
+  Result<ExprPtr> ParsePow() {
+    SLUICE_ASSIGN_OR_RETURN(ExprPtr e, ParseUnary(true));
+    while (IsOp("**")) {
+      const Pos pos = Cur().pos;
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr right, ParseUnary(true));
+      e = Binary(e, right, "**", pos);
+    }
+    return e;
+  }
+
+  Result<ExprPtr> ParseUnary(bool with_filter) {
+    if (++depth_ > kMaxNesting) return Error(Cur().pos, "the template nests too deeply (over 200 levels)");
+    ExprPtr e;
     if (IsOp("-") || IsOp("+")) {
-      ExprPtr e = Make(Expr::Kind::kUnary, Next().text);
-      e->args = {Unary()};
+      auto n = Node(IsOp("-") ? Expr::Kind::kNeg : Expr::Kind::kPlus, Cur().pos);
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
+      n->args = {operand};
+      e = n;
+    } else {
+      SLUICE_ASSIGN_OR_RETURN(e, ParsePrimary());
+    }
+    SLUICE_ASSIGN_OR_RETURN(e, ParsePostfix(e));
+    if (with_filter) {
+      SLUICE_ASSIGN_OR_RETURN(e, ParseFilterExpr(e));
+    }
+    --depth_;
+    return e;
+  }
+
+  Result<ExprPtr> ParsePrimary() {
+    const Token& t = Cur();
+    const Pos pos = t.pos;
+    if (t.type == Tok::kName) {
+      auto n = Node(Expr::Kind::kConst, pos);
+      if (t.text == "true" || t.text == "True") {
+        n->value = Bool(true);
+      } else if (t.text == "false" || t.text == "False") {
+        n->value = Bool(false);
+      } else if (t.text == "none" || t.text == "None") {
+        n->value = NoneValue();
+      } else {
+        n->kind = Expr::Kind::kName;
+        n->name = t.text;
+      }
+      Advance();
+      return ExprPtr(n);
+    }
+    if (t.type == Tok::kString) {
+      std::string s = t.text;
+      Advance();
+      while (Cur().type == Tok::kString) {  // adjacent literals join, as in Python
+        s += Cur().text;
+        Advance();
+      }
+      auto n = Node(Expr::Kind::kConst, pos);
+      n->value = Str(std::move(s));
+      return ExprPtr(n);
+    }
+    if (t.type == Tok::kInt || t.type == Tok::kFloat) {
+      auto n = Node(Expr::Kind::kConst, pos);
+      n->value = t.type == Tok::kInt ? Int(t.i) : Float(t.f);
+      Advance();
+      return ExprPtr(n);
+    }
+    if (IsOp("(")) {
+      Advance();
+      SLUICE_ASSIGN_OR_RETURN(ExprPtr e, ParseTuple(false, true, {}, true));
+      SLUICE_RETURN_IF_ERROR(ExpectOp(")"));
       return e;
     }
-    return FilterTest(Postfix(Primary()));
-  }
-  void CallArgs(const ExprPtr& call) {
-    Expect("(");
-    while (!IsOp(")")) {
-      if (Peek().kind == Token::Kind::kName && IsOp("=", 1)) {
-        std::string key = Next().text;
-        ++pos_;
-        call->kwargs.emplace_back(std::move(key), Parse());
-      } else {
-        call->args.push_back(Parse());
+    if (IsOp("[")) {
+      Advance();
+      auto n = Node(Expr::Kind::kList, pos);
+      while (!IsOp("]")) {
+        if (!n->args.empty()) SLUICE_RETURN_IF_ERROR(ExpectOp(","));
+        if (IsOp("]")) break;
+        SLUICE_ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
+        n->args.push_back(std::move(item));
       }
-      if (!IsOp(")")) Expect(",");
+      Advance();
+      return ExprPtr(n);
     }
-    Expect(")");
+    if (IsOp("{")) {
+      Advance();
+      auto n = Node(Expr::Kind::kDict, pos);
+      while (!IsOp("}")) {
+        if (!n->args.empty()) SLUICE_RETURN_IF_ERROR(ExpectOp(","));
+        if (IsOp("}")) break;
+        SLUICE_ASSIGN_OR_RETURN(ExprPtr key, ParseExpression());
+        SLUICE_RETURN_IF_ERROR(ExpectOp(":"));
+        SLUICE_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
+        n->args.push_back(std::move(key));
+        n->args.push_back(std::move(value));
+      }
+      Advance();
+      return ExprPtr(n);
+    }
+    return Unexpected("an expression");
   }
-  ExprPtr Postfix(ExprPtr e) {
+
+  Result<ExprPtr> ParsePostfix(ExprPtr e) {
     while (true) {
       if (IsOp(".")) {
-        ++pos_;
-        ExprPtr a = Make(Expr::Kind::kAttr, ExpectName());
-        a->args = {e};
-        e = a;
-      } else if (IsOp("[")) {
-        ++pos_;
-        ExprPtr parts[3];
-        bool slice = false;
-        for (int k = 0; k < 3; ++k) {
-          if (!IsOp(":") && !IsOp("]")) parts[k] = Parse();
-          if (k < 2 && IsOp(":")) {
-            ++pos_;
-            slice = true;
-          } else {
-            break;
-          }
+        const Pos pos = Cur().pos;
+        Advance();
+        if (Cur().type == Tok::kName) {
+          auto n = Node(Expr::Kind::kAttr, Cur().pos);
+          n->name = Cur().text;
+          n->args = {e};
+          e = n;
+        } else if (Cur().type == Tok::kInt) {  // x.0 is x[0]
+          auto key = Node(Expr::Kind::kConst, Cur().pos);
+          key->value = Int(Cur().i);
+          auto n = Node(Expr::Kind::kItem, pos);
+          n->args = {e, key};
+          e = n;
+        } else {
+          return Unexpected("an attribute name after '.'");
         }
-        Expect("]");
-        ExprPtr item = Make(slice ? Expr::Kind::kSlice : Expr::Kind::kItem);
-        item->args = {e, parts[0], parts[1], parts[2]};
-        e = item;
+        Advance();
+      } else if (IsOp("[")) {
+        SLUICE_ASSIGN_OR_RETURN(e, ParseSubscript(e));
       } else if (IsOp("(")) {
-        ExprPtr call = Make(Expr::Kind::kCall);
-        call->args = {e};
-        CallArgs(call);
-        e = call;
+        SLUICE_ASSIGN_OR_RETURN(e, ParseCall(e));
       } else {
         return e;
       }
     }
   }
-  ExprPtr FilterTest(ExprPtr e) {
-    static const std::vector<std::string> kFilters = {"default", "d",     "tojson",  "length",  "count",     "trim",
-                                                      "string",  "lower", "upper",   "first",   "last",      "join",
-                                                      "items",   "list",  "reverse", "replace", "capitalize"};
-    static const std::vector<std::string> kTests = {"defined",  "undefined", "none",    "string",  "number",
-                                                    "integer",  "float",     "boolean", "mapping", "iterable",
-                                                    "sequence", "true",      "false",   "callable"};
+
+  // [key] or [start:stop:step], each part optional.
+  Result<ExprPtr> ParseSubscript(ExprPtr base) {
+    const Pos pos = Cur().pos;
+    Advance();
+    ExprPtr parts[3];
+    bool slice = false;
+    if (!IsOp(":")) {
+      SLUICE_ASSIGN_OR_RETURN(parts[0], ParseExpression());
+    }
+    if (IsOp(":")) {
+      slice = true;
+      Advance();
+      if (!IsOp(":") && !IsOp("]")) {
+        SLUICE_ASSIGN_OR_RETURN(parts[1], ParseExpression());
+      }
+      if (IsOp(":")) {
+        Advance();
+        if (!IsOp("]")) {
+          SLUICE_ASSIGN_OR_RETURN(parts[2], ParseExpression());
+        }
+      }
+    }
+    if (IsOp(",")) return Error(Cur().pos, "subscripts with several items (x[a, b]) are not supported");
+    SLUICE_RETURN_IF_ERROR(ExpectOp("]"));
+    auto n = Node(slice ? Expr::Kind::kSlice : Expr::Kind::kItem, pos);
+    if (slice) {
+      n->args = {std::move(base), parts[0], parts[1], parts[2]};
+    } else {
+      n->args = {std::move(base), parts[0]};
+    }
+    return ExprPtr(n);
+  }
+
+  // Call arguments into e->args (after what is there) and e->kwargs.
+  Status ParseArgs(Expr* e) {
+    SLUICE_RETURN_IF_ERROR(ExpectOp("("));
+    bool first = true;
+    while (!IsOp(")")) {
+      if (!first) SLUICE_RETURN_IF_ERROR(ExpectOp(","));
+      first = false;
+      if (IsOp(")")) break;
+      if (IsOp("*") || IsOp("**")) return Error(Cur().pos, "*args and **kwargs in calls are not supported");
+      if (Cur().type == Tok::kName && Peek().type == Tok::kOp && Peek().text == "=") {
+        std::string key = Cur().text;
+        Advance();
+        Advance();
+        SLUICE_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
+        e->kwargs.emplace_back(std::move(key), std::move(value));
+      } else {
+        if (!e->kwargs.empty()) return Error(Cur().pos, "a positional argument after a keyword argument");
+        SLUICE_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
+        e->args.push_back(std::move(value));
+      }
+    }
+    Advance();
+    return Status::Ok();
+  }
+
+  Result<ExprPtr> ParseCall(ExprPtr callee) {
+    const Pos pos = Cur().pos;
+    if (callee->kind == Expr::Kind::kName && OneOf(callee->name, {"lipsum", "cycler", "joiner"})) {
+      return Error(callee->pos, "function '" + callee->name + "' is not supported");
+    }
+    // A call of a Python method this class lacks can only fail (values from
+    // JSON are never callable), so it is refused here.
+    if (callee->kind == Expr::Kind::kAttr &&
+        (IsPyStrMethod(callee->name) || IsPyDictMethod(callee->name) || IsPyListMethod(callee->name)) &&
+        !IsSupportedStrMethod(callee->name) && !IsSupportedDictMethod(callee->name)) {
+      return Error(callee->pos, "method '" + callee->name + "' is not supported");
+    }
+    auto n = Node(Expr::Kind::kCall, pos);
+    n->args = {std::move(callee)};
+    SLUICE_RETURN_IF_ERROR(ParseArgs(n.get()));
+    return ExprPtr(n);
+  }
+
+  Result<ExprPtr> ParseFilterExpr(ExprPtr e) {
     while (true) {
       if (IsOp("|")) {
-        ++pos_;
-        ExprPtr f = Make(Expr::Kind::kFilter, ExpectName());
-        if (std::find(kFilters.begin(), kFilters.end(), f->name) == kFilters.end()) {
-          Fail(line_, "filter '" + f->name + "' is not supported");
-        }
-        f->args = {e};
-        if (IsOp("(")) {
-          ExprPtr holder = Make(Expr::Kind::kCall);
-          CallArgs(holder);
-          for (auto& a : holder->args) f->args.push_back(a);
-          f->kwargs = holder->kwargs;
-        }
-        e = f;
+        Advance();
+        const Pos pos = Cur().pos;
+        SLUICE_ASSIGN_OR_RETURN(std::string name, ExpectName("a filter name after '|'"));
+        if (IsOp(".") || !IsSupportedFilter(name)) return Error(pos, "filter '" + name + "' is not supported");
+        auto n = Node(Expr::Kind::kFilter, pos);
+        n->name = std::move(name);
+        n->args = {e};
+        if (IsOp("(")) SLUICE_RETURN_IF_ERROR(ParseArgs(n.get()));
+        e = n;
       } else if (IsName("is")) {
-        ++pos_;
-        ExprPtr t = Make(Expr::Kind::kTest);
-        if (IsName("not")) {
-          ++pos_;
-          t->negated = true;
+        Advance();
+        const bool negated = IsName("not");
+        if (negated) Advance();
+        const Pos pos = Cur().pos;
+        SLUICE_ASSIGN_OR_RETURN(std::string name, ExpectName("a test name after 'is'"));
+        if (IsOp(".") || !IsSupportedTest(name)) return Error(pos, "test '" + name + "' is not supported");
+        auto n = Node(Expr::Kind::kTest, pos);
+        n->name = std::move(name);
+        n->negated = negated;
+        n->args = {e};
+        if (IsOp("(")) {
+          SLUICE_RETURN_IF_ERROR(ParseArgs(n.get()));
+        } else if ((Cur().type == Tok::kName || Cur().type == Tok::kString || Cur().type == Tok::kInt ||
+                    Cur().type == Tok::kFloat || IsOp("[") || IsOp("{")) &&
+                   !IsName("else") && !IsName("or") && !IsName("and")) {
+          // One argument without parentheses: `x is divisibleby 3`.
+          if (IsName("is")) return Error(Cur().pos, "tests cannot be chained with 'is'");
+          SLUICE_ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
+          SLUICE_ASSIGN_OR_RETURN(arg, ParsePostfix(arg));
+          n->args.push_back(std::move(arg));
         }
-        t->name = ExpectName();
-        if (std::find(kTests.begin(), kTests.end(), t->name) == kTests.end()) {
-          Fail(line_, "test '" + t->name + "' is not supported");
-        }
-        t->args = {e};
-        e = t;
+        e = n;
+      } else if (IsOp("(")) {
+        SLUICE_ASSIGN_OR_RETURN(e, ParseCall(e));
       } else {
         return e;
       }
     }
-  }
-  ExprPtr Primary() {
-    const Token tok = Next();
-    switch (tok.kind) {
-      case Token::Kind::kString: {
-        ExprPtr e = Make(Expr::Kind::kLiteral);
-        std::string s = tok.text;
-        while (Peek().kind == Token::Kind::kString) s += Next().text;  // adjacent literals join
-        e->literal = s;
-        return e;
-      }
-      case Token::Kind::kInt: {
-        ExprPtr e = Make(Expr::Kind::kLiteral);
-        e->literal = tok.i;
-        return e;
-      }
-      case Token::Kind::kFloat: {
-        ExprPtr e = Make(Expr::Kind::kLiteral);
-        e->literal = tok.f;
-        return e;
-      }
-      case Token::Kind::kName: {
-        if (tok.text == "true" || tok.text == "True" || tok.text == "false" || tok.text == "False") {
-          ExprPtr e = Make(Expr::Kind::kLiteral);
-          e->literal = tok.text == "true" || tok.text == "True";
-          return e;
-        }
-        if (tok.text == "none" || tok.text == "None") return Make(Expr::Kind::kLiteral);
-        return Make(Expr::Kind::kName, tok.text);
-      }
-      case Token::Kind::kOp:
-        if (tok.text == "(") {
-          ExprPtr e = Parse();
-          if (IsOp(",")) {  // a tuple: as a list
-            ExprPtr list = Make(Expr::Kind::kList);
-            list->args = {e};
-            while (IsOp(",")) {
-              ++pos_;
-              if (IsOp(")")) break;
-              list->args.push_back(Parse());
-            }
-            e = list;
-          }
-          Expect(")");
-          return e;
-        }
-        if (tok.text == "[") {
-          ExprPtr e = Make(Expr::Kind::kList);
-          while (!IsOp("]")) {
-            e->args.push_back(Parse());
-            if (!IsOp("]")) Expect(",");
-          }
-          Expect("]");
-          return e;
-        }
-        if (tok.text == "{") {
-          ExprPtr e = Make(Expr::Kind::kDict);
-          while (!IsOp("}")) {
-            ExprPtr key = Parse();
-            Expect(":");
-            e->args.push_back(key);
-            e->args.push_back(Parse());
-            if (!IsOp("}")) Expect(",");
-          }
-          Expect("}");
-          return e;
-        }
-        break;
-      case Token::Kind::kEnd:
-        Fail(line_, "expression ends early");
-    }
-    Fail(line_, "unexpected '" + tok.text + "' in expression");
   }
 
   std::vector<Token> t_;
-  size_t pos_ = 0;
-  int line_;
+  size_t i_ = 0;
   int depth_ = 0;
+  int loops_ = 0;
 };
 
-// ------------------------------------------------------------------ nodes
+// ------------------------------------------------------------- arguments
 
-}  // namespace
-
-struct ChatTemplate::Node {
-  enum class Kind { kBlock, kText, kOutput, kIf, kFor, kSet } kind = Kind::kBlock;
-  std::string text;                                                 // kText
-  ExprPtr expr;                                                     // kOutput, kFor iterable, kSet value
-  std::vector<std::pair<ExprPtr, std::shared_ptr<Node>>> branches;  // kIf: (condition or null for else, body)
-  std::vector<std::string> targets;                                 // kFor loop variables; kSet: name [, attr]
-  std::shared_ptr<Node> body, otherwise;                            // kFor
-  std::vector<std::shared_ptr<Node>> children;                      // kBlock
-  int line = 0;
+struct Args {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keywords;
 };
 
-namespace {
-
-using Node = ChatTemplate::Node;
-using NodePtr = std::shared_ptr<Node>;
-
-// A piece of the template source: text or a tag's inside.
-struct Piece {
-  enum class Kind { kText, kExpr, kStmt } kind = Piece::Kind::kText;
-  std::string text;
-  int line = 1;
-};
-
-// Splits the source into text and tags, applying whitespace control as
-// transformers configures Jinja: '-' strips all whitespace on that side,
-// trim_blocks drops the newline after a block or comment tag, lstrip_blocks
-// drops spaces and tabs before one on its line.
-std::vector<Piece> SplitSource(std::string_view src) {
-  std::vector<Piece> pieces;
-  int line = 1;
-  size_t i = 0;
-  bool strip_next = false, trim_next_newline = false;
-  while (i <= src.size()) {
-    size_t open = src.find('{', i);
-    while (open != std::string_view::npos && open + 1 < src.size() && src[open + 1] != '{' && src[open + 1] != '%' &&
-           src[open + 1] != '#') {
-      open = src.find('{', open + 1);
-    }
-    if (open + 1 >= src.size()) open = std::string_view::npos;
-    std::string text(src.substr(i, open == std::string_view::npos ? std::string_view::npos : open - i));
-    if (strip_next) {
-      size_t b = 0;
-      while (b < text.size() && IsSpace(text[b])) ++b;
-      text.erase(0, b);
-    } else if (trim_next_newline && !text.empty() && text[0] == '\n') {
-      text.erase(0, 1);
-    }
-    const int text_line = line;
-    line += static_cast<int>(
-        std::count(src.begin() + static_cast<ptrdiff_t>(i),
-                   open == std::string_view::npos ? src.end() : src.begin() + static_cast<ptrdiff_t>(open), '\n'));
-    if (open == std::string_view::npos) {
-      pieces.push_back({Piece::Kind::kText, text, text_line});
-      break;
-    }
-    const char type = src[open + 1];
-    const bool strip_before = open + 2 < src.size() && src[open + 2] == '-';
-    if (strip_before) {
-      while (!text.empty() && IsSpace(text.back())) text.pop_back();
-    } else if (type != '{') {
-      // lstrip_blocks: only spaces and tabs between the line's start (in the
-      // source, within this text) and the tag.
-      const size_t nl = open == 0 ? std::string_view::npos : src.rfind('\n', open - 1);
-      const size_t line_start = nl == std::string_view::npos ? 0 : nl + 1;
-      if (line_start >= i &&
-          std::all_of(src.begin() + static_cast<ptrdiff_t>(line_start), src.begin() + static_cast<ptrdiff_t>(open),
-                      [](char c) { return c == ' ' || c == '\t'; })) {
-        text.erase(text.size() - std::min(text.size(), open - line_start));
-      }
-    }
-    pieces.push_back({Piece::Kind::kText, text, text_line});
-    // The tag's end, outside string literals.
-    const std::string close = type == '{' ? "}}" : type == '%' ? "%}" : "#}";
-    size_t j = open + 2 + (strip_before ? 1 : 0);
-    size_t end = std::string_view::npos;
-    char quote = 0;
-    for (size_t k = j; k + 1 < src.size(); ++k) {
-      const char c = src[k];
-      if (type != '#' && quote) {
-        if (c == '\\') {
-          ++k;
-        } else if (c == quote) {
-          quote = 0;
-        }
-        continue;
-      }
-      if (type != '#' && (c == '\'' || c == '"')) {
-        quote = c;
-        continue;
-      }
-      if (src.compare(k, 2, close) == 0) {
-        end = k;
-        break;
-      }
-    }
-    if (end == std::string_view::npos) Fail(line, std::string("'{") + type + "' is never closed");
-    bool strip_after = end > j && src[end - 1] == '-';
-    std::string inside(src.substr(j, end - j - (strip_after ? 1 : 0)));
-    line += static_cast<int>(std::count(inside.begin(), inside.end(), '\n'));
-    if (type != '#') {
-      pieces.push_back({type == '{' ? Piece::Kind::kExpr : Piece::Kind::kStmt, inside, line});
-    }
-    strip_next = strip_after;
-    trim_next_newline = type != '{';
-    i = end + 2;
+// Binds arguments to parameter names as Python does: positionally, then by
+// keyword; an absent one is nullopt.
+Result<std::vector<std::optional<Value>>> Bind(const Args& args, std::initializer_list<std::string_view> names,
+                                               const std::string& what, Pos pos) {
+  if (args.positional.size() > names.size()) {
+    return Error(pos, what + " takes at most " + std::to_string(names.size()) + " argument(s), " +
+                          std::to_string(args.positional.size()) + " given");
   }
-  return pieces;
+  std::vector<std::optional<Value>> out(names.size());
+  for (size_t i = 0; i < args.positional.size(); ++i) out[i] = args.positional[i];
+  for (const auto& [key, value] : args.keywords) {
+    const auto* it = std::find(names.begin(), names.end(), key);
+    if (it == names.end()) return Error(pos, what + " got an unexpected keyword argument '" + key + "'");
+    const auto k = static_cast<size_t>(it - names.begin());
+    if (out[k]) return Error(pos, what + " got two values for argument '" + key + "'");
+    out[k] = value;
+  }
+  return out;
 }
 
-class TemplateParser {
- public:
-  explicit TemplateParser(std::vector<Piece> pieces) : p_(std::move(pieces)) {}
+// An argument that must be a string when given (absent or none: nullopt).
+Result<std::optional<std::string>> OptionalString(const std::optional<Value>& v, const std::string& what, Pos pos) {
+  if (!v || v->Is<None>()) return std::optional<std::string>();
+  if (v->Is<Undefined>()) return UndefinedError(pos, *v);
+  if (!v->Is<std::string>()) return Error(pos, what + " must be a string, not " + TypeName(*v));
+  return std::optional<std::string>(v->As<std::string>());
+}
 
-  NodePtr ParseRoot() {
-    std::string stop;
-    NodePtr root = ParseBlock({}, &stop);
-    if (!stop.empty()) Fail(line_, "'" + stop + "' without its opening statement");
-    return root;
-  }
+Result<std::optional<int64_t>> OptionalInt(const std::optional<Value>& v, const std::string& what, Pos pos) {
+  if (!v || v->Is<None>()) return std::optional<int64_t>();
+  if (v->Is<Undefined>()) return UndefinedError(pos, *v);
+  if (!IsIntegral(*v)) return Error(pos, what + " must be an integer, not " + TypeName(*v));
+  return std::optional<int64_t>(AsInt(*v));
+}
 
- private:
-  static std::string FirstWord(const std::string& s) {
-    size_t b = 0;
-    while (b < s.size() && IsSpace(s[b])) ++b;
-    size_t e = b;
-    while (e < s.size() && (std::isalnum(static_cast<unsigned char>(s[e])) || s[e] == '_')) ++e;
-    return s.substr(b, e - b);
-  }
+// ----------------------------------------------------------------- render
 
-  // Parses nodes until a statement whose first word is in `stops` (left in
-  // *stop with its tokens in *rest), or the end.
-  NodePtr ParseBlock(const std::vector<std::string>& stops, std::string* stop, std::vector<Token>* rest = nullptr) {
-    if (++depth_ > 128) Fail(line_, "statements nested deeper than 128");
-    struct Leave {
-      int* depth;
-      ~Leave() { --*depth; }
-    } leave{&depth_};
-    auto block = std::make_shared<Node>();
-    stop->clear();
-    while (i_ < p_.size()) {
-      const Piece& piece = p_[i_++];
-      line_ = piece.line;
-      if (piece.kind == Piece::Kind::kText) {
-        if (!piece.text.empty()) {
-          auto n = std::make_shared<Node>();
-          n->kind = Node::Kind::kText;
-          n->text = piece.text;
-          block->children.push_back(n);
-        }
-        continue;
-      }
-      if (piece.kind == Piece::Kind::kExpr) {
-        auto n = std::make_shared<Node>();
-        n->kind = Node::Kind::kOutput;
-        n->line = line_;
-        n->expr = ExprParser(Lex(piece.text, line_), line_).ParseAll();
-        block->children.push_back(n);
-        continue;
-      }
-      const std::string word = FirstWord(piece.text);
-      if (std::find(stops.begin(), stops.end(), word) != stops.end()) {
-        *stop = word;
-        if (rest) *rest = Lex(piece.text, line_);
-        return block;
-      }
-      std::vector<Token> tokens = Lex(piece.text, line_);
-      if (word == "if") {
-        block->children.push_back(ParseIf(std::move(tokens)));
-      } else if (word == "for") {
-        block->children.push_back(ParseFor(std::move(tokens)));
-      } else if (word == "set") {
-        block->children.push_back(ParseSet(std::move(tokens)));
-      } else if (word == "endif" || word == "endfor" || word == "elif" || word == "else") {
-        *stop = word;
-        return block;
-      } else {
-        Fail(line_, "statement '" + word + "' is not supported (supported: if, elif, else, for, set)");
-      }
-    }
-    return block;
-  }
-
-  NodePtr ParseIf(std::vector<Token> tokens) {
-    auto n = std::make_shared<Node>();
-    n->kind = Node::Kind::kIf;
-    n->line = line_;
-    ExprParser cond(std::move(tokens), line_);
-    cond.Next();  // "if"
-    ExprPtr c = cond.ParseAll();
-    while (true) {
-      std::string stop;
-      std::vector<Token> rest;
-      NodePtr body = ParseBlock({"elif", "else", "endif"}, &stop, &rest);
-      n->branches.emplace_back(c, body);
-      if (stop == "endif") return n;
-      if (stop == "elif") {
-        ExprParser next(std::move(rest), line_);
-        next.Next();
-        c = next.ParseAll();
-        continue;
-      }
-      if (stop == "else") {
-        NodePtr other = ParseBlock({"endif"}, &stop);
-        n->branches.emplace_back(nullptr, other);
-        if (stop != "endif") Fail(n->line, "'if' is never closed with 'endif'");
-        return n;
-      }
-      Fail(n->line, "'if' is never closed with 'endif'");
-    }
-  }
-
-  NodePtr ParseFor(std::vector<Token> tokens) {
-    auto n = std::make_shared<Node>();
-    n->kind = Node::Kind::kFor;
-    n->line = line_;
-    ExprParser p(std::move(tokens), line_);
-    p.Next();  // "for"
-    n->targets.push_back(p.ExpectName());
-    while (p.IsOp(",")) {
-      p.Next();
-      n->targets.push_back(p.ExpectName());
-    }
-    if (!p.IsName("in")) Fail(line_, "expected 'in' in a for statement");
-    p.Next();
-    n->expr = p.Parse();
-    if (p.IsName("if") || p.IsName("recursive")) Fail(line_, "for with '" + p.Peek().text + "' is not supported");
-    if (!p.AtEnd()) Fail(line_, "unexpected '" + p.Peek().text + "' in a for statement");
-    std::string stop;
-    n->body = ParseBlock({"else", "endfor"}, &stop);
-    if (stop == "else") n->otherwise = ParseBlock({"endfor"}, &stop);
-    if (stop != "endfor") Fail(n->line, "'for' is never closed with 'endfor'");
-    return n;
-  }
-
-  NodePtr ParseSet(std::vector<Token> tokens) {
-    auto n = std::make_shared<Node>();
-    n->kind = Node::Kind::kSet;
-    n->line = line_;
-    ExprParser p(std::move(tokens), line_);
-    p.Next();  // "set"
-    n->targets.push_back(p.ExpectName());
-    if (p.IsOp(".")) {
-      p.Next();
-      n->targets.push_back(p.ExpectName());
-    }
-    if (!p.IsOp("=")) Fail(line_, "set blocks ({% set x %}...{% endset %}) are not supported");
-    p.Next();
-    n->expr = p.ParseAll();
-    return n;
-  }
-
-  std::vector<Piece> p_;
-  size_t i_ = 0;
-  int line_ = 1;
-  int depth_ = 0;
-};
-
-// --------------------------------------------------------------- rendering
+enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
-  Renderer(const Json& context, std::string today) : today_(std::move(today)) {
-    scopes_.emplace_back();
-    for (const auto& [k, v] : context.items()) scopes_.back()[k] = Value::Of(v);
-  }
+  Renderer(const std::tm& now, std::string* out) : now_(now), out_(out) { frames_.emplace_back(); }
 
-  void Run(const Node& n) {
-    switch (n.kind) {
-      case Node::Kind::kBlock:
-        for (const auto& c : n.children) Run(*c);
-        break;
-      case Node::Kind::kText:
-        out_ += n.text;
-        break;
-      case Node::Kind::kOutput: {
-        Value v = Eval(*n.expr);
-        if (v.kind == Value::Kind::kData) out_ += PyStr(v.data);
-        if (v.kind == Value::Kind::kNamespace) out_ += "<Namespace>";
-        break;
-      }
-      case Node::Kind::kIf:
-        for (const auto& [cond, body] : n.branches) {
-          if (!cond || Truthy(Eval(*cond))) {
-            Run(*body);
-            break;
-          }
-        }
-        break;
-      case Node::Kind::kFor:
-        RunFor(n);
-        break;
-      case Node::Kind::kSet: {
-        Value v = Eval(*n.expr);
-        if (n.targets.size() == 1) {
-          scopes_.back()[n.targets[0]] = std::move(v);
-        } else {
-          Value ns = Lookup(n.targets[0]);
-          if (ns.kind != Value::Kind::kNamespace) Fail(n.line, "'" + n.targets[0] + "' is not a namespace");
-          if (v.kind != Value::Kind::kData) Fail(n.line, "only data can be stored in a namespace");
-          (*ns.ns)[n.targets[1]] = v.data;
-        }
-        break;
-      }
+  // Namespaces may hold each other in cycles; emptying them at the end frees
+  // every one.
+  ~Renderer() {
+    for (const NamespacePtr& ns : namespaces_) ns->attrs.items.clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
+
+  void SetGlobal(const std::string& name, Value v) { frames_.front()[name] = std::move(v); }
+
+  Result<Flow> Exec(const Body& body) {
+    for (const auto& s : body) {
+      SLUICE_ASSIGN_OR_RETURN(Flow flow, ExecOne(*s));
+      if (flow != Flow::kNormal) return flow;
     }
+    return Flow::kNormal;
   }
-
-  std::string& out() { return out_; }
 
  private:
+  using Frame = std::unordered_map<std::string, Value>;
+
+  Status Append(std::string_view text, Pos pos) {
+    if (out_->size() + text.size() > kMaxOutputBytes) {
+      return Error(pos, "the rendering grows past " + std::to_string(kMaxOutputBytes >> 20) + " MiB");
+    }
+    out_->append(text);
+    return Status::Ok();
+  }
+
+  Result<Flow> ExecOne(const Stmt& s) {
+    switch (s.kind) {
+      case Stmt::Kind::kText:
+        SLUICE_RETURN_IF_ERROR(Append(s.text, s.pos));
+        return Flow::kNormal;
+      case Stmt::Kind::kOutput: {
+        SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*s.expr));
+        SLUICE_ASSIGN_OR_RETURN(std::string text, ToStr(v, s.expr->pos));
+        SLUICE_RETURN_IF_ERROR(Append(text, s.pos));
+        return Flow::kNormal;
+      }
+      case Stmt::Kind::kIf:
+        for (const auto& [cond, body] : s.branches) {
+          bool take = cond == nullptr;
+          if (!take) {
+            SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*cond));
+            take = Truthy(v);
+          }
+          if (take) return Exec(body);
+        }
+        return Flow::kNormal;
+      case Stmt::Kind::kFor:
+        return ExecFor(s);
+      case Stmt::Kind::kSet: {
+        SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*s.expr));
+        SLUICE_RETURN_IF_ERROR(Assign(s.target, std::move(v)));
+        return Flow::kNormal;
+      }
+      case Stmt::Kind::kSetBlock: {
+        std::string captured;
+        std::string* outer = out_;
+        out_ = &captured;
+        Result<Flow> flow = Exec(s.body);
+        out_ = outer;
+        SLUICE_RETURN_IF_ERROR(flow.status());
+        SLUICE_RETURN_IF_ERROR(Assign(s.target, Str(std::move(captured))));
+        return *flow;
+      }
+      case Stmt::Kind::kBreak:
+        return Flow::kBreak;
+      case Stmt::Kind::kContinue:
+        return Flow::kContinue;
+      case Stmt::Kind::kGeneration:
+        return Exec(s.body);
+    }
+    return Flow::kNormal;
+  }
+
+  // The items a for loop or a filter iterates: a list's items, a dict's
+  // keys, a string's code points; nothing for an undefined value.
+  static Result<std::vector<Value>> Iterate(const Value& v, Pos pos) {
+    std::vector<Value> items;
+    if (v.Is<ListPtr>()) return v.As<ListPtr>()->items;
+    if (v.Is<DictPtr>()) {
+      for (const auto& [k, item] : v.As<DictPtr>()->items) items.push_back(Str(k));
+      return items;
+    }
+    if (v.Is<std::string>()) {
+      const std::string& s = v.As<std::string>();
+      for (size_t i = 0; i < s.size();) {
+        const size_t start = i;
+        NextCodePoint(s, &i);
+        items.push_back(Str(s.substr(start, i - start)));
+      }
+      return items;
+    }
+    if (v.Is<Undefined>()) return items;
+    return Error(pos, "cannot iterate over a value of type " + TypeName(v));
+  }
+
+  Status Assign(const Target& target, Value v) {
+    if (!target.attr.empty()) {
+      const Value ns = Lookup(target.names[0]);
+      if (!ns.Is<NamespacePtr>()) {
+        return Error(target.pos, "cannot set attribute '" + target.attr + "' of '" + target.names[0] +
+                                     "', which is not a namespace()");
+      }
+      ns.As<NamespacePtr>()->attrs.Set(target.attr, std::move(v));
+      return Status::Ok();
+    }
+    if (!target.unpack) {
+      frames_.back()[target.names[0]] = std::move(v);
+      return Status::Ok();
+    }
+    if (v.Is<Undefined>()) return UndefinedError(target.pos, v);
+    SLUICE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v, target.pos));
+    if (items.size() != target.names.size()) {
+      return Error(target.pos, "cannot unpack " + std::to_string(items.size()) + " value(s) into " +
+                                   std::to_string(target.names.size()) + " names");
+    }
+    for (size_t i = 0; i < items.size(); ++i) frames_.back()[target.names[i]] = std::move(items[i]);
+    return Status::Ok();
+  }
+
+  // Jinja's loop scoping: each iteration runs in a fresh frame over the
+  // enclosing ones, so what the body sets lasts until that iteration ends.
+  Result<Flow> ExecFor(const Stmt& s) {
+    SLUICE_ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr));
+    SLUICE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(iterable, s.expr->pos));
+    if (s.filter) {
+      std::vector<Value> kept;
+      for (Value& item : items) {
+        frames_.emplace_back();
+        const Status assigned = Assign(s.target, item);
+        Result<Value> keep = assigned.ok() ? Eval(*s.filter) : Result<Value>(assigned);
+        frames_.pop_back();
+        SLUICE_RETURN_IF_ERROR(keep.status());
+        if (Truthy(*keep)) kept.push_back(std::move(item));
+      }
+      items = std::move(kept);
+    }
+    const auto n = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < n; ++i) {
+      frames_.emplace_back();
+      Dict loop;
+      loop.items = {
+          {"index", Int(i + 1)},   {"index0", Int(i)},         {"revindex", Int(n - i)}, {"revindex0", Int(n - i - 1)},
+          {"first", Bool(i == 0)}, {"last", Bool(i == n - 1)}, {"length", Int(n)},       {"depth", Int(1)},
+          {"depth0", Int(0)}};
+      if (i > 0) loop.items.emplace_back("previtem", items[static_cast<size_t>(i - 1)]);
+      if (i + 1 < n) loop.items.emplace_back("nextitem", items[static_cast<size_t>(i + 1)]);
+      loop.items.emplace_back("cycle", Make<Function>(Function{"loop.cycle", std::make_shared<const Value>(Int(i))}));
+      frames_.back()["loop"] = DictValue(std::move(loop));
+      const Status assigned = Assign(s.target, items[static_cast<size_t>(i)]);
+      Result<Flow> flow = assigned.ok() ? Exec(s.body) : Result<Flow>(assigned);
+      frames_.pop_back();
+      SLUICE_RETURN_IF_ERROR(flow.status());
+      if (*flow == Flow::kBreak) break;
+    }
+    if (n == 0 && !s.else_body.empty()) {
+      frames_.emplace_back();
+      Result<Flow> flow = Exec(s.else_body);
+      frames_.pop_back();
+      return flow;
+    }
+    return Flow::kNormal;
+  }
+
   Value Lookup(const std::string& name) const {
-    for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s) {
-      auto it = s->find(name);
-      if (it != s->end()) return it->second;
+    for (auto frame = frames_.rbegin(); frame != frames_.rend(); ++frame) {
+      const auto it = frame->find(name);
+      if (it != frame->end()) return it->second;
     }
-    if (name == "namespace" || name == "range" || name == "raise_exception" || name == "strftime_now") {
-      Value v;
-      v.kind = Value::Kind::kCallable;
-      v.callable = name;
-      return v;
-    }
-    return Value{};
+    if (IsGlobalFunction(name)) return Make<Function>(Function{name, nullptr});
+    return Undef("'" + name + "' is undefined");
   }
 
-  void RunFor(const Node& n) {
-    Value seq = Eval(*n.expr);
-    Json items = Json::array();
-    if (seq.kind == Value::Kind::kData) {
-      if (seq.data.is_array()) {
-        items = seq.data;
-      } else if (seq.data.is_object()) {
-        for (const auto& [k, v] : seq.data.items()) items.push_back(k);
-      } else if (seq.data.is_string()) {
-        for (char c : seq.data.get<std::string>()) items.push_back(std::string(1, c));
-      } else if (!seq.data.is_null()) {
-        Fail(n.line, "cannot loop over " + std::string(seq.data.type_name()));
-      }
-    } else if (seq.kind != Value::Kind::kUndefined) {
-      Fail(n.line, "cannot loop over that value");
+  // Jinja's getattr in transformers' sandbox: a method first, then an item
+  // of a dict; otherwise undefined (an error for an undefined value).
+  static Result<Value> GetAttr(const Value& base, const std::string& name, Pos pos) {
+    if (base.Is<Undefined>()) return UndefinedError(pos, base);
+    if (base.Is<NamespacePtr>()) {
+      const Value* v = base.As<NamespacePtr>()->attrs.Find(name);
+      if (v) return *v;
     }
-    const auto len = static_cast<int64_t>(items.size());
-    for (int64_t i = 0; i < len; ++i) {
-      scopes_.emplace_back();
-      auto& scope = scopes_.back();
-      const Json& item = items[static_cast<size_t>(i)];
-      if (n.targets.size() == 1) {
-        scope[n.targets[0]] = Value::Of(item);
+    bool python_method = false;
+    if (base.Is<std::string>()) {
+      if (IsSupportedStrMethod(name))
+        return Make<Function>(Function{"str." + name, std::make_shared<const Value>(base)});
+      python_method = IsPyStrMethod(name);
+    } else if (base.Is<DictPtr>()) {
+      if (IsSupportedDictMethod(name)) {
+        return Make<Function>(Function{"dict." + name, std::make_shared<const Value>(base)});
+      }
+      python_method = IsPyDictMethod(name);
+      if (!python_method) {
+        const Value* v = base.As<DictPtr>()->Find(name);
+        if (v) return *v;
+      }
+    } else if (base.Is<ListPtr>()) {
+      python_method = IsPyListMethod(name);
+    }
+    if (python_method) return Error(pos, "method '" + name + "' of " + TypeName(base) + " is not supported");
+    return Undef("'" + TypeRepr(base) + "' has no attribute '" + name + "'");
+  }
+
+  // Jinja's getitem: an item, else (for a string key) an attribute.
+  static Result<Value> GetItem(const Value& base, const Value& key, Pos pos) {
+    if (base.Is<Undefined>()) return UndefinedError(pos, base);
+    if (base.Is<DictPtr>() && key.Is<std::string>()) {
+      const Value* v = base.As<DictPtr>()->Find(key.As<std::string>());
+      if (v) return *v;
+    }
+    if ((base.Is<ListPtr>() || base.Is<std::string>()) && IsIntegral(key)) {
+      int64_t i = AsInt(key);
+      if (base.Is<ListPtr>()) {
+        const auto& items = base.As<ListPtr>()->items;
+        const auto size = static_cast<int64_t>(items.size());
+        if (i < 0) i += size;
+        if (i >= 0 && i < size) return items[static_cast<size_t>(i)];
       } else {
-        if (!item.is_array() || item.size() != n.targets.size()) {
-          Fail(n.line, "cannot unpack an item into " + std::to_string(n.targets.size()) + " names");
-        }
-        for (size_t k = 0; k < n.targets.size(); ++k) scope[n.targets[k]] = Value::Of(item[k]);
+        const std::u32string cps = Decode(base.As<std::string>());
+        const auto size = static_cast<int64_t>(cps.size());
+        if (i < 0) i += size;
+        if (i >= 0 && i < size) return Str(Encode(cps.substr(static_cast<size_t>(i), 1)));
       }
-      Json loop = {{"index", i + 1}, {"index0", i},         {"first", i == 0},         {"last", i == len - 1},
-                   {"length", len},  {"revindex", len - i}, {"revindex0", len - 1 - i}};
-      scope["loop"] = Value::Of(loop);
-      Run(*n.body);
-      scopes_.pop_back();
+      return Undef(TypeRepr(base) + " has no element " + std::to_string(AsInt(key)));
     }
-    if (len == 0 && n.otherwise) Run(*n.otherwise);
+    if (key.Is<std::string>()) return GetAttr(base, key.As<std::string>(), pos);
+    std::string key_repr;
+    SLUICE_RETURN_IF_ERROR(AppendRepr(key, &key_repr, 0, pos));
+    return Undef(TypeRepr(base) + " has no element " + key_repr);
   }
 
-  static const Json& Data(const Value& v, int line, const char* what) {
-    if (v.kind != Value::Kind::kData) Fail(line, std::string(what) + " of an undefined value");
-    return v.data;
-  }
-
-  static int64_t Index(int64_t i, int64_t size) { return i < 0 ? i + size : i; }
-
-  Value Attr(const Value& base, const std::string& name, int line) {
-    if (base.kind == Value::Kind::kNamespace) {
-      auto it = base.ns->find(name);
-      return it == base.ns->end() ? Value{} : Value::Of(*it);
+  // Python's slicing of lists, tuples and strings (by code point). Jinja
+  // slices with Python's own subscript, so what cannot be sliced is an error.
+  Result<Value> Slice(const Expr& e) {
+    SLUICE_ASSIGN_OR_RETURN(Value base, Eval(*e.args[0]));
+    if (base.Is<Undefined>()) return UndefinedError(e.pos, base);
+    std::optional<int64_t> bounds[3];
+    for (size_t k = 0; k < 3; ++k) {
+      if (!e.args[k + 1]) continue;
+      SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[k + 1]));
+      if (v.Is<None>()) continue;
+      if (!IsIntegral(v)) return Error(e.pos, "slice bounds must be integers or none, not " + TypeName(v));
+      bounds[k] = AsInt(v);
     }
-    if (base.kind != Value::Kind::kData) return Value{};  // Undefined.attr is Undefined
-    const Json& d = base.data;
-    if (d.is_object()) {
-      auto it = d.find(name);
-      if (it != d.end()) return Value::Of(*it);
+    if (!base.Is<ListPtr>() && !base.Is<std::string>()) {
+      return Error(e.pos, "a value of type " + TypeName(base) + " cannot be sliced");
     }
-    static const char* kStringMethods[] = {"startswith", "endswith", "strip", "lstrip", "rstrip",    "split",
-                                           "replace",    "upper",    "lower", "title",  "capitalize"};
-    static const char* kDictMethods[] = {"items", "keys", "values", "get"};
-    bool method = false;
-    if (d.is_string()) {
-      for (const char* m : kStringMethods) method = method || name == m;
-    } else if (d.is_object()) {
-      for (const char* m : kDictMethods) method = method || name == m;
-    }
-    if (!method) return Value{};
-    Value v;
-    v.kind = Value::Kind::kCallable;
-    v.callable = "method:" + name;
-    v.self = d;
-    return v;
-  }
-
-  Value Item(const Value& base, const Value& key, int line) {
-    if (base.kind == Value::Kind::kNamespace && key.kind == Value::Kind::kData && key.data.is_string()) {
-      return Attr(base, key.data.get<std::string>(), line);
-    }
-    if (base.kind != Value::Kind::kData || key.kind != Value::Kind::kData) return Value{};
-    const Json& d = base.data;
-    if (key.data.is_string()) return d.is_object() ? Attr(base, key.data.get<std::string>(), line) : Value{};
-    if (!key.data.is_number_integer()) Fail(line, "an index must be a whole number");
-    const int64_t size = d.is_array()    ? static_cast<int64_t>(d.size())
-                         : d.is_string() ? static_cast<int64_t>(d.get_ref<const std::string&>().size())
-                                         : -1;
-    if (size < 0) return Value{};
-    const int64_t i = Index(key.data.get<int64_t>(), size);
-    if (i < 0 || i >= size) return Value{};
-    if (d.is_array()) return Value::Of(d[static_cast<size_t>(i)]);
-    return Value::Of(std::string(1, d.get_ref<const std::string&>()[static_cast<size_t>(i)]));
-  }
-
-  Value Slice(const Value& base, const Expr& e) {
-    const Json& d = Data(base, e.line, "a slice");
-    auto part = [&](int k) -> std::optional<int64_t> {
-      if (!e.args[static_cast<size_t>(k)]) return std::nullopt;
-      Value v = Eval(*e.args[static_cast<size_t>(k)]);
-      if (v.kind != Value::Kind::kData || !v.data.is_number_integer())
-        Fail(e.line, "slice bounds must be whole numbers");
-      return v.data.get<int64_t>();
+    const int64_t step = bounds[2].value_or(1);
+    if (step == 0) return Error(e.pos, "slice step cannot be zero");
+    std::u32string cps;
+    if (base.Is<std::string>()) cps = Decode(base.As<std::string>());
+    const int64_t len =
+        base.Is<ListPtr>() ? static_cast<int64_t>(base.As<ListPtr>()->items.size()) : static_cast<int64_t>(cps.size());
+    auto adjust = [&](std::optional<int64_t> v, bool is_start) -> int64_t {
+      if (!v) return step < 0 ? (is_start ? len - 1 : -1) : (is_start ? 0 : len);
+      int64_t x = *v;
+      if (x < 0) {
+        x = x < -len ? (step < 0 ? -1 : 0) : x + len;
+      } else if (x >= len) {
+        x = step < 0 ? len - 1 : len;
+      }
+      return x;
     };
-    const std::optional<int64_t> lo = part(1), hi = part(2), step_opt = part(3);
-    const int64_t step = step_opt.value_or(1);
-    if (step == 0) Fail(e.line, "slice step cannot be zero");
-    const int64_t size = d.is_array()    ? static_cast<int64_t>(d.size())
-                         : d.is_string() ? static_cast<int64_t>(d.get_ref<const std::string&>().size())
-                                         : -1;
-    if (size < 0) Fail(e.line, "only lists and strings can be sliced");
-    auto clamp = [&](std::optional<int64_t> v, int64_t dflt) {
-      if (!v) return dflt;
-      int64_t x = Index(*v, size);
-      if (step > 0) return std::clamp<int64_t>(x, 0, size);
-      return std::clamp<int64_t>(x, -1, size - 1);
-    };
-    const int64_t begin = clamp(lo, step > 0 ? 0 : size - 1), end = clamp(hi, step > 0 ? size : -1);
-    Json out = d.is_array() ? Json::array() : Json("");
-    for (int64_t i = begin; step > 0 ? i < end : i > end; i += step) {
-      if (d.is_array()) {
-        out.push_back(d[static_cast<size_t>(i)]);
-      } else {
-        out.get_ref<std::string&>() += d.get_ref<const std::string&>()[static_cast<size_t>(i)];
-      }
+    const int64_t start = adjust(bounds[0], true), stop = adjust(bounds[1], false);
+    std::vector<size_t> picked;
+    for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) picked.push_back(static_cast<size_t>(i));
+    if (base.Is<ListPtr>()) {
+      std::vector<Value> items;
+      items.reserve(picked.size());
+      for (size_t i : picked) items.push_back(base.As<ListPtr>()->items[i]);
+      return ListValue(std::move(items), base.As<ListPtr>()->tuple);
     }
-    return Value::Of(out);
+    std::u32string out;
+    for (size_t i : picked) out += cps[i];
+    return Str(Encode(out));
   }
 
-  std::string Str(const Value& v) const { return v.kind == Value::Kind::kData ? PyStr(v.data) : ""; }
-
-  Value CallMethod(const Value& f, const std::vector<Value>& args, int line) {
-    const std::string name = f.callable.substr(7);
-    const Json& self = f.self;
-    auto arg_str = [&](size_t k) -> std::string {
-      if (k >= args.size() || args[k].kind != Value::Kind::kData || !args[k].data.is_string()) {
-        Fail(line, "." + name + "() needs a string argument");
-      }
-      return args[k].data.get<std::string>();
-    };
-    if (self.is_object()) {
-      if (name == "items") {
-        Json out = Json::array();
-        for (const auto& [k, v] : self.items()) out.push_back(Json::array({k, v}));
-        return Value::Of(out);
-      }
-      if (name == "keys" || name == "values") {
-        Json out = Json::array();
-        for (const auto& [k, v] : self.items()) out.push_back(name == "keys" ? Json(k) : v);
-        return Value::Of(out);
-      }
-      // get
-      auto it = self.find(arg_str(0));
-      if (it != self.end()) return Value::Of(*it);
-      return args.size() > 1 ? args[1] : Value::Of(Json());
+  Result<Args> EvalArgs(const Expr& e, size_t first) {
+    Args args;
+    for (size_t i = first; i < e.args.size(); ++i) {
+      SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i]));
+      args.positional.push_back(std::move(v));
     }
-    const std::string& s = self.get_ref<const std::string&>();
-    if (name == "startswith" || name == "endswith") {
-      const std::string a = arg_str(0);
-      const bool yes =
-          a.size() <= s.size() &&
-          (name == "startswith" ? s.compare(0, a.size(), a) == 0 : s.compare(s.size() - a.size(), a.size(), a) == 0);
-      return Value::Of(yes);
+    for (const auto& [key, expr] : e.kwargs) {
+      SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*expr));
+      args.keywords.emplace_back(key, std::move(v));
     }
-    if (name == "strip" || name == "lstrip" || name == "rstrip") {
-      std::string chars;
-      const bool has = !args.empty() && args[0].kind == Value::Kind::kData && args[0].data.is_string();
-      if (has) chars = args[0].data.get<std::string>();
-      return Value::Of(Strip(s, has ? &chars : nullptr, name != "rstrip", name != "lstrip"));
-    }
-    if (name == "split") {
-      Json out = Json::array();
-      if (args.empty() || (args[0].kind == Value::Kind::kData && args[0].data.is_null())) {
-        std::istringstream in(s);
-        std::string w;
-        while (in >> w) out.push_back(w);
-        return Value::Of(out);
-      }
-      const std::string sep = arg_str(0);
-      if (sep.empty()) Fail(line, "split() with an empty separator");
-      size_t at = 0;
-      for (size_t hit; (hit = s.find(sep, at)) != std::string::npos; at = hit + sep.size()) {
-        out.push_back(s.substr(at, hit - at));
-      }
-      out.push_back(s.substr(at));
-      return Value::Of(out);
-    }
-    if (name == "replace") {
-      const std::string a = arg_str(0), b = arg_str(1);
-      if (a.empty()) return Value::Of(s);
-      std::string out;
-      size_t at = 0;
-      for (size_t hit; (hit = s.find(a, at)) != std::string::npos; at = hit + a.size()) {
-        out += s.substr(at, hit - at) + b;
-      }
-      return Value::Of(out + s.substr(at));
-    }
-    std::string out = s;
-    if (name == "upper") {
-      for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    } else if (name == "lower") {
-      for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    } else {  // title, capitalize (ASCII letters)
-      bool start = true;
-      for (size_t k = 0; k < out.size(); ++k) {
-        const auto c = static_cast<unsigned char>(out[k]);
-        if (std::isalpha(c)) {
-          out[k] = static_cast<char>(start ? std::toupper(c) : std::tolower(c));
-          start = false;
-          if (name == "capitalize") start = false;
-        } else if (name == "title") {
-          start = true;
-        }
-      }
-    }
-    return Value::Of(out);
+    return args;
   }
 
   std::string Strftime(const std::string& format) const {
-    std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&now, &tm);
-    if (!today_.empty()) {  // "YYYY-MM-DD"
-      std::istringstream in(today_);
-      in >> std::get_time(&tm, "%Y-%m-%d");
+    if (format.empty()) return "";
+    std::vector<char> buf(256);
+    for (int tries = 0; tries < 6; ++tries) {
+      const size_t n = std::strftime(buf.data(), buf.size(), format.c_str(), &now_);
+      if (n > 0) return std::string(buf.data(), n);
+      buf.resize(buf.size() * 8);
     }
-    char buf[128];
-    const size_t n = std::strftime(buf, sizeof(buf), format.c_str(), &tm);
-    return std::string(buf, n);
+    return "";
   }
 
-  Value Call(const Expr& e) {
-    Value f = Eval(*e.args[0]);
-    std::vector<Value> args;
-    for (size_t k = 1; k < e.args.size(); ++k) args.push_back(Eval(*e.args[k]));
-    if (f.kind != Value::Kind::kCallable) Fail(e.line, "calling something that is not a function");
-    if (f.callable.rfind("method:", 0) == 0) return CallMethod(f, args, e.line);
-    if (f.callable == "namespace") {
-      Value ns;
-      ns.kind = Value::Kind::kNamespace;
-      ns.ns = std::make_shared<Json>(Json::object());
-      for (const auto& [k, expr] : e.kwargs) (*ns.ns)[k] = Data(Eval(*expr), e.line, "namespace()");
-      return ns;
+  Result<Value> Call(const Value& f, const Args& args, Pos pos) {
+    if (f.Is<Undefined>()) return Error(pos, f.As<Undefined>().what + ", so it cannot be called");
+    if (!f.Is<Function>()) return Error(pos, "a value of type " + TypeName(f) + " cannot be called");
+    const Function& fn = f.As<Function>();
+    if (fn.name.rfind("str.", 0) == 0) return CallStrMethod(fn.name.substr(4), fn.self->As<std::string>(), args, pos);
+    if (fn.name.rfind("dict.", 0) == 0) return CallDictMethod(fn.name.substr(5), *fn.self->As<DictPtr>(), args, pos);
+    if (fn.name == "loop.cycle") {
+      if (args.positional.empty()) return Error(pos, "loop.cycle() needs at least one value");
+      return args.positional[static_cast<size_t>(AsInt(*fn.self)) % args.positional.size()];
     }
-    if (f.callable == "raise_exception")
-      throw RenderError{"the template raised: " + (args.empty() ? "" : Str(args[0]))};
-    if (f.callable == "strftime_now") return Value::Of(Strftime(args.empty() ? "" : Str(args[0])));
-    // range
-    int64_t lo = 0, hi = 0, step = 1;
-    std::vector<int64_t> n;
-    for (const Value& a : args) {
-      if (a.kind != Value::Kind::kData || !a.data.is_number_integer()) Fail(e.line, "range() needs whole numbers");
-      n.push_back(a.data.get<int64_t>());
+    if (fn.name == "raise_exception") {
+      std::string message;
+      if (!args.positional.empty()) {
+        SLUICE_ASSIGN_OR_RETURN(message, ToStr(args.positional[0], pos));
+      }
+      return Error(pos, "raise_exception: " + message);
     }
-    if (n.size() == 1) hi = n[0];
-    if (n.size() >= 2) lo = n[0], hi = n[1];
-    if (n.size() == 3) step = n[2];
-    if (n.empty() || n.size() > 3 || step == 0) Fail(e.line, "range() takes 1 to 3 arguments, step not 0");
-    Json out = Json::array();
-    for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
-      out.push_back(i);
-      if (out.size() > 1000000) Fail(e.line, "range() over a million items");
+    if (fn.name == "strftime_now") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"format"}, "strftime_now()", pos));
+      SLUICE_ASSIGN_OR_RETURN(auto format, OptionalString(a[0], "strftime_now()'s format", pos));
+      if (!format) return Error(pos, "strftime_now() needs a format");
+      return Str(Strftime(*format));
     }
-    return Value::Of(out);
+    if (fn.name == "namespace" || fn.name == "dict") {
+      Dict attrs;
+      if (args.positional.size() > 1) return Error(pos, fn.name + "() takes at most one positional argument");
+      if (!args.positional.empty()) {
+        const Value& init = args.positional[0];
+        if (!init.Is<DictPtr>()) return Error(pos, fn.name + "() takes a dict, not " + TypeName(init));
+        attrs = *init.As<DictPtr>();
+      }
+      for (const auto& [key, value] : args.keywords) attrs.Set(key, value);
+      if (fn.name == "dict") return DictValue(std::move(attrs));
+      auto ns = std::make_shared<Namespace>();
+      ns->attrs = std::move(attrs);
+      namespaces_.push_back(ns);
+      return Make<NamespacePtr>(std::move(ns));
+    }
+    if (fn.name == "range") {
+      if (!args.keywords.empty() || args.positional.empty() || args.positional.size() > 3) {
+        return Error(pos, "range() takes 1 to 3 integers");
+      }
+      int64_t n[3] = {0, 0, 1};
+      for (size_t i = 0; i < args.positional.size(); ++i) {
+        if (!IsIntegral(args.positional[i])) return Error(pos, "range() takes integers");
+        n[args.positional.size() == 1 ? 1 : i] = AsInt(args.positional[i]);
+      }
+      if (n[2] == 0) return Error(pos, "range() step cannot be zero");
+      std::vector<Value> items;
+      for (__int128 i = n[0]; n[2] > 0 ? i < n[1] : i > n[1]; i += n[2]) {
+        if (static_cast<int64_t>(items.size()) >= kMaxSequenceLength) return Error(pos, "range() is too long");
+        items.push_back(Int(static_cast<int64_t>(i)));
+      }
+      return ListValue(std::move(items));
+    }
+    return Error(pos, "function '" + fn.name + "' is not supported");
   }
 
-  Value Filter(const Expr& e) {
-    Value v = Eval(*e.args[0]);
-    std::vector<Value> args;
-    for (size_t k = 1; k < e.args.size(); ++k) args.push_back(Eval(*e.args[k]));
-    const std::string& f = e.name;
-    if (f == "default" || f == "d") {
-      if (!v.defined()) return args.empty() ? Value::Of("") : args[0];
+  static Result<Value> CallStrMethod(const std::string& name, const std::string& s, const Args& args, Pos pos) {
+    const std::string what = "str." + name + "()";
+    if (OneOf(name, {"upper", "lower", "title", "capitalize"})) {
+      SLUICE_RETURN_IF_ERROR(Bind(args, {}, what, pos).status());
+      if (name == "upper") return Str(MapCase(s, Case::kUpper));
+      if (name == "lower") return Str(MapCase(s, Case::kLower));
+      if (name == "title") return Str(PyTitle(s));
+      return Str(PyCapitalize(s));
+    }
+    if (name == "startswith" || name == "endswith") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"prefix"}, what, pos));
+      if (!a[0]) return Error(pos, what + " needs an argument");
+      std::vector<std::string> candidates;
+      if (a[0]->Is<std::string>()) {
+        candidates.push_back(a[0]->As<std::string>());
+      } else if (a[0]->Is<ListPtr>() && a[0]->As<ListPtr>()->tuple) {
+        for (const Value& v : a[0]->As<ListPtr>()->items) {
+          if (!v.Is<std::string>()) return Error(pos, what + " takes strings");
+          candidates.push_back(v.As<std::string>());
+        }
+      } else {
+        return Error(pos, what + " takes a string or a tuple of strings, not " + TypeName(*a[0]));
+      }
+      for (const std::string& c : candidates) {
+        if (c.size() <= s.size() && (name == "startswith" ? s.compare(0, c.size(), c) == 0
+                                                          : s.compare(s.size() - c.size(), c.size(), c) == 0)) {
+          return Bool(true);
+        }
+      }
+      return Bool(false);
+    }
+    if (name == "strip" || name == "lstrip" || name == "rstrip") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"chars"}, what, pos));
+      SLUICE_ASSIGN_OR_RETURN(auto chars, OptionalString(a[0], what, pos));
+      std::optional<std::u32string> set;
+      if (chars) set = Decode(*chars);
+      return Str(PyStrip(s, set, name != "rstrip", name != "lstrip"));
+    }
+    if (name == "split" || name == "rsplit") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"sep", "maxsplit"}, what, pos));
+      SLUICE_ASSIGN_OR_RETURN(auto sep, OptionalString(a[0], what, pos));
+      SLUICE_ASSIGN_OR_RETURN(auto maxsplit, OptionalInt(a[1], what, pos));
+      if (!sep) return StringList(PySplitWhitespace(s, maxsplit.value_or(-1), name == "rsplit"));
+      if (sep->empty()) return Error(pos, what + ": empty separator");
+      return StringList(PySplit(s, *sep, maxsplit.value_or(-1), name == "rsplit"));
+    }
+    if (name == "splitlines") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"keepends"}, what, pos));
+      const bool keep = a[0] && Truthy(*a[0]);
+      const std::u32string cps = Decode(s);
+      std::vector<std::string> lines;
+      size_t start = 0;
+      for (size_t i = 0; i < cps.size(); ++i) {
+        if (!IsLineBreak(cps[i])) continue;
+        size_t end = i + 1;
+        if (cps[i] == '\r' && end < cps.size() && cps[end] == '\n') ++end;
+        lines.push_back(Encode(std::u32string_view(cps).substr(start, (keep ? end : i) - start)));
+        start = end;
+        i = end - 1;
+      }
+      if (start < cps.size()) lines.push_back(Encode(std::u32string_view(cps).substr(start)));
+      return StringList(lines);
+    }
+    if (name == "replace") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"old", "new", "count"}, what, pos));
+      SLUICE_ASSIGN_OR_RETURN(auto old, OptionalString(a[0], what, pos));
+      SLUICE_ASSIGN_OR_RETURN(auto repl, OptionalString(a[1], what, pos));
+      SLUICE_ASSIGN_OR_RETURN(auto count, OptionalInt(a[2], what, pos));
+      if (!old || !repl) return Error(pos, what + " needs two strings");
+      return Str(PyReplace(s, *old, *repl, count.value_or(-1)));
+    }
+    if (name == "join") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"iterable"}, what, pos));
+      if (!a[0]) return Error(pos, what + " needs an argument");
+      SLUICE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(*a[0], pos));
+      std::string out;
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (!items[i].Is<std::string>()) return Error(pos, what + " takes strings, not " + TypeName(items[i]));
+        if (i > 0) out += s;
+        out += items[i].As<std::string>();
+      }
+      return Str(std::move(out));
+    }
+    if (name == "find" || name == "count") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"sub"}, what, pos));
+      SLUICE_ASSIGN_OR_RETURN(auto sub, OptionalString(a[0], what, pos));
+      if (!sub) return Error(pos, what + " needs a string");
+      if (name == "find") {
+        const size_t at = s.find(*sub);
+        return Int(at == std::string::npos ? -1 : CodePointCount(std::string_view(s).substr(0, at)));
+      }
+      if (sub->empty()) return Int(CodePointCount(s) + 1);
+      int64_t n = 0;
+      for (size_t at = s.find(*sub); at != std::string::npos; at = s.find(*sub, at + sub->size())) ++n;
+      return Int(n);
+    }
+    // removeprefix, removesuffix
+    SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"affix"}, what, pos));
+    SLUICE_ASSIGN_OR_RETURN(auto affix, OptionalString(a[0], what, pos));
+    if (!affix) return Error(pos, what + " needs a string");
+    if (name == "removeprefix") return Str(s.rfind(*affix, 0) == 0 ? s.substr(affix->size()) : s);
+    const bool ends = affix->size() <= s.size() && s.compare(s.size() - affix->size(), affix->size(), *affix) == 0;
+    return Str(ends ? s.substr(0, s.size() - affix->size()) : s);
+  }
+
+  static Value Items(const Dict& d) {
+    std::vector<Value> items;
+    items.reserve(d.items.size());
+    for (const auto& [k, v] : d.items) items.push_back(ListValue({Str(k), v}, true));
+    return ListValue(std::move(items));
+  }
+
+  static Result<Value> CallDictMethod(const std::string& name, const Dict& d, const Args& args, Pos pos) {
+    const std::string what = "dict." + name + "()";
+    if (name == "get") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"key", "default"}, what, pos));
+      if (!a[0]) return Error(pos, what + " needs a key");
+      if (a[0]->Is<std::string>()) {
+        const Value* v = d.Find(a[0]->As<std::string>());
+        if (v) return *v;
+      }
+      return a[1] ? *a[1] : NoneValue();
+    }
+    SLUICE_RETURN_IF_ERROR(Bind(args, {}, what, pos).status());
+    if (name == "items") return Items(d);
+    std::vector<Value> out;
+    for (const auto& [k, v] : d.items) out.push_back(name == "keys" ? Str(k) : v);
+    return ListValue(std::move(out));
+  }
+
+  // --------------------------------------------------------------- tests
+
+  static Result<bool> Test(const std::string& name, const Value& v, const Args& args, Pos pos) {
+    const std::string what = "test '" + name + "'";
+    if (OneOf(name, {"eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">",
+                     "ge", ">=", "in", "divisibleby"})) {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"other"}, what, pos));
+      if (!a[0]) return Error(pos, what + " needs a value to compare with");
+      const Value& other = *a[0];
+      if (OneOf(name, {"eq", "equalto", "=="})) return Equal(v, other);
+      if (OneOf(name, {"ne", "!="})) return !Equal(v, other);
+      if (name == "in") return Contains(other, v, pos);
+      if (name == "divisibleby") {
+        if (!IsIntegral(v) || !IsIntegral(other)) return Error(pos, what + " takes integers");
+        if (AsInt(other) == 0) return Error(pos, what + ": division by zero");
+        return AsInt(v) % AsInt(other) == 0;
+      }
+      SLUICE_ASSIGN_OR_RETURN(int c, Compare(v, other, pos, name));
+      if (OneOf(name, {"lt", "lessthan", "<"})) return c < 0;
+      if (OneOf(name, {"le", "<="})) return c <= 0;
+      if (OneOf(name, {"gt", "greaterthan", ">"})) return c > 0;
+      return c >= 0;
+    }
+    SLUICE_RETURN_IF_ERROR(Bind(args, {}, what, pos).status());
+    if (name == "defined") return !v.Is<Undefined>();
+    if (name == "undefined") return v.Is<Undefined>();
+    if (name == "none") return v.Is<None>();
+    if (name == "boolean") return v.Is<bool>();
+    if (name == "true") return v.Is<bool>() && v.As<bool>();
+    if (name == "false") return v.Is<bool>() && !v.As<bool>();
+    if (name == "integer") return v.Is<int64_t>();
+    if (name == "float") return v.Is<double>();
+    if (name == "number") return IsNumber(v);
+    if (name == "string") return v.Is<std::string>();
+    if (name == "mapping") return v.Is<DictPtr>();
+    // What Python's len() and iter() accept (an undefined value has both).
+    if (name == "sequence" || name == "iterable") {
+      return v.Is<std::string>() || v.Is<ListPtr>() || v.Is<DictPtr>() || v.Is<Undefined>();
+    }
+    if (name == "callable") return v.Is<Function>();
+    if (name == "odd" || name == "even") {
+      if (!IsIntegral(v)) return Error(pos, what + " takes an integer, not " + TypeName(v));
+      return (AsInt(v) % 2 != 0) == (name == "odd");
+    }
+    return Error(pos, what + " is not supported");
+  }
+
+  // Python's `needle in haystack`.
+  static Result<bool> Contains(const Value& haystack, const Value& needle, Pos pos) {
+    if (haystack.Is<std::string>()) {
+      if (needle.Is<Undefined>()) return UndefinedError(pos, needle);
+      if (!needle.Is<std::string>()) return Error(pos, "'in <string>' needs a string, not " + TypeName(needle));
+      return haystack.As<std::string>().find(needle.As<std::string>()) != std::string::npos;
+    }
+    if (haystack.Is<ListPtr>()) {
+      for (const Value& item : haystack.As<ListPtr>()->items) {
+        if (Equal(item, needle)) return true;
+      }
+      return false;
+    }
+    if (haystack.Is<DictPtr>()) {
+      return needle.Is<std::string>() && haystack.As<DictPtr>()->Find(needle.As<std::string>()) != nullptr;
+    }
+    if (haystack.Is<Undefined>()) return false;  // it iterates as empty
+    return Error(pos, "'in' needs a container, not " + TypeName(haystack));
+  }
+
+  // ------------------------------------------------------------- filters
+
+  // Jinja's attribute getter for map, selectattr, join, unique: "a.b" or "0" steps.
+  static Result<Value> GetPath(const Value& v, const std::string& path, Pos pos) {
+    Value cur = v;
+    size_t at = 0;
+    while (true) {
+      const size_t dot = path.find('.', at);
+      const std::string part = path.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+      int64_t index = 0;
+      const auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+      const bool numeric = !part.empty() && ec == std::errc() && ptr == part.data() + part.size();
+      SLUICE_ASSIGN_OR_RETURN(cur, GetItem(cur, numeric ? Int(index) : Str(part), pos));
+      if (dot == std::string::npos) return cur;
+      at = dot + 1;
+    }
+  }
+
+  Result<Value> Filter(const std::string& name, const Value& v, const Args& args, Pos pos) {
+    const std::string what = "filter '" + name + "'";
+    if (name == "default" || name == "d") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"default_value", "boolean"}, what, pos));
+      const bool use_default = v.Is<Undefined>() || (a[1] && Truthy(*a[1]) && !Truthy(v));
+      if (use_default) return a[0] ? *a[0] : Str("");
       return v;
     }
-    if (f == "tojson") {
-      int indent = -1;
-      for (const auto& [k, expr] : e.kwargs) {
-        if (k != "indent") Fail(e.line, "tojson(" + k + "=) is not supported");
-        Value iv = Eval(*expr);
-        if (iv.kind == Value::Kind::kData && iv.data.is_number_integer())
-          indent = static_cast<int>(iv.data.get<int64_t>());
-      }
-      if (!args.empty() && args[0].kind == Value::Kind::kData && args[0].data.is_number_integer()) {
-        indent = static_cast<int>(args[0].data.get<int64_t>());
-      }
-      std::string out;
-      PyJson(Data(v, e.line, "tojson"), indent, 0, &out);
-      return Value::Of(out);
-    }
-    if (!v.defined() && (f == "length" || f == "count")) return Value::Of(0);
-    const Json& d = Data(v, e.line, ("filter " + f).c_str());
-    if (f == "length" || f == "count") {
-      return Value::Of(static_cast<int64_t>(d.is_string() ? d.get_ref<const std::string&>().size() : d.size()));
-    }
-    if (f == "trim") return Value::Of(Strip(PyStr(d), nullptr, true, true));
-    if (f == "string") return Value::Of(PyStr(d));
-    if (f == "lower" || f == "upper" || f == "capitalize") {
-      Value m;
-      m.kind = Value::Kind::kCallable;
-      m.callable = "method:" + f;
-      m.self = PyStr(d);
-      return CallMethod(m, {}, e.line);
-    }
-    if (f == "replace") {
-      Value m;
-      m.kind = Value::Kind::kCallable;
-      m.callable = "method:replace";
-      m.self = PyStr(d);
-      return CallMethod(m, args, e.line);
-    }
-    if (f == "first" || f == "last") {
-      if (d.empty()) return Value{};
-      if (d.is_string()) {
-        const std::string& s = d.get_ref<const std::string&>();
-        return Value::Of(std::string(1, f == "first" ? s.front() : s.back()));
-      }
-      if (d.is_array()) return Value::Of(f == "first" ? d.front() : d.back());
-      Fail(e.line, "filter " + f + " of a " + d.type_name());
-    }
-    if (f == "join") {
-      const std::string sep = args.empty() ? "" : Str(args[0]);
-      std::string out;
-      for (size_t k = 0; k < d.size(); ++k) out += (k ? sep : "") + PyStr(d[k]);
-      return Value::Of(out);
-    }
-    if (f == "items") {
-      Json out = Json::array();
-      for (const auto& [k, val] : d.items()) out.push_back(Json::array({k, val}));
-      return Value::Of(out);
-    }
-    if (f == "list") {
-      if (d.is_array()) return v;
-      Json out = Json::array();
-      if (d.is_string()) {
-        for (char c : d.get_ref<const std::string&>()) out.push_back(std::string(1, c));
-      } else if (d.is_object()) {
-        for (const auto& [k, val] : d.items()) out.push_back(k);
-      }
-      return Value::Of(out);
-    }
-    if (f == "reverse") {
-      Json out = d;
-      if (out.is_string()) {
-        std::reverse(out.get_ref<std::string&>().begin(), out.get_ref<std::string&>().end());
-      } else if (out.is_array()) {
-        std::reverse(out.begin(), out.end());
-      }
-      return Value::Of(out);
-    }
-    Fail(e.line, "filter '" + f + "' is not supported");
-  }
-
-  bool Test(const Expr& e) {
-    Value v = Eval(*e.args[0]);
-    const std::string& t = e.name;
-    const Json* d = v.kind == Value::Kind::kData ? &v.data : nullptr;
-    if (t == "defined") return v.defined();
-    if (t == "undefined") return !v.defined();
-    if (t == "none") return d && d->is_null();
-    if (t == "string") return d && d->is_string();
-    if (t == "number") return d && d->is_number();
-    if (t == "integer") return d && d->is_number_integer();
-    if (t == "float") return d && d->is_number_float();
-    if (t == "boolean") return d && d->is_boolean();
-    if (t == "mapping") return (d && d->is_object()) || v.kind == Value::Kind::kNamespace;
-    if (t == "iterable") return d && (d->is_array() || d->is_object() || d->is_string());
-    if (t == "sequence") return d && (d->is_array() || d->is_string() || d->is_object());
-    if (t == "true") return d && d->is_boolean() && d->get<bool>();
-    if (t == "false") return d && d->is_boolean() && !d->get<bool>();
-    if (t == "callable") return v.kind == Value::Kind::kCallable;
-    Fail(e.line, "test '" + t + "' is not supported");
-  }
-
-  static bool Equal(const Value& a, const Value& b) {
-    if (a.kind != Value::Kind::kData || b.kind != Value::Kind::kData) return a.kind == b.kind && !a.defined();
-    if (a.data.is_number() && b.data.is_number()) return a.data.get<double>() == b.data.get<double>();
-    return a.data == b.data;
-  }
-
-  Value BinaryOp(const Expr& e) {
-    const std::string& op = e.name;
-    if (op == "and") {
-      Value a = Eval(*e.args[0]);
-      return Truthy(a) ? Eval(*e.args[1]) : a;
-    }
-    if (op == "or") {
-      Value a = Eval(*e.args[0]);
-      return Truthy(a) ? a : Eval(*e.args[1]);
-    }
-    Value a = Eval(*e.args[0]), b = Eval(*e.args[1]);
-    if (op == "==") return Value::Of(Equal(a, b));
-    if (op == "!=") return Value::Of(!Equal(a, b));
-    if (op == "~") return Value::Of(Str(a) + Str(b));
-    if (op == "in" || op == "not in") {
-      bool found = false;
-      if (b.kind == Value::Kind::kData) {
-        const Json& c = b.data;
-        if (c.is_string()) {
-          found = a.kind == Value::Kind::kData && a.data.is_string() &&
-                  c.get_ref<const std::string&>().find(a.data.get<std::string>()) != std::string::npos;
-        } else if (c.is_array()) {
-          for (const Json& x : c) found = found || (a.kind == Value::Kind::kData && Equal(a, Value::Of(x)));
-        } else if (c.is_object()) {
-          found = a.kind == Value::Kind::kData && a.data.is_string() && c.contains(a.data.get<std::string>());
+    if (name == "tojson") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"ensure_ascii", "indent", "separators", "sort_keys"}, what, pos));
+      JsonStyle style;
+      style.ensure_ascii = a[0] && Truthy(*a[0]);
+      if (a[1] && !a[1]->Is<None>()) {
+        if (a[1]->Is<std::string>()) {
+          style.indent = a[1]->As<std::string>();
+        } else if (IsIntegral(*a[1])) {
+          style.indent = std::string(static_cast<size_t>(std::clamp<int64_t>(AsInt(*a[1]), 0, 1000)), ' ');
+        } else {
+          return Error(pos, "tojson: indent must be an integer or a string");
         }
-      } else if (b.kind == Value::Kind::kNamespace) {
-        found = a.kind == Value::Kind::kData && a.data.is_string() && b.ns->contains(a.data.get<std::string>());
+        style.item_separator = ",";
       }
-      return Value::Of(op == "in" ? found : !found);
-    }
-    const Json& x = Data(a, e.line, ("'" + op + "'").c_str());
-    const Json& y = Data(b, e.line, ("'" + op + "'").c_str());
-    if (op == "+" && x.is_string() && y.is_string()) return Value::Of(x.get<std::string>() + y.get<std::string>());
-    if (op == "+" && x.is_array() && y.is_array()) {
-      Json out = x;
-      for (const Json& item : y) out.push_back(item);
-      return Value::Of(out);
-    }
-    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
-      int c = 0;
-      if (x.is_number() && y.is_number()) {
-        c = x.get<double>() < y.get<double>() ? -1 : x.get<double>() > y.get<double>() ? 1 : 0;
-      } else if (x.is_string() && y.is_string()) {
-        c = x.get<std::string>().compare(y.get<std::string>());
-      } else {
-        Fail(e.line, "cannot compare " + std::string(x.type_name()) + " and " + y.type_name());
+      if (a[2] && !a[2]->Is<None>()) {
+        const Value& seps = *a[2];
+        if (!seps.Is<ListPtr>() || seps.As<ListPtr>()->items.size() != 2 ||
+            !seps.As<ListPtr>()->items[0].Is<std::string>() || !seps.As<ListPtr>()->items[1].Is<std::string>()) {
+          return Error(pos, "tojson: separators must be two strings");
+        }
+        style.item_separator = seps.As<ListPtr>()->items[0].As<std::string>();
+        style.key_separator = seps.As<ListPtr>()->items[1].As<std::string>();
       }
-      return Value::Of(op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0);
+      style.sort_keys = a[3] && Truthy(*a[3]);
+      std::string out;
+      SLUICE_RETURN_IF_ERROR(AppendJson(v, style, 0, &out, pos));
+      return Str(std::move(out));
     }
-    if (!x.is_number() || !y.is_number()) {
-      Fail(e.line, "'" + op + "' of " + std::string(x.type_name()) + " and " + y.type_name());
+    if (name == "length" || name == "count") {
+      SLUICE_RETURN_IF_ERROR(Bind(args, {}, what, pos).status());
+      if (v.Is<std::string>()) return Int(CodePointCount(v.As<std::string>()));
+      if (v.Is<ListPtr>()) return Int(static_cast<int64_t>(v.As<ListPtr>()->items.size()));
+      if (v.Is<DictPtr>()) return Int(static_cast<int64_t>(v.As<DictPtr>()->items.size()));
+      if (v.Is<Undefined>()) return Int(0);
+      return Error(pos, "a value of type " + TypeName(v) + " has no length");
     }
-    const bool ints = x.is_number_integer() && y.is_number_integer();
-    if (ints && op != "/") {
-      const int64_t p = x.get<int64_t>(), q = y.get<int64_t>();
-      if ((op == "//" || op == "%") && q == 0) Fail(e.line, "division by zero");
-      if (op == "+") return Value::Of(p + q);
-      if (op == "-") return Value::Of(p - q);
-      if (op == "*") return Value::Of(p * q);
-      const int64_t fl = p / q - ((p % q != 0) && ((p < 0) != (q < 0)) ? 1 : 0);  // Python floors
-      if (op == "//") return Value::Of(fl);
-      return Value::Of(p - fl * q);
+    if (OneOf(name, {"string", "trim", "lower", "upper", "capitalize", "title", "replace"})) {
+      SLUICE_ASSIGN_OR_RETURN(std::string s, ToStr(v, pos));
+      if (name == "trim") {
+        SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"chars"}, what, pos));
+        SLUICE_ASSIGN_OR_RETURN(auto chars, OptionalString(a[0], what, pos));
+        std::optional<std::u32string> set;
+        if (chars) set = Decode(*chars);
+        return Str(PyStrip(s, set, true, true));
+      }
+      if (name == "replace") {
+        SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"old", "new", "count"}, what, pos));
+        if (!a[0] || !a[1]) return Error(pos, what + " needs two strings");
+        SLUICE_ASSIGN_OR_RETURN(std::string old, ToStr(*a[0], pos));
+        SLUICE_ASSIGN_OR_RETURN(std::string repl, ToStr(*a[1], pos));
+        SLUICE_ASSIGN_OR_RETURN(auto count, OptionalInt(a[2], what, pos));
+        return Str(PyReplace(s, old, repl, count.value_or(-1)));
+      }
+      SLUICE_RETURN_IF_ERROR(Bind(args, {}, what, pos).status());
+      if (name == "string") return Str(std::move(s));
+      if (name == "lower") return Str(MapCase(s, Case::kLower));
+      if (name == "upper") return Str(MapCase(s, Case::kUpper));
+      if (name == "capitalize") return Str(PyCapitalize(s));
+      return Str(JinjaTitle(s));
     }
-    const double p = x.get<double>(), q = y.get<double>();
-    if (op == "+") return Value::Of(p + q);
-    if (op == "-") return Value::Of(p - q);
-    if (op == "*") return Value::Of(p * q);
-    if (q == 0) Fail(e.line, "division by zero");
-    if (op == "/") return Value::Of(p / q);
-    if (op == "//") return Value::Of(std::floor(p / q));
-    return Value::Of(p - std::floor(p / q) * q);
+    if (name == "first" || name == "last") {
+      SLUICE_RETURN_IF_ERROR(Bind(args, {}, what, pos).status());
+      SLUICE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v, pos));
+      if (items.empty()) return Undef(what + ": the sequence is empty");
+      return name == "first" ? items.front() : items.back();
+    }
+    if (name == "join") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"d", "attribute"}, what, pos));
+      SLUICE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v, pos));
+      std::string sep;
+      if (a[0]) {
+        SLUICE_ASSIGN_OR_RETURN(sep, ToStr(*a[0], pos));
+      }
+      SLUICE_ASSIGN_OR_RETURN(auto attribute, OptionalString(a[1], what, pos));
+      std::string out;
+      for (size_t i = 0; i < items.size(); ++i) {
+        Value item = items[i];
+        if (attribute) {
+          SLUICE_ASSIGN_OR_RETURN(item, GetPath(item, *attribute, pos));
+        }
+        SLUICE_ASSIGN_OR_RETURN(std::string s, ToStr(item, pos));
+        if (i > 0) out += sep;
+        out += s;
+      }
+      return Str(std::move(out));
+    }
+    if (name == "items") {
+      SLUICE_RETURN_IF_ERROR(Bind(args, {}, what, pos).status());
+      if (v.Is<Undefined>()) return ListValue({});
+      if (!v.Is<DictPtr>()) return Error(pos, what + " needs a mapping, not " + TypeName(v));
+      return Items(*v.As<DictPtr>());
+    }
+    if (name == "list" || name == "reverse") {
+      SLUICE_RETURN_IF_ERROR(Bind(args, {}, what, pos).status());
+      if (name == "reverse" && v.Is<std::string>()) {
+        std::u32string cps = Decode(v.As<std::string>());
+        std::reverse(cps.begin(), cps.end());
+        return Str(Encode(cps));
+      }
+      SLUICE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v, pos));
+      if (name == "reverse") std::reverse(items.begin(), items.end());
+      return ListValue(std::move(items));
+    }
+    if (name == "unique") {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"case_sensitive", "attribute"}, what, pos));
+      const bool case_sensitive = a[0] && Truthy(*a[0]);
+      SLUICE_ASSIGN_OR_RETURN(auto attribute, OptionalString(a[1], what, pos));
+      SLUICE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v, pos));
+      std::vector<Value> out, seen;
+      for (const Value& item : items) {
+        Value key = item;
+        if (attribute) {
+          SLUICE_ASSIGN_OR_RETURN(key, GetPath(item, *attribute, pos));
+        }
+        if (!case_sensitive && key.Is<std::string>()) key = Str(MapCase(key.As<std::string>(), Case::kLower));
+        if ((key.Is<ListPtr>() && !key.As<ListPtr>()->tuple) || key.Is<DictPtr>()) {
+          return Error(pos, what + ": a value of type " + TypeName(key) + " is not hashable");
+        }
+        if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return Equal(s, key); })) {
+          seen.push_back(key);
+          out.push_back(item);
+        }
+      }
+      return ListValue(std::move(out));
+    }
+    if (name == "abs") {
+      SLUICE_RETURN_IF_ERROR(Bind(args, {}, what, pos).status());
+      if (v.Is<double>()) return Float(std::fabs(v.As<double>()));
+      if (IsIntegral(v)) return CheckedInt(AsInt(v) == std::numeric_limits<int64_t>::min(), std::llabs(AsInt(v)), pos);
+      return Error(pos, what + " needs a number, not " + TypeName(v));
+    }
+    if (name == "int" || name == "float") return ToNumber(name == "int", v, args, what, pos);
+    if (name == "map") return Map(v, args, pos);
+    if (OneOf(name, {"select", "reject", "selectattr", "rejectattr"})) return Select(name, v, args, pos);
+    return Error(pos, what + " is not supported");
   }
 
-  Value Eval(const Expr& e) {
+  // Jinja's int and float filters: Python's int() / float(), the default
+  // for what does not convert.
+  static Result<Value> ToNumber(bool to_int, const Value& v, const Args& args, const std::string& what, Pos pos) {
+    SLUICE_ASSIGN_OR_RETURN(auto a,
+                            to_int ? Bind(args, {"default", "base"}, what, pos) : Bind(args, {"default"}, what, pos));
+    if (to_int && a[1] && !(IsIntegral(*a[1]) && AsInt(*a[1]) == 10)) {
+      return Error(pos, what + ": only base 10 is supported");
+    }
+    const Value fallback = a[0] ? *a[0] : (to_int ? Int(0) : Float(0.0));
+    std::optional<double> d;
+    std::optional<int64_t> i;
+    if (IsIntegral(v)) {
+      i = AsInt(v);
+      d = static_cast<double>(*i);
+    } else if (v.Is<double>()) {
+      d = v.As<double>();
+    } else if (v.Is<std::string>()) {
+      const std::string s = PyStrip(v.As<std::string>(), std::nullopt, true, true);
+      std::string clean;
+      for (size_t k = 0; k < s.size(); ++k) {
+        // Python allows single underscores between digits.
+        if (s[k] == '_' && k > 0 && k + 1 < s.size() && IsDigit(s[k - 1]) && IsDigit(s[k + 1])) continue;
+        clean += s[k];
+      }
+      int64_t parsed = 0;
+      const char* b = clean.data() + (!clean.empty() && clean[0] == '+' ? 1 : 0);
+      const auto [ptr, ec] = std::from_chars(b, clean.data() + clean.size(), parsed);
+      if (!clean.empty() && ec == std::errc() && ptr == clean.data() + clean.size()) {
+        i = parsed;
+        d = static_cast<double>(parsed);
+      } else if (!clean.empty() && clean.find_first_of("xXpP") == std::string::npos) {
+        char* end = nullptr;
+        const double x = std::strtod(clean.c_str(), &end);
+        if (end == clean.c_str() + clean.size()) d = x;
+      }
+    }
+    if (!d) return fallback;
+    if (!to_int) return Float(*d);
+    if (i) return Int(*i);
+    if (!std::isfinite(*d) || std::fabs(*d) >= 9.2e18) return fallback;
+    return Int(static_cast<int64_t>(std::trunc(*d)));
+  }
+
+  // map(attribute='x', default=...) or map('filter', args...).
+  Result<Value> Map(const Value& v, const Args& args, Pos pos) {
+    SLUICE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v, pos));
+    std::vector<Value> out;
+    if (args.positional.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"attribute", "default"}, "filter 'map'", pos));
+      SLUICE_ASSIGN_OR_RETURN(auto attribute, OptionalString(a[0], "map's attribute", pos));
+      if (!attribute) return Error(pos, "filter 'map' needs a filter name or attribute=");
+      for (const Value& item : items) {
+        SLUICE_ASSIGN_OR_RETURN(Value x, GetPath(item, *attribute, pos));
+        out.push_back(x.Is<Undefined>() && a[1] ? *a[1] : x);
+      }
+      return ListValue(std::move(out));
+    }
+    if (!args.positional[0].Is<std::string>()) return Error(pos, "filter 'map' needs a filter name");
+    const std::string filter = args.positional[0].As<std::string>();
+    if (!IsSupportedFilter(filter)) return Error(pos, "filter '" + filter + "' is not supported");
+    Args rest = args;
+    rest.positional.erase(rest.positional.begin());
+    for (const Value& item : items) {
+      SLUICE_ASSIGN_OR_RETURN(Value x, Filter(filter, item, rest, pos));
+      out.push_back(std::move(x));
+    }
+    return ListValue(std::move(out));
+  }
+
+  // select/reject(test, args...) and selectattr/rejectattr(attribute, test, args...).
+  static Result<Value> Select(const std::string& name, const Value& v, const Args& args, Pos pos) {
+    const bool by_attribute = name.find("attr") != std::string::npos;
+    const bool keep_if = name.rfind("select", 0) == 0;
+    if (!args.keywords.empty()) return Error(pos, "filter '" + name + "' takes no keyword arguments");
+    size_t next = 0;
+    std::string attribute;
+    if (by_attribute) {
+      if (args.positional.empty() || !args.positional[0].Is<std::string>()) {
+        return Error(pos, "filter '" + name + "' needs an attribute name");
+      }
+      attribute = args.positional[next++].As<std::string>();
+    }
+    std::string test;
+    if (next < args.positional.size()) {
+      if (!args.positional[next].Is<std::string>()) return Error(pos, "filter '" + name + "' needs a test name");
+      test = args.positional[next++].As<std::string>();
+      if (!IsSupportedTest(test)) return Error(pos, "test '" + test + "' is not supported");
+    }
+    Args test_args;
+    test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next), args.positional.end());
+    SLUICE_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v, pos));
+    std::vector<Value> out;
+    for (const Value& item : items) {
+      Value x = item;
+      if (by_attribute) {
+        SLUICE_ASSIGN_OR_RETURN(x, GetPath(item, attribute, pos));
+      }
+      bool pass = Truthy(x);
+      if (!test.empty()) {
+        SLUICE_ASSIGN_OR_RETURN(pass, Test(test, x, test_args, pos));
+      }
+      if (pass == keep_if) out.push_back(item);
+    }
+    return ListValue(std::move(out));
+  }
+
+  // ----------------------------------------------------------- operators
+
+  static Result<Value> CheckedInt(bool overflow, int64_t r, Pos pos) {
+    if (overflow) return Error(pos, "integer overflow (integers are 64-bit here)");
+    return Int(r);
+  }
+
+  // Python's floor division and modulo of floats.
+  static std::pair<double, double> FloatDivMod(double a, double b) {
+    double mod = std::fmod(a, b);
+    double div = (a - mod) / b;
+    if (mod != 0) {
+      if ((b < 0) != (mod < 0)) {
+        mod += b;
+        div -= 1.0;
+      }
+    } else {
+      mod = std::copysign(0.0, b);
+    }
+    double floordiv = 0;
+    if (div != 0) {
+      floordiv = std::floor(div);
+      if (div - floordiv > 0.5) floordiv += 1.0;
+    } else {
+      floordiv = std::copysign(0.0, a / b);
+    }
+    return {floordiv, mod};
+  }
+
+  static Result<Value> Repeat(const Value& seq, int64_t n, Pos pos) {
+    n = std::max<int64_t>(n, 0);
+    if (seq.Is<std::string>()) {
+      const std::string& s = seq.As<std::string>();
+      if (!s.empty() && n > static_cast<int64_t>(kMaxOutputBytes / s.size())) return Error(pos, "a string too long");
+      std::string out;
+      for (int64_t i = 0; i < n; ++i) out += s;
+      return Str(std::move(out));
+    }
+    const List& list = *seq.As<ListPtr>();
+    if (!list.items.empty() && n > kMaxSequenceLength / static_cast<int64_t>(list.items.size())) {
+      return Error(pos, "a list too long");
+    }
+    std::vector<Value> out;
+    for (int64_t i = 0; i < n; ++i) out.insert(out.end(), list.items.begin(), list.items.end());
+    return ListValue(std::move(out), list.tuple);
+  }
+
+  static Result<Value> Arithmetic(const std::string& op, const Value& a, const Value& b, Pos pos) {
+    if (a.Is<Undefined>()) return UndefinedError(pos, a);
+    if (b.Is<Undefined>()) return UndefinedError(pos, b);
+    if (op == "+" && a.Is<std::string>() && b.Is<std::string>()) return Str(a.As<std::string>() + b.As<std::string>());
+    if (op == "+" && a.Is<ListPtr>() && b.Is<ListPtr>() && a.As<ListPtr>()->tuple == b.As<ListPtr>()->tuple) {
+      std::vector<Value> items = a.As<ListPtr>()->items;
+      items.insert(items.end(), b.As<ListPtr>()->items.begin(), b.As<ListPtr>()->items.end());
+      return ListValue(std::move(items), a.As<ListPtr>()->tuple);
+    }
+    if (op == "*" && (a.Is<std::string>() || a.Is<ListPtr>()) && IsIntegral(b)) return Repeat(a, AsInt(b), pos);
+    if (op == "*" && (b.Is<std::string>() || b.Is<ListPtr>()) && IsIntegral(a)) return Repeat(b, AsInt(a), pos);
+    if (op == "%" && a.Is<std::string>()) return Error(pos, "string formatting with '%' is not supported");
+    if (!IsNumber(a) || !IsNumber(b)) {
+      return Error(pos, "unsupported operand types for " + op + ": " + TypeName(a) + " and " + TypeName(b));
+    }
+    if (IsIntegral(a) && IsIntegral(b) && op != "/") {
+      const int64_t x = AsInt(a), y = AsInt(b);
+      int64_t r = 0;
+      bool overflow = false;
+      if (op == "+" || op == "-" || op == "*") {
+        overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
+                   : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                               : __builtin_mul_overflow(x, y, &r);
+        return CheckedInt(overflow, r, pos);
+      }
+      if (op == "**") {
+        if (y < 0) {
+          if (x == 0) return Error(pos, "zero to a negative power");
+          return Float(std::pow(static_cast<double>(x), static_cast<double>(y)));
+        }
+        int64_t result = 1, base = x, e = y;
+        while (e > 0 && !overflow) {
+          if ((e & 1) != 0) overflow = __builtin_mul_overflow(result, base, &result);
+          e >>= 1;
+          if (e > 0 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+        }
+        return CheckedInt(overflow, result, pos);
+      }
+      if (y == 0) return Error(pos, "division by zero");
+      if (x == std::numeric_limits<int64_t>::min() && y == -1) return op == "//" ? CheckedInt(true, 0, pos) : Int(0);
+      int64_t q = x / y, m = x % y;
+      if (m != 0 && ((m < 0) != (y < 0))) {  // Python floors
+        q -= 1;
+        m += y;
+      }
+      return Int(op == "//" ? q : m);
+    }
+    const double x = AsDouble(a), y = AsDouble(b);
+    if (op == "+") return Float(x + y);
+    if (op == "-") return Float(x - y);
+    if (op == "*") return Float(x * y);
+    if (op == "**") {
+      if (x == 0 && y < 0) return Error(pos, "zero to a negative power");
+      if (x < 0 && y != std::floor(y)) return Error(pos, "a negative number to a fractional power");
+      return Float(std::pow(x, y));
+    }
+    if (y == 0) return Error(pos, "division by zero");
+    if (op == "/") return Float(x / y);
+    const auto [div, mod] = FloatDivMod(x, y);
+    return Float(op == "//" ? div : mod);
+  }
+
+  // ---------------------------------------------------------- evaluation
+
+  Result<Value> Eval(const Expr& e) {
     switch (e.kind) {
-      case Expr::Kind::kLiteral:
-        return Value::Of(e.literal);
+      case Expr::Kind::kConst:
+        return e.value;
       case Expr::Kind::kName:
         return Lookup(e.name);
-      case Expr::Kind::kList: {
-        Json out = Json::array();
-        for (const auto& a : e.args) out.push_back(Data(Eval(*a), e.line, "a list"));
-        return Value::Of(out);
+      case Expr::Kind::kList:
+      case Expr::Kind::kTuple: {
+        std::vector<Value> items;
+        for (const auto& a : e.args) {
+          SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*a));
+          if (DepthOf(v) >= kMaxValueDepth) return Error(e.pos, "a value nested too deeply");
+          items.push_back(std::move(v));
+        }
+        return ListValue(std::move(items), e.kind == Expr::Kind::kTuple);
       }
       case Expr::Kind::kDict: {
-        Json out = Json::object();
-        for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
-          out[Str(Eval(*e.args[k]))] = Data(Eval(*e.args[k + 1]), e.line, "a dict");
+        Dict dict;
+        for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+          SLUICE_ASSIGN_OR_RETURN(Value key, Eval(*e.args[i]));
+          SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1]));
+          if (!key.Is<std::string>()) return Error(e.args[i]->pos, "dict keys must be strings here");
+          if (DepthOf(v) >= kMaxValueDepth) return Error(e.pos, "a value nested too deeply");
+          dict.Set(key.As<std::string>(), std::move(v));
         }
-        return Value::Of(out);
+        return DictValue(std::move(dict));
       }
-      case Expr::Kind::kAttr:
-        return Attr(Eval(*e.args[0]), e.name, e.line);
-      case Expr::Kind::kItem:
-        return Item(Eval(*e.args[0]), Eval(*e.args[1]), e.line);
+      case Expr::Kind::kAttr: {
+        SLUICE_ASSIGN_OR_RETURN(Value base, Eval(*e.args[0]));
+        return GetAttr(base, e.name, e.pos);
+      }
+      case Expr::Kind::kItem: {
+        SLUICE_ASSIGN_OR_RETURN(Value base, Eval(*e.args[0]));
+        SLUICE_ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
+        return GetItem(base, key, e.pos);
+      }
       case Expr::Kind::kSlice:
-        return Slice(Eval(*e.args[0]), e);
-      case Expr::Kind::kCall:
-        return Call(e);
-      case Expr::Kind::kFilter:
-        return Filter(e);
-      case Expr::Kind::kTest:
-        return Value::Of(Test(e) != e.negated);
-      case Expr::Kind::kUnary: {
-        Value v = Eval(*e.args[0]);
-        if (e.name == "not") return Value::Of(!Truthy(v));
-        const Json& d = Data(v, e.line, "a sign");
-        if (!d.is_number()) Fail(e.line, "a sign before a " + std::string(d.type_name()));
-        if (e.name == "+") return v;
-        return d.is_number_integer() ? Value::Of(-d.get<int64_t>()) : Value::Of(-d.get<double>());
+        return Slice(e);
+      case Expr::Kind::kCall: {
+        SLUICE_ASSIGN_OR_RETURN(Value f, Eval(*e.args[0]));
+        SLUICE_ASSIGN_OR_RETURN(Args args, EvalArgs(e, 1));
+        return Call(f, args, e.args[0]->pos);
       }
-      case Expr::Kind::kBinary:
-        return BinaryOp(e);
-      case Expr::Kind::kCond:
-        if (Truthy(Eval(*e.args[0]))) return Eval(*e.args[1]);
-        return e.args[2] ? Eval(*e.args[2]) : Value{};
+      case Expr::Kind::kFilter: {
+        SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+        SLUICE_ASSIGN_OR_RETURN(Args args, EvalArgs(e, 1));
+        return Filter(e.name, v, args, e.pos);
+      }
+      case Expr::Kind::kTest: {
+        SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+        SLUICE_ASSIGN_OR_RETURN(Args args, EvalArgs(e, 1));
+        SLUICE_ASSIGN_OR_RETURN(bool pass, Test(e.name, v, args, e.pos));
+        return Bool(pass != e.negated);
+      }
+      case Expr::Kind::kNot: {
+        SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+        return Bool(!Truthy(v));
+      }
+      case Expr::Kind::kNeg:
+      case Expr::Kind::kPlus: {
+        SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+        if (v.Is<Undefined>()) return UndefinedError(e.pos, v);
+        if (!IsNumber(v)) return Error(e.pos, "a sign before a value of type " + TypeName(v));
+        if (e.kind == Expr::Kind::kPlus) return v.Is<bool>() ? Int(AsInt(v)) : v;
+        if (v.Is<double>()) return Float(-v.As<double>());
+        return CheckedInt(AsInt(v) == std::numeric_limits<int64_t>::min(), -AsInt(v), e.pos);
+      }
+      case Expr::Kind::kBinary: {
+        SLUICE_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
+        SLUICE_ASSIGN_OR_RETURN(Value b, Eval(*e.args[1]));
+        return Arithmetic(e.name, a, b, e.pos);
+      }
+      case Expr::Kind::kAnd:
+      case Expr::Kind::kOr: {
+        SLUICE_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
+        if (Truthy(a) == (e.kind == Expr::Kind::kOr)) return a;
+        return Eval(*e.args[1]);
+      }
+      case Expr::Kind::kCompare: {
+        SLUICE_ASSIGN_OR_RETURN(Value left, Eval(*e.args[0]));
+        for (size_t i = 0; i < e.ops.size(); ++i) {
+          SLUICE_ASSIGN_OR_RETURN(Value right, Eval(*e.args[i + 1]));
+          const std::string& op = e.ops[i];
+          bool holds = false;
+          if (op == "==" || op == "!=") {
+            holds = Equal(left, right) == (op == "==");
+          } else if (op == "in" || op == "notin") {
+            SLUICE_ASSIGN_OR_RETURN(bool found, Contains(right, left, e.pos));
+            holds = found == (op == "in");
+          } else {
+            SLUICE_ASSIGN_OR_RETURN(int c, Compare(left, right, e.pos, op));
+            holds = op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0;
+          }
+          if (!holds) return Bool(false);
+          left = std::move(right);
+        }
+        return Bool(true);
+      }
+      case Expr::Kind::kCond: {
+        SLUICE_ASSIGN_OR_RETURN(Value cond, Eval(*e.args[1]));
+        if (Truthy(cond)) return Eval(*e.args[0]);
+        if (e.args[2]) return Eval(*e.args[2]);
+        return Undef("the conditional expression has no else branch");
+      }
+      case Expr::Kind::kConcat: {
+        std::string out;
+        for (const auto& a : e.args) {
+          SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*a));
+          SLUICE_ASSIGN_OR_RETURN(std::string s, ToStr(v, a->pos));
+          out += s;
+        }
+        return Str(std::move(out));
+      }
     }
-    return Value{};
+    return Error(e.pos, "unknown expression");
   }
 
-  std::vector<std::map<std::string, Value>> scopes_;
-  std::string out_;
-  std::string today_;
+  std::tm now_;
+  std::string* out_;
+  std::vector<Frame> frames_;
+  std::vector<NamespacePtr> namespaces_;
 };
 
-// A special token of tokenizer_config.json: a string or {"content": ...}.
-std::string TokenText(const Json& config, const char* key) {
-  if (!config.contains(key)) return "";
-  const Json& v = config[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return "";
+// A special token of tokenizer_config.json: a string or {"content": ...};
+// null (Qwen's bos_token) leaves the variable undefined, as in transformers.
+std::optional<std::string> TokenText(const Json& config, const char* key) {
+  const auto it = config.find(key);
+  if (it == config.end()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object()) {
+    const auto content = it->find("content");
+    if (content != it->end() && content->is_string()) return content->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+Result<std::string> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(path.string() + ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace
 
+struct ChatTemplate::Program {
+  Body body;
+  std::shared_ptr<const Program> tool_use;  // a {name: "tool_use"} template, for contexts with tools
+};
+
 Result<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
-  try {
-    ChatTemplate t;
-    t.root_ = TemplateParser(SplitSource(source)).ParseRoot();
-    return t;
-  } catch (const RenderError& e) {
-    return Status::InvalidArgument(e.message);
+  // Checked once here, so that everything after may assume valid UTF-8.
+  for (size_t i = 0; i < source.size();) {
+    const size_t start = i;
+    if (NextCodePoint(source, &i) == 0xFFFD && source.compare(start, 3, "\xEF\xBF\xBD") != 0) {
+      return Status::InvalidArgument("chat template: not valid UTF-8 at byte " + std::to_string(start));
+    }
   }
+  SLUICE_ASSIGN_OR_RETURN(std::vector<Token> tokens, Lexer(source).Run());
+  auto program = std::make_shared<Program>();
+  SLUICE_ASSIGN_OR_RETURN(program->body, Parser(std::move(tokens)).ParseTemplate());
+  ChatTemplate t;
+  t.program_ = std::move(program);
+  return t;
 }
 
 Result<ChatTemplate> ChatTemplate::Load(const std::string& model_dir) {
-  const std::filesystem::path path = std::filesystem::path(model_dir) / "tokenizer_config.json";
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path.string() + ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  Json config = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object())
+  const std::filesystem::path dir(model_dir);
+  const std::filesystem::path path = dir / "tokenizer_config.json";
+  SLUICE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  const Json config = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) {
     return Status::InvalidArgument(path.string() + ": not a JSON object");
-  if (!config.contains("chat_template")) return Status::NotFound(path.string() + ": no chat_template");
-  const Json& ct = config["chat_template"];
-  std::string source;
-  if (ct.is_string()) {
-    source = ct.get<std::string>();
-  } else if (ct.is_array()) {
-    for (const Json& entry : ct) {
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-          entry["template"].is_string()) {
-        source = entry["template"].get<std::string>();
-      }
-    }
-    if (source.empty()) return Status::NotFound(path.string() + ": chat_template has no \"default\" entry");
-  } else {
-    return Status::InvalidArgument(path.string() + ": chat_template is neither a string nor a list");
   }
-  Result<ChatTemplate> t = Parse(source);
-  if (!t.ok()) return Status::InvalidArgument(path.string() + ": " + t.status().message());
-  t->bos_token_ = TokenText(config, "bos_token");
-  t->eos_token_ = TokenText(config, "eos_token");
-  return t;
+  auto parse = [](const std::string& source, const std::string& origin) -> Result<ChatTemplate> {
+    Result<ChatTemplate> t = Parse(source);
+    if (!t.ok()) return t.status().WithContext(origin);
+    return t;
+  };
+  std::optional<ChatTemplate> chosen;
+  const std::filesystem::path jinja = dir / "chat_template.jinja";
+  std::error_code error;
+  if (std::filesystem::exists(jinja, error)) {  // transformers prefers it to the config's
+    SLUICE_ASSIGN_OR_RETURN(std::string source, ReadFile(jinja));
+    SLUICE_ASSIGN_OR_RETURN(chosen, parse(source, jinja.string()));
+  } else {
+    const auto ct = config.find("chat_template");
+    if (ct == config.end() || ct->is_null()) return Status::NotFound(path.string() + ": no chat_template");
+    if (ct->is_string()) {
+      SLUICE_ASSIGN_OR_RETURN(chosen, parse(ct->get<std::string>(), path.string()));
+    } else if (ct->is_array()) {
+      std::optional<ChatTemplate> tool_use;
+      for (const Json& entry : *ct) {
+        if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() ||
+            !entry.contains("template") || !entry["template"].is_string()) {
+          return Status::InvalidArgument(path.string() + ": chat_template entries must be {\"name\", \"template\"}");
+        }
+        const std::string name = entry["name"].get<std::string>();
+        if (name != "default" && name != "tool_use") continue;
+        SLUICE_ASSIGN_OR_RETURN(ChatTemplate t,
+                                parse(entry["template"].get<std::string>(), path.string() + " (" + name + ")"));
+        (name == "default" ? chosen : tool_use) = std::move(t);
+      }
+      if (!chosen) return Status::NotFound(path.string() + ": chat_template has no \"default\" entry");
+      if (tool_use) {
+        auto program = std::make_shared<Program>(*chosen->program_);
+        program->tool_use = tool_use->program_;
+        chosen->program_ = std::move(program);
+      }
+    } else {
+      return Status::InvalidArgument(path.string() + ": chat_template is neither a string nor a list");
+    }
+  }
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+    if (std::optional<std::string> token = TokenText(config, key)) chosen->special_tokens_[key] = *token;
+  }
+  return std::move(*chosen);
+}
+
+Result<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);  // datetime.now(): local time, as transformers formats it
+  return RenderAt(context, local);
+}
+
+Result<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context, const std::tm& now) const {
+  std::tm normalized = now;
+  timegm(&normalized);  // fills in the weekday and the day of the year from the date
+  return RenderAt(context, normalized);
+}
+
+Result<std::string> ChatTemplate::RenderAt(const nlohmann::ordered_json& context, const std::tm& now) const {
+  if (!context.is_object()) return Status::InvalidArgument("chat template context: not a JSON object");
+  if (!program_) return Status::FailedPrecondition("chat template: rendering an empty ChatTemplate");
+  const auto tools = context.find("tools");
+  const bool with_tools = tools != context.end() && !tools->is_null();
+  const Program& program = with_tools && program_->tool_use ? *program_->tool_use : *program_;
+  std::string out;
+  Renderer r(now, &out);
+  // What apply_chat_template passes besides the caller's variables.
+  r.SetGlobal("tools", NoneValue());
+  r.SetGlobal("documents", NoneValue());
+  r.SetGlobal("add_generation_prompt", Bool(false));
+  for (const auto& [key, value] : special_tokens_.items()) r.SetGlobal(key, Str(value.get<std::string>()));
+  for (const auto& [key, value] : context.items()) {
+    SLUICE_ASSIGN_OR_RETURN(Value v, FromJson(value, 0));
+    r.SetGlobal(key, std::move(v));
+  }
+  SLUICE_RETURN_IF_ERROR(r.Exec(program.body).status());
+  return out;
 }
 
 Result<std::string> PromptFormat::Apply(const std::string& prompt) const {
   if (!chat) return prompt;
-  Json context = variables.is_object() ? Json(variables) : Json::object();
-  Json messages = Json::array();
+  nlohmann::ordered_json context = variables.is_object() ? variables : nlohmann::ordered_json::object();
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
   messages.push_back({{"role", "user"}, {"content", prompt}});
   context["messages"] = std::move(messages);
   context["add_generation_prompt"] = true;
   return chat->Render(context);
-}
-
-Result<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context, const std::string& today) const {
-  if (!context.is_object()) return Status::InvalidArgument("chat template context must be a JSON object");
-  Json ctx = context;
-  if (!ctx.contains("bos_token")) ctx["bos_token"] = bos_token_;
-  if (!ctx.contains("eos_token")) ctx["eos_token"] = eos_token_;
-  try {
-    Renderer r(ctx, today);
-    if (root_) r.Run(*root_);
-    return std::move(r.out());
-  } catch (const RenderError& e) {
-    return Status::InvalidArgument(e.message);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(std::string("chat template: ") + e.what());
-  }
 }
 
 }  // namespace sluice::model

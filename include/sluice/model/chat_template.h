@@ -1,31 +1,55 @@
-// Chat templates: the `chat_template` of a model's tokenizer_config.json
-// rendered as Hugging Face transformers renders it (Jinja2 with trim_blocks
-// and lstrip_blocks, its `tojson` filter and `raise_exception` /
-// `strftime_now` functions), for the constructs the Qwen2.5, Qwen3 and
-// Llama 3.x templates use:
-//   {{ }}, {% if/elif/else %}, {% for x in xs %} / {% for k, v in ... %}
-//   with loop.index/index0/first/last/length, {% set %} (names and
-//   namespace attributes), {# #}, whitespace control with '-';
-//   literals, lists, dicts, attribute/item access, slices, + - * / // %,
-//   ~, comparisons, and/or/not, in/not in, `x if c else y`, tests
-//   (defined, undefined, none, string, number, integer, float, boolean,
-//   mapping, iterable, sequence, true, false, callable), filters (length,
-//   count, tojson, trim, string, lower, upper, capitalize, first, last,
-//   join, default, items, list, reverse, replace), string methods
-//   (startswith, endswith, strip, lstrip, rstrip, split, replace, upper,
-//   lower, title) and dict methods (items, keys, values, get), namespace(),
-//   range().
-// Anything else is refused by name with its line when the template is
-// parsed (macros, call blocks, includes, other filters or tests); a value
-// an operation cannot take is an error naming the line when rendering.
-// Undefined names are Jinja's default Undefined: falsy, empty when printed,
-// `is defined` false.
+// Chat templates: the `chat_template` of a model's tokenizer_config.json,
+// rendered as Hugging Face transformers' apply_chat_template renders it:
+// Jinja2 with trim_blocks and lstrip_blocks (a single trailing newline of
+// the template dropped, as Jinja does), the loop controls extension,
+// Python's semantics for values, and transformers' globals and filter
+// (raise_exception, strftime_now, tojson as json.dumps with
+// ensure_ascii=False).
+//
+// Supported, a subset that covers the Qwen2.5, Qwen3 and Llama 3.x templates
+// and the common constructs of others:
+//   tags         {{ }}, {% %}, {# #}, whitespace control with '-' and '+'
+//   statements   if/elif/else, for (one or more targets, an `if` filter,
+//                else; loop.index/index0/revindex/revindex0/first/last/
+//                length/previtem/nextitem/depth/cycle), break, continue,
+//                set (names, tuples, namespace attributes, {% set x %}
+//                blocks), generation (rendered as its body)
+//   expressions  literals (strings with Python escapes, ints, floats,
+//                true/false/none, lists, tuples, dicts), names, `.attr`,
+//                `[item]`, slices ([::-1]), calls, + - * / // % ** ~,
+//                comparisons (chained), and/or/not, in/not in,
+//                `x if c else y`, `is` / `is not` tests
+//   tests        defined, undefined, none, boolean, true, false, integer,
+//                float, number, string, mapping, sequence, iterable,
+//                callable, odd, even, divisibleby, eq/equalto/==, ne/!=,
+//                lt/<, le/<=, gt/>, ge/>=, in
+//   filters      abs, capitalize, count, d/default, first, float, int,
+//                items, join, last, length, list, lower, map, reject,
+//                rejectattr, replace, reverse, select, selectattr, string,
+//                title, tojson, trim, unique, upper
+//   functions    namespace, range, dict, raise_exception, strftime_now
+//   methods      of strings: startswith, endswith, strip, lstrip, rstrip,
+//                split, rsplit, splitlines, replace, upper, lower, title,
+//                capitalize, join, find, count, removeprefix, removesuffix;
+//                of dicts: items, keys, values, get
+// Undefined names are Jinja's default Undefined: falsy, printed as nothing,
+// iterated as empty, `is defined` false; taking an attribute or item of one
+// is an error, as in Jinja. Strings are indexed, sliced and measured by
+// code point, as Python does. Integers are 64-bit: an overflow is an error.
+//
+// Anything else is refused by name with its line and column: at Parse for a
+// statement, filter, test, global function or method this class does not
+// support (macros, call blocks, include, raw, ...) and for syntax errors
+// (an unterminated tag, string or block); at Render for what only values
+// show (an attribute of an undefined value, adding a string to a number,
+// looping over a number, raise_exception). Every error is InvalidArgument.
 //
 // Thread safety: a parsed template is immutable; Render may run
 // concurrently.
 #ifndef SLUICE_MODEL_CHAT_TEMPLATE_H_
 #define SLUICE_MODEL_CHAT_TEMPLATE_H_
 
+#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -37,29 +61,40 @@ namespace sluice::model {
 
 class ChatTemplate {
  public:
-  // Parses template source. Errors: InvalidArgument naming the line and the
-  // construct (an unterminated tag, an unsupported statement or filter).
+  // Parses template source. Errors: InvalidArgument naming the line, column
+  // and construct ("chat template line 3, column 9: filter 'indent' is not
+  // supported").
   static Result<ChatTemplate> Parse(std::string_view source);
 
-  // A model directory's tokenizer_config.json: its `chat_template` (a
-  // string, or a list of {name, template} whose "default" entry is taken)
-  // and its bos_token / eos_token, passed to every rendering. NotFound when
-  // the directory has no tokenizer_config.json or it has no chat_template.
+  // A model directory's chat template: chat_template.jinja when there is
+  // one (transformers prefers it), else tokenizer_config.json's
+  // `chat_template` (a string, or a list of {name, template} whose
+  // "default" entry is taken, and whose "tool_use" entry renders contexts
+  // with tools, as transformers picks them); and tokenizer_config.json's
+  // bos/eos/unk/pad tokens (strings or {"content": ...}), passed to every
+  // rendering as transformers passes its special tokens. NotFound when the
+  // directory has no tokenizer_config.json or no chat template;
+  // InvalidArgument (naming the file) for malformed JSON or a template
+  // that does not parse.
   static Result<ChatTemplate> Load(const std::string& model_dir);
 
-  // Renders with `context` (a JSON object: messages, add_generation_prompt,
-  // enable_thinking, tools, ... as transformers' apply_chat_template passes
-  // them; bos_token / eos_token from Load unless the context sets them).
-  // `today` ("YYYY-MM-DD") is the date strftime_now formats; empty: the
-  // current UTC date. Errors: InvalidArgument for raise_exception (its
-  // message) and for operations on values of the wrong type, naming the line.
-  Result<std::string> Render(const nlohmann::ordered_json& context, const std::string& today = "") const;
+  // Renders with `context`, a JSON object of template variables: messages,
+  // add_generation_prompt, tools, enable_thinking, ... as
+  // apply_chat_template passes them (tools and documents are none and
+  // add_generation_prompt false unless set; the special tokens from Load
+  // unless set). strftime_now formats the current local time.
+  Result<std::string> Render(const nlohmann::ordered_json& context) const;
+  // The same with strftime_now formatting `now` (a local time) instead:
+  // reproducible renderings for tests.
+  Result<std::string> Render(const nlohmann::ordered_json& context, const std::tm& now) const;
 
-  struct Node;
+  struct Program;
 
  private:
-  std::shared_ptr<const Node> root_;
-  std::string bos_token_, eos_token_;
+  Result<std::string> RenderAt(const nlohmann::ordered_json& context, const std::tm& now) const;
+
+  std::shared_ptr<const Program> program_;
+  nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();  // bos_token, ... from Load
 };
 
 // How a task's prompt text becomes the model's input text: through the

@@ -18,6 +18,8 @@
 #include <variant>
 #include <vector>
 
+#include "utf8.h"
+
 namespace sluice::model {
 
 namespace {
@@ -47,23 +49,7 @@ Status Error(Pos pos, const std::string& what) { return Status::InvalidArgument(
 
 // -------------------------------------------------------------- Unicode
 
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+using internal::AppendUtf8;
 
 // The code point at s[*i], advancing *i; U+FFFD for a byte that starts no
 // valid sequence (strings here are valid UTF-8: JSON strings and template

@@ -6,8 +6,18 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 namespace sluice {
+
+Result<std::string> ReadFileToString(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(path + ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
   // Unique per process and call, so concurrent writers never share a temporary.

@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "sluice/common/file_util.h"
 #include "utf8.h"
 
 namespace sluice::model {
@@ -3134,13 +3135,7 @@ std::optional<std::string> TokenText(const Json& config, const char* key) {
   return std::nullopt;
 }
 
-Result<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path.string() + ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+Result<std::string> ReadFile(const std::filesystem::path& path) { return ReadFileToString(path.string()); }
 
 }  // namespace
 

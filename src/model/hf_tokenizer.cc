@@ -1,5 +1,6 @@
 #include "sluice/model/hf_tokenizer.h"
 
+#include "sluice/common/file_util.h"
 #include "utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -212,13 +213,7 @@ struct AddedToken {
   bool special = false, lstrip = false, rstrip = false, single_word = false;
 };
 
-Result<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path.string() + ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+Result<std::string> ReadFile(const std::filesystem::path& path) { return ReadFileToString(path.string()); }
 
 }  // namespace
 

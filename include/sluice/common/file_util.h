@@ -15,6 +15,9 @@ namespace sluice {
 // rename failed); the temporary file is removed.
 Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
+// The whole file's bytes. Errors: NotFound ("<path>: cannot open").
+Result<std::string> ReadFileToString(const std::string& path);
+
 }  // namespace sluice
 
 #endif  // SLUICE_COMMON_FILE_UTIL_H_

@@ -1,7 +1,8 @@
 // Rollout decode throughput on a long-tail length workload
 // (docs/design.md, how performance is measured): continuous batching vs static batching vs a plain
-// lockstep decode loop at full batch (the bound), measured in the same run,
-// interleaved and repeated; prints medians, spreads and ratios.
+// lockstep decode loop at full batch (the bound), each with the rollout's
+// weights in float32 and in bfloat16, measured in the same run, interleaved
+// and repeated; prints medians, spreads and ratios.
 //
 // Workload: `requests` prompts of `prompt-len` random tokens; response lengths
 // are log-normal with the given median, spread so the longest is exactly
@@ -22,7 +23,9 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "sluice/model/device.h"
 #include "sluice/model/transformer.h"
+#include "sluice/model/weights.h"
 #include "sluice/rollout/engine.h"
 #include "sluice/runtime/flags.h"
 #include "sluice/runtime/process.h"
@@ -69,6 +72,18 @@ Workload MakeWorkload(int n, int prompt_len, int median, double tail, int64_t vo
   return w;
 }
 
+std::vector<std::string> SplitCommas(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos <= list.size();) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    if (comma > pos) out.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+const char* DtypeName(torch::ScalarType dtype) { return dtype == torch::kBFloat16 ? "bfloat16" : "float32"; }
+
 struct Sample {
   double tokens_per_s;
   double occupancy;
@@ -110,6 +125,9 @@ Status Main(int argc, char** argv) {
   flags.Add("tail", "16", "longest response / median");
   flags.Add("repeats", "3", "interleaved repetitions");
   flags.Add("threads", "0", "intra-op threads (0 = all cores)");
+  flags.Add("dtypes", "float32,bfloat16",
+            "comma-separated rollout weight dtypes, each measured in the same run (bfloat16 on a CPU: bfloat16 "
+            "matrices, float32 arithmetic)");
   flags.Add("seed", "1", "workload and sampling seed");
   flags.Add("json", "", "also write results as JSON to this path");
   SLUICE_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(argv + 1, argv + argc)));
@@ -127,20 +145,23 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 0, 1024));
   SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(std::string json_path, flags.GetString("json"));
+  SLUICE_ASSIGN_OR_RETURN(std::string dtype_list, flags.GetString("dtypes"));
   torch::set_num_threads(threads > 0 ? static_cast<int>(threads) : std::max(1u, std::thread::hardware_concurrency()));
   torch::Device device = torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  std::vector<torch::ScalarType> dtypes;
+  for (const std::string& d : SplitCommas(dtype_list)) {
+    if (d == "auto") return Status::InvalidArgument("--dtypes: name float32 or bfloat16, not auto");
+    SLUICE_ASSIGN_OR_RETURN(torch::ScalarType dtype, model::ResolveDtype(d, device));
+    dtypes.push_back(dtype);
+  }
+  if (dtypes.empty()) return Status::InvalidArgument("--dtypes: at least one dtype");
 
   std::string table, json = "[";
   char line[512];
-  std::snprintf(line, sizeof(line), "%-6s %-11s %14s %18s %10s\n", "model", "mode", "tokens/s", "(min..max)",
-                "occupancy");
+  std::snprintf(line, sizeof(line), "%-6s %-9s %-11s %14s %18s %10s\n", "model", "dtype", "mode", "tokens/s",
+                "(min..max)", "occupancy");
   table += line;
-  std::vector<std::string> names;
-  for (size_t pos = 0; pos <= presets.size();) {
-    size_t comma = std::min(presets.find(',', pos), presets.size());
-    names.push_back(presets.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
+  const std::vector<std::string> names = SplitCommas(presets);
   std::string ratios;
   for (const std::string& name : names) {
     SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(name));
@@ -153,57 +174,82 @@ Status Main(int argc, char** argv) {
       return Status::InvalidArgument("prompt-len + longest response exceeds the model's context of " +
                                      std::to_string(config.max_position_embeddings));
     }
-    auto m = std::make_shared<model::Transformer>(config, 0);
-    m->to(device);
-    rollout::PolicySnapshot policy{m, 0};
+    // One model per dtype, the same weights (bfloat16: rounded from the float32 model's).
+    std::vector<rollout::PolicySnapshot> policies;
+    auto base = std::make_shared<model::Transformer>(config, 0);
+    for (torch::ScalarType dtype : dtypes) policies.push_back({model::CloneModel(*base, device, dtype), 0});
     std::fprintf(stderr, "%s (%.1fM params): %lld requests, %lld tokens, longest %d, median %lld, lockstep %d steps\n",
                  name.c_str(), config.NumParameters() / 1e6, static_cast<long long>(n),
                  static_cast<long long>(w.tokens), longest, static_cast<long long>(median), w.lockstep_steps);
-    std::vector<double> cont, stat, lock, cont_occ, stat_occ;
+    struct Series {
+      std::vector<double> cont, stat, lock, cont_occ, stat_occ;
+    };
+    std::vector<Series> series(dtypes.size());
     for (int64_t rep = 0; rep < repeats; ++rep) {
-      SLUICE_ASSIGN_OR_RETURN(
-          Sample c, RunEngine(policy, w, static_cast<int32_t>(slots), rollout::Scheduling::kContinuous, max_seq_len));
-      SLUICE_ASSIGN_OR_RETURN(
-          Sample s, RunEngine(policy, w, static_cast<int32_t>(slots), rollout::Scheduling::kStatic, max_seq_len));
-      SLUICE_ASSIGN_OR_RETURN(Sample l,
-                              RunLockstep(policy, w, static_cast<int32_t>(slots), static_cast<int32_t>(prompt_len)));
-      cont.push_back(c.tokens_per_s);
-      stat.push_back(s.tokens_per_s);
-      lock.push_back(l.tokens_per_s);
-      cont_occ.push_back(c.occupancy);
-      stat_occ.push_back(s.occupancy);
-      std::fprintf(stderr, "  rep %lld: continuous %.0f, static %.0f, lockstep %.0f tokens/s\n",
-                   static_cast<long long>(rep), c.tokens_per_s, s.tokens_per_s, l.tokens_per_s);
+      for (size_t d = 0; d < dtypes.size(); ++d) {  // interleaved: every repetition runs every dtype and mode
+        const rollout::PolicySnapshot& policy = policies[d];
+        SLUICE_ASSIGN_OR_RETURN(
+            Sample c, RunEngine(policy, w, static_cast<int32_t>(slots), rollout::Scheduling::kContinuous, max_seq_len));
+        SLUICE_ASSIGN_OR_RETURN(
+            Sample s, RunEngine(policy, w, static_cast<int32_t>(slots), rollout::Scheduling::kStatic, max_seq_len));
+        SLUICE_ASSIGN_OR_RETURN(Sample l,
+                                RunLockstep(policy, w, static_cast<int32_t>(slots), static_cast<int32_t>(prompt_len)));
+        Series& sr = series[d];
+        sr.cont.push_back(c.tokens_per_s);
+        sr.stat.push_back(s.tokens_per_s);
+        sr.lock.push_back(l.tokens_per_s);
+        sr.cont_occ.push_back(c.occupancy);
+        sr.stat_occ.push_back(s.occupancy);
+        std::fprintf(stderr, "  rep %lld %s: continuous %.0f, static %.0f, lockstep %.0f tokens/s\n",
+                     static_cast<long long>(rep), DtypeName(dtypes[d]), c.tokens_per_s, s.tokens_per_s, l.tokens_per_s);
+      }
     }
-    struct Row {
-      const char* mode;
-      std::vector<double>* v;
-      double occ;
-    } rows[] = {{"continuous", &cont, Summarize(cont_occ).median},
-                {"static", &stat, Summarize(stat_occ).median},
-                {"lockstep", &lock, 1.0}};
-    for (const Row& r : rows) {
-      Stats st = Summarize(*r.v);
-      std::snprintf(line, sizeof(line), "%-6s %-11s %14.0f %8.0f..%-8.0f %9.0f%%\n", name.c_str(), r.mode, st.median,
-                    st.min, st.max, 100 * r.occ);
-      table += line;
-      json += std::string(json.size() > 1 ? "," : "") + "{\"model\":\"" + name + "\",\"mode\":\"" + r.mode +
-              "\",\"tokens_per_s\":" + std::to_string(st.median) + ",\"min\":" + std::to_string(st.min) +
-              ",\"max\":" + std::to_string(st.max) + ",\"occupancy\":" + std::to_string(r.occ) + "}";
+    for (size_t d = 0; d < dtypes.size(); ++d) {
+      Series& sr = series[d];
+      const char* dtype = DtypeName(dtypes[d]);
+      struct Row {
+        const char* mode;
+        std::vector<double>* v;
+        double occ;
+      } rows[] = {{"continuous", &sr.cont, Summarize(sr.cont_occ).median},
+                  {"static", &sr.stat, Summarize(sr.stat_occ).median},
+                  {"lockstep", &sr.lock, 1.0}};
+      for (const Row& r : rows) {
+        Stats st = Summarize(*r.v);
+        std::snprintf(line, sizeof(line), "%-6s %-9s %-11s %14.0f %8.0f..%-8.0f %9.0f%%\n", name.c_str(), dtype, r.mode,
+                      st.median, st.min, st.max, 100 * r.occ);
+        table += line;
+        json += std::string(json.size() > 1 ? "," : "") + "{\"model\":\"" + name + "\",\"dtype\":\"" + dtype +
+                "\",\"mode\":\"" + r.mode + "\",\"tokens_per_s\":" + std::to_string(st.median) +
+                ",\"min\":" + std::to_string(st.min) + ",\"max\":" + std::to_string(st.max) +
+                ",\"occupancy\":" + std::to_string(r.occ) + "}";
+      }
+      // Ratios per repetition (same-run pairs), then their median.
+      std::vector<double> cs, cl, sl;
+      for (size_t i = 0; i < sr.cont.size(); ++i) {
+        cs.push_back(sr.cont[i] / sr.stat[i]);
+        cl.push_back(sr.cont[i] / sr.lock[i]);
+        sl.push_back(sr.stat[i] / sr.lock[i]);
+      }
+      Stats a = Summarize(cs), b = Summarize(cl), c = Summarize(sl);
+      std::snprintf(line, sizeof(line),
+                    "%-6s %-9s continuous/static %.2fx (%.2f..%.2f)   continuous/bound %.0f%% (%.0f..%.0f)   "
+                    "static/bound %.0f%%\n",
+                    name.c_str(), dtype, a.median, a.min, a.max, 100 * b.median, 100 * b.min, 100 * b.max,
+                    100 * c.median);
+      ratios += line;
+      if (d == 0) continue;
+      // Against the first dtype, per repetition.
+      std::vector<double> rc, rl;
+      for (size_t i = 0; i < sr.cont.size(); ++i) {
+        rc.push_back(sr.cont[i] / series[0].cont[i]);
+        rl.push_back(sr.lock[i] / series[0].lock[i]);
+      }
+      Stats x = Summarize(rc), y = Summarize(rl);
+      std::snprintf(line, sizeof(line), "%-6s %s/%s: continuous %.2fx (%.2f..%.2f)   lockstep %.2fx (%.2f..%.2f)\n",
+                    name.c_str(), dtype, DtypeName(dtypes[0]), x.median, x.min, x.max, y.median, y.min, y.max);
+      ratios += line;
     }
-    // Ratios per repetition (same-run pairs), then their median.
-    std::vector<double> cs, cl, sl;
-    for (size_t i = 0; i < cont.size(); ++i) {
-      cs.push_back(cont[i] / stat[i]);
-      cl.push_back(cont[i] / lock[i]);
-      sl.push_back(stat[i] / lock[i]);
-    }
-    Stats a = Summarize(cs), b = Summarize(cl), c = Summarize(sl);
-    std::snprintf(
-        line, sizeof(line),
-        "%-6s continuous/static %.2fx (%.2f..%.2f)   continuous/bound %.0f%% (%.0f..%.0f)   static/bound %.0f%%\n",
-        name.c_str(), a.median, a.min, a.max, 100 * b.median, 100 * b.min, 100 * b.max, 100 * c.median);
-    ratios += line;
   }
   json += "]\n";
   std::printf(

@@ -146,7 +146,7 @@ Status Generate(const std::vector<std::string>& args) {
   }
   SLUICE_ASSIGN_OR_RETURN(std::string dtype_name, flags.GetString("dtype"));
   SLUICE_ASSIGN_OR_RETURN(torch::ScalarType dtype, model::ResolveDtype(dtype_name, device));
-  if (dtype != torch::kFloat32) m->to(dtype);
+  if (dtype != torch::kFloat32) model::PlaceModel(*m, device, dtype);
   // The model directory's own tokenizer.json when it has one, else bytes.
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const model::Tokenizer> owned, model::LoadTokenizer(model_dir));
   std::error_code ec;

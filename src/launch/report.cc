@@ -313,7 +313,8 @@ Result<std::string> RenderRunReport(const std::string& run_dir) {
                  series("clip_frac", "clip fraction", "#7f7f7f")});
   html << Chart("Off-policy weights", "ratio / share",
                 {series("is_weight_mean", "mean pi_prox/pi_behav", "#1f77b4"),
-                 series("is_capped_frac", "capped fraction", "#d62728")});
+                 series("is_capped_frac", "capped fraction", "#d62728"),
+                 series("rollout_logprob_gap_mean", "mean |log pi_prox - log pi_behav|", "#2ca02c")});
   html << "</div>";
   std::ifstream config(fs::path(run_dir) / "config.yaml");
   if (config) {

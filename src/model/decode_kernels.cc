@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,25 +44,47 @@ SLUICE_AVX2 inline __m256i TailMask(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
 }
 
+// Weights as float32 lanes, eight at a time: float32 as stored; bfloat16
+// (uint16_t holding a float32's upper half) widened exactly by a shift.
+SLUICE_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+SLUICE_AVX2 inline __m256 Load8(const uint16_t* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+// The first n (0 < n < 8) weights, the other lanes zero.
+SLUICE_AVX2 inline __m256 LoadTail8(const float* p, int64_t n) { return _mm256_maskload_ps(p, TailMask(n)); }
+SLUICE_AVX2 inline __m256 LoadTail8(const uint16_t* p, int64_t n) {
+  uint16_t padded[8] = {};
+  std::copy_n(p, n, padded);
+  return Load8(padded);
+}
+
+// Whether the fetch ahead runs at element k: once per 64-byte line.
+template <typename T>
+inline bool LineStart(int64_t k) {
+  return (k % static_cast<int64_t>(64 / sizeof(T))) == 0;
+}
+
 // R input rows against W output rows: acc[r][o] += x_r . w_o, 8 lanes at a
 // time, then a horizontal sum. Every output is summed in the same order, so
 // the blocking (R, W) never changes a result. pf: the weight rows of the next
 // block, fetched into cache meanwhile (a decode step's weights arrive cold
-// from memory; fetching ahead overlaps that with the arithmetic).
-template <int R, int W>
-SLUICE_AVX2 inline void Block(const float* const* x, const float* const* w, const float* bias, float* const* y,
-                              int64_t in, const float* const* pf) {
+// from memory; fetching ahead overlaps that with the arithmetic). T: the
+// weights' element type (float, or bfloat16 bits as uint16_t).
+template <int R, int W, typename T>
+SLUICE_AVX2 inline void Block(const float* const* x, const T* const* w, const float* bias, float* const* y, int64_t in,
+                              const T* const* pf) {
   __m256 acc[R][W];
   for (int r = 0; r < R; ++r) {
     for (int o = 0; o < W; ++o) acc[r][o] = _mm256_setzero_ps();
   }
   int64_t k = 0;
   for (; k + 8 <= in; k += 8) {
-    if ((k & 15) == 0) {
+    if (LineStart<T>(k)) {
       for (int o = 0; o < W; ++o) _mm_prefetch(reinterpret_cast<const char*>(pf[o] + k), _MM_HINT_T0);
     }
     __m256 wv[W];
-    for (int o = 0; o < W; ++o) wv[o] = _mm256_loadu_ps(w[o] + k);
+    for (int o = 0; o < W; ++o) wv[o] = Load8(w[o] + k);
     for (int r = 0; r < R; ++r) {
       const __m256 xv = _mm256_loadu_ps(x[r] + k);
       for (int o = 0; o < W; ++o) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);
@@ -70,7 +93,7 @@ SLUICE_AVX2 inline void Block(const float* const* x, const float* const* w, cons
   if (k < in) {
     const __m256i mask = TailMask(in - k);
     __m256 wv[W];
-    for (int o = 0; o < W; ++o) wv[o] = _mm256_maskload_ps(w[o] + k, mask);
+    for (int o = 0; o < W; ++o) wv[o] = LoadTail8(w[o] + k, in - k);
     for (int r = 0; r < R; ++r) {
       const __m256 xv = _mm256_maskload_ps(x[r] + k, mask);
       for (int o = 0; o < W; ++o) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);
@@ -82,8 +105,8 @@ SLUICE_AVX2 inline void Block(const float* const* x, const float* const* w, cons
 }
 
 // The weight rows of the block after [o, o + W), clamped to the last row.
-template <int W>
-inline void NextRows(const float* w, int64_t in, int64_t outs, int64_t o, const float** wr, const float** pf) {
+template <int W, typename T>
+inline void NextRows(const T* w, int64_t in, int64_t outs, int64_t o, const T** wr, const T** pf) {
   for (int j = 0; j < W; ++j) {
     wr[j] = w + (o + j) * in;
     pf[j] = w + std::min(o + W + j, outs - 1) * in;
@@ -91,10 +114,10 @@ inline void NextRows(const float* w, int64_t in, int64_t outs, int64_t o, const 
 }
 
 // All rows against W output rows starting at `o`.
-template <int W>
-SLUICE_AVX2 void Columns(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
+template <int W, typename T>
+SLUICE_AVX2 void Columns(const float* x, const T* w, const float* bias, float* y, int64_t rows, int64_t in,
                          int64_t outs, int64_t ldy, int64_t o) {
-  const float *wr[W], *pf[W];
+  const T *wr[W], *pf[W];
   NextRows<W>(w, in, outs, o, wr, pf);
   const float* b = bias != nullptr ? bias + o : nullptr;
   int64_t i = 0;
@@ -110,7 +133,8 @@ SLUICE_AVX2 void Columns(const float* x, const float* w, const float* bias, floa
   }
 }
 
-void LinearAvx2(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
+template <typename T>
+void LinearAvx2(const float* x, const T* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                 int64_t ldy) {
   int64_t o = 0;
   for (; o + 4 <= outs; o += 4) Columns<4>(x, w, bias, y, rows, in, outs, ldy, o);
@@ -137,18 +161,47 @@ SLUICE_AVX512 inline float Sum16(__m512 v) {
   return Sum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(swapped)));
 }
 
-template <int R, int W>
-SLUICE_AVX512 inline void Block16(const float* const* x, const float* const* w, const float* bias, float* const* y,
-                                  int64_t in, const float* const* pf) {
+SLUICE_AVX512 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+SLUICE_AVX512 inline __m512 Load16(const uint16_t* p) {
+  const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+// The first n (0 < n < 16) weights, the other lanes zero.
+SLUICE_AVX512 inline __m512 LoadTail16(const float* p, int64_t n) {
+  return _mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p);
+}
+SLUICE_AVX512 inline __m512 LoadTail16(const uint16_t* p, int64_t n) {
+  uint16_t padded[16] = {};
+  std::copy_n(p, n, padded);
+  return Load16(padded);
+}
+
+// Whole 16-lane chunks in the loop, the tail after it: a tail handled inside
+// the loop (a mask per chunk) made GCC keep the bfloat16 kernel's
+// accumulators in memory, at half the speed.
+template <int R, int W, typename T>
+SLUICE_AVX512 inline void Block16(const float* const* x, const T* const* w, const float* bias, float* const* y,
+                                  int64_t in, const T* const* pf) {
   __m512 acc[R][W];
   for (int r = 0; r < R; ++r) {
     for (int o = 0; o < W; ++o) acc[r][o] = _mm512_setzero_ps();
   }
-  for (int64_t k = 0; k < in; k += 16) {
-    const __mmask16 mask = in - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (in - k)) - 1);
-    for (int o = 0; o < W; ++o) _mm_prefetch(reinterpret_cast<const char*>(pf[o] + k), _MM_HINT_T0);
+  int64_t k = 0;
+  for (; k + 16 <= in; k += 16) {
+    if (LineStart<T>(k)) {
+      for (int o = 0; o < W; ++o) _mm_prefetch(reinterpret_cast<const char*>(pf[o] + k), _MM_HINT_T0);
+    }
     __m512 wv[W];
-    for (int o = 0; o < W; ++o) wv[o] = _mm512_maskz_loadu_ps(mask, w[o] + k);
+    for (int o = 0; o < W; ++o) wv[o] = Load16(w[o] + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x[r] + k);
+      for (int o = 0; o < W; ++o) acc[r][o] = _mm512_fmadd_ps(xv, wv[o], acc[r][o]);
+    }
+  }
+  if (k < in) {
+    const __mmask16 mask = __mmask16((1u << (in - k)) - 1);
+    __m512 wv[W];
+    for (int o = 0; o < W; ++o) wv[o] = LoadTail16(w[o] + k, in - k);
     for (int r = 0; r < R; ++r) {
       const __m512 xv = _mm512_maskz_loadu_ps(mask, x[r] + k);
       for (int o = 0; o < W; ++o) acc[r][o] = _mm512_fmadd_ps(xv, wv[o], acc[r][o]);
@@ -163,9 +216,9 @@ SLUICE_AVX512 inline void Block16(const float* const* x, const float* const* w, 
   }
 }
 
-template <int R, int W>
-SLUICE_AVX512 void Rows16(const float* x, const float* const* wr, const float* b, float* y, int64_t i, int64_t in,
-                          int64_t ldy, int64_t o, const float* const* pf) {
+template <int R, int W, typename T>
+SLUICE_AVX512 void Rows16(const float* x, const T* const* wr, const float* b, float* y, int64_t i, int64_t in,
+                          int64_t ldy, int64_t o, const T* const* pf) {
   const float* xr[R];
   float* yr[R];
   for (int r = 0; r < R; ++r) {
@@ -175,10 +228,10 @@ SLUICE_AVX512 void Rows16(const float* x, const float* const* wr, const float* b
   Block16<R, W>(xr, wr, b, yr, in, pf);
 }
 
-template <int W>
-SLUICE_AVX512 void Columns16(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
+template <int W, typename T>
+SLUICE_AVX512 void Columns16(const float* x, const T* w, const float* bias, float* y, int64_t rows, int64_t in,
                              int64_t outs, int64_t ldy, int64_t o) {
-  const float *wr[W], *pf[W];
+  const T *wr[W], *pf[W];
   NextRows<W>(w, in, outs, o, wr, pf);
   const float* b = bias != nullptr ? bias + o : nullptr;
   int64_t i = 0;
@@ -198,7 +251,8 @@ SLUICE_AVX512 void Columns16(const float* x, const float* w, const float* bias, 
   }
 }
 
-void LinearAvx512(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
+template <typename T>
+void LinearAvx512(const float* x, const T* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                   int64_t ldy) {
   int64_t o = 0;
   for (; o + 6 <= outs; o += 6) Columns16<6>(x, w, bias, y, rows, in, outs, ldy, o);
@@ -220,6 +274,15 @@ int64_t SmallLinearMaxRows() { return SmallLinearAvx512() ? 256 : 8; }
 
 void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                  int64_t ldy) {
+  if (SmallLinearAvx512()) {
+    LinearAvx512(x, w, bias, y, rows, in, outs, ldy);
+  } else {
+    LinearAvx2(x, w, bias, y, rows, in, outs, ldy);
+  }
+}
+
+void SmallLinearBf16(const float* x, const uint16_t* w, const float* bias, float* y, int64_t rows, int64_t in,
+                     int64_t outs, int64_t ldy) {
   if (SmallLinearAvx512()) {
     LinearAvx512(x, w, bias, y, rows, in, outs, ldy);
   } else {
@@ -364,15 +427,35 @@ bool SmallLinearAvx512() { return false; }
 void SetSmallLinearAvx512(bool) {}
 int64_t SmallLinearMaxRows() { return 8; }
 
-void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
+namespace {
+float Widen(float v) { return v; }
+float Widen(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float v;
+  std::memcpy(&v, &wide, sizeof v);
+  return v;
+}
+
+template <typename T>
+void LinearLoops(const float* x, const T* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                  int64_t ldy) {
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t o = 0; o < outs; ++o) {
       float sum = 0;
-      for (int64_t k = 0; k < in; ++k) sum += x[i * in + k] * w[o * in + k];
+      for (int64_t k = 0; k < in; ++k) sum += x[i * in + k] * Widen(w[o * in + k]);
       y[i * ldy + o] = sum + (bias != nullptr ? bias[o] : 0.0f);
     }
   }
+}
+}  // namespace
+
+void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
+                 int64_t ldy) {
+  LinearLoops(x, w, bias, y, rows, in, outs, ldy);
+}
+void SmallLinearBf16(const float* x, const uint16_t* w, const float* bias, float* y, int64_t rows, int64_t in,
+                     int64_t outs, int64_t ldy) {
+  LinearLoops(x, w, bias, y, rows, in, outs, ldy);
 }
 
 void DecodeAttention(const float* q, const float* keys, const float* values, const int64_t* slot, const int64_t* len,

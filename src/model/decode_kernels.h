@@ -1,9 +1,9 @@
-// CPU kernels for decode steps at small batch, on float32 buffers, without
-// libtorch. The model's cached (decode) path uses them when they apply
-// (float32 on CPU, outside autograd, the CPU has AVX2 and FMA) and libtorch
-// otherwise.
+// CPU kernels for decode steps at small batch, on float32 activations
+// (projection weights float32 or bfloat16), without libtorch. The model's
+// cached (decode) path uses them when they apply (float32 activations on CPU,
+// outside autograd, the CPU has AVX2 and FMA) and libtorch otherwise.
 //
-// * SmallLinear: BLAS sgemm copies ("packs") the whole weight matrix into its
+// * SmallLinear / SmallLinearBf16: BLAS sgemm copies ("packs") the whole weight matrix into its
 //   own layout on every call; at a few rows that copy costs more than the
 //   arithmetic (a 256x704 layer: ~40 us for 1 row with OpenBLAS, ~5-15 us
 //   read in place). This kernel reads the weight where it lies, four output rows
@@ -51,6 +51,13 @@ bool DecodeKernelsSupported();
 // or null; y: rows x outs, row stride `ldy`.
 void SmallLinear(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t outs,
                  int64_t ldy);
+
+// The same with bfloat16 weights (each uint16_t the upper half of a float32,
+// as torch stores kBFloat16): every weight widened to float32 exactly as it is
+// read, products and sums in float32, so only the weights' bytes halve (a
+// decode step at a few rows streams every weight from memory).
+void SmallLinearBf16(const float* x, const uint16_t* w, const float* bias, float* y, int64_t rows, int64_t in,
+                     int64_t outs, int64_t ldy);
 
 struct DecodeAttentionShape {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;

@@ -51,20 +51,25 @@ bool ElementwiseKernelsApply(const torch::Tensor& x, int64_t packed_dims) {
 }
 
 // x [rows, in] * w[out, in]^T (+ bias): a few float32 CPU rows outside
-// autograd (the decode path) go to SmallLinear, split by output rows over
-// the intra-op threads; everything else to BLAS through F::linear.
+// autograd (the decode path) go to SmallLinear (SmallLinearBf16 for bfloat16
+// weights), split by output rows over the intra-op threads; everything else
+// to BLAS through F::linear, weights stored narrower than x widened first.
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias) {
+  const bool bf16 = w.scalar_type() == torch::kBFloat16;
   const bool small = ElementwiseKernelsApply(x, 2) && x.size(0) > 0 && x.size(0) <= SmallLinearMaxRows() &&
-                     w.is_cpu() && w.scalar_type() == torch::kFloat32 &&
+                     w.is_cpu() && (w.scalar_type() == torch::kFloat32 || bf16) &&
                      (!bias.defined() || bias.scalar_type() == torch::kFloat32) && DecodeKernelsSupported();
-  if (!small) return F::linear(x, w, bias);
+  if (!small) {
+    if (w.scalar_type() == x.scalar_type()) return F::linear(x, w, bias);
+    return F::linear(x, w.to(x.scalar_type()), bias.defined() ? bias.to(x.scalar_type()) : bias);
+  }
   SLUICE_CHECK(w.dim() == 2 && w.size(1) == x.size(1)) << "linear: input " << x.sizes() << ", weight " << w.sizes();
   const auto wc = w.contiguous();  // x is contiguous (ElementwiseKernelsApply)
   const auto bc = bias.defined() ? bias.contiguous() : bias;
   const int64_t rows = x.size(0), in = x.size(1), outs = wc.size(0);
   auto y = torch::empty({rows, outs}, x.options());
   const float* xp = x.data_ptr<float>();
-  const float* wp = wc.data_ptr<float>();
+  const void* wp = wc.data_ptr();
   const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   // Blocks of output rows; a thread takes at least ~64k multiply-adds.
@@ -73,7 +78,12 @@ torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w, const torc
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (kBlock * rows * in));
   at::parallel_for(0, blocks, grain, [&](int64_t b, int64_t e) {
     const int64_t o = kBlock * b, n = std::min(kBlock * e, outs) - o;
-    SmallLinear(xp, wp + o * in, bp != nullptr ? bp + o : nullptr, yp + o, rows, in, n, outs);
+    const float* bo = bp != nullptr ? bp + o : nullptr;
+    if (bf16) {
+      SmallLinearBf16(xp, static_cast<const uint16_t*>(wp) + o * in, bo, yp + o, rows, in, n, outs);
+    } else {
+      SmallLinear(xp, static_cast<const float*>(wp) + o * in, bo, yp + o, rows, in, n, outs);
+    }
   });
   return y;
 }
@@ -303,9 +313,11 @@ torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const torch::Tens
     ctx.sin = ctx.sin.unsqueeze(2);
   }
   auto h = model_->embed_tokens->forward(tokens);
-  if (h.scalar_type() != ctx.cos.scalar_type()) {  // a bfloat16 model: rotate in its dtype, as HF does
-    ctx.cos = ctx.cos.to(h.scalar_type());
-    ctx.sin = ctx.sin.to(h.scalar_type());
+  const torch::ScalarType compute = compute_dtype();
+  if (h.scalar_type() != compute) h = h.to(compute);  // bfloat16 matrices computed in float32
+  if (compute != ctx.cos.scalar_type()) {             // a bfloat16 model: rotate in its dtype, as HF does
+    ctx.cos = ctx.cos.to(compute);
+    ctx.sin = ctx.sin.to(compute);
   }
   for (size_t i = 0; i < model_->layers.size(); ++i) h = model_->layers[i]->Forward(h, ctx, static_cast<int64_t>(i));
   return model_->norm->Forward(h);
@@ -313,7 +325,7 @@ torch::Tensor Transformer::Hidden(const torch::Tensor& tokens, const torch::Tens
 
 torch::Tensor Transformer::Logits(const torch::Tensor& hidden) {
   if (hidden.dim() == 2) return Project(hidden, output_weight(), {}).to(torch::kFloat32);
-  return torch::matmul(hidden, output_weight().t()).to(torch::kFloat32);
+  return torch::matmul(hidden, output_weight().to(hidden.scalar_type()).t()).to(torch::kFloat32);
 }
 
 torch::Tensor Transformer::Forward(const torch::Tensor& tokens) {
@@ -395,10 +407,11 @@ torch::Tensor Transformer::ForwardBlocks(const torch::Tensor& tokens, const std:
 }
 
 bool Transformer::AttendsDecodeRowsInPlace() const {
-  const torch::Tensor& w = model_->embed_tokens->weight;
-  return w.is_cpu() && w.scalar_type() == torch::kFloat32 && !torch::GradMode::is_enabled() &&
-         DecodeAttentionApplies(config_.resolved_head_dim());
+  return model_->embed_tokens->weight.is_cpu() && compute_dtype() == torch::kFloat32 &&
+         !torch::GradMode::is_enabled() && DecodeAttentionApplies(config_.resolved_head_dim());
 }
+
+torch::ScalarType Transformer::compute_dtype() const { return model_->norm->weight().scalar_type(); }
 
 torch::Tensor Transformer::ForwardCached(const torch::Tensor& tokens, const std::vector<int64_t>& slots,
                                          const std::vector<int64_t>& starts, KvCache* cache) {

@@ -9,6 +9,7 @@
 
 #include "decode_kernels.h"
 #include "sluice/model/config.h"
+#include "sluice/model/weights.h"
 
 namespace sluice::model {
 namespace {
@@ -134,6 +135,48 @@ void TransformerTest::CheckCachedDecoding() {
     for (int64_t t = P; t < T; ++t) {
       auto step = model_->ForwardCached(tokens.narrow(1, t, 1), slots, {t, t, t}, &cache);
       EXPECT_TRUE(torch::allclose(step, full.narrow(1, t, 1), 1e-5, 1e-5)) << "t=" << t;
+    }
+  }
+}
+
+// A CPU model placed in bfloat16 keeps its vectors and its computation in
+// float32: its logits are those of the float32 model whose matrices were
+// rounded to bfloat16, through the full forward (BLAS on widened weights) and
+// through cached decoding (the bfloat16 kernels; libtorch with autograd on).
+TEST_P(TransformerTest, Bf16MatricesOnTheCpuComputeInFloat32) {
+  auto placed = CloneModel(*model_, torch::kCPU, torch::kBFloat16);
+  auto rounded = CloneModel(*model_);
+  {
+    torch::NoGradGuard g;
+    for (auto& p : placed->named_parameters()) {
+      EXPECT_EQ(p.value().scalar_type(), p.value().dim() == 2 ? torch::kBFloat16 : torch::kFloat32) << p.key();
+    }
+    for (auto& p : rounded->parameters()) {
+      if (p.dim() == 2) p.copy_(p.to(torch::kBFloat16).to(torch::kFloat32));
+    }
+  }
+  EXPECT_EQ(placed->compute_dtype(), torch::kFloat32);
+  auto copy = CloneModel(*placed);  // a standby buffer keeps the layout
+  for (auto& p : copy->named_parameters()) {
+    EXPECT_EQ(p.value().scalar_type(), placed->named_parameters()[p.key()].scalar_type()) << p.key();
+  }
+  const int64_t T = 12, P = 5;
+  auto tokens = RandomTokens(2, T, config_.vocab_size, 9);
+  auto want = rounded->Forward(tokens);
+  EXPECT_TRUE(torch::allclose(placed->Forward(tokens), want, 1e-5, 1e-5));
+  EXPECT_FALSE(torch::allclose(model_->Forward(tokens), want, 1e-5, 1e-5)) << "rounding changed nothing: no test";
+  for (bool grad : {false, true}) {
+    torch::AutoGradMode mode(grad);
+    SCOPED_TRACE(grad ? "libtorch path (autograd on)" : "decode kernels");
+    if (!grad) {
+      EXPECT_EQ(placed->AttendsDecodeRowsInPlace(), DecodeAttentionApplies(config_.resolved_head_dim()));
+    }
+    auto cache = KvCache::Allocate(config_, 3, 16, torch::kCPU, placed->compute_dtype());
+    auto prefill = placed->ForwardCached(tokens.narrow(1, 0, P), {2, 0}, {0, 0}, &cache);
+    EXPECT_TRUE(torch::allclose(prefill, want.narrow(1, 0, P), 1e-5, 1e-5));
+    for (int64_t t = P; t < T; ++t) {
+      auto step = placed->ForwardCached(tokens.narrow(1, t, 1), {2, 0}, {t, t}, &cache);
+      EXPECT_TRUE(torch::allclose(step, want.narrow(1, t, 1), 1e-5, 1e-5)) << "t=" << t;
     }
   }
 }
@@ -310,6 +353,34 @@ TEST(SmallLinearTest, MatchesBlasAndEachRowIsIndependentOfTheBatch) {
           SmallLinear(x.data_ptr<float>(), w.data_ptr<float>(), nullptr, batched.data_ptr<float>(), rows, in, outs,
                       outs);
           EXPECT_TRUE(torch::equal(alone[0], batched[rows - 1])) << where;
+        }
+      }
+    }
+  }
+  SetSmallLinearAvx512(had_avx512);
+}
+
+// bfloat16 weights: exactly SmallLinear on the same weights widened to
+// float32 (the widening is exact and the sums run in the same order), in both
+// kernels, across the blockings and the 8/16-lane tails.
+TEST(SmallLinearTest, Bf16WeightsGiveExactlyTheFloat32ResultOfTheWidenedWeights) {
+  const bool had_avx512 = SmallLinearAvx512();
+  for (bool avx512 : {false, true}) {
+    SetSmallLinearAvx512(avx512);
+    if (avx512 && !SmallLinearAvx512()) continue;  // this CPU has no AVX-512
+    torch::manual_seed(4);
+    for (int64_t in : {5, 8, 23, 37, 256}) {
+      for (int64_t outs : {1, 4, 6, 13}) {
+        for (int64_t rows : {1, 2, 3, 5, 9}) {
+          auto x = torch::randn({rows, in}), bias = torch::randn({outs});
+          auto w16 = torch::randn({outs, in}).to(torch::kBFloat16);
+          auto w32 = w16.to(torch::kFloat32);
+          auto got = torch::empty({rows, outs}), want = torch::empty({rows, outs});
+          SmallLinearBf16(x.data_ptr<float>(), static_cast<const uint16_t*>(w16.data_ptr()), bias.data_ptr<float>(),
+                          got.data_ptr<float>(), rows, in, outs, outs);
+          SmallLinear(x.data_ptr<float>(), w32.data_ptr<float>(), bias.data_ptr<float>(), want.data_ptr<float>(), rows,
+                      in, outs, outs);
+          EXPECT_TRUE(torch::equal(got, want)) << (avx512 ? "avx512 " : "avx2 ") << in << " " << outs << " " << rows;
         }
       }
     }

@@ -184,19 +184,35 @@ Status SavePretrained(Transformer& model, const std::string& dir, DType dtype, c
   return SaveModelConfig((std::filesystem::path(dir) / "config.json").string(), config);
 }
 
+void PlaceModel(Transformer& model, torch::Device device, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  if (!device.is_cpu() || dtype != torch::kBFloat16) {
+    model.to(device, dtype);
+    return;
+  }
+  model.to(device, torch::kFloat32);
+  for (auto& p : model.parameters()) {
+    if (p.dim() == 2) p.set_data(p.to(torch::kBFloat16));
+  }
+}
+
 std::shared_ptr<Transformer> CloneModel(Transformer& model, torch::Device device, torch::ScalarType dtype) {
   auto copy = std::make_shared<Transformer>(model.config(), /*seed=*/0);
+  PlaceModel(*copy, device, dtype);
   torch::NoGradGuard no_grad;
-  copy->to(device, dtype);
   auto src = model.named_parameters();
   for (auto& p : copy->named_parameters()) p.value().copy_(src[p.key()]);
   return copy;
 }
 
 std::shared_ptr<Transformer> CloneModel(Transformer& model) {
-  auto params = model.parameters();
-  if (params.empty()) return std::make_shared<Transformer>(model.config(), /*seed=*/0);
-  return CloneModel(model, params.front().device(), params.front().scalar_type());
+  auto copy = std::make_shared<Transformer>(model.config(), /*seed=*/0);
+  torch::NoGradGuard no_grad;
+  auto params = model.named_parameters();
+  for (auto& p : copy->named_parameters()) p.value().set_data(params[p.key()].detach().clone());
+  auto buffers = model.named_buffers();
+  for (auto& b : copy->named_buffers()) b.value().set_data(buffers[b.key()].clone());
+  return copy;
 }
 
 }  // namespace sluice::model

@@ -20,7 +20,9 @@ nlohmann::json MetricsJson(const trainer::StepMetrics& m) {
           {"lr", m.lr},
           {"train_tokens", m.tokens},
           {"is_weight_mean", m.is_weight_mean},
-          {"is_capped_frac", m.is_capped_frac}};
+          {"is_capped_frac", m.is_capped_frac},
+          {"rollout_logprob_gap_mean", m.rollout_logprob_gap_mean},
+          {"rollout_logprob_gap_max", m.rollout_logprob_gap_max}};
 }
 
 }  // namespace

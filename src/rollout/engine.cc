@@ -400,7 +400,7 @@ Result<std::unique_ptr<RolloutEngine>> RolloutEngine::Create(PolicySnapshot poli
     impl->device = ModelDevice(*policy.model);
     // The cache in the model's dtype: a bfloat16 rollout model halves it.
     impl->cache = model::KvCache::Allocate(config, options.num_slots, impl->options.max_seq_len, impl->device,
-                                           policy.model->parameters().front().scalar_type());
+                                           policy.model->compute_dtype());
   } catch (const c10::Error& e) {
     return Status::ResourceExhausted(std::string("cannot allocate the KV cache: ") + e.what_without_backtrace());
   }
@@ -494,7 +494,7 @@ Result<int64_t> RunLockstepDecode(const PolicySnapshot& policy, int32_t batch, i
   try {
     c10::InferenceMode inference;
     torch::Device device = ModelDevice(*policy.model);
-    auto cache = model::KvCache::Allocate(config, batch, prompt_len + steps, device);
+    auto cache = model::KvCache::Allocate(config, batch, prompt_len + steps, device, policy.model->compute_dtype());
     std::vector<int64_t> slots(batch), starts(batch, 0);
     for (int32_t b = 0; b < batch; ++b) slots[b] = b;
     auto gen = at::detail::createCPUGenerator(seed);

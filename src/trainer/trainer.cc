@@ -371,12 +371,26 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
       for (auto& mini : mini_batches) {
         for (Batch& b : mini) all.push_back(&b);
       }
+      std::vector<double> gap_sum(all.size(), 0.0), gap_max(all.size(), 0.0), gap_tokens(all.size(), 0.0);
       ForEachMicroBatch(all.size(), [&](size_t i, int32_t) {
         torch::NoGradGuard no_grad;  // thread-local: set in every worker
         Batch& b = *all[i];
         b.old_logprobs = options_.recompute_old_logprobs ? TokenLogprobs(*policy_, b, nullptr) : b.behavior;
+        if (options_.recompute_old_logprobs) {
+          const auto gap = (b.old_logprobs - b.behavior).abs() * b.mask;
+          gap_sum[i] = gap.sum().item<double>();
+          gap_max[i] = gap.max().item<double>();
+          gap_tokens[i] = b.mask.sum().item<double>();
+        }
         if (options_.loss.kl_coef > 0) b.ref_logprobs = TokenLogprobs(*reference_, b, nullptr);
       });
+      double sum = 0, counted = 0;  // in micro-batch order: deterministic
+      for (size_t i = 0; i < all.size(); ++i) {
+        sum += gap_sum[i];
+        counted += gap_tokens[i];
+        m.rollout_logprob_gap_max = std::max(m.rollout_logprob_gap_max, gap_max[i]);
+      }
+      m.rollout_logprob_gap_mean = counted > 0 ? sum / counted : 0.0;
     }
     // Sums per micro-batch, added up in micro-batch order (deterministic
     // whatever the thread schedule).

@@ -184,6 +184,57 @@ TEST(TrainerTest, RecomputedLogprobsMatchTheRolloutEngine) {
   }
 }
 
+// The step reports how far the rollout's log-probabilities lie from its own:
+// behaviour logprobs offset by known amounts give exactly that gap; a
+// bfloat16 rollout (bfloat16 matrices on the CPU) gives a small, nonzero one.
+TEST(TrainerTest, ReportsTheGapBetweenRolloutAndTrainerLogprobs) {
+  auto m = TinyModel(5);
+  auto batch = FixedBatch();
+  auto exact = *MakeTrainer(m)->ResponseLogprobs(*m, batch);
+  double offsets = 0, tokens = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (size_t j = 0; j < exact[i].size(); ++j) {
+      const float offset = j % 2 == 0 ? 0.25f : -0.125f;
+      batch[i].behavior_logprobs[j] = exact[i][j] + offset;
+      offsets += std::fabs(offset);
+      ++tokens;
+    }
+  }
+  auto metrics = MakeTrainer(m)->RlStep(batch);
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  EXPECT_NEAR(metrics->rollout_logprob_gap_mean, offsets / tokens, 1e-5);
+  EXPECT_NEAR(metrics->rollout_logprob_gap_max, 0.25, 1e-5);
+  TrainerOptions no_recompute;
+  no_recompute.recompute_old_logprobs = false;
+  auto unmeasured = MakeTrainer(TinyModel(5), no_recompute)->RlStep(batch);
+  ASSERT_TRUE(unmeasured.ok());
+  EXPECT_EQ(unmeasured->rollout_logprob_gap_mean, 0.0);
+
+  auto served = model::CloneModel(*m, torch::kCPU, torch::kBFloat16);
+  auto engine =
+      std::move(rollout::RolloutEngine::Create(rollout::PolicySnapshot{served, 0}, rollout::EngineOptions{})).value();
+  for (uint64_t i = 0; i < 6; ++i) {
+    rollout::GenerationRequest r;
+    r.id = i;
+    r.prompt = {257, static_cast<TokenId>(40 + i)};
+    r.sampling.seed = i;
+    r.sampling.forced_length = 12;
+    ASSERT_TRUE(engine->Submit(r).ok());
+  }
+  auto results = engine->RunUntilIdle();
+  ASSERT_TRUE(results.ok());
+  std::vector<RolloutSample> generated;
+  for (const auto& g : *results) {
+    RolloutSample s = MakeSample(g.id, g.prompt, g.tokens, g.id % 2 == 0 ? 1.0 : -1.0);
+    s.behavior_logprobs = g.logprobs;
+    generated.push_back(s);
+  }
+  auto bf16 = MakeTrainer(m)->RlStep(generated);
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  EXPECT_GT(bf16->rollout_logprob_gap_mean, 1e-5);
+  EXPECT_LT(bf16->rollout_logprob_gap_mean, 0.05);
+}
+
 TEST(TrainerTest, OptimizerStateRoundTripContinuesIdentically) {
   auto a = TinyModel(), b = TinyModel();
   auto ta = MakeTrainer(a);

@@ -47,6 +47,7 @@ class RmsNorm : public torch::nn::Module {
  public:
   RmsNorm(int64_t dim, double eps);
   torch::Tensor Forward(const torch::Tensor& x);
+  const torch::Tensor& weight() const { return weight_; }
 
  private:
   torch::Tensor weight_;
@@ -169,6 +170,12 @@ class Transformer : public torch::nn::Module {
 
   // The output projection ([vocab, hidden]); the embedding when tied.
   torch::Tensor output_weight() const;
+
+  // The dtype hidden states and the KV cache are computed in: the model's,
+  // except that a model with bfloat16 matrices and float32 vectors (norms,
+  // biases: see PlaceModel) computes in float32, widening each weight as a
+  // projection reads it.
+  torch::ScalarType compute_dtype() const;
 
  private:
   // Embeddings -> layers -> final norm: hidden states shaped like `tokens`.

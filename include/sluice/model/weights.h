@@ -46,9 +46,19 @@ Result<std::shared_ptr<Transformer>> LoadPretrained(const std::string& dir, torc
 Status SavePretrained(Transformer& model, const std::string& dir, DType dtype = DType::kF32,
                       const CheckpointWriteOptions& options = {});
 
-// A deep copy on the same device (same config, same weights).
+// Moves `model` to `device` in `dtype`. bfloat16 on the CPU keeps the
+// vectors (norms, biases) and the computation in float32 and stores only the
+// matrices (projections, embeddings) in bfloat16: the CPU decode kernels widen
+// each weight as they read it, so a decode step streams half the bytes while
+// its arithmetic stays float32 (CPU bfloat16 arithmetic in libtorch is slow).
+// Elsewhere the whole model takes `dtype`.
+void PlaceModel(Transformer& model, torch::Device device, torch::ScalarType dtype);
+
+// A deep copy with every parameter on the device and in the dtype of the
+// original's (same config, same weights).
 std::shared_ptr<Transformer> CloneModel(Transformer& model);
-// A copy on `device` in `dtype` (the rollout's model: bfloat16 on a GPU).
+// A copy placed by PlaceModel (the rollout's model: bfloat16 on a GPU, or
+// bfloat16 matrices on a CPU).
 std::shared_ptr<Transformer> CloneModel(Transformer& model, torch::Device device, torch::ScalarType dtype);
 
 }  // namespace sluice::model

@@ -116,6 +116,11 @@ struct StepMetrics {
   // Off-policy correction (0 when off): mean behaviour weight pi_prox/pi_behav
   // and the fraction of tokens whose weight was capped or masked.
   double is_weight_mean = 0, is_capped_frac = 0;
+  // How far the rollout's log-probabilities (behaviour) lie from the
+  // trainer's for the same weights version, before the update: mean and max of
+  // |log pi_prox - log pi_behav| per token. Measured only where pi_prox is
+  // recomputed (0 otherwise); includes staleness when samples are behind.
+  double rollout_logprob_gap_mean = 0, rollout_logprob_gap_max = 0;
   int64_t tokens = 0, sequences = 0, micro_batches = 0, optimizer_steps = 0;
 };
 

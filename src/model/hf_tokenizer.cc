@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -152,11 +153,23 @@ struct Split {
   bool keep_matches_and_gaps = true;  // Isolated; false: Removed (drop the matches)
 };
 
+// Metaspace's settings, shared by the pre-tokenizer and the decoder.
+struct Metaspace {
+  // Where the pre-tokenizer puts a replacement before a piece that does not
+  // start with one: every piece, only the piece that starts the input text
+  // (not one after an added token), or none. The decoder drops the first
+  // token's replacements unless kNever.
+  enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
+  std::string replacement;  // one character, UTF-8
+  bool split = true;        // pre-tokenizer: a piece starts at each replacement
+};
+
 struct PreTokenizer {
-  enum class Kind { kSplit, kByteLevel } kind = Kind::kSplit;
+  enum class Kind { kSplit, kByteLevel, kMetaspace } kind = Kind::kSplit;
   Split split;
   bool add_prefix_space = false;            // ByteLevel
   std::shared_ptr<Regex> byte_level_regex;  // ByteLevel with use_regex
+  Metaspace metaspace;                      // Metaspace
 };
 
 // The normalizer's steps, applied in order to text between added tokens.
@@ -170,9 +183,10 @@ struct NormalizerStep {
 // to the list of token strings (each step as the Rust library applies it:
 // per token, except Fuse, which joins them into one).
 struct DecoderStep {
-  enum class Kind { kReplace, kByteFallback, kFuse, kStrip } kind = Kind::kFuse;
+  enum class Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind = Kind::kFuse;
   std::string text, replacement;  // kReplace; kStrip: the character stripped
   int64_t start = 0, stop = 0;    // kStrip: how many at the start and at the end
+  Metaspace metaspace;            // kMetaspace
 };
 
 // "<0x41>" -> 0x41, or -1: the byte tokens of a byte-fallback vocabulary.
@@ -330,8 +344,49 @@ struct HfTokenizer::Impl {
     id.resize(w);
   }
 
-  // Normalizes, pre-tokenizes and encodes text that holds no added token.
-  void EncodeSegment(std::string_view text, std::vector<TokenId>* out) const {
+  // A pre-tokenized piece of a segment, and whether it starts the input
+  // text (what Metaspace's prepend_scheme "first" asks).
+  struct Piece {
+    std::string_view text;
+    bool starts_input = false;
+  };
+
+  // Metaspace: spaces become the replacement, which is prepended where the
+  // scheme says unless the piece starts with one; with split, a new piece
+  // starts at each replacement (which stays with the text after it).
+  static void ApplyMetaspace(const Metaspace& m, const Piece& piece, std::deque<std::string>* owned,
+                             std::vector<Piece>* next) {
+    if (piece.text.empty()) return;
+    std::string text;
+    const bool prepend =
+        m.prepend == Metaspace::Prepend::kAlways || (m.prepend == Metaspace::Prepend::kFirst && piece.starts_input);
+    if (prepend && piece.text.compare(0, m.replacement.size(), m.replacement) != 0 && piece.text[0] != ' ') {
+      text = m.replacement;
+    }
+    for (char c : piece.text) {
+      if (c == ' ') {
+        text += m.replacement;
+      } else {
+        text.push_back(c);
+      }
+    }
+    const std::string_view all = owned->emplace_back(std::move(text));
+    if (!m.split) {
+      next->push_back(Piece{all, piece.starts_input});
+      return;
+    }
+    size_t begin = 0;
+    for (size_t hit = all.find(m.replacement, 1); hit != std::string_view::npos;
+         hit = all.find(m.replacement, hit + m.replacement.size())) {
+      next->push_back(Piece{all.substr(begin, hit - begin), piece.starts_input && begin == 0});
+      begin = hit;
+    }
+    next->push_back(Piece{all.substr(begin), piece.starts_input && begin == 0});
+  }
+
+  // Normalizes, pre-tokenizes and encodes text that holds no added token;
+  // starts_input: the text starts the input (no added token before it).
+  void EncodeSegment(std::string_view text, bool starts_input, std::vector<TokenId>* out) const {
     if (text.empty()) return;
     std::string normalized;
     for (const NormalizerStep& step : normalizers) {
@@ -362,10 +417,15 @@ struct HfTokenizer::Impl {
         }
       }
     }
-    std::vector<std::string_view> pieces{text};
+    std::vector<Piece> pieces{Piece{text, starts_input}};
+    std::deque<std::string> owned;  // the texts Metaspace rewrote
     for (const PreTokenizer& p : pre_tokenizers) {
-      std::vector<std::string_view> next;
-      for (std::string_view piece : pieces) {
+      std::vector<Piece> next;
+      for (const Piece& piece : pieces) {
+        if (p.kind == PreTokenizer::Kind::kMetaspace) {
+          ApplyMetaspace(p.metaspace, piece, &owned, &next);
+          continue;
+        }
         const Regex* regex = p.kind == PreTokenizer::Kind::kSplit ? p.split.regex.get() : p.byte_level_regex.get();
         if (regex == nullptr) {
           next.push_back(piece);
@@ -374,17 +434,20 @@ struct HfTokenizer::Impl {
         // Isolated: the matches and the text between them are pieces;
         // Removed: only the text between matches.
         const bool keep_matches = p.kind == PreTokenizer::Kind::kByteLevel || p.split.keep_matches_and_gaps;
+        auto add = [&](size_t b, size_t e) {
+          next.push_back(Piece{piece.text.substr(b, e - b), piece.starts_input && b == 0});
+        };
         size_t at = 0;
-        for (auto [b, e] : regex->Matches(piece)) {
-          if (b > at) next.push_back(piece.substr(at, b - at));
-          if (keep_matches) next.push_back(piece.substr(b, e - b));
+        for (auto [b, e] : regex->Matches(piece.text)) {
+          if (b > at) add(at, b);
+          if (keep_matches) add(b, e);
           at = e;
         }
-        if (at < piece.size()) next.push_back(piece.substr(at));
+        if (at < piece.text.size()) add(at, piece.text.size());
       }
       pieces = std::move(next);
     }
-    for (std::string_view piece : pieces) EncodePiece(piece, out);
+    for (const Piece& piece : pieces) EncodePiece(piece.text, out);
   }
 
   // The SentencePiece-style decoder over the tokens' strings.
@@ -432,6 +495,15 @@ struct HfTokenizer::Impl {
           tokens = {std::move(joined)};
           break;
         }
+        case DecoderStep::Kind::kMetaspace:
+          // Replacements become spaces, except in the first token, which
+          // loses them all unless the scheme is "never" (as the Rust
+          // library does: not only the one the pre-tokenizer prepended).
+          for (size_t i = 0; i < tokens.size(); ++i) {
+            const bool drop = i == 0 && step.metaspace.prepend != Metaspace::Prepend::kNever;
+            ReplaceAll(&tokens[i], step.metaspace.replacement, drop ? "" : " ");
+          }
+          break;
         case DecoderStep::Kind::kStrip:
           for (std::string& t : tokens) {
             for (int64_t k = 0; k < step.start && t.compare(0, step.text.size(), step.text) == 0; ++k) {
@@ -472,11 +544,11 @@ struct HfTokenizer::Impl {
         if (!IsWhitespace(NextCodePoint(text, &q))) break;
         before = p;
       }
-      EncodeSegment(text.substr(segment, before - segment), out);
+      EncodeSegment(text.substr(segment, before - segment), segment == 0, out);
       out->push_back(t->id);
       i = segment = end;
     }
-    EncodeSegment(text.substr(segment), out);
+    EncodeSegment(text.substr(segment), segment == 0, out);
   }
 
   // The added token matching at text[i] (longest first), with the span it
@@ -567,8 +639,59 @@ Status ParseNormalizer(const json& n, const std::string& origin, std::vector<Nor
   return Unsupported(origin, "normalizer type", n["type"]);
 }
 
+// The fields of a Metaspace pre-tokenizer or decoder (`what` names which):
+// replacement (one character), prepend_scheme ("always", "first", "never";
+// "always" when absent), split (true when absent), and the older files'
+// add_prefix_space: false means "never" (a prepend_scheme other than
+// "never" beside it is a contradiction), true leaves prepend_scheme as it
+// is. str_rep, which older files repeat the replacement in, is ignored.
+Status ParseMetaspace(const json& m, const std::string& origin, const std::string& what, Metaspace* out) {
+  auto bad = [&](const char* field, const std::string& should) {
+    return Status::InvalidArgument(origin + ": " + what + " '" + field + "' " + should + ", not " +
+                                   (m.contains(field) ? m[field].dump() : std::string("missing")));
+  };
+  if (!m.contains("replacement") || !m["replacement"].is_string()) {
+    return bad("replacement", "must be a string of one character");
+  }
+  const std::string replacement = m["replacement"].get<std::string>();
+  size_t end = 0;
+  if (replacement.empty() || NextCodePoint(replacement, &end) < 0 || end != replacement.size()) {
+    return bad("replacement", "must be a string of one character");
+  }
+  out->replacement = replacement;
+  for (const char* field : {"split", "add_prefix_space"}) {
+    if (m.contains(field) && !m[field].is_boolean() && !m[field].is_null()) return bad(field, "must be true or false");
+  }
+  if (m.contains("str_rep") && !m["str_rep"].is_string() && !m["str_rep"].is_null()) {
+    return bad("str_rep", "must be a string");
+  }
+  out->split = !m.contains("split") || !m["split"].is_boolean() || m["split"].get<bool>();
+  out->prepend = Metaspace::Prepend::kAlways;
+  if (m.contains("prepend_scheme")) {
+    const json& scheme = m["prepend_scheme"];
+    const std::string name = scheme.is_string() ? scheme.get<std::string>() : "";
+    if (name == "always") {
+      out->prepend = Metaspace::Prepend::kAlways;
+    } else if (name == "first") {
+      out->prepend = Metaspace::Prepend::kFirst;
+    } else if (name == "never") {
+      out->prepend = Metaspace::Prepend::kNever;
+    } else {
+      return bad("prepend_scheme", "must be \"always\", \"first\" or \"never\"");
+    }
+  }
+  if (m.contains("add_prefix_space") && m["add_prefix_space"].is_boolean() && !m["add_prefix_space"].get<bool>()) {
+    if (m.contains("prepend_scheme") && out->prepend != Metaspace::Prepend::kNever) {
+      return Status::InvalidArgument(origin + ": " + what + " 'add_prefix_space' false contradicts 'prepend_scheme' " +
+                                     m["prepend_scheme"].dump());
+    }
+    out->prepend = Metaspace::Prepend::kNever;
+  }
+  return Status::Ok();
+}
+
 // A SentencePiece-style decoder: Replace (String patterns), ByteFallback,
-// Fuse and Strip, alone or in a Sequence.
+// Fuse, Strip and Metaspace, alone or in a Sequence.
 Status ParseDecoder(const json& d, const std::string& origin, std::vector<DecoderStep>* out) {
   if (!d.is_object() || !d.contains("type") || !d["type"].is_string()) {
     return Status::InvalidArgument(origin + ": decoder has no type");
@@ -604,6 +727,9 @@ Status ParseDecoder(const json& d, const std::string& origin, std::vector<Decode
     step.text = d["content"].get<std::string>();
     step.start = d.value("start", int64_t{0});
     step.stop = d.value("stop", int64_t{0});
+  } else if (type == "Metaspace") {
+    step.kind = DecoderStep::Kind::kMetaspace;
+    SLUICE_RETURN_IF_ERROR(ParseMetaspace(d, origin, "decoder Metaspace", &step.metaspace));
   } else {
     return Unsupported(origin, "decoder", d["type"]);
   }
@@ -651,6 +777,12 @@ Status ParsePreTokenizer(const json& p, const std::string& origin, std::vector<P
     }
     t.split.keep_matches_and_gaps = behavior == "Isolated";
     SLUICE_ASSIGN_OR_RETURN(t.split.regex, Regex::Compile(text.get<std::string>(), literal, origin));
+    out->push_back(std::move(t));
+    return Status::Ok();
+  }
+  if (type == "Metaspace") {
+    t.kind = PreTokenizer::Kind::kMetaspace;
+    SLUICE_RETURN_IF_ERROR(ParseMetaspace(p, origin, "pre_tokenizer Metaspace", &t.metaspace));
     out->push_back(std::move(t));
     return Status::Ok();
   }
@@ -823,6 +955,13 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
     for (const PreTokenizer& p : impl->pre_tokenizers) {
       if (p.kind == PreTokenizer::Kind::kByteLevel) {
         return Unsupported(origin, "pre_tokenizer ByteLevel without a ByteLevel decoder", j["pre_tokenizer"]);
+      }
+    }
+  } else {
+    for (const PreTokenizer& p : impl->pre_tokenizers) {
+      if (p.kind == PreTokenizer::Kind::kMetaspace) {
+        return Unsupported(origin, "pre_tokenizer Metaspace with a byte-level model (a ByteLevel or no decoder)",
+                           j["pre_tokenizer"]);
       }
     }
   }

@@ -28,16 +28,34 @@ std::vector<json> ReadJsonLines(const fs::path& path) {
   return out;
 }
 
-// Fixtures cut from the real Qwen3 and Llama 3.2 tokenizer.json (their first
-// 3000 merges, every added token and component), with the ids the reference
-// implementation (transformers.js) gives for each line of corpus.jsonl:
-// several scripts, combining marks, emoji, code, runs of whitespace, digits,
-// contractions and special tokens inside text
-// (scripts/tokenizer_fixtures/make_fixtures.mjs).
+// A fixture directory, or a Metaspace variant: a directory whose
+// components.json replaces components of the tokenizer.json two levels up.
+Result<std::unique_ptr<HfTokenizer>> LoadFixture(const std::string& name) {
+  const fs::path dir = kData / name;
+  if (!fs::exists(dir / "components.json")) return HfTokenizer::Load(dir.string());
+  std::ifstream base(dir.parent_path().parent_path() / "tokenizer.json");
+  std::ifstream components(dir / "components.json");
+  json j = json::parse(base);
+  const json replaced = json::parse(components);
+  for (const auto& [key, value] : replaced.items()) j[key] = value;
+  return HfTokenizer::FromJson(j.dump(), "", (dir / "components.json").string());
+}
+
+// Fixtures cut from the real Qwen3, Llama 3.2 and "llama2" (Mistral 7B v0.1's
+// vocabulary) tokenizer.json files (their first 3000 merges, every added
+// token and component), with the ids
+// the reference implementation (transformers.js) gives for each line of
+// corpus.jsonl: several scripts, combining marks, emoji, code, runs of
+// whitespace, digits, contractions and special tokens inside text
+// (scripts/tokenizer_fixtures/make_fixtures.mjs). The Metaspace ones
+// (mistral_metaspace and its variants: prepend_scheme first, always and
+// never, split true and false, the legacy add_prefix_space, the Metaspace
+// decoder, Metaspace after a Split) take their ids and decodings from the
+// Rust library instead.
 class ReferenceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ReferenceTest, SameIdsAsTheReferenceOnTheCorpus) {
-  auto tokenizer = HfTokenizer::Load((kData / GetParam()).string());
+  auto tokenizer = LoadFixture(GetParam());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
   const std::vector<json> corpus = ReadJsonLines(kData / "corpus.jsonl");
   const std::vector<json> expected = ReadJsonLines(kData / GetParam() / "expected.jsonl");
@@ -54,7 +72,7 @@ TEST_P(ReferenceTest, SameIdsAsTheReferenceOnTheCorpus) {
 
 // The reference's decoding of its own ids (special tokens skipped).
 TEST_P(ReferenceTest, DecodesAsTheReference) {
-  auto tokenizer = HfTokenizer::Load((kData / GetParam()).string());
+  auto tokenizer = LoadFixture(GetParam());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
   const std::vector<json> expected = ReadJsonLines(kData / GetParam() / "expected.jsonl");
   const std::vector<json> decoded = ReadJsonLines(kData / GetParam() / "decoded.jsonl");
@@ -68,9 +86,11 @@ TEST_P(ReferenceTest, DecodesAsTheReference) {
 
 TEST_P(ReferenceTest, DecodingGivesTheTextBack) {
   // SentencePiece-style decoding is not a round trip: it turns every '▁'
-  // into a space and strips the space Prepend added (DecodesAsTheReference).
-  if (GetParam() == "llama2") GTEST_SKIP() << "not a round trip by design";
-  auto tokenizer = HfTokenizer::Load((kData / GetParam()).string());
+  // into a space and strips the space Prepend or Metaspace added
+  // (DecodesAsTheReference).
+  if (GetParam() == "llama2" || GetParam().starts_with("mistral_metaspace"))
+    GTEST_SKIP() << "not a round trip by design";
+  auto tokenizer = LoadFixture(GetParam());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
   const bool nfc = GetParam() == "qwen3";  // Qwen normalizes to NFC first
   for (const json& line : ReadJsonLines(kData / "corpus.jsonl")) {
@@ -85,7 +105,7 @@ TEST_P(ReferenceTest, DecodingGivesTheTextBack) {
 
 // Streaming: each chunk is whole characters, and the chunks add up to the text.
 TEST_P(ReferenceTest, StreamingDecodeHoldsBackPartialCharacters) {
-  auto tokenizer = HfTokenizer::Load((kData / GetParam()).string());
+  auto tokenizer = LoadFixture(GetParam());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
   int held_back = 0;
   for (const json& line : ReadJsonLines(kData / "corpus.jsonl")) {
@@ -106,7 +126,145 @@ TEST_P(ReferenceTest, StreamingDecodeHoldsBackPartialCharacters) {
   EXPECT_GT(held_back, 10) << "the corpus has tokens that end inside a character";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest, ::testing::Values("qwen3", "llama3_2", "llama2"));
+// Streaming the reference's ids (special tokens skipped) gives the
+// reference's decoding, chunk by chunk.
+TEST_P(ReferenceTest, StreamingDecodeGivesTheReferenceText) {
+  auto tokenizer = LoadFixture(GetParam());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const std::vector<json> expected = ReadJsonLines(kData / GetParam() / "expected.jsonl");
+  const std::vector<json> decoded = ReadJsonLines(kData / GetParam() / "decoded.jsonl");
+  ASSERT_EQ(expected.size(), decoded.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    StreamingDecoder stream(**tokenizer, /*skip_special=*/true);
+    std::string joined;
+    for (TokenId id : expected[i].get<std::vector<TokenId>>()) {
+      auto chunk = stream.Push(id);
+      ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+      joined += *chunk;
+    }
+    joined += stream.Finish();
+    EXPECT_EQ(joined, decoded[i].get<std::string>()) << "line " << i + 1;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, ReferenceTest,
+    ::testing::Values("qwen3", "llama3_2", "llama2", "mistral_metaspace", "mistral_metaspace/variants/first_decoder",
+                      "mistral_metaspace/variants/legacy_always", "mistral_metaspace/variants/never_split",
+                      "mistral_metaspace/variants/sequence_always", "mistral_metaspace/variants/sequence_first"));
+
+// The Metaspace fixtures' reference ids differ on many lines wherever their
+// prepend scheme or split does, so ignoring either fails some of them.
+// sequence_first has mistral_metaspace's ids (isolating digits changes
+// nothing here, digits being single tokens) but not sequence_always's:
+// prepending before every piece, as transformers.js does for "first" ahead
+// of the first added token, would fail it.
+TEST(HfTokenizerTest, MetaspaceVariantsDifferFromEachOther) {
+  auto ids = [](const std::string& name) { return ReadJsonLines(kData / name / "expected.jsonl"); };
+  auto lines_differing = [](const std::vector<json>& a, const std::vector<json>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    size_t n = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) n += a[i] != b[i];
+    return n;
+  };
+  const std::vector<json> first = ids("mistral_metaspace");
+  EXPECT_EQ(lines_differing(first, ids("mistral_metaspace/variants/first_decoder")), 0u);  // decoder only
+  EXPECT_GT(lines_differing(first, ids("mistral_metaspace/variants/legacy_always")), 10u);
+  EXPECT_GT(lines_differing(first, ids("mistral_metaspace/variants/never_split")), 10u);
+  EXPECT_GT(lines_differing(ids("mistral_metaspace/variants/sequence_first"),
+                            ids("mistral_metaspace/variants/sequence_always")),
+            10u);
+  EXPECT_GT(lines_differing(ReadJsonLines(kData / "mistral_metaspace" / "decoded.jsonl"),
+                            ReadJsonLines(kData / "mistral_metaspace/variants/first_decoder" / "decoded.jsonl")),
+            0u);
+}
+
+// prepend_scheme "first": the replacement goes before the text that starts
+// the input, not before text after an added token; "always" before both;
+// "never" before neither (a space that is there becomes one all the same).
+// Ids from the Rust library.
+TEST(HfTokenizerTest, MetaspacePrependsWhereTheSchemeSays) {
+  auto first = LoadFixture("mistral_metaspace");
+  auto always = LoadFixture("mistral_metaspace/variants/legacy_always");
+  auto never = LoadFixture("mistral_metaspace/variants/never_split");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(always.ok()) << always.status().ToString();
+  ASSERT_TRUE(never.ok()) << never.status().ToString();
+  using Ids = std::vector<TokenId>;
+  // 295 "▁h", 28716 "h", 28710 "i", 1 "<s>", 2 "</s>".
+  EXPECT_EQ((*first)->Encode("hi"), (Ids{295, 28710}));
+  EXPECT_EQ((*first)->Encode(" hi"), (Ids{295, 28710}));  // already there: not doubled
+  EXPECT_EQ((*first)->Encode("<s>hi"), (Ids{1, 28716, 28710}));
+  EXPECT_EQ((*first)->Encode("<s> hi"), (Ids{1, 295, 28710}));
+  EXPECT_EQ((*first)->Encode("hi</s>hi"), (Ids{295, 28710, 2, 28716, 28710}));
+  EXPECT_EQ((*always)->Encode("<s>hi"), (Ids{1, 295, 28710}));
+  EXPECT_EQ((*always)->Encode("hi</s>hi"), (Ids{295, 28710, 2, 295, 28710}));
+  EXPECT_EQ((*never)->Encode("hi"), (Ids{28716, 28710}));
+  EXPECT_EQ((*never)->Encode(" hi"), (Ids{295, 28710}));
+  EXPECT_EQ((*never)->Encode("hi</s>hi"), (Ids{28716, 28710, 2, 28716, 28710}));
+  // Decoding: the Strip decoder (mistral_metaspace) and Metaspace's strip
+  // only the first token's; a special token kept in front keeps the next
+  // one's space.
+  EXPECT_EQ(*(*first)->Decode({1, 28716, 28710}, /*skip_special=*/false), "<s>hi");
+  EXPECT_EQ(*(*always)->Decode({295, 28710, 2, 295, 28710}, /*skip_special=*/false), "hi</s> hi");
+  EXPECT_EQ(*(*always)->Decode({295, 28710, 2, 295, 28710}), "hi hi");
+}
+
+// The Metaspace decoder turns the replacement into a space, but drops every
+// one in the first token (unless the scheme is "never"), as the Rust library
+// does. 259 is "▁▁", 264 "▁a". Strings from the Rust library.
+TEST(HfTokenizerTest, MetaspaceDecoderDropsTheFirstTokensReplacements) {
+  auto first = LoadFixture("mistral_metaspace/variants/first_decoder");
+  auto never = LoadFixture("mistral_metaspace/variants/never_split");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(never.ok()) << never.status().ToString();
+  EXPECT_EQ(*(*first)->Decode({259, 264}), " a");
+  EXPECT_EQ(*(*first)->Decode({264, 259, 264}), "a   a");
+  EXPECT_EQ(*(*first)->Decode({1, 259, 264}), " a");  // <s> skipped: "▁▁" is first
+  EXPECT_EQ(*(*first)->Decode({1, 259, 264}, /*skip_special=*/false), "<s>   a");
+  EXPECT_EQ(*(*never)->Decode({259, 264}), "   a");
+  // Streaming gives the same, the first token's text held back while empty.
+  for (const std::vector<TokenId>& ids : {std::vector<TokenId>{259, 264}, {1, 259, 264}, {264, 259, 264}}) {
+    StreamingDecoder stream(**first);
+    std::string joined;
+    for (TokenId id : ids) joined += *stream.Push(id);
+    joined += stream.Finish();
+    EXPECT_EQ(joined, *(*first)->Decode(ids));
+  }
+  StreamingDecoder stream(**first);
+  EXPECT_EQ(*stream.Push(259), "");
+  EXPECT_EQ(*stream.Push(264), " a");
+  EXPECT_EQ(*stream.Push(259), "  ");
+  EXPECT_EQ(*stream.Push(264), " a");
+}
+
+// Older files spell prepend_scheme as add_prefix_space: true means
+// "always", false "never" (the Rust library now refuses false without
+// prepend_scheme "never" beside it; Sluice reads it as the file meant).
+TEST(HfTokenizerTest, MetaspaceLegacyAddPrefixSpace) {
+  std::ifstream in(kData / "mistral_metaspace" / "tokenizer.json");
+  const json base = json::parse(in);
+  auto with_pre_tokenizer = [&](json pre) {
+    json j = base;
+    j["pre_tokenizer"] = std::move(pre);
+    return HfTokenizer::FromJson(j.dump(), "", "legacy");
+  };
+  auto no_prefix = with_pre_tokenizer({{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", false}});
+  auto never = with_pre_tokenizer(
+      {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "never"}, {"split", true}});
+  auto prefix = with_pre_tokenizer({{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}});
+  auto always = with_pre_tokenizer(
+      {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}});
+  for (auto* t : {&no_prefix, &never, &prefix, &always}) ASSERT_TRUE(t->ok()) << t->status().ToString();
+  size_t differ = 0;
+  for (const json& line : ReadJsonLines(kData / "corpus.jsonl")) {
+    const std::string text = line.get<std::string>();
+    EXPECT_EQ((*no_prefix)->Encode(text), (*never)->Encode(text)) << text;
+    EXPECT_EQ((*prefix)->Encode(text), (*always)->Encode(text)) << text;
+    differ += (*never)->Encode(text) != (*always)->Encode(text);
+  }
+  EXPECT_GT(differ, 20u);
+}
 
 TEST(HfTokenizerTest, SpecialTokensComeFromTheConfigAndAreSkippedWhenDecoding) {
   auto qwen = HfTokenizer::Load((kData / "qwen3").string());
@@ -253,11 +411,68 @@ TEST(HfTokenizerTest, BadFilesAreRefusedNamingTheProblem) {
          j["normalizer"] = {{"type", "NFKC"}};
        },
        StatusCode::kUnimplemented, "normalizer type \"NFKC\""},
-      {"Metaspace",
+      {"Metaspace without replacement",
        [](json& j) {
          j["pre_tokenizer"] = {{"type", "Metaspace"}};
        },
-       StatusCode::kUnimplemented, "pre_tokenizer type \"Metaspace\""},
+       StatusCode::kInvalidArgument,
+       "pre_tokenizer Metaspace 'replacement' must be a string of one character, not missing"},
+      {"Metaspace replacement of two characters",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581\u2581"}};
+       },
+       StatusCode::kInvalidArgument,
+       "pre_tokenizer Metaspace 'replacement' must be a string of one character, not \"\u2581\u2581\""},
+      {"Metaspace empty replacement",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", ""}};
+       },
+       StatusCode::kInvalidArgument, "'replacement' must be a string of one character, not \"\""},
+      {"Metaspace replacement a number",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", 95}};
+       },
+       StatusCode::kInvalidArgument, "'replacement' must be a string of one character, not 95"},
+      {"Metaspace unknown prepend_scheme",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "sometimes"}};
+       },
+       StatusCode::kInvalidArgument,
+       "pre_tokenizer Metaspace 'prepend_scheme' must be \"always\", \"first\" or \"never\", not \"sometimes\""},
+      {"Metaspace prepend_scheme not a string",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", true}};
+       },
+       StatusCode::kInvalidArgument, "'prepend_scheme' must be \"always\", \"first\" or \"never\", not true"},
+      {"Metaspace split a string",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"split", "yes"}};
+       },
+       StatusCode::kInvalidArgument, "pre_tokenizer Metaspace 'split' must be true or false, not \"yes\""},
+      {"Metaspace add_prefix_space a string",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", "true"}};
+       },
+       StatusCode::kInvalidArgument, "'add_prefix_space' must be true or false, not \"true\""},
+      {"Metaspace add_prefix_space false with prepend_scheme first",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"},
+                               {"replacement", "\u2581"},
+                               {"add_prefix_space", false},
+                               {"prepend_scheme", "first"}};
+       },
+       StatusCode::kInvalidArgument, "'add_prefix_space' false contradicts 'prepend_scheme' \"first\""},
+      {"Metaspace in a Sequence",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Sequence"},
+                               {"pretokenizers", {{{"type", "Metaspace"}, {"replacement", "ab"}}}}};
+       },
+       StatusCode::kInvalidArgument, "pre_tokenizer Metaspace 'replacement' must be a string of one character"},
+      {"Metaspace with a byte-level model",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
+       },
+       StatusCode::kUnimplemented, "pre_tokenizer Metaspace with a byte-level model"},
       {"merge of unknown token", [](json& j) { j["model"]["merges"].push_back("ab zz"); }, StatusCode::kInvalidArgument,
        "merge 2 'ab zz' uses a token that is not in model.vocab"},
       {"merge without space", [](json& j) { j["model"]["merges"].push_back("abc"); }, StatusCode::kInvalidArgument,
@@ -299,9 +514,21 @@ TEST(HfTokenizerTest, BadFilesAreRefusedNamingTheProblem) {
        StatusCode::kUnimplemented, "normalizer Replace pattern"},
       {"decoder",
        [](json& j) {
+         j["decoder"] = {{"type", "CTC"}};
+       },
+       StatusCode::kUnimplemented, "decoder \"CTC\""},
+      {"Metaspace decoder without replacement",
+       [](json& j) {
          j["decoder"] = {{"type", "Metaspace"}};
        },
-       StatusCode::kUnimplemented, "decoder \"Metaspace\""},
+       StatusCode::kInvalidArgument, "decoder Metaspace 'replacement' must be a string of one character, not missing"},
+      {"Metaspace decoder prepend_scheme in capitals",
+       [](json& j) {
+         j["decoder"] = {{"type", "Sequence"},
+                         {"decoders", {{{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "Always"}}}}};
+       },
+       StatusCode::kInvalidArgument,
+       "decoder Metaspace 'prepend_scheme' must be \"always\", \"first\" or \"never\", not \"Always\""},
       {"added token without id",
        [](json& j) {
          j["added_tokens"].push_back({{"content", "<x>"}});

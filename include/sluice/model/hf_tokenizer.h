@@ -1,14 +1,23 @@
 // Tokenizers in the Hugging Face `tokenizer.json` format: byte-level BPE as
 // GPT-2, Qwen2/2.5/3 and Llama 3 use it, and SentencePiece-style BPE with
-// byte fallback as Llama 2 and Mistral's first models use it.
+// byte fallback as Llama 2 and Mistral's models use it (with a Prepend /
+// Replace normalizer, or a Metaspace pre-tokenizer).
 //
 // Supported components (anything else is refused by name when loading):
 //   normalizer     null, NFC, Prepend, Replace with a String pattern, or a
 //                  Sequence of them
 //   pre_tokenizer  ByteLevel (with or without GPT-2's regex), Split with a
 //                  Regex or String pattern (behaviour Isolated or Removed,
-//                  not inverted), or a Sequence of them; regexes run on PCRE2
-//                  with Unicode properties, as the Rust library's onig does
+//                  not inverted), Metaspace (SentencePiece-style only), or a
+//                  Sequence of them; regexes run on PCRE2 with Unicode
+//                  properties, as the Rust library's onig does. Metaspace
+//                  turns spaces into its replacement character, puts one
+//                  before a piece that does not start with it (every piece
+//                  for prepend_scheme "always", only one that starts the
+//                  input text for "first", none for "never"; the older
+//                  add_prefix_space true/false means always/never) and with
+//                  split starts a new piece at each replacement, as the Rust
+//                  library does
 //   model          BPE with ranked merges ("a b" strings or ["a", "b"]
 //                  pairs), ignore_merges, unk_token with fuse_unk, no subword
 //                  prefix or suffix; byte-level (a ByteLevel or no decoder)
@@ -16,8 +25,10 @@
 //                  or any other decoder): characters are the symbols and one
 //                  outside the vocabulary becomes its bytes' tokens or unk
 //   decoder        ByteLevel (or null) for byte-level; Replace (String),
-//                  ByteFallback, Fuse and Strip, or a Sequence of them, for
-//                  SentencePiece-style
+//                  ByteFallback, Fuse, Strip and Metaspace, or a Sequence of
+//                  them, for SentencePiece-style. Metaspace turns its
+//                  replacement back into spaces, except in the first token,
+//                  which loses them all unless prepend_scheme is "never"
 //   added_tokens   matched in the raw text before anything else, leftmost
 //                  and longest first, with lstrip, rstrip and single_word;
 //                  the text between them is normalized piece by piece, as

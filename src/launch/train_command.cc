@@ -131,8 +131,10 @@ ConfigSchema TrainSchema() {
   s.AddString("pipeline.trainer_device", "", "the trainer's device (empty: model.device)");
   s.AddString("pipeline.rollout_device", "",
               "streaming modes: the rollout's device (empty: model.device; direct mode uses the trainer's model)");
-  s.AddEnum("pipeline.rollout_dtype", "auto", {"auto", "float32", "bfloat16"},
-            "streaming modes: the rollout's weights and KV cache (auto: bfloat16 on CUDA, float32 on CPU)");
+  s.AddEnum(
+      "pipeline.rollout_dtype", "auto", {"auto", "float32", "bfloat16"},
+      "streaming modes: the rollout's weights and KV cache (auto: bfloat16 on CUDA, float32 on CPU; bfloat16 on CPU: "
+      "bfloat16 matrices, float32 arithmetic and KV cache)");
   s.AddInt("pipeline.rollout_engines", 1, 1, 1024,
            "rollout engines, data parallel, each on rollout_threads / rollout_engines threads with its share of "
            "rl.slots");

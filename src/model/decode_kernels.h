@@ -33,6 +33,13 @@ namespace sluice::model {
 // 256 rows; above that, sgemm.
 int64_t SmallLinearMaxRows();
 
+// Rows up to which SmallLinearBf16 serves bfloat16 weights (256 with either
+// kernel). The alternative is widening the whole matrix to float32 for sgemm
+// on every call, which moves several times the weight's bytes; with AVX-512 the kernel
+// wins at every count measured for float32 already. With AVX2 only, rows 9 to
+// 256 are a judgement, not a measurement (no AVX2-only CPU here).
+inline constexpr int64_t kSmallLinearBf16MaxRows = 256;
+
 // Whether SmallLinear runs its AVX-512 kernel: where the CPU has AVX-512,
 // unless set false (tests run the AVX2 kernel on such CPUs too).
 bool SmallLinearAvx512();

@@ -56,8 +56,9 @@ bool ElementwiseKernelsApply(const torch::Tensor& x, int64_t packed_dims) {
 // to BLAS through F::linear, weights stored narrower than x widened first.
 torch::Tensor Project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias) {
   const bool bf16 = w.scalar_type() == torch::kBFloat16;
-  const bool small = ElementwiseKernelsApply(x, 2) && x.size(0) > 0 && x.size(0) <= SmallLinearMaxRows() &&
-                     w.is_cpu() && (w.scalar_type() == torch::kFloat32 || bf16) &&
+  const int64_t max_rows = bf16 ? kSmallLinearBf16MaxRows : SmallLinearMaxRows();
+  const bool small = ElementwiseKernelsApply(x, 2) && x.size(0) > 0 && x.size(0) <= max_rows && w.is_cpu() &&
+                     (w.scalar_type() == torch::kFloat32 || bf16) &&
                      (!bias.defined() || bias.scalar_type() == torch::kFloat32) && DecodeKernelsSupported();
   if (!small) {
     if (w.scalar_type() == x.scalar_type()) return F::linear(x, w, bias);

@@ -22,8 +22,9 @@ Result<c10::Device> ResolveDevice(const std::string& name);
 // validation on a machine other than the one that will run it.
 Status CheckDeviceName(const std::string& name);
 
-// "auto": bfloat16 on CUDA, float32 elsewhere (the CPU decode kernels are
-// float32); "float32"; "bfloat16". InvalidArgument for any other name.
+// "auto": bfloat16 on CUDA, float32 elsewhere; "float32"; "bfloat16" (on a
+// CPU: bfloat16 matrices computed in float32, see PlaceModel). InvalidArgument
+// for any other name.
 Result<c10::ScalarType> ResolveDtype(const std::string& name, c10::Device device);
 
 // Whether a CUDA device is usable (libtorch built with CUDA and a GPU seen).

@@ -661,6 +661,17 @@ TEST_F(ShmStoreTest, DamagedVersionSegmentsAreDataLossNotCrashes) {
       Status v = h->Verify();
       EXPECT_EQ(v.code(), StatusCode::kDataLoss);
       EXPECT_TRUE(Contains(v, "'norm'")) << v.ToString();
+      const Layout layout = TestLayout();
+      std::vector<std::vector<std::byte>> buffers;
+      for (const TensorSpec& spec : layout) {
+        buffers.emplace_back(CheckedNumel(spec.shape).value() * DTypeSize(spec.dtype));
+      }
+      std::vector<std::span<std::byte>> spans(buffers.begin(), buffers.end());
+      Status copied = h->CopyTo(spans);
+      EXPECT_EQ(copied.code(), StatusCode::kDataLoss);
+      EXPECT_TRUE(Contains(copied, "'norm'")) << copied.ToString();
+      EXPECT_EQ(h->CopyTensorTo("norm", spans[3]).code(), StatusCode::kDataLoss);
+      EXPECT_TRUE(h->CopyTensorTo("embed", spans[0]).ok());
       continue;
     }
     EXPECT_EQ(h.status().code(), StatusCode::kDataLoss);

@@ -239,14 +239,27 @@ Result<size_t> FindTensor(const MappedPin* pinned, std::string_view name, const 
   return it->second;
 }
 
-Status CheckCopy(const MappedPin& pinned, size_t t, const std::byte* copy) {
+// OK if `now` is the checksum recorded for tensor t; DataLoss otherwise.
+Status CheckSum(const MappedPin& pinned, size_t t, uint64_t now) {
   const shm::TensorRecord& r = pinned.records[t];
-  const uint64_t now = Checksum64(copy, r.nbytes);
   if (now == r.checksum) return Status::Ok();
   std::ostringstream msg;
   msg << "version " << pinned.version << ": tensor " << Quoted(pinned.core->control->layout()[t].name)
       << " does not match its checksum (0x" << std::hex << r.checksum << " recorded, 0x" << now << " read)";
   return Status::DataLoss(msg.str());
+}
+
+// Copies tensor t into `destination` (its exact size); with verify_copies,
+// checksums the copy in the same pass (each block hashed from the
+// destination while it is in cache) and checks it.
+Status CopyOne(const MappedPin& pinned, size_t t, std::span<std::byte> destination) {
+  const shm::TensorRecord& r = pinned.records[t];
+  const std::byte* source = pinned.segment.data() + r.offset;
+  if (!pinned.core->options.verify_copies) {
+    if (r.nbytes > 0) std::memcpy(destination.data(), source, r.nbytes);
+    return Status::Ok();
+  }
+  return CheckSum(pinned, t, CopyAndChecksum64(destination.data(), source, r.nbytes));
 }
 
 }  // namespace
@@ -271,7 +284,8 @@ Result<uint64_t> ShmVersionHandle::checksum(std::string_view name) const {
 Status ShmVersionHandle::Verify() const {
   if (pinned_ == nullptr) return Status::FailedPrecondition("Verify() on an empty ShmVersionHandle");
   for (size_t t = 0; t < pinned_->core->control->layout().size(); ++t) {
-    SLUICE_RETURN_IF_ERROR(CheckCopy(*pinned_, t, pinned_->segment.data() + pinned_->records[t].offset));
+    const shm::TensorRecord& r = pinned_->records[t];
+    SLUICE_RETURN_IF_ERROR(CheckSum(*pinned_, t, Checksum64(pinned_->segment.data() + r.offset, r.nbytes)));
   }
   return Status::Ok();
 }
@@ -290,11 +304,7 @@ Status ShmVersionHandle::CopyTo(std::span<const std::span<std::byte>> destinatio
                                      " bytes, the tensor is " + std::to_string(pinned_->records[t].nbytes));
     }
   }
-  for (size_t t = 0; t < layout.size(); ++t) {
-    const shm::TensorRecord& r = pinned_->records[t];
-    if (r.nbytes > 0) std::memcpy(destinations[t].data(), pinned_->segment.data() + r.offset, r.nbytes);
-    if (pinned_->core->options.verify_copies) SLUICE_RETURN_IF_ERROR(CheckCopy(*pinned_, t, destinations[t].data()));
-  }
+  for (size_t t = 0; t < layout.size(); ++t) SLUICE_RETURN_IF_ERROR(CopyOne(*pinned_, t, destinations[t]));
   return Status::Ok();
 }
 
@@ -306,9 +316,7 @@ Status ShmVersionHandle::CopyTensorTo(std::string_view name, std::span<std::byte
                                    std::to_string(destination.size()) + " bytes, the tensor is " +
                                    std::to_string(r.nbytes));
   }
-  if (r.nbytes > 0) std::memcpy(destination.data(), pinned_->segment.data() + r.offset, r.nbytes);
-  if (pinned_->core->options.verify_copies) return CheckCopy(*pinned_, t, destination.data());
-  return Status::Ok();
+  return CopyOne(*pinned_, t, destination);
 }
 
 // -------------------------------------------------------------- ShmSubscriber

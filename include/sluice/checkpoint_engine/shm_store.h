@@ -25,7 +25,8 @@
 //
 // Synchronization. All state changes of the control block happen under its
 // robust process-shared mutex (PTHREAD_MUTEX_ROBUST): critical sections are
-// a few dozen stores, never a tensor copy. A process that dies holding it
+// a few dozen stores and a few file operations on segments (open, flock,
+// rename, truncate, unlink), never a tensor copy. A process that dies holding it
 // (SIGKILL included) hands it to the next locker with EOWNERDEAD, which runs
 // an idempotent repair (below) before going on. The fields read without the
 // lock (latest version, commit counter) are lock-free 64/32-bit std::atomics;

@@ -177,9 +177,9 @@ Result<Measurement> MeasureInProcess(const RunConfig& config) {
   return m;
 }
 
-Result<Measurement> MeasureSharedMemory(const RunConfig& config) {
+Result<Measurement> MeasureSharedMemory(const RunConfig& config, bool recycle_segments) {
   Measurement m;
-  m.transport = "shm";
+  m.transport = recycle_segments ? "shm" : "shm-fresh";
   m.baseline = "memcpy";
   m.bytes = config.bytes;
   m.subscribers = config.subscribers;
@@ -192,6 +192,7 @@ Result<Measurement> MeasureSharedMemory(const RunConfig& config) {
   o.layout = layout;
   o.max_readers = static_cast<uint32_t>(config.subscribers + 1);
   o.max_pins_per_reader = 2;
+  o.recycle_segments = recycle_segments;
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ShmPublisher> pub, ShmPublisher::Attach(o));
   Weights weights(layout);
   const int64_t last = config.rounds();

@@ -31,7 +31,9 @@ Result<Measurement> MeasureInProcess(const RunConfig& config);
 // Publish into a shared-memory store; N subscriber processes (this binary,
 // --role=shm-sub) wait for the version and copy it into their standby
 // buffers with ShmVersionHandle::CopyTo (which re-checksums the copy).
-Result<Measurement> MeasureSharedMemory(const RunConfig& config);
+// `recycle_segments` as ShmPublisherOptions: false gives every version a
+// fresh segment (the "shm-fresh" row).
+Result<Measurement> MeasureSharedMemory(const RunConfig& config, bool recycle_segments);
 
 // The shm subscriber process's main. `args` are its --key=value flags.
 int ShmSubscriberMain(const std::map<std::string, std::string>& args);

@@ -7,7 +7,9 @@
 //   inproc  VersionStore::Publish (reuse_buffers on); N subscriber threads
 //           copy the version into their standby buffers
 //   shm     ShmPublisher::Publish; N subscriber processes copy it into their
-//           standby buffers (CopyTo, which re-checksums the copy)
+//           standby buffers (CopyTo, which re-checksums the copy); segments
+//           recycled (the default)
+//   shm-fresh  the same with recycle_segments off: a fresh segment per version
 //   tcp     one raw TCP stream of the bytes to each of N receivers, all at
 //           once, between network namespaces joined by veth (baseline)
 //   gloo    BroadcastPublisher::Publish to N BroadcastSubscribers (each
@@ -22,7 +24,8 @@
 // message. Namespaces are removed on exit, on error and on SIGINT/SIGTERM.
 //
 //   checkpoint_bench [--sizes=10M,100M,1G] [--subscribers=1,2,4]
-//                    [--transports=memcpy,inproc,shm,tcp,gloo] [--repeats=3]
+//                    [--transports=memcpy,inproc,shm,shm-fresh,tcp,gloo]
+//                    [--repeats=3]
 //                    [--bucket-mb=4] [--in-flight=2] [--json=results.json]
 #include <unistd.h>
 
@@ -46,7 +49,9 @@ namespace {
 // multiples of the version size.
 double VersionsNeeded(const std::string& transport, int n) {
   if (transport == "memcpy") return 1 + n;
-  if (transport == "inproc" || transport == "shm") return 3 + n;  // source, latest + staging, N standby
+  if (transport == "inproc" || transport == "shm" || transport == "shm-fresh") {
+    return 3 + n;  // source, latest + staging (or spare), N standby
+  }
   if (transport == "tcp") return 1 + n;
   return 1 + 2.0 * n;  // gloo: source; per subscriber staging + latest
 }
@@ -78,8 +83,10 @@ Status Run(const runtime::FlagSet& flags) {
     std::stringstream in(transports_text);
     std::string item;
     while (std::getline(in, item, ',')) {
-      if (item != "memcpy" && item != "inproc" && item != "shm" && item != "tcp" && item != "gloo") {
-        return Status::InvalidArgument("--transports: unknown '" + item + "' (memcpy, inproc, shm, tcp, gloo)");
+      if (item != "memcpy" && item != "inproc" && item != "shm" && item != "shm-fresh" && item != "tcp" &&
+          item != "gloo") {
+        return Status::InvalidArgument("--transports: unknown '" + item +
+                                       "' (memcpy, inproc, shm, shm-fresh, tcp, gloo)");
       }
       transports.insert(item);
     }
@@ -109,7 +116,7 @@ Status Run(const runtime::FlagSet& flags) {
 
   const auto start = Clock::now();
   std::vector<Measurement> rows;
-  const std::vector<std::string> order = {"memcpy", "inproc", "shm", "tcp", "gloo"};
+  const std::vector<std::string> order = {"memcpy", "inproc", "shm", "shm-fresh", "tcp", "gloo"};
   for (size_t bytes : sizes) {
     for (int64_t n : subscriber_counts) {
       RunConfig config;
@@ -120,7 +127,7 @@ Status Run(const runtime::FlagSet& flags) {
         if (!transports.count(t)) continue;
         Measurement skipped;
         skipped.transport = t;
-        skipped.baseline = (t == "inproc" || t == "shm") ? "memcpy" : (t == "gloo" ? "tcp" : "");
+        skipped.baseline = (t == "inproc" || t == "shm" || t == "shm-fresh") ? "memcpy" : (t == "gloo" ? "tcp" : "");
         skipped.bytes = bytes;
         skipped.subscribers = config.subscribers;
         skipped.skipped = true;
@@ -139,12 +146,13 @@ Status Run(const runtime::FlagSet& flags) {
           rows.push_back(skipped);
           continue;
         }
-        std::fprintf(stderr, "%-6s %-7s x%d ...", t.c_str(), HumanBytes(bytes).c_str(), config.subscribers);
+        std::fprintf(stderr, "%-9s %-7s x%d ...", t.c_str(), HumanBytes(bytes).c_str(), config.subscribers);
         const auto t0 = Clock::now();
         Result<Measurement> m = Status::Internal("unreachable");
         if (t == "memcpy") m = MeasureMemcpy(config);
         if (t == "inproc") m = MeasureInProcess(config);
-        if (t == "shm") m = MeasureSharedMemory(config);
+        if (t == "shm") m = MeasureSharedMemory(config, /*recycle_segments=*/true);
+        if (t == "shm-fresh") m = MeasureSharedMemory(config, /*recycle_segments=*/false);
         if (t == "tcp") m = MeasureRawTcp(*net, config);
         if (t == "gloo") {
           BroadcastSettings settings;
@@ -174,7 +182,7 @@ Status Run(const runtime::FlagSet& flags) {
   table << "\nCheckpointEngine: publish -> every subscriber serving; " << std::thread::hardware_concurrency()
         << " CPUs, median of " << repeats << " after 2 warm-up rounds [min..max]; GB/s = bytes x subscribers / time\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "%-8s %4s  %-7s %26s %8s  %s\n", "bytes", "subs", "transport", "time ms", "GB/s",
+  std::snprintf(line, sizeof(line), "%-8s %4s  %-9s %26s %8s  %s\n", "bytes", "subs", "transport", "time ms", "GB/s",
                 "vs baseline (time ratio; aims: shm <= 1.5x memcpy, gloo >= 80% of tcp)");
   table << line;
   for (const Measurement& m : rows) {
@@ -186,7 +194,7 @@ Status Run(const runtime::FlagSet& flags) {
     if (m.skipped) {
       j["note"] = m.note;
       results.push_back(j);
-      std::snprintf(line, sizeof(line), "%-8s %4d  %-7s %26s %8s  skipped: %s\n", HumanBytes(m.bytes).c_str(),
+      std::snprintf(line, sizeof(line), "%-8s %4d  %-9s %26s %8s  skipped: %s\n", HumanBytes(m.bytes).c_str(),
                     m.subscribers, m.transport.c_str(), "-", "-", m.note.c_str());
       table << line;
       continue;
@@ -213,7 +221,7 @@ Status Run(const runtime::FlagSet& flags) {
     }
     char time[64];
     std::snprintf(time, sizeof(time), "%.1f [%.1f..%.1f]", s.median * 1e3, s.min * 1e3, s.max * 1e3);
-    std::snprintf(line, sizeof(line), "%-8s %4d  %-7s %26s %8.2f  %s\n", HumanBytes(m.bytes).c_str(), m.subscribers,
+    std::snprintf(line, sizeof(line), "%-8s %4d  %-9s %26s %8.2f  %s\n", HumanBytes(m.bytes).c_str(), m.subscribers,
                   m.transport.c_str(), time, gbps, versus.c_str());
     table << line;
     results.push_back(j);
@@ -270,7 +278,8 @@ int main(int argc, char** argv) {
   sluice::runtime::FlagSet flags;
   flags.Add("sizes", "10M,100M,1G", "version sizes (decimal units: K, M, G); 1G only runs if memory allows");
   flags.Add("subscribers", "1,2,4", "subscriber counts");
-  flags.Add("transports", "memcpy,inproc,shm,tcp,gloo", "which rows to measure");
+  flags.Add("transports", "memcpy,inproc,shm,tcp,gloo",
+            "which rows to measure (also shm-fresh: shm with recycle_segments off)");
   flags.Add("repeats", "3", "measured rounds per row (after two warm-up rounds, reported apart in the JSON)");
   flags.Add("bucket-mb", "4", "broadcast bucket size in MiB");
   flags.Add("in-flight", "2", "broadcast buckets in flight");

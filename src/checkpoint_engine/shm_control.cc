@@ -19,6 +19,7 @@ Result<StoreNames> StoreNames::Make(std::string_view prefix, std::string_view st
   names.prefix_ = prefix;
   names.store_ = store;
   names.control_ = ShmSegmentName({prefix, store, "control"});
+  names.spare_ = ShmSegmentName({prefix, store, "spare"});
   return names;
 }
 
@@ -69,7 +70,8 @@ Control::Locked::~Locked() {
 
 Result<std::unique_ptr<Control>> Control::Create(const StoreNames& names, const Layout& layout,
                                                  const std::vector<size_t>& tensor_bytes, size_t max_tensor_bytes,
-                                                 uint32_t max_readers, uint32_t pins_per_reader) {
+                                                 uint32_t max_readers, uint32_t pins_per_reader,
+                                                 bool recycle_segments) {
   const std::string blob = SerializeLayout(layout);
   Geometry g = ComputeGeometry(tensor_bytes, max_readers, pins_per_reader, blob.size());
   SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment segment, SharedMemorySegment::Create(names.control(), g.control_bytes));
@@ -109,6 +111,7 @@ Result<std::unique_ptr<Control>> Control::Create(const StoreNames& names, const 
     }
   }
   SetOwner(&block->publisher, control->self_);
+  block->recycle_segments.store(recycle_segments ? 1 : 0, std::memory_order_relaxed);
   block->preamble.protocol_version = kProtocolVersion;
   block->preamble.segment_bytes = control->segment_.size();
   block->preamble.magic.store(kControlMagic, std::memory_order_release);
@@ -225,13 +228,101 @@ void Control::UnlinkQuietly(const std::string& name) const {
   }
 }
 
-void Control::FreeVersion(const Locked&, VersionEntry* e) {
+void Control::FreeVersion(const Locked& lock, VersionEntry* e) {
   const int64_t version = e->version.load(std::memory_order_acquire);
   if (version == kNoVersion) return;
-  // Entry first: a crash before the unlink leaves an orphan name that the
-  // repair scan removes, never an entry without its segment.
+  // Entry first: a crash before the segment is retired leaves an orphan name
+  // that the repair scan removes, never an entry without its segment; and no
+  // reader can pin the version from here on.
   e->version.store(kNoVersion, std::memory_order_release);
-  UnlinkQuietly(names_.Version(version));
+  RetireSegment(lock, names_.Version(version), /*may_park=*/true);
+}
+
+bool Control::RetireSegment(const Locked& lock, const std::string& name, bool may_park) {
+  Result<SegmentFd> fd = SegmentFd::Open(name, ShmAccess::kReadWrite);
+  if (!fd.ok()) {
+    if (fd.status().code() != StatusCode::kNotFound) UnlinkQuietly(name);
+    return false;
+  }
+  if (!fd->TryLockExclusive()) {
+    // Only a process reading it outside the protocol's pins holds a flock on
+    // a segment nobody pins: never rewrite or truncate it under that reader.
+    SLUICE_LOG(WARNING) << "shm store " << names_.control() << ": segment " << name
+                        << " is still locked by a reader that holds no pin on it; unlinking it without reuse";
+    UnlinkQuietly(name);
+    return false;
+  }
+  if (may_park && CanPark(lock)) {
+    Result<FileStatus> status = fd->Stat();
+    if (status.ok() && status->size == geometry_.version_segment_bytes && status->allocated >= status->size) {
+      Status renamed = RenameSegment(name, names_.spare());
+      if (renamed.ok()) return true;
+      SLUICE_LOG(WARNING) << "shm store " << names_.control() << ": " << renamed.ToString();
+    }
+  }
+  // Freed: its pages go now, including from mappings other processes keep
+  // idle (a crash before the unlink leaves an empty orphan for the repair).
+  if (Status truncated = fd->Truncate(); !truncated.ok()) {
+    SLUICE_LOG(WARNING) << "shm store " << names_.control() << ": " << truncated.ToString();
+  }
+  UnlinkQuietly(name);
+  return false;
+}
+
+bool Control::CanPark(const Locked&) const {
+  return block_->recycle_segments.load(std::memory_order_acquire) == 1 &&
+         block_->destroyed.load(std::memory_order_acquire) == 0 &&
+         block_->publisher.pid.load(std::memory_order_acquire) != 0 &&
+         block_->staging.load(std::memory_order_acquire) == kNoVersion &&
+         SegmentSize(names_.spare()).status().code() == StatusCode::kNotFound;
+}
+
+size_t Control::SpareBytes(const Locked&) const {
+  Result<size_t> size = SegmentSize(names_.spare());
+  return size.ok() ? *size : 0;
+}
+
+Result<SegmentFd> Control::TakeSpare(const Locked& lock, const std::string& name) {
+  Status renamed = RenameSegment(names_.spare(), name);
+  if (renamed.code() == StatusCode::kAlreadyExists) {
+    // An orphan of a crashed predecessor under the staging name, which is
+    // reserved for us now.
+    RetireSegment(lock, name, /*may_park=*/false);
+    renamed = RenameSegment(names_.spare(), name);
+  }
+  if (!renamed.ok()) {
+    // A spare that cannot be staged into must not stay next to the fresh
+    // staging segment the caller creates instead (the memory bound).
+    if (renamed.code() != StatusCode::kNotFound) RemoveSpare(lock);
+    return renamed;
+  }
+  Result<SegmentFd> fd = SegmentFd::Open(name, ShmAccess::kReadWrite);
+  if (!fd.ok()) {
+    UnlinkQuietly(name);
+    return fd.status();
+  }
+  if (!fd->TryLockExclusive()) {
+    UnlinkQuietly(name);  // someone reads it outside the protocol: leave its bytes alone
+    return Status::FailedPrecondition("the spare segment is locked by another process");
+  }
+  Result<FileStatus> status = fd->Stat();
+  if (!status.ok() || status->size != geometry_.version_segment_bytes || status->allocated < status->size) {
+    (void)fd->Truncate();
+    UnlinkQuietly(name);
+    return Status::DataLoss(
+        "the spare segment is not a whole segment of this store (" +
+        (status.ok() ? std::to_string(status->size) + " bytes, " + std::to_string(status->allocated) + " allocated"
+                     : status.status().ToString()) +
+        "; expected " + std::to_string(geometry_.version_segment_bytes) + ")");
+  }
+  block_->segments_recycled.fetch_add(1, std::memory_order_relaxed);
+  return fd;
+}
+
+void Control::RemoveSpare(const Locked& lock) {
+  if (SegmentSize(names_.spare()).status().code() != StatusCode::kNotFound) {
+    RetireSegment(lock, names_.spare(), /*may_park=*/false);
+  }
 }
 
 void Control::FreeIfUnreachable(const Locked& lock, int64_t version) {
@@ -271,11 +362,16 @@ void Control::Collect(const Locked& lock) {
       if (VersionEntry* e = FindEntry(lock, staging)) {
         FreeVersion(lock, e);
       } else {
-        UnlinkQuietly(names_.Version(staging));
+        RetireSegment(lock, names_.Version(staging), /*may_park=*/false);
       }
       block_->aborts.fetch_add(1, std::memory_order_relaxed);
     }
     block_->staging.store(kNoVersion, std::memory_order_release);
+  }
+  // The spare is kept only for a live publisher that recycles.
+  if (block_->publisher.pid.load(std::memory_order_acquire) == 0 ||
+      block_->recycle_segments.load(std::memory_order_acquire) == 0) {
+    RemoveSpare(lock);
   }
 
   // 3. An entry above latest is a commit that died inside its critical
@@ -307,7 +403,7 @@ void Control::Repair(const Locked& lock) {
     const int64_t v = names_.ParseVersion(name);
     if (v == kNoVersion || v == staging || FindEntry(lock, v) != nullptr) continue;
     SLUICE_LOG(INFO) << "shm store " << names_.control() << ": unlinking orphaned segment " << name;
-    UnlinkQuietly(name);
+    RetireSegment(lock, name, /*may_park=*/false);
   }
 }
 
@@ -325,10 +421,10 @@ void Control::Destroy(const Locked& lock) {
   block_->destroyed.store(1, std::memory_order_release);
   for (uint32_t i = 0; i < geometry_.version_entries; ++i) FreeVersion(lock, entry(i));
   const int64_t staging = block_->staging.exchange(kNoVersion, std::memory_order_acq_rel);
-  if (staging != kNoVersion) UnlinkQuietly(names_.Version(staging));
+  if (staging != kNoVersion) RetireSegment(lock, names_.Version(staging), /*may_park=*/false);
   if (Result<std::vector<std::string>> segments = names_.List(); segments.ok()) {
     for (const std::string& name : *segments) {
-      if (name != names_.control()) UnlinkQuietly(name);
+      if (name != names_.control()) RetireSegment(lock, name, /*may_park=*/false);
     }
   }
   UnlinkQuietly(names_.control());
@@ -369,7 +465,8 @@ ShmStoreStats Control::Stats(const Locked& lock) const {
   s.control_segment_bytes = segment_.size();
   v.committed_bytes = v.versions_in_memory.size() * s.version_segment_bytes;
   v.staging_bytes = v.staging_version != kNoVersion ? s.version_segment_bytes : 0;
-  v.bytes_held = v.committed_bytes + v.staging_bytes;
+  v.spare_bytes = SpareBytes(lock);
+  v.bytes_held = v.committed_bytes + v.staging_bytes + v.spare_bytes;
   v.max_versions_in_memory = v.pinned.size() + 2;
   v.max_bytes_held = v.max_versions_in_memory * s.version_segment_bytes;
   v.commits = block_->commits.load(std::memory_order_relaxed);
@@ -379,7 +476,8 @@ ShmStoreStats Control::Stats(const Locked& lock) const {
   s.max_readers = geometry_.max_readers;
   s.max_pins_per_reader = geometry_.pins_per_reader;
   s.recoveries = block_->recoveries.load(std::memory_order_relaxed);
-  (void)lock;
+  s.recycle_segments = block_->recycle_segments.load(std::memory_order_acquire) == 1;
+  s.segments_recycled = block_->segments_recycled.load(std::memory_order_relaxed);
   return s;
 }
 

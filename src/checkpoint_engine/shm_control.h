@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "shm_format.h"
+#include "shm_segment_file.h"
 #include "sluice/checkpoint_engine/shm_store.h"
 #include "sluice/common/shm.h"
 #include "sluice/common/status.h"
@@ -35,6 +36,8 @@ class StoreNames {
   const std::string& prefix() const { return prefix_; }
   const std::string& store() const { return store_; }
   const std::string& control() const { return control_; }
+  // The spare: a freed version's segment kept for the next staging.
+  const std::string& spare() const { return spare_; }
   std::string Version(int64_t version) const;
   // The version a segment name belongs to, or kNoVersion if it is not a
   // version segment of this store.
@@ -43,7 +46,7 @@ class StoreNames {
   Result<std::vector<std::string>> List() const;
 
  private:
-  std::string prefix_, store_, control_;
+  std::string prefix_, store_, control_, spare_;
 };
 
 // "tensor 1: the store has 'b' I64 [16], expected 'b' F32 [16]", or "" if equal.
@@ -65,11 +68,12 @@ class Control {
     Control* control_;
   };
 
-  // Creates the control segment exclusively, with `self` as its publisher.
-  // AlreadyExists if the store exists; other errors of SharedMemorySegment.
+  // Creates the control segment exclusively, with `self` as its publisher
+  // (recycling segments or not). AlreadyExists if the store exists; other
+  // errors of SharedMemorySegment.
   static Result<std::unique_ptr<Control>> Create(const StoreNames& names, const Layout& layout,
                                                  const std::vector<size_t>& tensor_bytes, size_t max_tensor_bytes,
-                                                 uint32_t max_readers, uint32_t pins_per_reader);
+                                                 uint32_t max_readers, uint32_t pins_per_reader, bool recycle_segments);
 
   // Opens an existing control segment and validates preamble, geometry and
   // layout. NotFound; Unavailable (not initialized yet); FailedPrecondition
@@ -97,14 +101,36 @@ class Control {
   VersionEntry* FindEntry(const Locked&, int64_t version) const;
   VersionEntry* FreeEntryOrNull(const Locked&) const;
   bool IsPinned(const Locked&, int64_t version) const;
-  // Clears the entry, then unlinks its segment.
+  // Clears the entry, then retires its segment (RetireSegment, parking it as
+  // the spare if CanPark).
   void FreeVersion(const Locked&, VersionEntry* entry);
+  // Removes segment `name`, which no reader may pin any more (its entry is
+  // cleared, or it never had one). Takes its exclusive flock first: if some
+  // process still holds a flock on it (a reader reading it outside the pins,
+  // e.g. one whose slot was reclaimed by mistake), it is only unlinked, so
+  // that reader keeps its bytes. Otherwise, if `may_park` and CanPark, it is
+  // renamed to the spare (true is returned); else it is truncated (its pages
+  // freed, even from idle mappings other processes keep) and unlinked.
+  bool RetireSegment(const Locked&, const std::string& name, bool may_park);
+  // Whether a freed segment may become the spare now: a live publisher that
+  // recycles, nothing staged (the spare takes the staging's place in the
+  // memory bound), no spare yet, the store not being destroyed.
+  bool CanPark(const Locked&) const;
+  // The spare's size in bytes, 0 if there is none.
+  size_t SpareBytes(const Locked&) const;
+  // Renames the spare to `name` (the version just reserved as staging) and
+  // opens it with its exclusive flock held; checks it is a whole segment of
+  // this store's size. NotFound if there is no spare; other errors if it
+  // cannot be used (it is then removed; the caller creates a fresh segment).
+  Result<SegmentFd> TakeSpare(const Locked&, const std::string& name);
+  void RemoveSpare(const Locked&);
   // Frees `version` if it is superseded and no occupied slot pins it.
   void FreeIfUnreachable(const Locked&, int64_t version);
   // The cheap part of the repair, run at every attach, commit and
   // BeginPublish: reclaims slots of dead readers, retires a dead publisher
-  // (dropping or finishing its staging), rolls back entries above latest and
-  // frees superseded unpinned versions.
+  // (dropping or finishing its staging), removes a spare that no publisher
+  // will stage into, rolls back entries above latest and frees superseded
+  // unpinned versions.
   void Collect(const Locked&);
   // Collect, then unlinks orphaned version segments (no entry, not staged).
   void Repair(const Locked&);

@@ -98,13 +98,17 @@ Geometry ComputeGeometry(const std::vector<size_t>& tensor_bytes, uint32_t max_r
 }
 
 Status CheckPreamble(const SharedMemorySegment& segment, uint64_t magic, const std::string& what) {
-  if (segment.size() < sizeof(SegmentPreamble)) {
-    if (segment.size() == 0)
+  return CheckPreamble(segment.data(), segment.size(), magic, what);
+}
+
+Status CheckPreamble(const std::byte* data, size_t size, uint64_t magic, const std::string& what) {
+  if (size < sizeof(SegmentPreamble)) {
+    if (size == 0)
       return Status::Unavailable(what + " is empty: its creator is still initializing it (or died doing so)");
-    return Status::DataLoss(what + " is truncated: " + std::to_string(segment.size()) + " bytes, shorter than its " +
+    return Status::DataLoss(what + " is truncated: " + std::to_string(size) + " bytes, shorter than its " +
                             std::to_string(sizeof(SegmentPreamble)) + "-byte preamble");
   }
-  const auto* pre = reinterpret_cast<const SegmentPreamble*>(segment.data());
+  const auto* pre = reinterpret_cast<const SegmentPreamble*>(data);
   const uint64_t found = pre->magic.load(std::memory_order_acquire);
   if (found == 0)
     return Status::Unavailable(what + " is not initialized yet (its creator is still writing it, or died doing so)");
@@ -119,8 +123,8 @@ Status CheckPreamble(const SharedMemorySegment& segment, uint64_t magic, const s
                                       std::to_string(pre->protocol_version) + "; this build speaks version " +
                                       std::to_string(kProtocolVersion) + " (peers must run the same protocol)");
   }
-  if (pre->segment_bytes != segment.size()) {
-    return Status::DataLoss(what + " is " + std::to_string(segment.size()) + " bytes but its header says " +
+  if (pre->segment_bytes != size) {
+    return Status::DataLoss(what + " is " + std::to_string(size) + " bytes but its header says " +
                             std::to_string(pre->segment_bytes) + " (truncated or overwritten)");
   }
   return Status::Ok();

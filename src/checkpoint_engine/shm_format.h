@@ -38,7 +38,8 @@ static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<uint64_t>
 inline constexpr uint64_t kControlMagic = 0x314c544345434c53ULL;
 inline constexpr uint64_t kVersionMagic = 0x3152455645434c53ULL;
 // Bumped on any incompatible change to the structs below or the protocol.
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: segment recycling (the spare segment, flocks on version segments).
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // Tensor bytes in a version segment start on this boundary (cache line;
 // enough for vectorized copies and for wrapping as framework tensors).
@@ -101,6 +102,11 @@ struct ControlBlock {
   std::atomic<uint64_t> commits;
   std::atomic<uint64_t> aborts;
   std::atomic<uint64_t> recoveries;
+  // 1 while the attached publisher recycles segments: a freed version's
+  // segment may then become the spare (see Control::RetireSegment).
+  std::atomic<uint32_t> recycle_segments;
+  uint32_t reserved;
+  std::atomic<uint64_t> segments_recycled;  // stagings into the spare
 };
 
 // Header of one version's data segment, followed by num_tensors TensorRecords;
@@ -161,6 +167,8 @@ Geometry ComputeGeometry(const std::vector<size_t>& tensor_bytes, uint32_t max_r
 //                        or another protocol version
 //   DataLoss           - shorter than its preamble or than it says it is
 Status CheckPreamble(const SharedMemorySegment& segment, uint64_t magic, const std::string& what);
+// The same for `size` mapped bytes at `data` (null when size is 0).
+Status CheckPreamble(const std::byte* data, size_t size, uint64_t magic, const std::string& what);
 
 // The pins of `slot` (pins_per_reader of them).
 inline std::atomic<int64_t>* SlotPins(ReaderSlot* slot) { return reinterpret_cast<std::atomic<int64_t>*>(slot + 1); }

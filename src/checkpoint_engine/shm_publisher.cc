@@ -1,5 +1,6 @@
 // ShmPublisher: attaches as the one writer of a shared-memory store and
-// stages each version in its own segment (protocol: shm_store.h).
+// stages each version in its own segment, a recycled one when it can
+// (protocol: shm_store.h).
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "layout_check.h"
 #include "shm_control.h"
 #include "shm_format.h"
+#include "shm_segment_file.h"
 #include "sluice/checkpoint_engine/shm_store.h"
 #include "sluice/common/check.h"
 #include "sluice/common/logging.h"
@@ -16,6 +18,10 @@
 
 namespace sluice::checkpoint_engine {
 namespace shm {
+
+// Mappings the publisher keeps of segments it staged: the latest version,
+// the spare, and one more (a version pinned when it was superseded).
+inline constexpr size_t kPublisherIdleMappings = 3;
 
 // Shared by the ShmPublisher and its open ShmPublishHandle; detaches from
 // the store when the last of them goes.
@@ -27,6 +33,9 @@ struct PublisherCore {
 
   Mutex mu;
   bool publishing SLUICE_GUARDED_BY(mu) = false;  // a handle is open
+  // Mappings of committed or parked segments this publisher staged, reused
+  // when the spare it stages into is one of them (no page faults).
+  MappingCache idle_mappings SLUICE_GUARDED_BY(mu){kPublisherIdleMappings};
 
   ~PublisherCore() { Detach(); }
 
@@ -52,8 +61,11 @@ struct PublisherCore {
     }
     ControlBlock* block = control->block();
     if (block->destroyed.load(std::memory_order_acquire) != 0) return;
-    if (Control::Owner(block->publisher) == control->self()) block->publisher.pid.store(0, std::memory_order_release);
-    control->Collect(*lock);
+    if (Control::Owner(block->publisher) == control->self()) {
+      block->publisher.pid.store(0, std::memory_order_release);
+      block->recycle_segments.store(0, std::memory_order_release);
+    }
+    control->Collect(*lock);  // removes the spare: no publisher stages into it now
     if (!control->HasLiveParticipant(*lock)) control->Destroy(*lock);
   }
 };
@@ -65,9 +77,11 @@ using shm::Control;
 using shm::ControlBlock;
 using shm::PublisherCore;
 
-// The open staging segment of one publish.
+// The open staging segment of one publish. `file` holds the segment's
+// exclusive flock until the version is sealed (or the publish ends).
 struct ShmPublishHandle::Staging {
-  SharedMemorySegment segment;
+  shm::SegmentFd file;
+  shm::Mapping mapping;
   shm::VersionHeader* header = nullptr;
   shm::TensorRecord* records = nullptr;
   std::vector<bool> put;       // put, or staged in place and sealed
@@ -83,24 +97,51 @@ ShmPublishHandle::ShmPublishHandle(std::shared_ptr<PublisherCore> core, int64_t 
 
 ShmPublishHandle::~ShmPublishHandle() { Abort(); }
 
+namespace {
+
+// Removes the segment `file` is open on if it is still the one named
+// `name` (another process may have replaced it since): truncated when no one
+// else holds a flock on it, then unlinked.
+void RemoveOwnSegment(shm::SegmentFd& file, const std::string& name) {
+  Result<shm::FileStatus> mine = file.Stat();
+  if (!mine.ok() || !mine->linked) return;
+  Result<shm::SegmentFd> named = shm::SegmentFd::Open(name, ShmAccess::kReadOnly);
+  if (!named.ok()) return;
+  Result<shm::FileStatus> theirs = named->Stat();
+  if (!theirs.ok() || theirs->id != mine->id) return;
+  if (file.TryLockExclusive()) (void)file.Truncate();
+  Status unlinked = SharedMemorySegment::Unlink(name);
+  if (!unlinked.ok() && unlinked.code() != StatusCode::kNotFound) SLUICE_LOG(WARNING) << unlinked.ToString();
+}
+
+}  // namespace
+
 void ShmPublishHandle::Abort() {
   if (staging_ == nullptr) return;
-  staging_.reset();  // unmap first
+  std::unique_ptr<Staging> staging = std::move(staging_);
   Control& control = *core_->control;
-  // The staging name is ours (reserved under the lock), so unlinking it
-  // needs no lock; the lock only guards clearing `staging`. If the lock
-  // cannot be taken, the next BeginPublish clears our stale reservation.
-  Status unlinked = SharedMemorySegment::Unlink(control.names().Version(version_));
-  if (!unlinked.ok() && unlinked.code() != StatusCode::kNotFound) SLUICE_LOG(WARNING) << unlinked.ToString();
+  const std::string name = control.names().Version(version_);
+  bool parked = false;
   if (Result<Control::Locked> lock = control.Lock(core_->options.lock_timeout); lock.ok()) {
     ControlBlock* block = control.block();
     if (block->staging.load(std::memory_order_acquire) == version_ &&
         Control::Owner(block->publisher) == control.self()) {
+      // Staging cleared first: the segment may then take its place as the
+      // spare. RetireSegment takes the exclusive flock itself.
       block->staging.store(kNoVersion, std::memory_order_release);
       block->aborts.fetch_add(1, std::memory_order_relaxed);
+      staging->file.Unlock();
+      parked = control.RetireSegment(*lock, name, /*may_park=*/core_->options.recycle_segments);
+    } else {
+      RemoveOwnSegment(staging->file, name);  // the reservation was cleared by another process
     }
+  } else {
+    // The staging name is ours (reserved under the lock), so it can go
+    // without the lock; the next BeginPublish clears the stale reservation.
+    RemoveOwnSegment(staging->file, name);
   }
   MutexLock lock(&core_->mu);
+  if (parked) core_->idle_mappings.Put(std::move(staging->file), std::move(staging->mapping));
   core_->publishing = false;
 }
 
@@ -120,7 +161,7 @@ Status ShmPublishHandle::Put(std::string_view name, const HostTensor& tensor) {
   }
 
   shm::TensorRecord& record = staging_->records[t];
-  std::byte* dst = staging_->segment.data() + record.offset;
+  std::byte* dst = staging_->mapping.data() + record.offset;
   // Checksum the copy, not the source: what readers will see is what is
   // hashed (in the same pass over memory as the copy).
   record.checksum = CopyAndChecksum64(dst, tensor.data, tensor.nbytes);
@@ -142,7 +183,7 @@ Result<std::span<std::byte>> ShmPublishHandle::StageInPlace(std::string_view nam
     return Status::AlreadyExists(where + ": already put; each tensor is put exactly once per version");
   staging_->in_place[t] = true;
   const shm::TensorRecord& record = staging_->records[t];
-  return std::span<std::byte>(staging_->segment.data() + record.offset, record.nbytes);
+  return std::span<std::byte>(staging_->mapping.data() + record.offset, record.nbytes);
 }
 
 Status ShmPublishHandle::SealInPlace(std::string_view name, uint64_t expected_checksum) {
@@ -157,7 +198,7 @@ Status ShmPublishHandle::SealInPlace(std::string_view name, uint64_t expected_ch
   if (!staging_->in_place[t])
     return Status::FailedPrecondition(where + ": not staged in place (call StageInPlace first)");
   shm::TensorRecord& record = staging_->records[t];
-  const uint64_t actual = Checksum64(staging_->segment.data() + record.offset, record.nbytes);
+  const uint64_t actual = Checksum64(staging_->mapping.data() + record.offset, record.nbytes);
   if (actual != expected_checksum) {
     std::ostringstream msg;
     msg << where << ": staged bytes do not match the expected checksum (0x" << std::hex << expected_checksum
@@ -191,7 +232,7 @@ Status ShmPublishHandle::Commit() {
   // into the staging segment must never reach a reader.
   for (size_t t = 0; t < layout.size(); ++t) {
     const shm::TensorRecord& r = staging_->records[t];
-    const uint64_t now = Checksum64(staging_->segment.data() + r.offset, r.nbytes);
+    const uint64_t now = Checksum64(staging_->mapping.data() + r.offset, r.nbytes);
     if (now != r.checksum) {
       std::ostringstream msg;
       msg << what << " (publish aborted): version " << version_ << ": bytes of tensor " << Quoted(layout[t].name)
@@ -201,13 +242,19 @@ Status ShmPublishHandle::Commit() {
     }
   }
   staging_->header->sealed.store(1, std::memory_order_release);
+  // Readers take a shared flock once they can pin the version, from the
+  // critical section below on.
+  staging_->file.Unlock();
 
   Control& control = *core_->control;
   ControlBlock* block = control.block();
   Status refused;
   {
     Result<Control::Locked> lock = control.Lock(core_->options.lock_timeout);
-    if (!lock.ok()) return lock.status().WithContext(what);
+    if (!lock.ok()) {
+      (void)staging_->file.TryLockExclusive();  // the publish stays open
+      return lock.status().WithContext(what);
+    }
     refused = core_->CheckOwner(*lock, what);
     if (refused.ok() && block->staging.load(std::memory_order_acquire) != version_) {
       refused = Status::FailedPrecondition(what + ": its staging reservation in " + control.names().control() +
@@ -235,8 +282,12 @@ Status ShmPublishHandle::Commit() {
   }
   block->commit_seq.fetch_add(1, std::memory_order_release);
   ShmFutexWakeAll(&block->commit_seq);
-  staging_.reset();
+  std::unique_ptr<Staging> committed = std::move(staging_);
   MutexLock lock(&core_->mu);
+  // Kept mapped: once superseded and freed, it may come back as the spare.
+  if (core_->options.recycle_segments) {
+    core_->idle_mappings.Put(std::move(committed->file), std::move(committed->mapping));
+  }
   core_->publishing = false;
   return Status::Ok();
 }
@@ -246,7 +297,7 @@ std::span<std::byte> ShmPublishHandle::MutableStagedBytesForTesting(std::string_
   auto it = core_->index.find(name);
   if (it == core_->index.end() || !staging_->put[it->second]) return {};
   const shm::TensorRecord& r = staging_->records[it->second];
-  return {staging_->segment.data() + r.offset, r.nbytes};
+  return {staging_->mapping.data() + r.offset, r.nbytes};
 }
 
 // --------------------------------------------------------------- ShmPublisher
@@ -275,8 +326,9 @@ Result<std::unique_ptr<ShmPublisher>> ShmPublisher::Attach(ShmPublisherOptions o
       return Status::Unavailable(what + ": the store kept changing under us for 5 s");
     }
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    Result<std::unique_ptr<Control>> created = Control::Create(names, options.layout, bytes, options.max_tensor_bytes,
-                                                               options.max_readers, options.max_pins_per_reader);
+    Result<std::unique_ptr<Control>> created =
+        Control::Create(names, options.layout, bytes, options.max_tensor_bytes, options.max_readers,
+                        options.max_pins_per_reader, options.recycle_segments);
     if (created.ok()) {
       control = std::move(created).value();
       break;
@@ -312,6 +364,7 @@ Result<std::unique_ptr<ShmPublisher>> ShmPublisher::Attach(ShmPublisherOptions o
     // Retires a dead predecessor, removes its staging, frees what it can.
     candidate->Repair(lock);
     Control::SetOwner(&block->publisher, candidate->self());
+    block->recycle_segments.store(options.recycle_segments ? 1 : 0, std::memory_order_release);
     if (options.max_readers != candidate->geometry().max_readers ||
         options.max_pins_per_reader != candidate->geometry().pins_per_reader) {
       SLUICE_LOG(INFO) << names.control() << " keeps its own limits: max_readers " << candidate->geometry().max_readers
@@ -346,6 +399,7 @@ Result<std::unique_ptr<StagedWeights>> ShmPublisher::BeginPublish(int64_t versio
   Control& control = *core_->control;
   ControlBlock* block = control.block();
   const std::string name = control.names().Version(version);
+  Result<shm::SegmentFd> spare = Status::NotFound("recycling is off");
   {
     Result<Control::Locked> lock = control.Lock(core_->options.lock_timeout);
     if (!lock.ok()) return release(lock.status().WithContext(what));
@@ -360,11 +414,15 @@ Result<std::unique_ptr<StagedWeights>> ShmPublisher::BeginPublish(int64_t versio
     // A reservation left by an abort that could not take the lock is ours.
     const int64_t stale = block->staging.load(std::memory_order_acquire);
     if (stale != kNoVersion) {
-      (void)SharedMemorySegment::Unlink(control.names().Version(stale));
+      block->staging.store(kNoVersion, std::memory_order_release);
+      control.RetireSegment(*lock, control.names().Version(stale), /*may_park=*/true);
       block->aborts.fetch_add(1, std::memory_order_relaxed);
     }
-    control.Collect(*lock);
+    control.Collect(*lock);  // may park a freed segment as the spare
     block->staging.store(version, std::memory_order_release);
+    // In the same critical section: the spare becomes the staging segment,
+    // so the two never both exist (the memory bound counts one of them).
+    if (core_->options.recycle_segments) spare = control.TakeSpare(*lock, name);
   }
   auto unreserve = [&](Status s) {
     if (Result<Control::Locked> lock = control.Lock(core_->options.lock_timeout); lock.ok()) {
@@ -372,19 +430,54 @@ Result<std::unique_ptr<StagedWeights>> ShmPublisher::BeginPublish(int64_t versio
     }
     return release(s.WithContext(what));
   };
+  if (!spare.ok() && spare.status().code() != StatusCode::kNotFound) {
+    SLUICE_LOG(WARNING) << "shm store " << control.names().control()
+                        << ": not recycling the spare segment: " << spare.status().ToString();
+  }
 
   const shm::Geometry& g = control.geometry();
-  Result<SharedMemorySegment> segment = SharedMemorySegment::Create(name, g.version_segment_bytes);
-  if (segment.status().code() == StatusCode::kAlreadyExists) {
-    // An orphan of a crashed predecessor; the name is reserved for us now.
-    (void)SharedMemorySegment::Unlink(name);
-    segment = SharedMemorySegment::Create(name, g.version_segment_bytes);
-  }
-  if (!segment.ok()) return unreserve(segment.status());
-
   auto staging = std::make_unique<ShmPublishHandle::Staging>();
-  staging->segment = std::move(segment).value();
-  auto* header = new (staging->segment.data()) shm::VersionHeader();
+  const bool recycled = spare.ok();
+  if (recycled) {
+    staging->file = std::move(spare).value();
+    Result<shm::FileStatus> status = staging->file.Stat();
+    if (!status.ok()) {
+      RemoveOwnSegment(staging->file, name);
+      return unreserve(status.status());
+    }
+    {
+      MutexLock lock(&core_->mu);
+      staging->mapping = core_->idle_mappings.Take(*status, ShmAccess::kReadWrite);
+    }
+  } else {
+    Result<shm::SegmentFd> created = shm::SegmentFd::Create(name, g.version_segment_bytes);
+    if (created.status().code() == StatusCode::kAlreadyExists) {
+      // An orphan of a crashed predecessor; the name is reserved for us now.
+      (void)SharedMemorySegment::Unlink(name);
+      created = shm::SegmentFd::Create(name, g.version_segment_bytes);
+    }
+    if (!created.ok()) return unreserve(created.status());
+    staging->file = std::move(created).value();
+    if (!staging->file.TryLockExclusive()) {  // only if a foreign process locked it meanwhile
+      RemoveOwnSegment(staging->file, name);
+      return unreserve(Status::Unavailable("cannot lock the fresh segment " + name));
+    }
+  }
+  if (staging->mapping.data() == nullptr) {
+    Result<shm::Mapping> mapped = shm::Mapping::Map(staging->file, g.version_segment_bytes);
+    if (!mapped.ok()) {
+      RemoveOwnSegment(staging->file, name);
+      return unreserve(mapped.status());
+    }
+    staging->mapping = std::move(mapped).value();
+  }
+
+  // A recycled segment still holds the header of the version it was: it
+  // becomes "being initialized" (magic 0) and unsealed before anything else.
+  auto* header = recycled ? reinterpret_cast<shm::VersionHeader*>(staging->mapping.data())
+                          : new (staging->mapping.data()) shm::VersionHeader();
+  header->preamble.magic.store(0, std::memory_order_release);
+  header->sealed.store(0, std::memory_order_release);
   header->layout_hash = control.layout_hash();
   header->version = version;
   header->num_tensors = static_cast<uint32_t>(g.tensor_bytes.size());
@@ -394,7 +487,7 @@ Result<std::unique_ptr<StagedWeights>> ShmPublisher::BeginPublish(int64_t versio
     records[t] = shm::TensorRecord{g.tensor_offsets[t], g.tensor_bytes[t], 0, 0};
   }
   header->preamble.protocol_version = shm::kProtocolVersion;
-  header->preamble.segment_bytes = staging->segment.size();
+  header->preamble.segment_bytes = staging->mapping.size();
   header->preamble.magic.store(shm::kVersionMagic, std::memory_order_release);
   staging->header = header;
   staging->records = records;

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -138,12 +139,16 @@ TEST(ShmChild, DISABLED_Reader) {
   std::fprintf(stderr, "reader %d: %d snapshots checked\n", static_cast<int>(::getpid()), snapshots);
 }
 
-// Publishes 1 and 2, then stages 3 and pauses half way until it is killed.
+// Publishes 1 .. N-1, then stages N (default 3) and pauses half way until it
+// is killed. Nobody pins meanwhile, so from version 3 on each staging goes
+// into the recycled segment of the version two before it.
 TEST(ShmChild, DISABLED_PauseMidPublish) {
   ShmPublisherOptions o = ChildPublisherOptions();
   constexpr size_t kHalf = (64 + 32 + 32 + 16) * 1024 / 2;
-  o.test_hooks.after_put = [](int64_t version, size_t staged) {
-    if (version != 3 || staged < kHalf) return;
+  const char* pause_at = std::getenv("SLUICE_SHM_TEST_PAUSE_AT");
+  const int64_t paused_version = pause_at != nullptr ? std::stoll(pause_at) : 3;
+  o.test_hooks.after_put = [paused_version](int64_t version, size_t staged) {
+    if (version != paused_version || staged < kHalf) return;
     SignalParent();
     std::this_thread::sleep_for(kPatience);
     ADD_FAILURE() << "paused publisher was not killed";
@@ -152,10 +157,9 @@ TEST(ShmChild, DISABLED_PauseMidPublish) {
   auto pub = ShmPublisher::Attach(o);
   ASSERT_TRUE(pub.ok()) << pub.status().ToString();
   WaitForReaders(**pub, static_cast<size_t>(EnvInt("SLUICE_SHM_TEST_WAIT_READERS")));
-  ASSERT_TRUE((*pub)->Publish(1, MakeVersion(TestLayout(), 1)).ok());
-  ASSERT_TRUE((*pub)->Publish(2, MakeVersion(TestLayout(), 2)).ok());
-  (void)(*pub)->Publish(3, MakeVersion(TestLayout(), 3));
-  ADD_FAILURE() << "publish of version 3 returned";
+  for (int64_t v = 1; v < paused_version; ++v) ASSERT_TRUE((*pub)->Publish(v, MakeVersion(TestLayout(), v)).ok());
+  (void)(*pub)->Publish(paused_version, MakeVersion(TestLayout(), paused_version));
+  ADD_FAILURE() << "publish of version " << paused_version << " returned";
 }
 
 // Publishes 1, then dies (SIGKILL) inside the commit of 2, holding the lock.
@@ -185,6 +189,31 @@ TEST(ShmChild, DISABLED_PinAndHold) {
   ASSERT_EQ(CheckSnapshot(*h, TestLayout()), "");
   SignalParent();
   std::this_thread::sleep_for(kPatience);
+  ADD_FAILURE() << "pinning reader was not killed";
+}
+
+// Pins and releases versions in a tight loop (the latest, or the one just
+// superseded), checking each, until killed; signals after its first pin.
+TEST(ShmChild, DISABLED_PinInALoop) {
+  auto sub =
+      ShmSubscriber::Attach(SubscriberOptions(ChildEnv("SLUICE_SHM_TEST_PREFIX"), ChildEnv("SLUICE_SHM_TEST_STORE")));
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  const Layout layout = TestLayout();
+  bool signalled = false;
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  for (uint64_t i = 0; std::chrono::steady_clock::now() < deadline; ++i) {
+    const int64_t latest = (*sub)->latest_version();
+    auto h = (i % 2 == 0 || latest < 1) ? (*sub)->AcquireLatest() : (*sub)->Acquire(latest - 1);
+    if (!h.ok()) {
+      ASSERT_EQ(h.status().code(), StatusCode::kNotFound) << h.status().ToString();
+      continue;
+    }
+    ASSERT_EQ(CheckSnapshot(*h, layout), "");
+    if (!signalled) {
+      SignalParent();
+      signalled = true;
+    }
+  }
   ADD_FAILURE() << "pinning reader was not killed";
 }
 
@@ -264,6 +293,8 @@ TEST_F(ShmStoreProcessTest, NoTornReadsAcrossProcesses) {
   EXPECT_EQ(s->versions.latest_version, kVersions);
   EXPECT_EQ(s->versions.commits, static_cast<uint64_t>(kVersions));
   EXPECT_EQ(s->versions.versions_in_memory, (std::vector<int64_t>{kVersions}));
+  // Readers pinned versions while their segments were being recycled.
+  EXPECT_GT(s->segments_recycled, 0u);
   sub.reset();  // the last participant: everything goes
 }
 
@@ -374,6 +405,10 @@ TEST_F(ShmStoreProcessTest, ReaderKilledHoldingAPinReleasesItAndOthersAreUnaffec
   EXPECT_EQ(s->dead_readers, 0u);
   EXPECT_FALSE(SegmentExists("v1"));
   EXPECT_FALSE(SegmentExists("v3"));
+  // The dead reader's version was freed at BeginPublish(4) and 4 staged into
+  // its segment; 3, freed at the commit, is the spare now.
+  EXPECT_EQ(s->segments_recycled, 1u);
+  EXPECT_TRUE(SegmentExists("spare"));
   EXPECT_TRUE(KilledBySigkill(child.Wait(kPatience)));
   EXPECT_EQ(CheckSnapshot(*v2, TestLayout()), "");
   EXPECT_TRUE(v2->Verify().ok());
@@ -391,6 +426,94 @@ TEST_F(ShmStoreProcessTest, StoreAbandonedByACrashIsSweptAway) {
   EXPECT_EQ(testing::SegmentsWithPrefix(prefix_).size(), 3u);
   ASSERT_TRUE(SweepShmStore(prefix_, "w").ok());
   EXPECT_EQ(testing::SegmentsWithPrefix(prefix_), std::vector<std::string>{});
+}
+
+// The publisher dies half way through staging into a recycled segment: the
+// next publisher removes that segment and keeps recycling; readers never see
+// the half-written bytes.
+TEST_F(ShmStoreProcessTest, PublisherKilledMidStagingIntoARecycledSegment) {
+  ChildProcess child = ChildProcess::Spawn(
+      "PauseMidPublish", Env({{"SLUICE_SHM_TEST_WAIT_READERS", "1"}, {"SLUICE_SHM_TEST_PAUSE_AT", "4"}}));
+  auto sub = Subscribe();
+  ASSERT_TRUE(sub);
+  ASSERT_TRUE(child.WaitForSignal(kPatience)) << "publisher never paused mid-publish";
+  auto s = sub->stats();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->versions.latest_version, 3);
+  EXPECT_EQ(s->versions.staging_version, 4);
+  EXPECT_EQ(s->segments_recycled, 2u);  // 3 and 4 went into the segments of 1 and 2
+  EXPECT_EQ(s->versions.spare_bytes, 0u);
+  EXPECT_TRUE(SegmentExists("v4"));
+
+  child.Kill();
+  EXPECT_TRUE(KilledBySigkill(child.Wait(kPatience)));
+  auto three = sub->AcquireLatest();
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  EXPECT_EQ(three->version(), 3);
+  EXPECT_EQ(CheckSnapshot(*three, TestLayout()), "");
+  EXPECT_TRUE(three->Verify().ok());
+  EXPECT_EQ(sub->Acquire(4).status().code(), StatusCode::kNotFound);
+
+  auto pub = Publisher();
+  ASSERT_TRUE(pub);
+  EXPECT_FALSE(SegmentExists("v4"));  // the dead publisher's staging is gone
+  EXPECT_FALSE(SegmentExists("spare"));
+  *three = ShmVersionHandle();
+  for (int64_t v = 4; v <= 9; ++v) {
+    ASSERT_TRUE(pub->Publish(v, MakeVersion(TestLayout(), v)).ok());
+    auto h = sub->AcquireLatest();
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_EQ(h->version(), v);
+    EXPECT_EQ(CheckSnapshot(*h, TestLayout()), "");
+    EXPECT_TRUE(h->Verify().ok());
+  }
+  s = pub->stats();
+  ASSERT_TRUE(s.ok());
+  EXPECT_GE(s->segments_recycled, 6u);  // the new publisher recycles too
+  EXPECT_EQ(s->versions.aborts, 1u);
+  EXPECT_LE(s->versions.bytes_held, s->versions.max_bytes_held);
+}
+
+// A reader SIGKILLed while pinning and releasing in a loop (any point of the
+// pin protocol: between its pin and its flock, holding both, or unpinning):
+// its pins are reclaimed, its segments recycled, and later versions publish
+// and serve whole.
+TEST_F(ShmStoreProcessTest, ReaderKilledWhilePinningDoesNotStopRecycling) {
+  auto pub = Publisher();
+  ASSERT_TRUE(pub);
+  ASSERT_TRUE(pub->Publish(1, MakeVersion(TestLayout(), 1)).ok());
+  auto sub = Subscribe();
+  ASSERT_TRUE(sub);
+  std::mt19937 rng(std::random_device{}());
+  int64_t v = 1;
+  for (int round = 0; round < 3; ++round) {
+    ChildProcess child = ChildProcess::Spawn("PinInALoop", Env({}));
+    ASSERT_TRUE(child.WaitForSignal(kPatience)) << "reader never pinned";
+    const int publishes = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < publishes; ++i) {
+      ++v;
+      ASSERT_TRUE(pub->Publish(v, MakeVersion(TestLayout(), v)).ok());
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    child.Kill();
+    EXPECT_TRUE(KilledBySigkill(child.Wait(kPatience)));
+    const uint64_t recycled_before = pub->stats()->segments_recycled;
+    for (int i = 0; i < 3; ++i) {
+      ++v;
+      ASSERT_TRUE(pub->Publish(v, MakeVersion(TestLayout(), v)).ok());
+      auto h = sub->AcquireLatest();
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      EXPECT_EQ(h->version(), v);
+      EXPECT_EQ(CheckSnapshot(*h, TestLayout()), "");
+      EXPECT_TRUE(h->Verify().ok());
+    }
+    auto s = pub->stats();
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->readers_attached, 1u);  // the dead reader's slot was reclaimed
+    EXPECT_EQ(s->versions.versions_in_memory, (std::vector<int64_t>{v}));
+    EXPECT_GE(s->segments_recycled, recycled_before + 2);  // not blocked by the dead reader
+    EXPECT_EQ(testing::SegmentBytesWithPrefix(prefix_), s->versions.bytes_held + s->control_segment_bytes);
+  }
 }
 
 }  // namespace

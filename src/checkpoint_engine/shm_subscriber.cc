@@ -13,6 +13,7 @@
 #include "pin_views.h"
 #include "shm_control.h"
 #include "shm_format.h"
+#include "shm_segment_file.h"
 #include "sluice/checkpoint_engine/shm_store.h"
 #include "sluice/common/check.h"
 #include "sluice/common/logging.h"
@@ -22,16 +23,22 @@ namespace sluice::checkpoint_engine {
 namespace shm {
 
 // One pinned, mapped version. Shared by every ShmVersionHandle copy and
-// tensor view; its destruction unmaps, then unpins.
+// tensor view; its destruction releases the segment's flock, keeps the
+// mapping idle, then unpins.
 struct MappedPin {
   std::shared_ptr<SubscriberCore> core;
   int64_t version = kNoVersion;
   uint32_t pin_index = 0;
-  SharedMemorySegment segment;  // read-only
+  SegmentFd file;   // read-only; holds the segment's shared flock
+  Mapping mapping;  // read-only
   const TensorRecord* records = nullptr;
 
   ~MappedPin();
 };
+
+// Idle mappings a subscriber keeps: enough for the few segments a recycling
+// publisher cycles through (latest, spare, a version still pinned).
+inline constexpr size_t kSubscriberIdleMappings = 4;
 
 struct SubscriberCore : std::enable_shared_from_this<SubscriberCore> {
   ShmSubscriberOptions options;
@@ -48,6 +55,9 @@ struct SubscriberCore : std::enable_shared_from_this<SubscriberCore> {
   };
   std::map<int64_t, Cached> cache SLUICE_GUARDED_BY(mu);
   std::vector<bool> pin_used SLUICE_GUARDED_BY(mu);
+  // Mappings of segments no longer pinned here, reused when a later version
+  // is staged into the same (recycled) segment: no page faults then.
+  MappingCache idle_mappings SLUICE_GUARDED_BY(mu){kSubscriberIdleMappings};
 
   ~SubscriberCore() { Detach(); }
 
@@ -74,23 +84,23 @@ struct SubscriberCore : std::enable_shared_from_this<SubscriberCore> {
 
   // Pins `version`, or the latest when nullopt.
   Result<ShmVersionHandle> Pin(std::optional<int64_t> version);
-  // Validates a freshly mapped version segment.
-  Status CheckSegment(const SharedMemorySegment& segment, int64_t version) const;
+  // Validates a mapped version segment (named `name`).
+  Status CheckSegment(const Mapping& mapping, const std::string& name, int64_t version) const;
   void Unpin(MappedPin* pinned);
   void Detach();
 };
 
 MappedPin::~MappedPin() { core->Unpin(this); }
 
-Status SubscriberCore::CheckSegment(const SharedMemorySegment& segment, int64_t version) const {
-  const std::string what = "version segment " + segment.name();
-  SLUICE_RETURN_IF_ERROR(CheckPreamble(segment, kVersionMagic, what));
+Status SubscriberCore::CheckSegment(const Mapping& mapping, const std::string& name, int64_t version) const {
+  const std::string what = "version segment " + name;
+  SLUICE_RETURN_IF_ERROR(CheckPreamble(mapping.data(), mapping.size(), kVersionMagic, what));
   const Geometry& g = control->geometry();
-  if (segment.size() != g.version_segment_bytes) {
-    return Status::DataLoss(what + " is " + std::to_string(segment.size()) + " bytes; this store's versions are " +
+  if (mapping.size() != g.version_segment_bytes) {
+    return Status::DataLoss(what + " is " + std::to_string(mapping.size()) + " bytes; this store's versions are " +
                             std::to_string(g.version_segment_bytes));
   }
-  const auto* header = reinterpret_cast<const VersionHeader*>(segment.data());
+  const auto* header = reinterpret_cast<const VersionHeader*>(mapping.data());
   if (header->layout_hash != control->layout_hash() || header->version != version ||
       header->num_tensors != g.tensor_bytes.size()) {
     return Status::DataLoss(what + " does not hold version " + std::to_string(version) + " of this layout (it says " +
@@ -150,11 +160,29 @@ Result<ShmVersionHandle> SubscriberCore::Pin(std::optional<int64_t> version) {
     SlotPins(slot())[pin_index].store(resolved, std::memory_order_release);
   }
 
-  Result<SharedMemorySegment> segment =
-      SharedMemorySegment::Open(control->names().Version(resolved), ShmAccess::kReadOnly);
-  Status checked = segment.ok() ? CheckSegment(*segment, resolved) : segment.status();
+  // The shared flock before anything is read: from then on no one rewrites
+  // or truncates the segment, even if this slot's pins were reclaimed.
+  const std::string name = control->names().Version(resolved);
+  Result<SegmentFd> file = SegmentFd::Open(name, ShmAccess::kReadOnly);
+  Status checked = file.status();
+  if (checked.ok() && !file->TryLockShared()) {
+    checked = Status::Unavailable("segment " + name + " is locked by a process rewriting it");
+  }
+  Mapping mapping;
+  if (checked.ok()) {
+    Result<FileStatus> status = file->Stat();
+    checked = status.status();
+    if (checked.ok()) mapping = idle_mappings.Take(*status, ShmAccess::kReadOnly);
+    if (checked.ok() && mapping.data() == nullptr && status->size > 0) {
+      Result<Mapping> mapped = Mapping::Map(*file, status->size);
+      checked = mapped.status();
+      if (mapped.ok()) mapping = std::move(mapped).value();
+    }
+  }
+  if (checked.ok()) checked = CheckSegment(mapping, name, resolved);
   if (!checked.ok()) {
-    if (segment.ok()) segment->Reset();
+    mapping.Reset();
+    if (file.ok()) file->Close();
     if (Result<Control::Locked> control_lock = control->Lock(options.lock_timeout); control_lock.ok()) {
       SlotPins(slot())[pin_index].store(kNoVersion, std::memory_order_release);
       control->FreeIfUnreachable(*control_lock, resolved);
@@ -167,9 +195,10 @@ Result<ShmVersionHandle> SubscriberCore::Pin(std::optional<int64_t> version) {
   pinned->core = shared_from_this();
   pinned->version = resolved;
   pinned->pin_index = pin_index;
-  pinned->segment = std::move(segment).value();
+  pinned->file = std::move(file).value();
+  pinned->mapping = std::move(mapping);
   pinned->records =
-      reinterpret_cast<const TensorRecord*>(reinterpret_cast<const VersionHeader*>(pinned->segment.data()) + 1);
+      reinterpret_cast<const TensorRecord*>(reinterpret_cast<const VersionHeader*>(pinned->mapping.data()) + 1);
   pin_used[pin_index] = true;
   cache[resolved] = Cached{pinned, pinned.get()};
   return ShmVersionHandle(std::move(pinned));
@@ -177,8 +206,12 @@ Result<ShmVersionHandle> SubscriberCore::Pin(std::optional<int64_t> version) {
 
 void SubscriberCore::Unpin(MappedPin* pinned) {
   MutexLock lock(&mu);
-  // Unmap before unpinning: once the pin is gone, nothing of it is mapped.
-  pinned->segment.Reset();
+  // The flock goes before the pin, so that whoever frees the version (this
+  // process, below, or another) may recycle its segment. The mapping stays,
+  // idle: a freed segment is truncated, so it holds no memory the store does
+  // not count, and a recycled one is mapped already when it comes back.
+  pinned->file.Unlock();
+  idle_mappings.Put(std::move(pinned->file), std::move(pinned->mapping));
   auto it = cache.find(pinned->version);
   if (it != cache.end() && it->second.raw == pinned) cache.erase(it);
   pin_used[pinned->pin_index] = false;
@@ -239,14 +272,27 @@ Result<size_t> FindTensor(const MappedPin* pinned, std::string_view name, const 
   return it->second;
 }
 
-Status CheckCopy(const MappedPin& pinned, size_t t, const std::byte* copy) {
+// OK if `now` is the checksum recorded for tensor t; DataLoss otherwise.
+Status CheckSum(const MappedPin& pinned, size_t t, uint64_t now) {
   const shm::TensorRecord& r = pinned.records[t];
-  const uint64_t now = Checksum64(copy, r.nbytes);
   if (now == r.checksum) return Status::Ok();
   std::ostringstream msg;
   msg << "version " << pinned.version << ": tensor " << Quoted(pinned.core->control->layout()[t].name)
       << " does not match its checksum (0x" << std::hex << r.checksum << " recorded, 0x" << now << " read)";
   return Status::DataLoss(msg.str());
+}
+
+// Copies tensor t into `destination` (its exact size); with verify_copies,
+// checksums the copy in the same pass (each block hashed from the
+// destination while it is in cache) and checks it.
+Status CopyOne(const MappedPin& pinned, size_t t, std::span<std::byte> destination) {
+  const shm::TensorRecord& r = pinned.records[t];
+  const std::byte* source = pinned.mapping.data() + r.offset;
+  if (!pinned.core->options.verify_copies) {
+    if (r.nbytes > 0) std::memcpy(destination.data(), source, r.nbytes);
+    return Status::Ok();
+  }
+  return CheckSum(pinned, t, CopyAndChecksum64(destination.data(), source, r.nbytes));
 }
 
 }  // namespace
@@ -257,7 +303,7 @@ Result<HostTensor> ShmVersionHandle::tensor(std::string_view name) const {
   HostTensor view;
   view.dtype = spec.dtype;
   view.shape = spec.shape;
-  view.data = pinned_->segment.data() + pinned_->records[t].offset;
+  view.data = pinned_->mapping.data() + pinned_->records[t].offset;
   view.nbytes = pinned_->records[t].nbytes;
   view.owner = pinned_;  // the view keeps the mapping and the pin
   return view;
@@ -271,7 +317,8 @@ Result<uint64_t> ShmVersionHandle::checksum(std::string_view name) const {
 Status ShmVersionHandle::Verify() const {
   if (pinned_ == nullptr) return Status::FailedPrecondition("Verify() on an empty ShmVersionHandle");
   for (size_t t = 0; t < pinned_->core->control->layout().size(); ++t) {
-    SLUICE_RETURN_IF_ERROR(CheckCopy(*pinned_, t, pinned_->segment.data() + pinned_->records[t].offset));
+    const shm::TensorRecord& r = pinned_->records[t];
+    SLUICE_RETURN_IF_ERROR(CheckSum(*pinned_, t, Checksum64(pinned_->mapping.data() + r.offset, r.nbytes)));
   }
   return Status::Ok();
 }
@@ -290,11 +337,7 @@ Status ShmVersionHandle::CopyTo(std::span<const std::span<std::byte>> destinatio
                                      " bytes, the tensor is " + std::to_string(pinned_->records[t].nbytes));
     }
   }
-  for (size_t t = 0; t < layout.size(); ++t) {
-    const shm::TensorRecord& r = pinned_->records[t];
-    if (r.nbytes > 0) std::memcpy(destinations[t].data(), pinned_->segment.data() + r.offset, r.nbytes);
-    if (pinned_->core->options.verify_copies) SLUICE_RETURN_IF_ERROR(CheckCopy(*pinned_, t, destinations[t].data()));
-  }
+  for (size_t t = 0; t < layout.size(); ++t) SLUICE_RETURN_IF_ERROR(CopyOne(*pinned_, t, destinations[t]));
   return Status::Ok();
 }
 
@@ -306,9 +349,7 @@ Status ShmVersionHandle::CopyTensorTo(std::string_view name, std::span<std::byte
                                    std::to_string(destination.size()) + " bytes, the tensor is " +
                                    std::to_string(r.nbytes));
   }
-  if (r.nbytes > 0) std::memcpy(destination.data(), pinned_->segment.data() + r.offset, r.nbytes);
-  if (pinned_->core->options.verify_copies) return CheckCopy(*pinned_, t, destination.data());
-  return Status::Ok();
+  return CopyOne(*pinned_, t, destination);
 }
 
 // -------------------------------------------------------------- ShmSubscriber

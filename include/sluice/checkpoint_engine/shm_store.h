@@ -20,10 +20,13 @@
 //                     sealed flag) with one {offset, nbytes, XXH64} record per
 //                     tensor, then the tensor bytes in layout order (first
 //                     tensor page-aligned, each 64-byte aligned).
+//   /<p>.<s>.spare    a freed version's segment, kept for the next staging
+//                     (segment recycling, below); at most one.
 //
 // Synchronization. All state changes of the control block happen under its
 // robust process-shared mutex (PTHREAD_MUTEX_ROBUST): critical sections are
-// a few dozen stores, never a tensor copy. A process that dies holding it
+// a few dozen stores and a few file operations on segments (open, flock,
+// rename, truncate, unlink), never a tensor copy. A process that dies holding it
 // (SIGKILL included) hands it to the next locker with EOWNERDEAD, which runs
 // an idempotent repair (below) before going on. The fields read without the
 // lock (latest version, commit counter) are lock-free 64/32-bit std::atomics;
@@ -32,9 +35,11 @@
 // Publish (two-phase):
 //  1. BeginPublish(v), locked: v > latest, no other staging; staging := v, so
 //     a crash from here on is attributable and cleanable.
-//  2. Unlocked: create /…v<v> exclusively (pages reserved up front, so a full
-//     /dev/shm is ResourceExhausted, not SIGBUS), Put copies each tensor in
-//     and checksums the copy.
+//  2. In the same critical section the spare, if any, is renamed /…v<v>;
+//     otherwise, unlocked, /…v<v> is created exclusively (pages reserved up
+//     front, so a full /dev/shm is ResourceExhausted, not SIGBUS). The
+//     publisher holds the segment's exclusive flock while it writes. Put
+//     copies each tensor in and checksums the copy (one pass).
 //  3. Commit: every layout tensor put? re-checksum everything (a changed byte
 //     is DataLoss: the publish is aborted and the serving version untouched),
 //     set the sealed flag; then, locked: version entry := v, latest := v,
@@ -45,14 +50,30 @@
 // Pin protocol (the race between a reader pinning v and the publisher or a
 // reader freeing v): a reader takes the lock, resolves v (the latest, or the
 // number it asked for), checks v has a live entry, writes v into a free pin
-// of its slot, unlocks, and only then opens and maps /…v<v>. A freer checks,
-// under the same lock, that no occupied slot pins v before clearing the entry
-// and unlinking. Either the pin lands first (the freer sees it and keeps v)
+// of its slot, unlocks, and only then opens /…v<v>, takes a shared flock on
+// it and maps it (validating its header). A freer checks, under the same
+// lock, that no occupied slot pins v before clearing the entry and retiring
+// the segment. Either the pin lands first (the freer sees it and keeps v)
 // or the free does (the reader finds no entry: NotFound, or for
-// AcquireLatest the next latest, which is live by construction). Because the
-// map happens after the pin, a pinned segment is never unlinked under it;
-// when a reader drops its last pin it unmaps first, then unpins, so the bound
-// below counts every byte still mapped.
+// AcquireLatest the next latest, which is live by construction). So a
+// pinned segment is never retired, hence never rewritten, under its reader.
+// A reader dropping its last pin releases its flock, then unpins; it keeps
+// the mapping idle (see Segment recycling).
+//
+// Segment recycling (ShmPublisherOptions::recycle_segments, default on).
+// Retiring a freed version's segment, under the lock: open it and take its
+// exclusive flock without waiting. If that fails, a process still reads it
+// outside the pins (one whose slot was reclaimed by mistake): it is only
+// unlinked, never rewritten or truncated. Otherwise, if a live recycling
+// publisher is attached, nothing is staged and there is no spare, it is
+// renamed to the spare; else it is truncated (its pages freed at once, also
+// from idle mappings) and unlinked. BeginPublish stages into the spare when
+// there is one. Mapping a segment anew costs a page fault per page touched;
+// so the publisher and each subscriber keep their mappings of segments they
+// no longer use (a few, by file identity) and reuse them when the same file
+// comes back as a later version. A kept mapping of a freed segment holds no
+// memory (the segment was truncated). The kernel drops a dead process's
+// flocks, so a dead reader never blocks recycling once its slot is reclaimed.
 //
 // Who unlinks what, and when:
 //  * A staging /…v<N>: the publisher on Abort, DataLoss or destruction. If
@@ -60,7 +81,11 @@
 //    publisher attaching, any commit, attach or detach, SweepShmStore).
 //  * A committed /…v<N>: whoever, under the lock, makes it superseded and
 //    unpinned: the publisher committing a successor, the reader dropping the
-//    last pin, any process reclaiming the slot of a dead reader.
+//    last pin, any process reclaiming the slot of a dead reader. (Retired as
+//    above: renamed to the spare, or truncated and unlinked.)
+//  * The spare: the publisher staging into it (renamed), or whoever holds
+//    the lock when no recycling publisher is attached any more (detach, a
+//    dead publisher retired, a publisher attaching with recycling off).
 //  * The latest /…v<N> and /…control: the last participant to detach (a
 //    publisher or subscriber being destroyed with no other live participant
 //    recorded), SweepShmStore when none is alive, or DestroyShmStore. A
@@ -82,15 +107,19 @@
 // slots are also reclaimed at every commit, attach and BeginPublish.
 //
 // Memory bound. Committed versions in shared memory <= distinct versions
-// pinned by occupied slots + 1 (the latest); plus at most 1 staging. So bytes
-// <= (pinned + 2) * version_segment_bytes + control_segment_bytes, reported
-// by stats(). The slot table makes it a hard cap:
-// (max_readers * max_pins_per_reader + 2) versions.
+// pinned by occupied slots + 1 (the latest); plus at most 1 staging or spare
+// (a freed segment becomes the spare only while nothing is staged, and the
+// staging takes the spare). So bytes <= (pinned + 2) *
+// version_segment_bytes + control_segment_bytes, reported by stats() (the
+// spare as versions.spare_bytes, inside bytes_held). The slot table makes it
+// a hard cap: (max_readers * max_pins_per_reader + 2) versions.
 //
 // Integrity. Per-tensor XXH64 checksums detect accidental corruption (a
 // stray write, a torn copy), not an adversary: every participant maps the
-// control block read-write. A segment truncated by a foreign process while
-// mapped would fault on access; sizes are validated when a segment is opened.
+// control block read-write, and a recycling publisher keeps its read-write
+// mappings of the versions it staged. A segment truncated by a foreign
+// process while mapped would fault on access; sizes are validated when a
+// segment is opened.
 //
 // Thread safety: ShmPublisher, ShmSubscriber and ShmVersionHandle are
 // thread-safe (copy a handle per thread rather than assigning one object from
@@ -151,6 +180,12 @@ struct ShmPublisherOptions {
   uint32_t max_pins_per_reader = 4;
   // Longest wait for the control lock (a stopped holder); then Timeout.
   std::chrono::milliseconds lock_timeout{5000};
+  // Stage each version into the segment of a freed one (the spare) instead
+  // of a fresh segment, and keep mappings of segments that may come back, so
+  // that a version costs no new pages and no page faults (see Segment
+  // recycling above). The spare takes the staging version's place in the
+  // memory bound. Default true; false: every version gets a fresh segment.
+  bool recycle_segments = true;
   ShmPublisherTestHooks test_hooks;
 };
 
@@ -185,6 +220,11 @@ struct ShmStoreStats {
   uint32_t max_pins_per_reader = 0;
   // Repairs after a dead lock holder, and takeovers from a dead publisher.
   uint64_t recoveries = 0;
+  // Whether the attached publisher recycles segments, and how many stagings
+  // went into a recycled segment (the spare) since the store was created.
+  // versions.spare_bytes is the spare's size (0 if there is none).
+  bool recycle_segments = false;
+  uint64_t segments_recycled = 0;
 };
 
 namespace shm {

@@ -963,8 +963,11 @@ class Client:
         kinds = self._kinds(wanted if wanted else known, stack)
         _, raw = self._impl.kv_get(partition_id, keys, wanted, kinds)
         self._finish(raw, kinds, stack)
-        order = wanted if wanted else sorted(raw, key=lambda n: known.index(n) if n in known else len(known))
-        return {f: raw[f] for f in order}
+        if not wanted:  # the hub's column (registration) order
+            with self._lock:
+                rank = {name: i for i, name in enumerate(self._schemas)}
+            wanted = sorted(raw, key=lambda n: rank.get(n, len(rank)))
+        return {f: raw[f] for f in wanted}
 
     def kv_entries(self, partition_id: str) -> List[KVEntry]:
         """Every key of the partition (sorted), with its row id, tags and fields."""

@@ -214,6 +214,7 @@ def test_columns_registered_by_another_client(hub):
     assert consumer.kv_batch_get("k", "kv")["first"].tolist() == [[1]]  # the consumer now caches the schemas
     producer.kv_put("k", "kv", {"late_text": "hi", "late_fixed": torch.tensor([2.0, 3.0])})
     got = consumer.kv_batch_get("k", "kv")  # columns it has not seen: learned from the hub, converted alike
+    assert list(got) == ["first", "late_text", "late_fixed"], "in registration order"
     assert got["late_text"] == ["hi"]
     assert torch.equal(got["late_fixed"], torch.tensor([[2.0, 3.0]]))
     consumer.close()

@@ -23,6 +23,8 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev                   # TransferQueue/CheckpointEngine network transport
   libgloo-dev                              # CheckpointEngine cross-host weight broadcast (optional; skipped without)
   libgtest-dev libgmock-dev                # tests
+  python3-dev pybind11-dev python3-torch   # the Python package (python/, docs/python.md): headers, bindings, torch on libtorch-dev's libtorch
+  python3-pytest                           # the Python package's tests
   clang libclang-rt-dev                    # fuzz smoke test (libFuzzer); the core's clang build (-Wthread-safety, TSan)
   clang-format                             # the format check of the test suite
   redis-server libhiredis-dev              # TransferQueue benchmark's Redis baseline (bench/transfer_queue)

@@ -56,6 +56,12 @@ struct KvValue {
   std::map<std::string, HostTensor> columns;  // the columns asked for
 };
 
+// Several keys at once (KvGetBatch): columns[name][i] belongs to entries[i].
+struct KvBatch {
+  std::vector<KvEntry> entries;  // in the order of the keys asked for
+  ColumnBatch columns;
+};
+
 struct QueueStats {
   ControllerStats controller;
   std::vector<StorageStats> storage;  // one per unit
@@ -116,6 +122,21 @@ class TransferQueueClient {
   // The key's tags and the asked columns (empty = every committed column).
   // NotFound if the key, or one of the columns for it, does not exist.
   Result<KvValue> KvGet(std::string partition, std::string key, const std::vector<std::string>& columns = {});
+  // KvPut of several keys in one all-or-nothing write: columns[name][i]
+  // belongs to keys[i]. A new key's row is created tagged tags[i] (tags:
+  // empty for default tags, or one per key); patches[i] (patches: empty, or
+  // one per key) is applied to keys[i]'s row at commit, whether the row is
+  // new or existing (an existing key keeps its group id). Unlike KvPut, an
+  // existing key's tags change only through its patch. Errors as KvPut, plus
+  // InvalidArgument for counts that disagree and a key listed twice.
+  Status KvPutBatch(std::string partition, std::vector<std::string> keys, std::vector<RowTags> tags,
+                    const ColumnBatch& columns, std::vector<RowTagPatch> patches = {}, CapacityWait wait = {});
+  // KvGet of several keys (each at most once): the entries in the order of
+  // `keys` and the asked columns of their rows (empty = the columns every
+  // one of the keys has committed). NotFound if a key, or an asked column of
+  // one of them, does not exist: nothing is returned.
+  Result<KvBatch> KvGetBatch(std::string partition, std::vector<std::string> keys,
+                             const std::vector<std::string>& columns = {});
   Result<std::vector<KvEntry>> KvList(std::string partition);
   Result<ClearResponse> KvClear(std::string partition, std::vector<std::string> keys);
 

@@ -1,6 +1,7 @@
 // The client orchestrates the two planes; see client.h for the contract.
 #include "sluice/transfer_queue/client.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -257,6 +258,67 @@ Result<KvValue> TransferQueueClient::KvGet(std::string partition, std::string ke
   Result<ColumnBatch> read = ReadColumns({out.entry.row}, wanted);
   if (!read.ok()) return read.status().WithContext("KvGet(key " + Quoted(key) + ")");
   for (auto& [name, tensors] : *read) out.columns.emplace(name, std::move(tensors.at(0)));
+  return out;
+}
+
+Status TransferQueueClient::KvPutBatch(std::string partition, std::vector<std::string> keys, std::vector<RowTags> tags,
+                                       const ColumnBatch& columns, std::vector<RowTagPatch> patches,
+                                       CapacityWait wait) {
+  const size_t n = keys.size();
+  if (!tags.empty() && tags.size() != n) {
+    return Status::InvalidArgument("KvPutBatch: " + std::to_string(tags.size()) + " tags for " + std::to_string(n) +
+                                   " keys");
+  }
+  if (tags.empty()) tags.resize(n);
+  BeginWriteRequest begin;
+  begin.partition = std::move(partition);
+  begin.target = WriteTarget::kKeys;
+  begin.keys = std::move(keys);
+  begin.new_rows = std::move(tags);
+  begin.patches = std::move(patches);
+  begin.wait = wait;
+  return Write(std::move(begin), columns, n).status();
+}
+
+Result<KvBatch> TransferQueueClient::KvGetBatch(std::string partition, std::vector<std::string> keys,
+                                                const std::vector<std::string>& columns) {
+  if (keys.empty()) return Status::InvalidArgument("KvGetBatch: no keys");
+  std::set<std::string_view> unique_keys;
+  for (const std::string& key : keys) {
+    if (!unique_keys.insert(key).second) {
+      return Status::InvalidArgument("KvGetBatch: key " + Quoted(key) + " is listed twice");
+    }
+  }
+  KvBatch out;
+  SLUICE_ASSIGN_OR_RETURN(out.entries, controller_->KvLookup(KvLookupRequest{partition, std::move(keys)}));
+  std::vector<std::string> wanted = columns;
+  if (wanted.empty() && !out.entries.empty()) {
+    // The columns every key has, in the first entry's (registration) order.
+    for (const std::string& c : out.entries.front().columns) {
+      bool everywhere = true;
+      for (const KvEntry& e : out.entries) {
+        everywhere = everywhere && std::find(e.columns.begin(), e.columns.end(), c) != e.columns.end();
+      }
+      if (everywhere) wanted.push_back(c);
+    }
+  }
+  std::set<std::string_view> seen;
+  for (const std::string& c : wanted) {
+    if (!seen.insert(c).second) return Status::InvalidArgument("KvGetBatch: column " + Quoted(c) + " is listed twice");
+    for (const KvEntry& e : out.entries) {
+      if (std::find(e.columns.begin(), e.columns.end(), c) == e.columns.end()) {
+        return Status::NotFound("key " + Quoted(e.key) + " in partition " + Quoted(partition) + " has no column " +
+                                Quoted(c) + " (its columns: " + JoinNames(e.columns) + ")");
+      }
+    }
+  }
+  std::vector<RowId> rows;
+  rows.reserve(out.entries.size());
+  for (const KvEntry& e : out.entries) rows.push_back(e.row);
+  if (rows.empty() || wanted.empty()) return out;
+  Result<ColumnBatch> read = ReadColumns(rows, wanted);
+  if (!read.ok()) return read.status().WithContext("KvGetBatch");
+  out.columns = std::move(read).value();
   return out;
 }
 

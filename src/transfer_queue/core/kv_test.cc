@@ -91,6 +91,56 @@ TEST_F(KvTest, BadInput) {
   EXPECT_EQ(client_.Stats()->controller.rows, 1u) << "failed puts created no rows";
 }
 
+TEST_F(KvTest, BatchPutAndGet) {
+  TQ_ASSERT_OK(client_.KvPut("kv", "old", Tags(kNoGroup, 4, 9), {{"prompt", I64({7})}}));
+  RowTagPatch patch;
+  patch.user["status"] = "done";
+  ColumnBatch columns;
+  columns["reward"] = {F32Scalar(0.5f), F32Scalar(1.5f)};
+  columns["prompt"] = {I64({1, 2, 3}), I64({8})};
+  // "old" exists (gets only the new column); "new" is created with its tags.
+  TQ_EXPECT_ERROR(client_.KvPutBatch("kv", {"new", "old"}, {Tags(3, 5, 0), Tags()}, columns), kAlreadyExists,
+                  "key 'old' column 'prompt' is already written");
+  EXPECT_EQ(client_.KvList("kv")->size(), 1u) << "the failed batch created nothing";
+  columns.erase("prompt");
+  columns["response"] = {I64({1, 2, 3}), I64({})};
+  TQ_ASSERT_OK(client_.KvPutBatch("kv", {"new", "old"}, {Tags(3, 5, 0), Tags()}, columns, {patch, patch}));
+
+  auto got = client_.KvGetBatch("kv", {"old", "new"});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->entries.size(), 2u);
+  EXPECT_EQ(got->entries[0].key, "old");
+  EXPECT_EQ(got->entries[0].tags.policy_version, 4) << "an existing key's tags change only through its patch";
+  EXPECT_EQ(got->entries[0].tags.token_length, 9);
+  EXPECT_EQ(got->entries[0].tags.user.at("status"), "done");
+  EXPECT_EQ(got->entries[1].tags.group_id, 3);
+  EXPECT_EQ(got->entries[1].tags.policy_version, 5);
+  EXPECT_EQ(got->entries[1].tags.user.at("status"), "done");
+  // No columns asked: those both keys have ("prompt" only "old" has).
+  ASSERT_EQ(got->columns.size(), 2u);
+  EXPECT_EQ(testing::ToF32(got->columns.at("reward")[0]), 1.5f);
+  EXPECT_EQ(testing::ToF32(got->columns.at("reward")[1]), 0.5f);
+  EXPECT_EQ(ToI64(got->columns.at("response")[1]), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(ToI64(got->columns.at("response")[0]).empty());
+
+  auto one = client_.KvGetBatch("kv", {"new"}, {"reward"});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->columns.size(), 1u);
+  TQ_EXPECT_ERROR(client_.KvGetBatch("kv", {"old", "new"}, {"prompt"}), kNotFound,
+                  "key 'new' in partition 'kv' has no column 'prompt'");
+  TQ_EXPECT_ERROR(client_.KvGetBatch("kv", {"old", "missing"}), kNotFound, "key 'missing' not found");
+  TQ_EXPECT_ERROR(client_.KvGetBatch("kv", {"old", "old"}), kInvalidArgument, "listed twice");
+  TQ_EXPECT_ERROR(client_.KvGetBatch("kv", {}), kInvalidArgument, "no keys");
+  TQ_EXPECT_ERROR(client_.KvGetBatch("kv", {"old"}, {"reward", "reward"}), kInvalidArgument, "listed twice");
+  TQ_EXPECT_ERROR(client_.KvPutBatch("kv", {"a", "a"}, {}, {{"reward", {F32Scalar(1), F32Scalar(2)}}}),
+                  kInvalidArgument, "key 'a' appears twice");
+  TQ_EXPECT_ERROR(client_.KvPutBatch("kv", {"a", "b"}, {Tags()}, {{"reward", {F32Scalar(1), F32Scalar(2)}}}),
+                  kInvalidArgument, "1 tags for 2 keys");
+  TQ_EXPECT_ERROR(client_.KvPutBatch("kv", {"a", "b"}, {}, {{"reward", {F32Scalar(1)}}}), kInvalidArgument,
+                  "1 tensors for 2 rows");
+  EXPECT_EQ(client_.KvList("kv")->size(), 2u) << "failed puts created no rows";
+}
+
 TEST_F(KvTest, KeyedRowsAreOrdinaryRowsForTasks) {
   TQ_ASSERT_OK(client_.KvPut("kv", "k1", Tags(), {{"prompt", I64({1})}}));
   auto meta = client_.GetMeta("train", {"prompt"}, 1, "kv");

@@ -1,0 +1,23 @@
+"""Sluice from Python (docs/python.md).
+
+``sluice.transfer_queue``: a client of the TransferQueue, Sluice's streaming
+data hub (a ``sluice_queue_server`` over TCP, with the same-host shared-memory
+data plane when there is one, or a hub inside this process).
+``sluice.errors``: the exceptions carrying the C++ core's error statuses.
+
+The package is built with the C++ tree (``cmake --build build/release``); put
+``build/<preset>/python`` on ``PYTHONPATH`` to import it.
+"""
+
+# libtorch_python must be initialized before the extension loads: the
+# extension converts torch tensors through it.
+import torch  # noqa: F401
+
+from . import _C  # noqa: F401
+from . import errors
+from . import transfer_queue
+from .errors import Error
+
+__version__ = "0.1.0"
+
+__all__ = ["Error", "errors", "transfer_queue", "__version__"]

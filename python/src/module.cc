@@ -1,0 +1,31 @@
+// sluice._C: the extension module behind the `sluice` Python package. It is
+// private; the public API is the Python modules (python/sluice/), which
+// import torch before this module (libtorch_python must be initialized first).
+#include <pybind11/pybind11.h>
+
+#include <exception>
+#include <string>
+
+#include "bindings.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "Sluice's C++ core (private: use the sluice package)";
+
+  // A StatusError becomes sluice.errors.<Code>(message), e.g.
+  // sluice.errors.NotFound; the class carries .code and .message.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const sluice::python::StatusError& e) {
+      const sluice::Status& s = e.status();
+      py::object make = py::module_::import("sluice.errors").attr("_from_status");
+      py::object exc = make(std::string(sluice::StatusCodeName(s.code())), s.message());
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    }
+  });
+
+  py::module_ tq = m.def_submodule("transfer_queue", "TransferQueue client (private: use sluice.transfer_queue)");
+  sluice::python::BindTransferQueue(tq);
+}

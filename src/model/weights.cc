@@ -206,13 +206,8 @@ std::shared_ptr<Transformer> CloneModel(Transformer& model, torch::Device device
 }
 
 std::shared_ptr<Transformer> CloneModel(Transformer& model) {
-  auto copy = std::make_shared<Transformer>(model.config(), /*seed=*/0);
-  torch::NoGradGuard no_grad;
-  auto params = model.named_parameters();
-  for (auto& p : copy->named_parameters()) p.value().set_data(params[p.key()].detach().clone());
-  auto buffers = model.named_buffers();
-  for (auto& b : copy->named_buffers()) b.value().set_data(buffers[b.key()].clone());
-  return copy;
+  const torch::Tensor embedding = model.named_parameters()["model.embed_tokens.weight"];
+  return CloneModel(model, embedding.device(), embedding.scalar_type());
 }
 
 }  // namespace sluice::model

@@ -54,8 +54,9 @@ Status SavePretrained(Transformer& model, const std::string& dir, DType dtype = 
 // Elsewhere the whole model takes `dtype`.
 void PlaceModel(Transformer& model, torch::Device device, torch::ScalarType dtype);
 
-// A deep copy with every parameter on the device and in the dtype of the
-// original's (same config, same weights).
+// A deep copy (same config, same weights), placed as the original was: its
+// embedding's device and dtype given to PlaceModel, which reproduces a
+// CPU model's bfloat16-matrices layout too.
 std::shared_ptr<Transformer> CloneModel(Transformer& model);
 // A copy placed by PlaceModel (the rollout's model: bfloat16 on a GPU, or
 // bfloat16 matrices on a CPU).

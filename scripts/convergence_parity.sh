@@ -11,7 +11,7 @@
 #   sync, async-s1/2/4 (decoupled PPO), async-s4-nocorr, async-s2-tis, async-s4-tis
 # Staleness-4 trials at lr 1e-4: async-s4-tis-cap1 (is_cap 1), async-s4-seqtis (sequence-level
 # TIS), async-s4-tis-kl / sync-kl (KL anchor 0.05), async-s4-tis-kl2 (KL 0.2), async-s4-tis-lr5.
-# bfloat16 rollout weights (docs/rollout.md), at lr 5e-5: sync-bf16-lr5, async-s2-tis-bf16-lr5,
+# bfloat16 rollout weights (docs/rollout.md), at lr 5e-5: sync-bf16-lr5, sync-bf16-tis-lr5, async-s2-tis-bf16-lr5,
 # async-s2-nocorr-bf16-lr5 (against sync-lr5 and async-s2-tis-lr5).
 #
 # each with SEEDS seeds (default 5; the seed drives prompt order, sampling and the held-out set; the warm
@@ -73,6 +73,7 @@ overrides_for() {
     async-s2-tis-lr5) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=tis trainer.lr=5e-5" ;;
     async-s4-nocorr-lr5) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=none trainer.lr=5e-5" ;;
     sync-bf16-lr5) echo "pipeline.mode=sync trainer.lr=5e-5 pipeline.rollout_dtype=bfloat16" ;;
+    sync-bf16-tis-lr5) echo "pipeline.mode=sync trainer.lr=5e-5 pipeline.rollout_dtype=bfloat16 trainer.off_policy_correction=tis" ;;
     async-s2-tis-bf16-lr5) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=tis trainer.lr=5e-5 pipeline.rollout_dtype=bfloat16" ;;
     async-s2-nocorr-bf16-lr5) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=none trainer.lr=5e-5 pipeline.rollout_dtype=bfloat16" ;;
     async-s4-tis-kl2) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis trainer.kl_coef=0.2" ;;

@@ -24,33 +24,12 @@ std::string ShmPath(const std::string& name) { return std::string(kShmDirectory)
 
 Result<SegmentFd> SegmentFd::Create(const std::string& name, size_t size) {
   SLUICE_RETURN_IF_ERROR(SharedMemorySegment::ValidateName(name));
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == EEXIST) return Status::AlreadyExists("shm segment " + name + " already exists");
-    return Status::Unavailable("cannot create shm segment " + name + ": " + ErrnoText(err));
-  }
+  SLUICE_ASSIGN_OR_RETURN(const int fd, CreateShmObject(name));
   SegmentFd file(fd, name, ShmAccess::kReadWrite);
-  auto fail = [&](Status status) -> Result<SegmentFd> {
+  if (Status sized = SizeShmObject(fd, name, size, /*reserve=*/true); !sized.ok()) {
     file.Close();
     ::shm_unlink(name.c_str());
-    return status;
-  };
-  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    const int err = errno;
-    return fail(Status::Unavailable("cannot size shm segment " + name + " to " + std::to_string(size) +
-                                    " bytes: " + ErrnoText(err)));
-  }
-  if (size > 0) {
-    const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
-    if (err == ENOSPC) {
-      return fail(Status::ResourceExhausted("no room in " + std::string(kShmDirectory) + " for shm segment " + name +
-                                            " of " + std::to_string(size) + " bytes"));
-    }
-    if (err != 0 && err != EOPNOTSUPP) {
-      return fail(Status::Unavailable("cannot reserve " + std::to_string(size) + " bytes for shm segment " + name +
-                                      ": " + ErrnoText(err)));
-    }
+    return sized;
   }
   return file;
 }

@@ -92,36 +92,46 @@ Status SharedMemorySegment::ValidateName(std::string_view name) {
   return Status::Ok();
 }
 
-Result<SharedMemorySegment> SharedMemorySegment::Create(const std::string& name, size_t size, bool reserve) {
-  SLUICE_RETURN_IF_ERROR(ValidateName(name));
-  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+Result<int> CreateShmObject(const std::string& name) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
-    int err = errno;
+    const int err = errno;
     if (err == EEXIST) return Status::AlreadyExists("shm segment " + name + " already exists");
     return Status::Unavailable("cannot create shm segment " + name + ": " + ErrnoText(err));
   }
+  return fd;
+}
+
+Status SizeShmObject(int fd, const std::string& name, size_t size, bool reserve) {
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const int err = errno;
+    return Status::Unavailable("cannot size shm segment " + name + " to " + std::to_string(size) +
+                               " bytes: " + ErrnoText(err));
+  }
+  if (reserve && size > 0) {
+    const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+    if (err == ENOSPC) {
+      return Status::ResourceExhausted("no room in " + std::string(kShmDirectory) + " for shm segment " + name +
+                                       " of " + std::to_string(size) + " bytes");
+    }
+    if (err != 0 && err != EOPNOTSUPP) {
+      return Status::Unavailable("cannot reserve " + std::to_string(size) + " bytes for shm segment " + name + ": " +
+                                 ErrnoText(err));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<SharedMemorySegment> SharedMemorySegment::Create(const std::string& name, size_t size, bool reserve) {
+  SLUICE_RETURN_IF_ERROR(ValidateName(name));
+  SLUICE_ASSIGN_OR_RETURN(const int fd, CreateShmObject(name));
   // Any failure from here on removes the half-made segment.
   auto fail = [&](Status status) -> Result<SharedMemorySegment> {
     ::close(fd);
     ::shm_unlink(name.c_str());
     return status;
   };
-  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    int err = errno;
-    return fail(Status::Unavailable("cannot size shm segment " + name + " to " + std::to_string(size) +
-                                    " bytes: " + ErrnoText(err)));
-  }
-  if (reserve && size > 0) {
-    int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
-    if (err == ENOSPC) {
-      return fail(Status::ResourceExhausted("no room in " + std::string(kShmDirectory) + " for shm segment " + name +
-                                            " of " + std::to_string(size) + " bytes"));
-    }
-    if (err != 0 && err != EOPNOTSUPP) {
-      return fail(Status::Unavailable("cannot reserve " + std::to_string(size) + " bytes for shm segment " + name +
-                                      ": " + ErrnoText(err)));
-    }
-  }
+  if (Status sized = SizeShmObject(fd, name, size, reserve); !sized.ok()) return fail(sized);
   void* addr = nullptr;
   if (size > 0) {
     addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

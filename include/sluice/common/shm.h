@@ -56,6 +56,17 @@ Status ValidateShmNameComponent(std::string_view component, std::string_view wha
 // (check with ValidateShmNameComponent first; violations abort).
 std::string ShmSegmentName(std::initializer_list<std::string_view> components);
 
+// Creates the shm object `name` (shm_open with O_CREAT | O_EXCL, read-write,
+// mode 0600) and returns its descriptor: AlreadyExists if it exists,
+// Unavailable for any other failure. Does not validate the name.
+Result<int> CreateShmObject(const std::string& name);
+
+// Sizes the object open on `fd` (`name` for messages) to `size` bytes and,
+// with `reserve`, allocates its pages now (posix_fallocate, where the
+// filesystem supports it), so a full /dev/shm is ResourceExhausted here
+// instead of a SIGBUS at first touch. Unavailable for other failures.
+Status SizeShmObject(int fd, const std::string& name, size_t size, bool reserve);
+
 // Every existing segment whose name starts with ShmSegmentName(components) + ".",
 // as full names ("/a.b.c"), sorted. Unavailable if /dev/shm cannot be read.
 Result<std::vector<std::string>> ListShmSegments(std::initializer_list<std::string_view> components);

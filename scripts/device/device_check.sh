@@ -94,7 +94,7 @@ torch_dir=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__
 abi=$("$python" -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')
 common=(-S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_WERROR=OFF
   -DCMAKE_PREFIX_PATH="$prefix/usr" -DPKG_CONFIG_EXECUTABLE="$pkgconfig" -DCMAKE_CXX_COMPILER_LAUNCHER=
-  -DCMAKE_POLICY_VERSION_MINIMUM=3.5)
+  -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DSLUICE_WITH_PYTHON=OFF)
 # Torch_DIR first (torch.utils.cmake_prefix_path); where its CMake files
 # cannot find the CUDA toolkit they ask for, the package's libraries directly.
 if ! stage configure cmake "${common[@]}" -DTorch_DIR="$torch_prefix/Torch"; then

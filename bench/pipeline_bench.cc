@@ -50,6 +50,7 @@
 
 #include "bench_stats.h"
 #include "bench_util.h"
+#include "sluice/common/file_util.h"
 #include "sluice/model/device.h"
 #include "sluice/model/transformer.h"
 #include "sluice/pipeline/run.h"
@@ -459,8 +460,7 @@ Status Main(int argc, char** argv) {
     }
   }
   if (!json_path.empty()) std::ofstream(json_path) << json;
-  std::error_code ec;
-  if (keep_dir.empty()) std::filesystem::remove_all(base.run_dir, ec);
+  if (keep_dir.empty()) static_cast<void>(sluice::RemoveTree(base.run_dir));
   return Status::Ok();
 }
 

@@ -1,6 +1,8 @@
 #include "sluice/common/file_util.h"
 
 #include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +19,33 @@ Result<std::string> ReadFileToString(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+namespace {
+// nftw's callback: the entry's errno, if removing it fails, ends the walk.
+thread_local std::string remove_tree_failed;
+int RemoveEntry(const char* path, const struct stat*, int type, struct FTW*) {
+  int rc = type == FTW_DP ? ::rmdir(path) : ::unlink(path);
+  if (rc != 0 && errno != ENOENT) {
+    remove_tree_failed = std::string(path) + ": " + std::strerror(errno);
+    return 1;
+  }
+  return 0;
+}
+}  // namespace
+
+Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Status::Unavailable("cannot remove " + path + ": " + std::strerror(errno));
+  }
+  remove_tree_failed.clear();
+  // Depth first (children before their directory), not crossing symbolic links.
+  int rc = ::nftw(path.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS);
+  if (rc == 0) return Status::Ok();
+  if (!remove_tree_failed.empty()) return Status::Unavailable("cannot remove " + remove_tree_failed);
+  return Status::Unavailable("cannot remove " + path + ": " + std::strerror(errno));
 }
 
 Status WriteFileAtomically(const std::string& path, std::string_view bytes) {

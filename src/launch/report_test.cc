@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sluice/common/file_util.h"
+
 namespace sluice::launch {
 namespace {
 
@@ -16,10 +18,10 @@ class ReportTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("sluice_report_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    static_cast<void>(sluice::RemoveTree(dir_));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { static_cast<void>(sluice::RemoveTree(dir_)); }
   void WriteMetrics(const std::string& text) { std::ofstream(dir_ / "metrics.jsonl") << text; }
   fs::path dir_;
 };

@@ -242,8 +242,7 @@ Status PrepareRunDir(const std::string& dir, bool resume, bool overwrite) {
   }
   // Overwrite: remove what a run writes; anything else stays where it is.
   for (const fs::path& entry : ours) {
-    fs::remove_all(entry, ec);
-    if (ec) return Status::Unavailable("run.overwrite: cannot remove " + entry.string() + ": " + ec.message());
+    if (Status s = RemoveTree(entry.string()); !s.ok()) return Status::Unavailable("run.overwrite: " + s.message());
   }
   if (!ours.empty()) std::fprintf(stderr, "sluice train: run.overwrite: removed the earlier run in %s\n", dir.c_str());
   return Status::Ok();

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "sluice/common/file_util.h"
+
 namespace sluice::model {
 namespace {
 
@@ -401,10 +403,10 @@ class ChatTemplateLoadTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::path(::testing::TempDir()) / ("chat_template_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    static_cast<void>(sluice::RemoveTree(dir_));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { static_cast<void>(sluice::RemoveTree(dir_)); }
   void Write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
   Result<ChatTemplate> Load() { return ChatTemplate::Load(dir_.string()); }
   fs::path dir_;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "sluice/common/file_util.h"
 #include "sluice/model/tokenizer.h"
 
 namespace sluice::model {
@@ -465,7 +466,7 @@ TEST(ModelConfigFileTest, SaveThenLoad) {
 
   std::ofstream(path) << "{\"hidden_size\": 64}";
   ExpectError(LoadModelConfig(path).status(), StatusCode::kInvalidArgument, {path, "'num_hidden_layers'"});
-  std::filesystem::remove_all(dir);
+  static_cast<void>(sluice::RemoveTree(dir));
 }
 
 TEST(ModelConfigFileTest, MissingFileIsNotFound) {

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "sluice/common/file_util.h"
+
 namespace sluice::model {
 namespace {
 
@@ -107,10 +109,10 @@ class SafetensorsFileTest : public testing::Test {
     const auto* info = testing::UnitTest::GetInstance()->current_test_info();
     dir_ = fs::path(testing::TempDir()) /
            ("sluice_st_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
+    static_cast<void>(sluice::RemoveTree(dir_));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { static_cast<void>(sluice::RemoveTree(dir_)); }
   fs::path dir_;
 };
 

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sluice/common/file_util.h"
+
 namespace sluice::model {
 namespace {
 
@@ -16,12 +18,12 @@ class WeightsTest : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("sluice_weights_test_" + std::to_string(::getpid()) + "_" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    static_cast<void>(sluice::RemoveTree(dir_));
     config_ = *PresetModelConfig("tiny");
     config_.tie_word_embeddings = false;
     model_ = std::make_shared<Transformer>(config_, 3);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { static_cast<void>(sluice::RemoveTree(dir_)); }
 
   static bool SameParameters(Transformer& a, Transformer& b) {
     auto pa = a.named_parameters(), pb = b.named_parameters();
@@ -77,7 +79,7 @@ TEST_F(WeightsTest, HalfPrecisionCheckpointsRoundToTheNearestValue) {
       // Loading converts exactly what was stored: the float32 value of the rounded number.
       EXPECT_TRUE(torch::equal(p.value().to(torch_dtype).to(torch::kFloat32), pb[p.key()])) << p.key();
     }
-    fs::remove_all(dir_);
+    static_cast<void>(sluice::RemoveTree(dir_));
   }
 }
 

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "role_test_util.h"
+#include "sluice/common/file_util.h"
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/run.h"
 
@@ -96,7 +97,7 @@ TEST(AsyncLearningTest, RolesAsProcessesLearnFromRewardAloneAndItHoldsOnHeldOutP
   torch::set_num_threads(2);
   const std::string run_dir =
       (fs::temp_directory_path() / ("sluice_async_learning_" + std::to_string(::getpid()))).string();
-  fs::remove_all(run_dir);
+  static_cast<void>(sluice::RemoveTree(run_dir));
   auto task = std::make_shared<EvenFirstByteTask>();
   // The held-out prompts are never trained on.
   std::set<std::string> train_prompts;
@@ -129,7 +130,7 @@ TEST(AsyncLearningTest, RolesAsProcessesLearnFromRewardAloneAndItHoldsOnHeldOutP
   EXPECT_LE(stale, 2);
   EXPECT_LT(before->accuracy, 0.8) << "a fresh model does not answer as the reward asks";
   EXPECT_GE(after->accuracy, 0.95) << "learned from reward alone, and it holds on held-out prompts";
-  if (!::testing::Test::HasFailure()) fs::remove_all(run_dir);  // kept for a look otherwise
+  if (!::testing::Test::HasFailure()) static_cast<void>(sluice::RemoveTree(run_dir));  // kept for a look otherwise
 }
 
 }  // namespace

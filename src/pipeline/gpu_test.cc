@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -17,6 +18,7 @@
 
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/check.h"
+#include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/model/config.h"
 #include "sluice/model/device.h"
@@ -94,7 +96,7 @@ fs::path SaveCheckpoint(const std::string& name) {
     }
   }
   fs::path dir = fs::temp_directory_path() / ("sluice-gpu-test-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  static_cast<void>(sluice::RemoveTree(dir));
   EXPECT_TRUE(model::SavePretrained(*m, dir.string()).ok());
   return dir;
 }
@@ -118,7 +120,7 @@ TEST(GpuTest, LogitsMatchTheCpuOnAQwen2Checkpoint) {
   const fs::path dir = SaveCheckpoint("logits");
   auto cpu = *model::LoadPretrained(dir.string(), torch::kCPU);
   auto dev = *model::LoadPretrained(dir.string(), device);
-  fs::remove_all(dir);
+  static_cast<void>(sluice::RemoveTree(dir));
   torch::NoGradGuard no_grad;
   auto tokens = torch::tensor(RandomTokens(2 * 48, 512, 1)).view({2, 48});
   const auto want = cpu->Forward(tokens);
@@ -192,7 +194,7 @@ TEST(GpuTest, EngineContinuousBatchingMatchesTheCpu) {
   const fs::path dir = SaveCheckpoint("engine");
   auto cpu = *model::LoadPretrained(dir.string(), torch::kCPU);
   auto dev = *model::LoadPretrained(dir.string(), device);
-  fs::remove_all(dir);
+  static_cast<void>(sluice::RemoveTree(dir));
   const auto requests = MixedGreedyRequests(24);
   for (torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
     SCOPED_TRACE(dtype == torch::kFloat32 ? "float32" : "bfloat16");
@@ -256,18 +258,36 @@ TEST(GpuTest, TrainerStepMatchesTheCpu) {
   };
   auto [want, cpu] = run(torch::kCPU, false);
   auto [got, dev] = run(device, false);
-  fs::remove_all(dir);
+  static_cast<void>(sluice::RemoveTree(dir));
   EXPECT_NEAR(got.loss, want.loss, 1e-4 * (1 + std::abs(want.loss)));
   EXPECT_NEAR(got.grad_norm, want.grad_norm, 1e-3 * want.grad_norm);
   EXPECT_GT(want.grad_norm, 0);
+  // AdamW divides each element's step by its gradient's running magnitude, so
+  // an element whose gradient is tiny (its value set by summation order alone)
+  // may move differently on the two devices, by up to the learning rate per
+  // step. Nearly all elements agree to 1e-4, and the mean difference stays at
+  // rounding level; a wrong gradient would move most elements by ~lr (1e-3).
   auto wp = cpu->named_parameters();
-  double worst = 0;
-  for (auto& p : dev->named_parameters()) worst = std::max(worst, MaxAbsDiff(wp[p.key()], p.value()));
-  EXPECT_LT(worst, 1e-4) << "parameters after two AdamW steps";
+  int64_t elements = 0, apart = 0;
+  double total = 0, worst = 0;
+  for (auto& p : dev->named_parameters()) {
+    auto d = (wp[p.key()].to(torch::kCPU, torch::kFloat64) - p.value().to(torch::kCPU, torch::kFloat64)).abs();
+    elements += d.numel();
+    apart += (d > 1e-4).sum().item<int64_t>();
+    total += d.sum().item<double>();
+    worst = std::max(worst, d.max().item<double>());
+  }
+  std::printf(
+      "[gpu_test] parameters after two AdamW steps: %lld of %lld elements differ by more than 1e-4, "
+      "mean difference %.3g, largest %.3g\n",
+      static_cast<long long>(apart), static_cast<long long>(elements), total / elements, worst);
+  EXPECT_LE(apart, elements / 100) << "parameters after two AdamW steps";
+  EXPECT_LT(total / elements, 1e-5) << "parameters after two AdamW steps";
+  EXPECT_LE(worst, 2 * 2 * o.optimizer.lr + 1e-6) << "no element moved further than two Adam steps allow";
   if (device.is_cuda()) {  // bf16 autocast: the same step to bfloat16's precision
     auto dir2 = SaveCheckpoint("trainer-bf16");
     auto m = *model::LoadPretrained(dir2.string(), device);
-    fs::remove_all(dir2);
+    static_cast<void>(sluice::RemoveTree(dir2));
     trainer::TrainerOptions to = o;
     to.bf16_autocast = true;
     auto t = Must(trainer::Trainer::Create(m, nullptr, to));
@@ -343,7 +363,7 @@ TEST(GpuTest, AsyncRunTrainsWithBothRolesOnTheDevice) {
   std::shared_ptr<const reward::Task> task(Must(reward::MakeTask(to)));
   pipeline::RunOptions o;
   o.run_dir = (fs::temp_directory_path() / ("sluice-gpu-test-run-" + std::to_string(::getpid()))).string();
-  fs::remove_all(o.run_dir);
+  static_cast<void>(sluice::RemoveTree(o.run_dir));
   o.checkpoint_interval = 0;
   o.rl.steps = 3;
   o.rl.prompts_per_step = 4;
@@ -368,7 +388,7 @@ TEST(GpuTest, AsyncRunTrainsWithBothRolesOnTheDevice) {
     EXPECT_TRUE(std::isfinite(rec.train.loss));
   }
   EXPECT_TRUE(policy->parameters().front().device() == device) << "the trainer's model lives on the device";
-  fs::remove_all(o.run_dir);
+  static_cast<void>(sluice::RemoveTree(o.run_dir));
 }
 
 }  // namespace

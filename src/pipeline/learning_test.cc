@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "sluice/common/file_util.h"
 #include "sluice/model/transformer.h"
 #include "sluice/pipeline/run.h"
 
@@ -64,7 +65,7 @@ TEST(LearningTest, ShortRlRunRaisesRewardByAClearMargin) {
   std::printf("pool reward (first/last 10 steps) %.3f -> %.3f; broad held-out accuracy %.3f -> %.3f\n", early, late,
               before->accuracy, after->accuracy);
   EXPECT_GT(late, early + 0.15);
-  std::filesystem::remove_all(o.run_dir);
+  static_cast<void>(sluice::RemoveTree(o.run_dir));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "role_test_util.h"
+#include "sluice/common/file_util.h"
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/evaluator.h"
 #include "sluice/trainer/trainer.h"
@@ -73,7 +74,7 @@ class TrainingRunTest : public ::testing::Test {
   void SetUp() override {
     root_ = fs::temp_directory_path() / ("sluice_run_" + std::to_string(::getpid()) + "_" +
                                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
+    static_cast<void>(sluice::RemoveTree(root_));
     reward::TaskOptions t;
     t.name = "arithmetic";
     t.seed = 1;
@@ -81,7 +82,7 @@ class TrainingRunTest : public ::testing::Test {
     t.arithmetic.max_ops = 2;
     task_ = std::shared_ptr<const reward::Task>(std::move(reward::MakeTask(t)).value());
   }
-  void TearDown() override { fs::remove_all(root_); }
+  void TearDown() override { static_cast<void>(sluice::RemoveTree(root_)); }
 
   RunOptions Options(const std::string& name, int64_t steps) { return BaseOptions((root_ / name).string(), steps); }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/common/file_util.h"
 #include "sluice/reward/task.h"
 
 namespace sluice::reward {
@@ -20,7 +21,7 @@ class JsonlTaskTest : public testing::Test {
                                            testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { static_cast<void>(sluice::RemoveTree(dir_)); }
 
   std::string Write(const std::string& name, const std::string& text) {
     const std::string path = (dir_ / name).string();

@@ -9,6 +9,8 @@
 #include <limits>
 #include <string>
 
+#include "sluice/common/file_util.h"
+
 namespace sluice::runtime {
 namespace {
 
@@ -45,7 +47,7 @@ class ConfigFileTest : public testing::Test {
                                                         testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override { static_cast<void>(sluice::RemoveTree(dir_)); }
   std::string Write(const std::string& text) {
     const std::string path = (dir_ / "run.yaml").string();
     std::ofstream(path) << text;

@@ -19,6 +19,7 @@
 #include <zmq.hpp>
 
 #include "net/net_test_util.h"
+#include "sluice/common/file_util.h"
 #include "sluice/common/random.h"
 #include "sluice/common/shm.h"
 #include "sluice/transfer_queue/remote.h"
@@ -674,7 +675,7 @@ TEST(NetProcessTest, TokenIsRequiredAndChecked) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->controller.partitions, 1u);
   ExpectCleanExit(*server);
-  std::filesystem::remove_all(dir);
+  static_cast<void>(sluice::RemoveTree(dir));
 }
 
 TEST(NetProcessTest, NonLoopbackBindWithoutTokenIsRefused) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "net/net_test_util.h"
+#include "sluice/common/file_util.h"
 #include "sluice/transfer_queue/remote.h"
 #include "sluice/transfer_queue/server.h"
 #include "test_util.h"
@@ -98,7 +99,7 @@ TEST(NetServerTest, IpcEndpointRoundTrip) {
   ASSERT_TRUE(data.ok()) << data.status().ToString();
   EXPECT_EQ(ToI64(data->columns["prompt"][0]), (std::vector<int64_t>{7, 8, 9}));
   server->Stop();
-  std::filesystem::remove_all(dir);
+  static_cast<void>(sluice::RemoveTree(dir));
 }
 
 // A GetMeta waiting for rows runs on its own thread: other clients' quick

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "net/net_test_util.h"
+#include "sluice/common/file_util.h"
 #include "test_util.h"
 
 namespace sluice::transfer_queue {
@@ -89,7 +90,7 @@ TEST(ServerFlagsTest, TokenFile) {
   TQ_EXPECT_ERROR(ParseServerFlags({"--token-file", dir + "/empty"}), kInvalidArgument, "is empty");
   testing::WriteFile(dir + "/long", std::string(300, 'x'));
   TQ_EXPECT_ERROR(ParseServerFlags({"--token-file", dir + "/long"}), kInvalidArgument, "at most 256");
-  std::filesystem::remove_all(dir);
+  static_cast<void>(sluice::RemoveTree(dir));
 }
 
 }  // namespace

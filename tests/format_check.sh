@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The tree is clang-formatted (.clang-format at the root): every C++ source and
-# header must be unchanged by clang-format. Fix with:
+# header must be unchanged by clang-format; and none calls
+# std::filesystem::remove_all. Fix with:
 #   git ls-files '*.cc' '*.h' | xargs clang-format -i
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,3 +22,10 @@ if [ ${#bad[@]} -gt 0 ]; then
   exit 1
 fi
 echo "ok   ${#files[@]} files clang-formatted"
+# PyTorch's pip libtorch.so carries a crashing copy of
+# std::filesystem::remove_all (docs/gpu.md): sluice::RemoveTree instead.
+if grep -nE '^[^/]*(filesystem|fs)::remove_all' "${files[@]}"; then
+  echo "FAIL std::filesystem::remove_all above: use sluice::RemoveTree (sluice/common/file_util.h)"
+  exit 1
+fi
+echo "ok   no std::filesystem::remove_all"

@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from . import _C, errors
+from . import _C, _dtypes, errors
 from .errors import Error
 
 _impl = _C.transfer_queue
@@ -45,19 +45,8 @@ _MAX_NAME_BYTES = 256
 _MAX_TENSOR_DIMS = 16
 _MAX_USER_TAG_BYTES = 4096
 
-_DTYPE_NAMES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
-_DTYPES_BY_NAME = {v: k for k, v in _DTYPE_NAMES.items()}
+_DTYPE_NAMES = _dtypes.DTYPE_NAMES
+_DTYPES_BY_NAME = _dtypes.DTYPES_BY_NAME
 
 #: The torch dtypes a column may have.
 SUPPORTED_DTYPES = tuple(_DTYPE_NAMES)
@@ -204,7 +193,7 @@ class KVEntry:
 
 
 def _dtype_list() -> str:
-    return ", ".join(str(d).replace("torch.", "") for d in _DTYPE_NAMES)
+    return _dtypes.dtype_list()
 
 
 def _check_name(what: str, name: Any) -> str:

@@ -44,6 +44,10 @@ T ValueOrThrow(Result<T> result) {
 // Adds the TransferQueue client to `m` (sluice._C.transfer_queue).
 void BindTransferQueue(pybind11::module_& m);
 
+// Adds the CheckpointEngine's shared-memory and in-process stores to `m`
+// (sluice._C.checkpoint_engine).
+void BindCheckpointEngine(pybind11::module_& m);
+
 }  // namespace sluice::python
 
 #endif  // SLUICE_PYTHON_SRC_BINDINGS_H_

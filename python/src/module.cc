@@ -28,4 +28,8 @@ PYBIND11_MODULE(_C, m) {
 
   py::module_ tq = m.def_submodule("transfer_queue", "TransferQueue client (private: use sluice.transfer_queue)");
   sluice::python::BindTransferQueue(tq);
+
+  py::module_ ce =
+      m.def_submodule("checkpoint_engine", "CheckpointEngine stores (private: use sluice.checkpoint_engine)");
+  sluice::python::BindCheckpointEngine(ce);
 }

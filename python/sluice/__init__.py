@@ -8,6 +8,9 @@ hub: a trainer publishes ``state_dict`` versions (two-phase: all or nothing)
 into a same-host shared-memory store or an in-process one; readers pin a
 version and read its tensors without a copy while newer ones are published.
 ``sluice.errors``: the exceptions carrying the C++ core's error statuses.
+``sluice.verl`` (imported on its own): the key-value calls of verl's
+TransferQueue integration, with verl's names and value shapes, over
+``sluice.transfer_queue``.
 
 The package is built with the C++ tree (``cmake --build build/release``); put
 ``build/<preset>/python`` on ``PYTHONPATH`` to import it.

@@ -87,6 +87,36 @@ expect async 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tm
   pipeline.max_staleness=1 trainer.off_policy_correction=tis
 grep -q '"staleness_max"' "$tmp/async/metrics.jsonl" || { echo "FAIL async run wrote no staleness"; failures=$((failures + 1)); }
 
+# reward.python: a Python function (verl's compute_score form) scores the answers in worker
+# processes. length_score pays for every character, so even an untrained model earns rewards > 0.
+rewards="$(dirname "$0")/data/rewards/arithmetic_reward.py"
+all_positive() {  # all_positive KEY FILE: every value of KEY in FILE is > 0 (and there is one)
+  grep -o "\"$1\":[-0-9.e]*" "$2" | cut -d: -f2 | awk '{ n++; if ($1 <= 0) bad++ } END { exit !(n > 0 && bad == 0) }'
+}
+expect python-reward 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/py" \
+  reward.python="$rewards:length_score"
+all_positive reward_mean "$tmp/py/metrics.jsonl" && all_positive eval_reward "$tmp/py/metrics.jsonl" \
+  && ! grep -q reward_errors "$tmp/py/metrics.jsonl" \
+  || { echo "FAIL python-reward: rewards not from the function"; failures=$((failures + 1)); }
+# A function that raises (on answers of odd length): those answers get reward.error_reward, each
+# is logged with its example and counted in metrics.jsonl, and the run goes on.
+"$SLUICE" train "${small[@]}" run.dir="$tmp/pyerr" reward.python="$rewards:flaky_score" reward.error_reward=-0.5 \
+  > "$tmp/pyerr.log" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "held-out accuracy" "$tmp/pyerr.log" \
+  && grep -q "train example [0-9]*: the function raised ValueError: odd length [0-9]* (at .*arithmetic_reward.py:[0-9]* in flaky_score); reward -0.5" "$tmp/pyerr.log" \
+  && grep -q '"reward_errors":[1-9]' "$tmp/pyerr/metrics.jsonl" \
+  && echo "ok   python-reward-raises" \
+  || { echo "FAIL python-reward-raises: rc=$rc, errors not logged or not counted"; tail -3 "$tmp/pyerr.log"; failures=$((failures + 1)); }
+# Refused before anything is built, naming the problem (the run directory is not even created).
+expect python-reward-spec 2 "expected 'package.module:function'" -- "$SLUICE" train run.dir="$tmp/pybad" reward.python=rewards
+expect python-reward-module 2 "cannot import module 'no_such_module_sluice': ModuleNotFoundError" -- \
+  "$SLUICE" train run.dir="$tmp/pybad" reward.python=no_such_module_sluice:compute_score
+expect python-reward-function 2 "has no attribute 'nothing'" -- "$SLUICE" train run.dir="$tmp/pybad" reward.python="$rewards:nothing"
+expect python-reward-interpreter 2 "'no-such-python' is not on PATH" -- "$SLUICE" train run.dir="$tmp/pybad" \
+  reward.python="$rewards:compute_score" reward.python_executable=no-such-python
+[ ! -e "$tmp/pybad" ] || { echo "FAIL python-reward: a refused run created its run.dir"; failures=$((failures + 1)); }
+
 # Process mode: trainer, rollout and reward each in its own process over shared
 # memory. Every prompt is trained exactly once, staleness stays within the bound.
 proc=(model.preset=tiny sft.steps=0 rl.steps=6 rl.prompts_per_step=3 rl.group_size=2 rl.max_new_tokens=8
@@ -98,6 +128,14 @@ trained=$(grep -o '"prompts":\[[0-9,]*\]' "$tmp/proc/metrics.jsonl" | grep -o '[
 [ "$trained" = "$(seq 0 17 | tr '\n' ' ')" ] || { echo "FAIL processes: trained prompts '$trained', want 0..17 once each"; failures=$((failures + 1)); }
 stale=$(grep -o '"staleness_max":[0-9]*' "$tmp/proc/metrics.jsonl" | cut -d: -f2 | sort -n | tail -1)
 [ -n "$stale" ] && [ "$stale" -le 2 ] || { echo "FAIL processes: staleness_max '$stale' > 2"; failures=$((failures + 1)); }
+# reward.python with the roles as processes: the reward role scores with the function, and workers
+# start only in the processes that score (the launcher's and the trainer's evaluations, the reward
+# role), never in the rollout's.
+expect processes-python-reward 0 "held-out accuracy" -- env SLUICE_TEST_REWARD_LOG="$tmp/importers.log" \
+  "$SLUICE" train "${proc[@]}" run.dir="$tmp/procpy" reward.python="$rewards:length_score"
+importers=$(sort -u "$tmp/importers.log" 2>/dev/null | tr '\n' ' ')
+all_positive reward_mean "$tmp/procpy/metrics.jsonl" && [ "$importers" = "launcher reward trainer " ] \
+  || { echo "FAIL processes-python-reward: rewards not from the function, or workers in '$importers'"; failures=$((failures + 1)); }
 
 # SIGINT mid-run: the launcher stops every role; no process or segment of the run is left.
 children_of() { grep -ls "^PPid:[[:space:]]*$1\$" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3; }
@@ -214,6 +252,13 @@ cp "$qwen/tokenizer.json" "$tmp/m/tokenizer.json"
 expect tokenizer-mismatch 2 "does not belong to this model" -- "$SLUICE" generate --model "$tmp/m" --max-new-tokens 2
 rm "$tmp/m/tokenizer.json"
 
+# docs/config.md's table is what `sluice train --help-config` prints.
+if diff <("$SLUICE" train --help-config) <(grep '^|' "$(dirname "$0")/../docs/config.md") > "$tmp/config.diff"; then
+  echo "ok   help-config is docs/config.md's table"
+else
+  echo "FAIL docs/config.md's table differs from sluice train --help-config:"; head -6 "$tmp/config.diff"
+  failures=$((failures + 1))
+fi
 expect bad-mode 2 "pipeline.mode" -- "$SLUICE" train pipeline.mode=fast
 expect stop-on-stall-without-limit 2 "pipeline.stop_on_stall: needs pipeline.stall_seconds > 0" -- \
   "$SLUICE" train pipeline.processes=true pipeline.stall_seconds=0 pipeline.stop_on_stall=true

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/evaluator.h"
 #include "sluice/pipeline/run.h"
+#include "sluice/reward/python_reward.h"
 #include "sluice/reward/task.h"
 #include "sluice/runtime/config.h"
 #include "sluice/runtime/flags.h"
@@ -76,6 +78,18 @@ ConfigSchema TrainSchema() {
             "with a chat template: the enable_thinking variable (Qwen3's thinking switch); auto: not set");
   s.AddString("task.math.instruction", "Let's think step by step and output the final answer within \\boxed{}.",
               "math: a line added after every question (empty: none)");
+  s.AddString("reward.python", "",
+              "score answers with this Python function instead of the task's rule: package.module:function or "
+              "path/to/file.py:function, verl's compute_score(data_source, solution_str, ground_truth, extra_info) "
+              "(empty: off; docs/python.md)");
+  s.AddInt("reward.python_workers", 2, 1, 64, "reward.python: worker processes per process that scores");
+  s.AddDouble("reward.python_timeout_s", 10.0, 0.001, 86400.0,
+              "reward.python: seconds one call may take; past it the answer gets reward.error_reward and the "
+              "worker is killed and replaced");
+  s.AddString("reward.python_executable", "python3",
+              "reward.python: the Python interpreter (searched on PATH when it has no '/')");
+  s.AddDouble("reward.error_reward", 0.0, -1e6, 1e6,
+              "reward.python: the reward of an answer whose function raised, timed out or returned no number");
   s.AddInt("sft.steps", 0, 0, 10000000, "supervised warm-start steps on the task's solutions (0: none)");
   s.AddInt("sft.batch_size", 64, 1, 1000000, "examples per warm-start step");
   s.AddDouble("sft.shortcut_fraction", 0.0, 0.0, 1.0,
@@ -186,6 +200,36 @@ Result<reward::TaskOptions> TaskOptionsFrom(const Config& c) {
     return Status::InvalidArgument("config key 'task.jsonl.train_path' must be set when task.name is jsonl");
   }
   return t;
+}
+
+// reward.python's options; nullopt when it is off.
+std::optional<reward::PythonRewardOptions> PythonRewardOptionsFrom(const Config& c) {
+  reward::PythonRewardOptions o;
+  o.function = c.GetString("reward.python");
+  if (o.function.empty()) return std::nullopt;
+  o.executable = c.GetString("reward.python_executable");
+  o.workers = static_cast<int>(c.GetInt("reward.python_workers"));
+  o.timeout =
+      std::chrono::milliseconds(std::max<int64_t>(1, std::llround(c.GetDouble("reward.python_timeout_s") * 1000)));
+  o.error_reward = c.GetDouble("reward.error_reward");
+  return o;
+}
+
+// The run's task (task.*), scored by reward.python's function when it is
+// set. Its workers start where it first scores, so a process that never
+// scores starts none.
+Result<std::unique_ptr<reward::Task>> MakeRunTask(const Config& c, const reward::TaskOptions& t) {
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(t));
+  const std::optional<reward::PythonRewardOptions> python = PythonRewardOptionsFrom(c);
+  if (!python.has_value()) return task;
+  return reward::MakePythonRewardTask(std::move(task), *python);
+}
+
+// Before anything is built: reward.python's function must load (the module
+// imports, the function exists and is callable).
+Status CheckRunReward(const Config& c) {
+  const std::optional<reward::PythonRewardOptions> python = PythonRewardOptionsFrom(c);
+  return python.has_value() ? reward::CheckPythonReward(*python) : Status::Ok();
 }
 
 // What a run writes into its run.dir (and so what run.overwrite removes).
@@ -448,7 +492,7 @@ Status RunRoleProcess(const FlagSet& flags, Config& config) {
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
   SetIntraOpThreads(config.GetInt("run.threads"));
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
   SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, std::move(task), options));
   Progress progress(c.role == pipeline::PipelineRole::kTrainer ? config.GetString("run.progress") : "off");
@@ -495,12 +539,13 @@ Status Train(const std::vector<std::string>& args) {
         "starts and supervises its own role processes with pipeline.processes=true)");
   }
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
+  SLUICE_RETURN_IF_ERROR(CheckRunReward(config));
   if (options.pipeline.processes) {
     SLUICE_ASSIGN_OR_RETURN(options.pipeline.role_command, RoleCommand(options.run_dir));
   }
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
   SetIntraOpThreads(config.GetInt("run.threads"));
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
   SLUICE_RETURN_IF_ERROR(PrepareRunDir(options.run_dir, options.resume, config.GetBool("run.overwrite")));
   std::fprintf(
@@ -566,9 +611,10 @@ Status Eval(const std::vector<std::string>& args) {
   overrides.insert(overrides.begin(), {"rl.steps=0", "sft.steps=0"});
   SLUICE_ASSIGN_OR_RETURN(Config config, Config::Load(schema, config_path, overrides));
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
+  SLUICE_RETURN_IF_ERROR(CheckRunReward(config));
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
   SetIntraOpThreads(config.GetInt("run.threads"));
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, reward::MakeTask(task_options));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, model::LoadPretrained(model_dir));
   pipeline::EvaluatorOptions eval_options = pipeline::EvaluatorOptionsFor(options);
   SLUICE_ASSIGN_OR_RETURN(eval_options.tokenizer, model::LoadTokenizer(model_dir));

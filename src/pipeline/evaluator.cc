@@ -91,12 +91,20 @@ Result<EvalResult> Evaluator::Evaluate() {
   SLUICE_ASSIGN_OR_RETURN(auto engine,
                           rollout::RolloutEngine::Create(rollout::PolicySnapshot{policy_, 0}, engine_options));
   SLUICE_ASSIGN_OR_RETURN(auto results, GenerateAll(*engine, std::move(requests)));
+  // Result j answers example j / (samples + 1) (its greedy answer first).
+  std::vector<const reward::Example*> scored_examples;
+  std::vector<const std::vector<model::TokenId>*> answers;
+  for (size_t j = 0; j < results.size(); ++j) {
+    scored_examples.push_back(&examples[j / static_cast<size_t>(samples + 1)]);
+    answers.push_back(&results[j].tokens);
+  }
+  const std::vector<double> rewards = ScoreAnswers(tokenizer, *task_, scored_examples, answers);
   EvalResult e;
   e.examples = n;
   double sampled_correct = 0;
   for (int64_t i = 0; i < n; ++i) {
     const auto& greedy = results[static_cast<size_t>(i * (samples + 1))];
-    SLUICE_ASSIGN_OR_RETURN(double reward, ScoreAnswer(tokenizer, *task_, examples[i], greedy.tokens));
+    const double reward = rewards[static_cast<size_t>(i * (samples + 1))];
     const bool correct = reward >= 1.0;
     e.mean_reward += reward;
     e.accuracy += correct ? 1.0 : 0.0;
@@ -105,9 +113,7 @@ Result<EvalResult> Evaluator::Evaluate() {
     bucket.total += 1;
     bucket.correct += correct ? 1 : 0;
     for (int64_t k = 1; k <= samples; ++k) {
-      const auto& sampled = results[static_cast<size_t>(i * (samples + 1) + k)];
-      SLUICE_ASSIGN_OR_RETURN(double r, ScoreAnswer(tokenizer, *task_, examples[i], sampled.tokens));
-      sampled_correct += r >= 1.0 ? 1.0 : 0.0;
+      sampled_correct += rewards[static_cast<size_t>(i * (samples + 1) + k)] >= 1.0 ? 1.0 : 0.0;
     }
   }
   e.mean_reward /= std::max<int64_t>(n, 1);

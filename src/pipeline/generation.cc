@@ -1,6 +1,8 @@
 #include "generation.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "sluice/common/check.h"
 
@@ -34,9 +36,26 @@ Result<std::vector<rollout::GenerationResult>> GenerateAll(rollout::RolloutEngin
   return results;
 }
 
-Result<double> ScoreAnswer(const model::Tokenizer& tokenizer, const reward::Task& task, const reward::Example& ex,
-                           const std::vector<model::TokenId>& answer) {
-  return task.Score(ex, model::DecodeKnown(tokenizer, answer));
+std::vector<double> ScoreAnswers(const model::Tokenizer& tokenizer, const reward::Task& task,
+                                 const std::vector<const reward::Example*>& examples,
+                                 const std::vector<const std::vector<model::TokenId>*>& answers) {
+  SLUICE_CHECK(examples.size() == answers.size()) << examples.size() << " examples, " << answers.size() << " answers";
+  std::vector<std::string> texts;
+  texts.reserve(answers.size());
+  for (const auto* answer : answers) texts.push_back(model::DecodeKnown(tokenizer, *answer));
+  std::vector<double> rewards(texts.size());
+  std::atomic<size_t> next{0};
+  auto score = [&] {
+    for (size_t i = next.fetch_add(1); i < texts.size(); i = next.fetch_add(1)) {
+      rewards[i] = task.Score(*examples[i], texts[i]);
+    }
+  };
+  const size_t threads = std::min<size_t>(static_cast<size_t>(std::max(1, task.max_parallel_scores())), texts.size());
+  std::vector<std::jthread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(score);
+  score();
+  for (std::jthread& helper : helpers) helper.join();  // each may still be scoring its last answer
+  return rewards;
 }
 
 }  // namespace sluice::pipeline

@@ -26,9 +26,12 @@ std::vector<model::TokenId> EncodePrompt(const model::Tokenizer& tokenizer, cons
 Result<std::vector<rollout::GenerationResult>> GenerateAll(rollout::RolloutEngine& engine,
                                                            std::vector<rollout::GenerationRequest> requests);
 
-// The task's reward for an answer's tokens.
-Result<double> ScoreAnswer(const model::Tokenizer& tokenizer, const reward::Task& task, const reward::Example& ex,
-                           const std::vector<model::TokenId>& answer);
+// The task's rewards for answers[i] (tokens) to examples[i], scored on up to
+// task.max_parallel_scores() threads at once; the same values whatever the
+// parallelism. Precondition: the two have the same size.
+std::vector<double> ScoreAnswers(const model::Tokenizer& tokenizer, const reward::Task& task,
+                                 const std::vector<const reward::Example*>& examples,
+                                 const std::vector<const std::vector<model::TokenId>*>& answers);
 
 }  // namespace sluice::pipeline
 

@@ -47,6 +47,7 @@ std::string StepRecord::ToJson() const {
             {"wait_seconds", wait_seconds},
             {"queue_ready", queue_ready}});
   if (duplicate_groups > 0) j["duplicate_groups"] = duplicate_groups;
+  if (reward_errors > 0) j["reward_errors"] = reward_errors;
   if (!prompts.empty()) j["prompts"] = prompts;
   if (!staleness_hist.empty()) {
     j.update({{"rollout_tokens", rollout_tokens},

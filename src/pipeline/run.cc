@@ -236,6 +236,13 @@ Status TrainingRun::Train(const ProgressFn& progress, const std::atomic<bool>* s
     SLUICE_ASSIGN_OR_RETURN(auto results, s.Generate(std::move(requests)));
     auto t1 = Clock::now();
     // Reward, then GRPO groups (optionally dropping groups with no signal).
+    std::vector<const reward::Example*> scored_examples;
+    std::vector<const std::vector<model::TokenId>*> answers;
+    for (size_t i = 0; i < results.size(); ++i) {
+      scored_examples.push_back(&examples[i / static_cast<size_t>(rl.group_size)]);
+      answers.push_back(&results[i].tokens);
+    }
+    const std::vector<double> rewards = ScoreAnswers(*s.tokenizer, *s.task, scored_examples, answers);
     std::vector<trainer::RolloutSample> samples;
     double reward_sum = 0, correct = 0, len_sum = 0;
     for (int64_t k = 0; k < rl.prompts_per_step; ++k) {
@@ -243,7 +250,7 @@ Status TrainingRun::Train(const ProgressFn& progress, const std::atomic<bool>* s
       bool all_equal = true;
       for (int64_t g = 0; g < rl.group_size; ++g) {
         auto& r = results[k * rl.group_size + g];
-        SLUICE_ASSIGN_OR_RETURN(double reward, s.Score(examples[k], r));
+        const double reward = rewards[static_cast<size_t>(k * rl.group_size + g)];
         reward_sum += reward;
         correct += reward >= 1.0 ? 1.0 : 0.0;
         len_sum += static_cast<double>(r.tokens.size());
@@ -268,6 +275,7 @@ Status TrainingRun::Train(const ProgressFn& progress, const std::atomic<bool>* s
     rec.reward_mean = reward_sum / total;
     rec.accuracy = correct / total;
     rec.response_len_mean = len_sum / total;
+    rec.reward_errors = static_cast<int64_t>(s.task->score_errors());
     SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
     auto t2 = Clock::now();
     ++s.step;

@@ -149,10 +149,6 @@ struct TrainingRun::State {
     return GenerateAll(*engine, std::move(requests));
   }
 
-  Result<double> Score(const reward::Example& ex, const rollout::GenerationResult& r) const {
-    return ScoreAnswer(*tokenizer, *task, ex, r.tokens);
-  }
-
   Status SaveCheckpoint() {
     char name[32];
     std::snprintf(name, sizeof(name), "step_%06lld", static_cast<long long>(step));

@@ -371,36 +371,64 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
                               const std::function<bool()>& stopping) {
   const RlOptions& rl = s.options.rl;
   const int64_t total = (rl.steps - s.step) * rl.prompts_per_step * rl.group_size;
-  for (int64_t scored = 0; scored < total && !stopping() && board.stop.load() == 0;) {
-    board.Beat(PipelineRole::kReward);
-    // What it scores comes from the hub: the answer, and the reference answer
-    // the rollout wrote next to it (no lookup in the dataset).
-    auto meta = client.GetMeta(kRewardTask, {column::kResponse, column::kExample, column::kReferenceAnswer}, 1,
-                               kRolloutPartition, {}, kPoll);
-    if (!meta.ok()) {
-      if (meta.status().code() != StatusCode::kTimeout) return meta.status();
-      continue;
+  std::atomic<int64_t> scored{0};
+  std::atomic<bool> failed{false};
+  // One loop per answer the task scores at once (reward.python: its
+  // workers); each leases one answer at a time.
+  auto run_loop = [&]() -> Status {
+    while (scored.load() < total && !stopping() && board.stop.load() == 0 && !failed.load()) {
+      board.Beat(PipelineRole::kReward);
+      // What it scores comes from the hub: the answer, and the reference answer
+      // the rollout wrote next to it (no lookup in the dataset).
+      auto meta = client.GetMeta(kRewardTask, {column::kResponse, column::kExample, column::kReferenceAnswer}, 1,
+                                 kRolloutPartition, {}, kPoll);
+      if (!meta.ok()) {
+        if (meta.status().code() != StatusCode::kTimeout) return meta.status();
+        continue;
+      }
+      SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
+      reward::Example ex;
+      SLUICE_ASSIGN_OR_RETURN(const HostTensor* example, Cell(data, column::kExample, 0));
+      SLUICE_ASSIGN_OR_RETURN(int64_t index, TensorScalar<int64_t>(*example, DType::kI64, column::kExample));
+      ex.index = static_cast<uint64_t>(index);
+      ex.split = reward::Split::kTrain;
+      SLUICE_ASSIGN_OR_RETURN(const HostTensor* reference, Cell(data, column::kReferenceAnswer, 0));
+      SLUICE_ASSIGN_OR_RETURN(std::vector<uint8_t> answer,
+                              TensorVector<uint8_t>(*reference, DType::kU8, column::kReferenceAnswer));
+      ex.answer.assign(answer.begin(), answer.end());
+      SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, 0));
+      SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> tokens,
+                              TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
+      const std::string text = model::DecodeKnown(*s.tokenizer, tokens);
+      const float reward = static_cast<float>(s.task->Score(ex, text));
+      // The count only grows; loops finishing out of order must not lower it.
+      const int64_t errors = static_cast<int64_t>(s.task->score_errors());
+      for (int64_t shown = board.reward_errors.load();
+           shown < errors && !board.reward_errors.compare_exchange_weak(shown, errors);) {
+      }
+      tq::ColumnBatch cols;
+      cols[column::kReward] = {HostTensor::Copy(DType::kF32, {}, &reward, sizeof(reward))};
+      SLUICE_RETURN_IF_ERROR(client.PutColumns(meta->row_ids(), cols));
+      SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());
+      scored.fetch_add(1);
     }
-    SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
-    reward::Example ex;
-    SLUICE_ASSIGN_OR_RETURN(const HostTensor* example, Cell(data, column::kExample, 0));
-    SLUICE_ASSIGN_OR_RETURN(int64_t index, TensorScalar<int64_t>(*example, DType::kI64, column::kExample));
-    ex.index = static_cast<uint64_t>(index);
-    SLUICE_ASSIGN_OR_RETURN(const HostTensor* reference, Cell(data, column::kReferenceAnswer, 0));
-    SLUICE_ASSIGN_OR_RETURN(std::vector<uint8_t> answer,
-                            TensorVector<uint8_t>(*reference, DType::kU8, column::kReferenceAnswer));
-    ex.answer.assign(answer.begin(), answer.end());
-    SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, 0));
-    SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> tokens,
-                            TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
-    const std::string text = model::DecodeKnown(*s.tokenizer, tokens);
-    const float reward = static_cast<float>(s.task->Score(ex, text));
-    tq::ColumnBatch cols;
-    cols[column::kReward] = {HostTensor::Copy(DType::kF32, {}, &reward, sizeof(reward))};
-    SLUICE_RETURN_IF_ERROR(client.PutColumns(meta->row_ids(), cols));
-    SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());
-    ++scored;
+    return Status::Ok();
+  };
+
+  const int loops = std::max(1, s.task->max_parallel_scores());
+  if (loops == 1) return run_loop();
+  std::vector<Status> results(static_cast<size_t>(loops));
+  std::vector<std::thread> threads;
+  for (int i = 1; i < loops; ++i) {
+    threads.emplace_back([&, i] {
+      results[static_cast<size_t>(i)] = run_loop();
+      if (!results[static_cast<size_t>(i)].ok()) failed.store(true);
+    });
   }
+  results[0] = run_loop();
+  if (!results[0].ok()) failed.store(true);
+  for (auto& t : threads) t.join();
+  for (const Status& st : results) SLUICE_RETURN_IF_ERROR(st);
   return Status::Ok();
 }
 
@@ -632,6 +660,10 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     interval_start = t2;
     s.elapsed_total = s.elapsed_offset + std::chrono::duration<double>(Clock::now() - run_start).count();
     rec.elapsed_seconds = s.elapsed_total;
+    // Roles as threads share one task, whose count has the reward role's
+    // failures; as processes, the reward role's count comes over the board.
+    rec.reward_errors =
+        static_cast<int64_t>(s.task->score_errors()) + (po.processes ? board.reward_errors.load() : int64_t{0});
     SLUICE_RETURN_IF_ERROR(s.FinishStep(rec, metrics, evaluate, progress));
   }
   return Status::Ok();

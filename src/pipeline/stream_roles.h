@@ -44,6 +44,9 @@ struct RoleBoard {
   // rollout_idle, then waits for this to reach 0 before decoding: so a lent
   // core and the rollout never compute at the same time.
   std::atomic<int32_t> lent_workers_running;
+  // The reward role's task's score_errors() (reward.python failures), for
+  // the trainer's metrics when the roles are processes.
+  std::atomic<int64_t> reward_errors;
   // For the launcher's watchdog (pipeline.stall_seconds), per role (indexed
   // by PipelineRole): the steady clock, in ns, when the role last went round
   // its loop; 0 before its first turn, kRoleFinished once it has returned.

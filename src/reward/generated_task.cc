@@ -93,6 +93,7 @@ class GeneratedTask final : public Task {
       example = generator_->Generate(shape, rng);
     }
     example.index = index;
+    example.split = split;
     example.difficulty = shape;
     return example;
   }

@@ -124,8 +124,14 @@ class JsonlTask final : public Task {
  public:
   JsonlTask(std::vector<Example> train, std::vector<Example> eval, bool math)
       : train_(std::move(train)), eval_(std::move(eval)), math_(math) {
-    for (size_t i = 0; i < train_.size(); ++i) train_[i].index = i;
-    for (size_t i = 0; i < eval_.size(); ++i) eval_[i].index = i;
+    for (size_t i = 0; i < train_.size(); ++i) {
+      train_[i].index = i;
+      train_[i].split = Split::kTrain;
+    }
+    for (size_t i = 0; i < eval_.size(); ++i) {
+      eval_[i].index = i;
+      eval_[i].split = Split::kEval;
+    }
     has_solutions_ = std::any_of(train_.begin(), train_.end(), [](const Example& e) { return !e.solution.empty(); });
   }
 

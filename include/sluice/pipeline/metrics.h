@@ -65,6 +65,11 @@ struct StepRecord {
   // already trained is acked and dropped; one still waiting for its step
   // replaces the expired lease.
   int64_t duplicate_groups = 0;
+  // Answers that got reward.error_reward because the Python reward failed on
+  // them (reward.python: it raised, timed out, or returned no number), RL
+  // rollouts and held-out evaluations together, since this process started
+  // the run (reward::Task::score_errors); 0 with the built-in rewards.
+  int64_t reward_errors = 0;
   bool has_eval = false;
   EvalResult eval;
   std::string ToJson() const;

@@ -88,12 +88,13 @@ enum class Split { kTrain, kEval };
 std::string_view SplitName(Split split);
 
 struct Example {
-  uint64_t index = 0;    // position in its split
-  std::string prompt;    // what the model is conditioned on
-  std::string answer;    // the reference final answer (no marker)
-  std::string solution;  // a full correct response, for supervised warm start; empty if none
-  int difficulty = 0;    // generator shape (arithmetic: operations; sort: items); 0 if unknown
-  std::string source;    // where it was read, for messages ("train.jsonl:19"); empty if generated
+  uint64_t index = 0;           // position in its split
+  std::string prompt;           // what the model is conditioned on
+  std::string answer;           // the reference final answer (no marker)
+  std::string solution;         // a full correct response, for supervised warm start; empty if none
+  int difficulty = 0;           // generator shape (arithmetic: operations; sort: items); 0 if unknown
+  std::string source;           // where it was read, for messages ("train.jsonl:19"); empty if generated
+  Split split = Split::kTrain;  // the split it belongs to
 };
 
 class Task {
@@ -119,6 +120,17 @@ class Task {
   // True when examples carry a `solution` (jsonl: when at least one train
   // example does; the others have an empty solution).
   virtual bool has_solutions() const = 0;
+
+  // How many Score calls so far returned an error reward because the scorer
+  // itself failed (a Python reward that raised, timed out or returned a
+  // non-number: python_reward.h); 0 for the built-in tasks, whose scoring
+  // cannot fail.
+  virtual uint64_t score_errors() const { return 0; }
+
+  // How many Score calls are worth running at once: callers with many
+  // answers to score run up to this many concurrently. 1 for the built-in
+  // tasks (their scoring is cheap); reward.python: its workers.
+  virtual int max_parallel_scores() const { return 1; }
 };
 
 struct ArithmeticOptions {

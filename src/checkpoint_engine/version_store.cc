@@ -131,7 +131,9 @@ struct StoreCore {
       if (--it->second.pins == 0 && version != latest) {
         doomed = std::move(it->second.snapshot);
         versions.erase(it);
-        KeepAsSpareLocked(doomed.get());
+        // Not while a publish is staging: the staging holds the spare's
+        // place in the bound (it may have taken the spare's buffers already).
+        if (staging_version == kNoVersion) KeepAsSpareLocked(doomed.get());
       }
     }
   }

@@ -401,6 +401,40 @@ TEST(VersionStoreTest, ReuseBuffersKeepsOneFreedVersionForTheNextPublish) {
   ExpectServing(store, 5);
 }
 
+// A version freed while a publish is staging (its pin dropped) is not kept as
+// the spare: the staging already holds the place the spare has in the bound.
+TEST(VersionStoreTest, ReuseBuffersKeepsTheBoundWhenAPinIsDroppedDuringStaging) {
+  VersionStoreOptions options;
+  options.layout = SmallLayout();
+  options.reuse_buffers = true;
+  auto created = VersionStore::Create(options);
+  ASSERT_TRUE(created.ok());
+  VersionStore& store = **created;
+  const Layout layout = SmallLayout();
+  const size_t vb = store.version_bytes();
+  ASSERT_TRUE(store.Publish(1, MakeVersion(layout, 1)).ok());
+  auto pinned = store.AcquireLatest();                         // 1
+  ASSERT_TRUE(store.Publish(2, MakeVersion(layout, 2)).ok());  // 1 pinned
+  ASSERT_TRUE(store.Publish(3, MakeVersion(layout, 3)).ok());  // 2 freed -> spare
+  auto p = store.BeginPublish(4);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->Put("w", MakeTensor(layout[0], 0, 4)).ok());  // the spare's buffers, both
+  ASSERT_TRUE((*p)->Put("b", MakeTensor(layout[1], 1, 4)).ok());
+  EXPECT_EQ(store.stats().spare_bytes, 0u);
+  pinned = Status::NotFound("released");  // 1 freed while 4 is staging
+  VersionStoreStats s = store.stats();
+  EXPECT_EQ(s.versions_in_memory, (std::vector<int64_t>{3}));
+  EXPECT_EQ(s.spare_bytes, 0u);
+  EXPECT_EQ(s.bytes_held, 2 * vb);  // latest + staging
+  EXPECT_LE(s.bytes_held, s.max_bytes_held);
+  ASSERT_TRUE((*p)->Commit().ok());  // 3 freed -> spare
+  s = store.stats();
+  EXPECT_EQ(s.versions_in_memory, (std::vector<int64_t>{4}));
+  EXPECT_EQ(s.bytes_held, 2 * vb);
+  EXPECT_LE(s.bytes_held, s.max_bytes_held);
+  ExpectServing(store, 4);
+}
+
 TEST(VersionStoreTest, PutAndCommitAfterCommitRefused) {
   auto store = MakeStore();
   const Layout layout = SmallLayout();

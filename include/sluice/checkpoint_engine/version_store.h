@@ -61,8 +61,9 @@ struct VersionStoreOptions {
   // worth it when versions arrive every few seconds (a rollout host fed by
   // the broadcast transport). The spare version takes the place of the
   // version being staged in the bound (it exists only while its buffers are
-  // not staging), so the bound is unchanged; it is reported as spare_bytes
-  // and counted in bytes_held. Default false: freed bytes are freed.
+  // not staging, and a version freed while a publish is staging is not
+  // kept), so the bound is unchanged; it is reported as spare_bytes and
+  // counted in bytes_held. Default false: freed bytes are freed.
   bool reuse_buffers = false;
 };
 

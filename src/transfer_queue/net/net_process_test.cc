@@ -704,13 +704,17 @@ TEST(NetProcessTest, DeadServerIsUnavailableNotAHang) {
   Result<ServerProcess> server = ServerProcess::Start(ServerArgs());
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   RemoteOptions options = Options();
-  options.rpc_timeout = 300ms;
-  Result<RemoteQueue> queue = ConnectTransferQueue(server->endpoint(), options);
+  options.rpc_timeout = 1s;  // short, so that the dead server's errors come quickly
+  // On a loaded machine the live server's first reply can take longer than
+  // that: a few bounded attempts.
+  Result<RemoteQueue> queue = Status::Unavailable("not tried");
+  for (int attempt = 0; attempt < 5 && !queue.ok(); ++attempt)
+    queue = ConnectTransferQueue(server->endpoint(), options);
   ASSERT_TRUE(queue.ok()) << queue.status().ToString();
   ExpectCleanExit(*server);
   const auto start = std::chrono::steady_clock::now();
   TQ_EXPECT_ERROR(queue->client().Stats(), kUnavailable, server->endpoint());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   TQ_EXPECT_ERROR(ConnectTransferQueue(server->endpoint(), options), kUnavailable, "no reply");
 }
 

@@ -22,10 +22,12 @@ using Clock = std::chrono::steady_clock;
 // Small layout: w is 128 bytes, b is 128 bytes.
 Layout SmallLayout() { return {{"w", DType::kF32, {4, 8}}, {"b", DType::kI64, {16}}}; }
 
-std::unique_ptr<VersionStore> MakeStore(Layout layout = SmallLayout(), size_t max_pinned = 0) {
+std::unique_ptr<VersionStore> MakeStore(Layout layout = SmallLayout(), size_t max_pinned = 0,
+                                        bool reuse_buffers = false) {
   VersionStoreOptions options;
   options.layout = std::move(layout);
   options.max_pinned_versions = max_pinned;
+  options.reuse_buffers = reuse_buffers;
   auto store = VersionStore::Create(std::move(options));
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return std::move(store).value();
@@ -354,12 +356,9 @@ TEST(VersionStoreTest, WriteIntoSealedStagingIsCaughtAtCommit) {
 }
 
 TEST(VersionStoreTest, ReuseBuffersKeepsOneFreedVersionForTheNextPublish) {
-  VersionStoreOptions options;
-  options.layout = SmallLayout();
-  options.reuse_buffers = true;
-  auto created = VersionStore::Create(options);
-  ASSERT_TRUE(created.ok());
-  VersionStore& store = **created;
+  auto owned = MakeStore(SmallLayout(), 0, /*reuse_buffers=*/true);
+  ASSERT_NE(owned, nullptr);
+  VersionStore& store = *owned;
   const Layout layout = SmallLayout();
   const size_t vb = store.version_bytes();
   ASSERT_TRUE(store.Publish(1, MakeVersion(layout, 1)).ok());
@@ -404,12 +403,9 @@ TEST(VersionStoreTest, ReuseBuffersKeepsOneFreedVersionForTheNextPublish) {
 // A version freed while a publish is staging (its pin dropped) is not kept as
 // the spare: the staging already holds the place the spare has in the bound.
 TEST(VersionStoreTest, ReuseBuffersKeepsTheBoundWhenAPinIsDroppedDuringStaging) {
-  VersionStoreOptions options;
-  options.layout = SmallLayout();
-  options.reuse_buffers = true;
-  auto created = VersionStore::Create(options);
-  ASSERT_TRUE(created.ok());
-  VersionStore& store = **created;
+  auto owned = MakeStore(SmallLayout(), 0, /*reuse_buffers=*/true);
+  ASSERT_NE(owned, nullptr);
+  VersionStore& store = *owned;
   const Layout layout = SmallLayout();
   const size_t vb = store.version_bytes();
   ASSERT_TRUE(store.Publish(1, MakeVersion(layout, 1)).ok());

@@ -155,6 +155,9 @@ ConfigSchema TrainSchema() {
   s.AddBool("pipeline.processes", false,
             "streaming modes: run the trainer, rollout and reward roles as separate processes (hub and weights "
             "over shared memory), supervised by this one; Ctrl-C stops them all");
+  s.AddString("pipeline.trainer_command", "",
+              "pipeline.processes: a shell command that runs the trainer role instead of Sluice's trainer (e.g. a "
+              "Python trainer); it reads the run's hub, weight store and settings from $SLUICE_RUN_INFO");
   s.AddEnum("pipeline.train_order", "prompt", {"prompt", "completion"},
             "streaming trainer: each step's own prompts in order (the direct loop's batches), or whole groups as "
             "they complete (sync only: refused where samples may be stale)");
@@ -367,6 +370,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.train_order = c.GetString("pipeline.train_order") == "prompt" ? pipeline::TrainOrder::kPrompt
                                                                            : pipeline::TrainOrder::kCompletion;
   o.pipeline.processes = c.GetBool("pipeline.processes");
+  o.pipeline.trainer_command = c.GetString("pipeline.trainer_command");
   const std::string device = c.GetString("model.device");
   const std::string trainer_device = c.GetString("pipeline.trainer_device");
   const std::string rollout_device = c.GetString("pipeline.rollout_device");

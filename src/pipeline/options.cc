@@ -97,6 +97,13 @@ Status RunOptions::Validate() const {
   if (pipeline.processes && pipeline.mode == PipelineMode::kDirect) {
     return bad("pipeline.processes", "needs a streaming mode (sync, one_step_off or async), not direct");
   }
+  if (!pipeline.trainer_command.empty()) {
+    if (!pipeline.processes) return bad("pipeline.trainer_command", "needs pipeline.processes=true");
+    if (pipeline.trainer_command.find('\0') != std::string::npos ||
+        pipeline.trainer_command.find_first_not_of(" \t\n") == std::string::npos) {
+      return bad("pipeline.trainer_command", "must be a command line (it is blank or holds a NUL byte)");
+    }
+  }
   if (pipeline.rollout_engines < 1 || pipeline.rollout_engines > rl.rollout_slots) {
     return bad("pipeline.rollout_engines", "must be in [1, rl.rollout_slots]");
   }

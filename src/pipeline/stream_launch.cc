@@ -15,21 +15,33 @@
 // the others, as it does on the launcher's stop flag (SIGINT). Whatever way
 // the run ends, the launcher removes the weight store, the board and the hub's
 // arena, and reaps every child.
+//
+// pipeline.trainer_command replaces the trainer process with a user's
+// command (/bin/sh -c): the launcher creates the weight store and publishes
+// the starting version itself, writes roles/trainer.json (hub endpoint,
+// store, settings; the child gets its path in $SLUICE_RUN_INFO), and keeps a
+// reader on the store. The command follows the trainer's hub protocol (whole
+// groups leased from the train task, published, then acked); when it exits
+// 0 the launcher checks that every answer was acked and adopts the latest
+// version as the trained policy.
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "metrics_log.h"
 #include "run_state.h"
 #include "sluice/checkpoint_engine/shm_store.h"
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/background_thread.h"
+#include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/shm.h"
 #include "sluice/rollout/standby_weights.h"
@@ -183,6 +195,95 @@ class StallWatch {
 
 }  // namespace
 
+// What the command needs to take the trainer's place (docs/python.md,
+// "Trainers in Python").
+std::string StreamRoles::ExternalTrainerInfo(const TrainingRun::State& s, const std::string& hub,
+                                             const std::string& store, const std::string& model_dir) {
+  const RunOptions& o = s.options;
+  const trainer::TrainerOptions& t = o.rl.trainer;
+  nlohmann::json info = {
+      {"hub", hub},
+      {"weight_store", store},
+      {"shm_prefix", kShmPrefix},
+      {"run_dir", o.run_dir},
+      {"model_dir", model_dir},
+      {"metrics", (fs::path(o.run_dir) / "metrics.jsonl").string()},
+      {"partition", kRolloutPartition},
+      {"task", kTrainTask},
+      {"columns",
+       {column::kPrompt, column::kResponse, column::kLogprobs, column::kVersions, column::kAnswerIndex,
+        column::kReward}},
+      {"start_step", s.step},
+      {"start_version", s.version},
+      {"steps", o.rl.steps},
+      {"prompts_per_step", o.rl.prompts_per_step},
+      {"group_size", o.rl.group_size},
+      {"temperature", t.temperature},
+      {"seed", o.seed},
+      {"mode", PipelineModeName(o.pipeline.mode)},
+      {"max_staleness", o.pipeline.EffectiveMaxStaleness()},
+      {"sync_interval", o.pipeline.sync_interval},
+      {"lease_seconds", o.pipeline.lease_seconds},
+      {"lr", t.optimizer.lr},
+      {"warmup_steps", t.optimizer.warmup_steps},
+      {"loss_agg", t.loss.aggregation == trainer::LossAggregation::kSequenceMean ? "seq-mean" : "token-mean"},
+      {"weight_decay", t.optimizer.weight_decay},
+      {"max_grad_norm", t.optimizer.max_grad_norm},
+      {"clip_low", t.loss.clip_low},
+      {"clip_high", t.loss.clip_high},
+      {"divide_adv_by_std", o.rl.divide_adv_by_std},
+      {"dynamic_sampling", o.rl.dynamic_sampling},
+  };
+  return info.dump(2) + "\n";
+}
+
+Status StreamRoles::CheckExternalTrainerAcked(const TrainingRun::State& s, tq::TransferQueueClient& hub) {
+  const RlOptions& rl = s.options.rl;
+  const uint64_t expected = static_cast<uint64_t>((rl.steps - s.step) * rl.prompts_per_step * rl.group_size);
+  SLUICE_ASSIGN_OR_RETURN(tq::QueueStats stats, hub.Stats());
+  uint64_t acked = 0;
+  for (const auto& task : stats.controller.tasks) {
+    if (task.task == kTrainTask) acked = task.acked_total;
+  }
+  if (acked < expected) {
+    return Status::FailedPrecondition(
+        "pipeline.trainer_command exited with status 0 having acked " + std::to_string(acked) + " of the run's " +
+        std::to_string(expected) + " answers on the hub's '" + kTrainTask +
+        "' task: it must train and ack every group of " + std::to_string(rl.steps - s.step) + " steps");
+  }
+  return Status::Ok();
+}
+
+Status StreamRoles::AdoptExternalResult(TrainingRun::State& s, tq::TransferQueueClient& hub,
+                                        ce::WeightReader& weights) {
+  const RlOptions& rl = s.options.rl;
+  SLUICE_RETURN_IF_ERROR(CheckExternalTrainerAcked(s, hub));
+  SLUICE_ASSIGN_OR_RETURN(ce::PinnedWeights latest, weights.PinLatest());
+  if (latest.version <= s.version) {
+    return Status::FailedPrecondition("pipeline.trainer_command exited 0 without publishing a weight version after " +
+                                      std::to_string(s.version));
+  }
+  SLUICE_RETURN_IF_ERROR(model::LoadWeights(*s.policy, latest.tensors).WithContext("the trainer command's weights"));
+  SLUICE_LOG(INFO) << "the trainer command trained " << rl.steps - s.step << " steps and published version "
+                   << latest.version;
+  s.step = rl.steps;
+  s.version = latest.version;
+  return Status::Ok();
+}
+
+namespace {
+
+// The package's build directory next to this build's `sluice`
+// (build/<preset>/apps/sluice -> build/<preset>/python), if there is one.
+std::optional<std::string> BuiltPythonPackage(const std::string& sluice_exe) {
+  const fs::path dir = fs::path(sluice_exe).parent_path().parent_path() / "python";
+  std::error_code ec;
+  if (fs::exists(dir / "sluice" / "__init__.py", ec)) return dir.string();
+  return std::nullopt;
+}
+
+}  // namespace
+
 Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   State& s = *state_;
   const PipelineOptions& po = s.options.pipeline;
@@ -228,11 +329,52 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   }));
 
   Status result = [&]() -> Status {
+    // pipeline.trainer_command: this process creates the weight store with
+    // the starting version and keeps a reader on it (so the store outlives
+    // the command's publisher and the result can be read), then hands the
+    // publisher's place to the command.
+    const bool external = !po.trainer_command.empty();
+    std::unique_ptr<ce::ShmSubscriber> store_reader;
+    std::string info_path;
+    if (external) {
+      SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*s.policy));
+      ce::ShmPublisherOptions pub;
+      pub.store_name = store_name;
+      pub.shm_prefix = kShmPrefix;
+      pub.layout = ce::LayoutOf(initial);
+      SLUICE_ASSIGN_OR_RETURN(auto publisher, ce::ShmPublisher::Attach(pub));
+      ce::ShmSubscriberOptions sub;
+      sub.store_name = store_name;
+      sub.shm_prefix = kShmPrefix;
+      sub.expected_layout = pub.layout;
+      SLUICE_ASSIGN_OR_RETURN(store_reader, ce::ShmSubscriber::Attach(sub));
+      SLUICE_RETURN_IF_ERROR(publisher->Publish(s.version, initial));
+      publisher.reset();
+      // The command's metrics lines go here; the report needs the file.
+      SLUICE_RETURN_IF_ERROR(MetricsLog::Open(s.options.run_dir).status());
+      info_path = (fs::path(s.options.run_dir) / "roles" / "trainer.json").string();
+      SLUICE_RETURN_IF_ERROR(WriteFileAtomically(
+          info_path, StreamRoles::ExternalTrainerInfo(s, server->endpoint(), store_name, init_dir.string())));
+      SLUICE_LOG(INFO) << "trainer command: hub " << server->endpoint() << ", weight store " << store_name
+                       << " (version " << s.version << " published), run info " << info_path;
+    }
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
-    std::vector<StallWatch::Role> started;
+    std::vector<StallWatch::Role> watched;
     for (PipelineRole role : {PipelineRole::kTrainer, PipelineRole::kRollout, PipelineRole::kReward}) {
       runtime::ChildSpec spec;
       spec.name = PipelineRoleName(role);
+      spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
+      if (role == PipelineRole::kTrainer && external) {
+        spec.path = "/bin/sh";
+        spec.args = {"-c", po.trainer_command};
+        spec.env["SLUICE_RUN_INFO"] = info_path;
+        if (std::optional<std::string> package = BuiltPythonPackage(po.role_command.front())) {
+          const char* path = std::getenv("PYTHONPATH");
+          spec.env["PYTHONPATH"] = *package + (path != nullptr && *path != 0 ? ":" + std::string(path) : "");
+        }
+        SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting pipeline.trainer_command"));
+        continue;  // it has no heartbeat on the board: not watched
+      }
       spec.path = po.role_command.front();
       spec.args.assign(po.role_command.begin() + 1, po.role_command.end());
       spec.args.push_back("--role=" + spec.name);
@@ -241,14 +383,24 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
       spec.args.push_back("--board=" + board_name);
       spec.args.push_back("--start-step=" + std::to_string(s.step));
       spec.args.push_back("--start-version=" + std::to_string(s.version));
-      spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
       SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting the " + spec.name + " role"));
-      started.push_back({role, supervisor->pids().back()});
+      watched.push_back({role, supervisor->pids().back()});
     }
-    StallWatch watch(*board, std::move(started), po);
+    StallWatch watch(*board, std::move(watched), po);
     // A year is "no limit" for a run; SIGINT, failures and stalls end it sooner.
-    Status waited = supervisor->Wait(std::chrono::hours(24 * 365), stop, [&watch] { return watch.Check(); });
+    // A trainer command that exits 0 before acking every answer would leave
+    // the rollout waiting for its progress: that ends the run.
+    bool checked_exit = false;
+    auto check = [&]() -> Status {
+      if (external && !checked_exit && supervisor->HasExited(PipelineRoleName(PipelineRole::kTrainer))) {
+        checked_exit = true;
+        SLUICE_RETURN_IF_ERROR(StreamRoles::CheckExternalTrainerAcked(s, local));
+      }
+      return watch.Check();
+    };
+    Status waited = supervisor->Wait(std::chrono::hours(24 * 365), stop, check);
     supervisor->StopAll();
+    if (waited.ok() && external) waited = StreamRoles::AdoptExternalResult(s, local, *store_reader);
     return waited;
   }();
 
@@ -267,6 +419,9 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
     SLUICE_LOG(WARNING) << "weight store " << store_name << ": " << destroyed.ToString();
   }
   SLUICE_RETURN_IF_ERROR(result);
+  // A trainer command's weights were adopted above; Sluice keeps no
+  // checkpoint of a trainer it does not run.
+  if (!po.trainer_command.empty()) return Status::Ok();
 
   // The trained weights, step and version: the trainer's last checkpoint.
   bool loaded = false;

@@ -145,6 +145,19 @@ struct StreamRoles {
   // published, then is acked: the hub redelivers what a dead trainer held.
   static Status RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, const Trainer& t, RoleBoard& board,
                            const std::function<Result<EvalResult>()>& evaluate, const ProgressFn& progress);
+
+  // pipeline.trainer_command (stream_launch.cc): the run info the command
+  // reads (JSON: the hub's endpoint, the weight store, the run's settings);
+  // the check, once it exited 0, that it acked every answer of the run on
+  // the train task (FailedPrecondition naming the count otherwise: the
+  // rollout would wait for it forever); and then the check that it
+  // published a newer version, whose weights become s.policy (s.step =
+  // rl.steps, s.version = that version).
+  static std::string ExternalTrainerInfo(const TrainingRun::State& s, const std::string& hub, const std::string& store,
+                                         const std::string& model_dir);
+  static Status CheckExternalTrainerAcked(const TrainingRun::State& s, tq::TransferQueueClient& hub);
+  static Status AdoptExternalResult(TrainingRun::State& s, tq::TransferQueueClient& hub,
+                                    checkpoint_engine::WeightReader& weights);
 };
 
 }  // namespace sluice::pipeline

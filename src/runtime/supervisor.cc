@@ -266,6 +266,13 @@ Status Supervisor::Start(const ChildSpec& spec) {
   return Status::Ok();
 }
 
+bool Supervisor::HasExited(const std::string& name) const {
+  for (const Child& child : children_) {
+    if (child.name == name) return child.exited;
+  }
+  return false;
+}
+
 void Supervisor::PollExits() {
   for (Child& child : children_) {
     if (child.exited || child.reaped) continue;

@@ -122,6 +122,14 @@ struct PipelineOptions {
   // appends --role=..., --hub=..., --weights=..., --board=... (see
   // RoleConnection). Set by the command-line front end.
   std::vector<std::string> role_command;
+  // pipeline.processes: a shell command line (run by /bin/sh -c) that takes
+  // the trainer role's place, e.g. a Python trainer; empty: Sluice's own
+  // trainer. The launcher publishes the starting weights, writes the run's
+  // endpoints and settings to roles/trainer.json (the child finds it in
+  // $SLUICE_RUN_INFO) and, once the command exits 0, checks that every group
+  // was acked and takes the latest published version as the trained model
+  // (docs/python.md, "Trainers in Python").
+  std::string trainer_command;
   // Versions a sample may lag the weights it is trained with.
   int64_t EffectiveMaxStaleness() const;
   // Whether the rollout's cores train while it idles (lend_idle_cores in

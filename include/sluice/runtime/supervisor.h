@@ -99,6 +99,11 @@ class Supervisor {
   // Pids of the children started and not yet reaped, in start order.
   std::vector<pid_t> pids() const;
 
+  // Whether the child named `name` has exited, as of Wait's latest look
+  // (so, inside Wait's `watch`: an exit Wait has seen, and since a failed
+  // exit ends Wait, one with status 0). False for an unknown name.
+  bool HasExited(const std::string& name) const;
+
  private:
   struct Child;
   explicit Supervisor(SupervisorOptions options);

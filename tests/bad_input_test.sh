@@ -104,6 +104,8 @@ train-device           | 2 | device 'tpu' is not one of auto, cpu, cuda, cuda:N 
 train-device-absent    | 1 | device 'cuda:99' asked for                           | train model.device=cuda:99
 train-rollout-dtype    | 2 | pipeline.rollout_dtype                               | train pipeline.rollout_dtype=fp8
 train-direct-rollout   | 2 | direct mode generates with the trainer's model       | train pipeline.mode=direct model.device=cpu pipeline.rollout_device=cuda
+train-trace-direct     | 2 | run.trace: records the roles of a streaming          | train pipeline.mode=direct run.trace=true
+train-trainer-command  | 2 | pipeline.trainer_command: needs pipeline.processes   | train pipeline.mode=async pipeline.trainer_command=true
 yaml-syntax            | 2 | yaml-syntax.yaml                                     | train --config=yaml-syntax.yaml
 yaml-type              | 2 | rl.steps                                             | train --config=yaml-type.yaml
 yaml-group             | 2 | rl.group_size                                        | train --config=yaml-group.yaml

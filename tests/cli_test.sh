@@ -123,7 +123,25 @@ proc=(model.preset=tiny sft.steps=0 rl.steps=6 rl.prompts_per_step=3 rl.group_si
       rl.dynamic_sampling=false eval.size=4 eval.max_new_tokens=8 eval.interval=0 run.threads=1 run.progress=lines
       pipeline.mode=async pipeline.max_staleness=2 pipeline.processes=true pipeline.rollout_threads=1
       pipeline.trainer_threads=1)
-expect processes 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/proc"
+expect processes 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/proc" run.trace=true
+# run.trace: the launcher's and every role's timeline in one trace-event file, each role on its own
+# track whether roles are processes or threads, the per-process parts merged and removed.
+expect threads-trace 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/thr" run.trace=true \
+  pipeline.processes=false
+/usr/bin/python3 - "$tmp/proc" "$tmp/thr" <<'PY' && echo "ok   trace-files" || { echo "FAIL trace-files"; failures=$((failures + 1)); }
+import glob, json, sys
+want = {(0, "put prompts"), (1, "wait for groups"), (1, "train step"), (1, "publish"), (1, "ack"),
+        (2, "take prompts"), (2, "decode step"), (2, "write answer"), (3, "take answer"), (3, "score"),
+        (3, "write reward")}
+for run in sys.argv[1:]:
+    events = json.load(open(run + "/trace.json"))
+    spans = {(e["pid"], e["name"]) for e in events if e["ph"] == "X"}
+    tracks = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert want <= spans, (run, want - spans)
+    assert tracks == {0: "launcher", 1: "trainer", 2: "rollout", 3: "reward"}, (run, tracks)
+    assert all(e["dur"] >= 0 for e in events if e["ph"] == "X")
+    assert not glob.glob(run + "/roles/trace-*"), glob.glob(run + "/roles/trace-*")
+PY
 trained=$(grep -o '"prompts":\[[0-9,]*\]' "$tmp/proc/metrics.jsonl" | grep -o '[0-9][0-9]*' | sort -n | tr '\n' ' ')
 [ "$trained" = "$(seq 0 17 | tr '\n' ' ')" ] || { echo "FAIL processes: trained prompts '$trained', want 0..17 once each"; failures=$((failures + 1)); }
 stale=$(grep -o '"staleness_max":[0-9]*' "$tmp/proc/metrics.jsonl" | cut -d: -f2 | sort -n | tail -1)
@@ -182,7 +200,7 @@ for action in warn stop; do
   for _ in $(seq 300); do grep -q '"step":1' "$tmp/stall-$action/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
   rollout=$(role_pid $launcher rollout)
   [ -n "$rollout" ] && kill -STOP "$rollout"
-  report="the rollout role (pid $rollout) has made no progress for [0-9]* s (pipeline.stall_seconds=5): it is stopped by a signal"
+  report="the rollout role (pid $rollout) has made no progress for [0-9]* s (pipeline.stall_seconds=5): in '[a-z ]*' for [0-9]* s; it is stopped by a signal"
   for _ in $(seq 300); do grep -q "$report" "$tmp/stall-$action.log" && break; sleep 0.1; done
   grep -q "$report" "$tmp/stall-$action.log" \
     || { echo "FAIL stall-$action: no report of the stopped rollout"; tail -3 "$tmp/stall-$action.log"; failures=$((failures + 1)); }

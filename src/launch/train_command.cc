@@ -48,6 +48,9 @@ ConfigSchema TrainSchema() {
   s.AddBool("run.overwrite", false,
             "start afresh in a run.dir that holds an earlier run, removing that run's files first");
   s.AddEnum("run.progress", "auto", {"auto", "bar", "lines", "off"}, "progress display on stderr");
+  s.AddBool("run.trace", false,
+            "streaming modes: record every role's timeline (decode steps, hub calls, scoring, training steps, "
+            "publishes) to run.dir/trace.json, Chrome trace-event JSON for ui.perfetto.dev or chrome://tracing");
   s.AddString("model.path", "", "initial checkpoint (Hugging Face layout); empty: a fresh model.preset");
   s.AddEnum("model.preset", "1m", {"tiny", "1m", "5m", "20m", "0.5b"},
             "built-in model size when model.path is empty (0.5b: Qwen2.5-0.5B's shape and vocabulary size)");
@@ -300,6 +303,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.run_dir = c.GetString("run.dir");
   o.seed = static_cast<uint64_t>(c.GetInt("run.seed"));
   o.resume = c.GetBool("run.resume");
+  o.trace = c.GetBool("run.trace");
   o.checkpoint_interval = c.GetInt("checkpoint.interval");
   o.tokenizer_dir = c.GetString("model.path");  // its tokenizer.json, if it has one
   o.sft.steps = c.GetInt("sft.steps");

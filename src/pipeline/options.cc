@@ -97,6 +97,9 @@ Status RunOptions::Validate() const {
   if (pipeline.processes && pipeline.mode == PipelineMode::kDirect) {
     return bad("pipeline.processes", "needs a streaming mode (sync, one_step_off or async), not direct");
   }
+  if (trace && pipeline.mode == PipelineMode::kDirect) {
+    return bad("run.trace", "records the roles of a streaming pipeline.mode (sync, one_step_off, async), not direct");
+  }
   if (!pipeline.trainer_command.empty()) {
     if (!pipeline.processes) return bad("pipeline.trainer_command", "needs pipeline.processes=true");
     if (pipeline.trainer_command.find('\0') != std::string::npos ||

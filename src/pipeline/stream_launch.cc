@@ -44,6 +44,7 @@
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/shm.h"
+#include "sluice/common/trace.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/runtime/supervisor.h"
 #include "sluice/transfer_queue/remote.h"
@@ -173,10 +174,10 @@ class StallWatch {
       }
       if (reported_[i]) continue;
       reported_[i] = true;
-      const std::string what = who + " has made no progress for " + std::to_string(quiet.count()) + " s (" +
-                               (beat == 0 ? "since it started, " : "") +
-                               "pipeline.stall_seconds=" + std::to_string(limit_.count()) + "): it is " +
-                               DescribeProcessState(roles_[i].pid);
+      const std::string what =
+          who + " has made no progress for " + std::to_string(quiet.count()) + " s (" +
+          (beat == 0 ? "since it started, " : "") + "pipeline.stall_seconds=" + std::to_string(limit_.count()) +
+          "): " + DescribeActivity(roles_[i].role, now) + "; it is " + DescribeProcessState(roles_[i].pid);
       if (stop_) return Status::Timeout(what + "; stopping the run (pipeline.stop_on_stall=true)");
       SLUICE_LOG(WARNING) << what << "; the run waits for it (pipeline.stop_on_stall=true stops the run instead)";
     }
@@ -184,6 +185,18 @@ class StallWatch {
   }
 
  private:
+  // "in 'decode step' for 312 s": what the role last marked on the board.
+  std::string DescribeActivity(PipelineRole role, std::chrono::steady_clock::time_point now) const {
+    const int r = static_cast<int>(role);
+    const uint32_t a = board_.activity[r].load(std::memory_order_relaxed);
+    const int64_t since = board_.activity_since_ns[r].load(std::memory_order_relaxed);
+    const std::string name =
+        a < static_cast<uint32_t>(RoleActivity::kCount) ? RoleActivityName(static_cast<RoleActivity>(a)) : "unknown";
+    const auto from = since == 0 ? started_ : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(since));
+    return "in '" + name + "' for " +
+           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - from).count()) + " s";
+  }
+
   static constexpr std::chrono::seconds kStartAllowance{60};
   const RoleBoard& board_;
   const std::vector<Role> roles_;
@@ -233,6 +246,9 @@ std::string StreamRoles::ExternalTrainerInfo(const TrainingRun::State& s, const 
       {"clip_high", t.loss.clip_high},
       {"divide_adv_by_std", o.rl.divide_adv_by_std},
       {"dynamic_sampling", o.rl.dynamic_sampling},
+      // run.trace: trace events (JSON Lines) written here join the run's trace.
+      {"trace", o.trace ? nlohmann::json(TracePart(s, "trainer")) : nlohmann::json(nullptr)},
+      {"trace_track", TraceTrack(PipelineRole::kTrainer)},
   };
   return info.dump(2) + "\n";
 }
@@ -306,6 +322,14 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   // the resumed checkpoint's).
   const fs::path init_dir = fs::path(s.options.run_dir) / "roles" / "init";
   SLUICE_RETURN_IF_ERROR(s.SaveModel(init_dir.string()));
+
+  // run.trace: the launcher's part (the prompt feeder); each role process
+  // writes its own, and all of them become run_dir/trace.json at the end.
+  SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(s, "launcher"));
+  struct FinishTrace {
+    const State& s;
+    ~FinishTrace() { StreamRoles::FinishTrace(s, {"launcher", "trainer", "rollout", "reward"}); }
+  } finish_trace{s};
 
   tq::ServerOptions so;
   so.controller.columns = HubColumns();
@@ -447,6 +471,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   tq::TransferQueueClient client = queue.client();
   auto stopping = [] { return false; };  // the launcher stops a role process by signal
 
+  SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(s, PipelineRoleName(c.role)));
   Status done;
   switch (c.role) {
     case PipelineRole::kTrainer: {
@@ -492,6 +517,9 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   }
   board.Finished(c.role);
   if (!done.ok()) board.stop.store(1);  // the others stop at their next check
+  if (Status traced = TraceRecorder::Global().Finish(); !traced.ok()) {
+    SLUICE_LOG(WARNING) << "run.trace: " << traced.ToString();
+  }
   return done;
 }
 

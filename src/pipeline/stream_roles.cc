@@ -14,6 +14,7 @@
 
 #include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
+#include "sluice/common/trace.h"
 
 namespace sluice::pipeline {
 
@@ -75,6 +76,99 @@ Result<tq::TaskDepth> TrainerDepth(tq::TransferQueueClient& client) {
 
 }  // namespace
 
+const char* RoleActivityName(RoleActivity a) {
+  switch (a) {
+    case RoleActivity::kStarting:
+      return "starting";
+    case RoleActivity::kPutPrompts:
+      return "put prompts";
+    case RoleActivity::kTakePrompts:
+      return "take prompts";
+    case RoleActivity::kDecodeStep:
+      return "decode step";
+    case RoleActivity::kWriteAnswer:
+      return "write answer";
+    case RoleActivity::kWaitAdmission:
+      return "wait for admission";
+    case RoleActivity::kTakeAnswer:
+      return "take answer";
+    case RoleActivity::kScore:
+      return "score";
+    case RoleActivity::kWriteReward:
+      return "write reward";
+    case RoleActivity::kWaitForGroups:
+      return "wait for groups";
+    case RoleActivity::kTrainStep:
+      return "train step";
+    case RoleActivity::kPublish:
+      return "publish";
+    case RoleActivity::kAck:
+      return "ack";
+    case RoleActivity::kEvaluate:
+      return "evaluate";
+    case RoleActivity::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+int32_t TraceTrack(PipelineRole role) { return static_cast<int32_t>(role) + 1; }
+
+void TraceThisThread(PipelineRole role, const std::string& thread_name) {
+  TraceRecorder& trace = TraceRecorder::Global();
+  trace.SetThreadTrack(TraceTrack(role), PipelineRoleName(role));
+  trace.NameThread(thread_name);
+}
+
+namespace {
+int64_t SteadyNs() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+}  // namespace
+
+RoleDoing::RoleDoing(RoleBoard& board, PipelineRole role, RoleActivity activity, bool traced)
+    : board_(board),
+      role_(static_cast<int>(role)),
+      activity_(activity),
+      before_(board.activity[role_].exchange(static_cast<uint32_t>(activity), std::memory_order_relaxed)),
+      start_us_(traced && TraceRecorder::Global().enabled() ? TraceNowUs() : -1) {
+  board_.activity_since_ns[role_].store(SteadyNs(), std::memory_order_relaxed);
+}
+
+RoleDoing::~RoleDoing() {
+  if (start_us_ >= 0) {
+    static constexpr const char* kCategory[] = {"trainer", "rollout", "reward"};  // by PipelineRole
+    TraceRecorder::Global().Complete(RoleActivityName(activity_), kCategory[role_], start_us_, TraceNowUs());
+  }
+  board_.activity[role_].store(before_, std::memory_order_relaxed);
+  board_.activity_since_ns[role_].store(SteadyNs(), std::memory_order_relaxed);
+}
+
+std::string StreamRoles::TracePart(const TrainingRun::State& s, const std::string& part) {
+  return (fs::path(s.options.run_dir) / "roles" / ("trace-" + part + ".jsonl")).string();
+}
+
+Status StreamRoles::StartTrace(const TrainingRun::State& s, const std::string& part) {
+  if (!s.options.trace) return Status::Ok();
+  std::error_code ec;
+  fs::create_directories(fs::path(s.options.run_dir) / "roles", ec);
+  return TraceRecorder::Global().Start(TracePart(s, part)).WithContext("run.trace");
+}
+
+void StreamRoles::FinishTrace(const TrainingRun::State& s, const std::vector<std::string>& parts) {
+  if (!s.options.trace) return;
+  if (Status done = TraceRecorder::Global().Finish(); !done.ok())
+    SLUICE_LOG(WARNING) << "run.trace: " << done.ToString();
+  std::vector<std::string> paths;
+  for (const std::string& part : parts) paths.push_back(TracePart(s, part));
+  const std::string out = (fs::path(s.options.run_dir) / "trace.json").string();
+  Result<int64_t> events = FinishTraceFile(paths, out);
+  if (!events.ok()) {
+    SLUICE_LOG(WARNING) << "run.trace: " << events.status().ToString();
+    return;
+  }
+  for (const std::string& path : paths) std::remove(path.c_str());
+  SLUICE_LOG(INFO) << "trace: " << out << " (" << *events << " events; open it in ui.perfetto.dev)";
+}
+
 StreamSummary RoleBoard::Summary(double wall_seconds) const {
   StreamSummary out;
   out.wall_seconds = wall_seconds;
@@ -119,6 +213,8 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
   // written ahead, and admitted prompts are always in the hub.
   const uint64_t window = static_cast<uint64_t>((po.EffectiveMaxStaleness() + 2) * P * po.sync_interval +
                                                 2 * rl.rollout_slots / rl.group_size + 1);
+  TraceRecorder::Global().SetThreadTrack(0, "launcher");
+  TraceRecorder::Global().NameThread("prompt feeder");
   for (uint64_t next = start; next < end;) {
     if (stopping() || board.stop.load() != 0) return Status::Ok();
     SLUICE_ASSIGN_OR_RETURN(tq::ControllerStats stats, client.controller()->Stats());
@@ -145,6 +241,7 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
       cols[column::kReferenceAnswer].push_back(
           HostTensor::Copy(DType::kU8, {static_cast<int64_t>(ex.answer.size())}, ex.answer.data(), ex.answer.size()));
     }
+    TraceSpan span(RoleActivityName(RoleActivity::kPutPrompts), "launcher");
     SLUICE_RETURN_IF_ERROR(client.PutRows(kPromptPartition, std::move(tags), cols).status());
   }
   return Status::Ok();
@@ -207,6 +304,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   } idle_on_exit{&board};
 
   auto run_engine = [&](int32_t e) -> Status {
+    TraceThisThread(PipelineRole::kRollout, "engine " + std::to_string(e));
     if (po.rollout_threads > 0) SetIntraOpThreadsHere(std::max(1, po.rollout_threads / engines));
     rollout::EngineOptions eo;
     eo.num_slots = rl.rollout_slots / engines + (e < rl.rollout_slots % engines ? 1 : 0);
@@ -227,6 +325,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       ~Busy() { Set(false); }
     } busy{active, board};
     rollout::EngineStats seen;
+    PolicyVersion traced_version = -1;
     // This engine's prompts in flight, as the hub gave them (what the reward
     // needs travels on with each answer), and the leases that hold them: a
     // lease is acked when every answer of its prompts is in the hub, so the
@@ -265,6 +364,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         }
         // The admitted prompts, in order, from the hub's prompt partition.
         if (owed > 0) {
+          RoleDoing doing(board, PipelineRole::kRollout, RoleActivity::kTakePrompts);
           take.n = static_cast<uint32_t>(owed);
           auto got = client.GetMeta(take);
           if (!got.ok() && got.status().code() != StatusCode::kTimeout) return got.status();
@@ -277,7 +377,10 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
           }
         }
       }
-      if (!meta && engine->idle()) std::this_thread::sleep_for(kIdlePoll);
+      if (!meta && engine->idle()) {
+        RoleDoing doing(board, PipelineRole::kRollout, RoleActivity::kWaitAdmission, /*traced=*/false);
+        std::this_thread::sleep_for(kIdlePoll);
+      }
       for (size_t i = 0; meta && i < meta->rows.size(); ++i) {
         const uint64_t c = static_cast<uint64_t>(meta->rows[i].tags.group_id);
         SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt_cell, Cell(*data, column::kPrompt, i));
@@ -310,7 +413,16 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       }
       // A step on an idle engine still runs the weight-swap hook.
       const auto t0 = Clock::now();
-      SLUICE_ASSIGN_OR_RETURN(auto done, engine->Step());
+      std::vector<rollout::GenerationResult> done;
+      {
+        // A step on an idle engine only runs the hook: not traced.
+        RoleDoing doing(board, PipelineRole::kRollout, RoleActivity::kDecodeStep, !engine->idle());
+        SLUICE_ASSIGN_OR_RETURN(done, engine->Step());
+      }
+      if (engine->policy_version() != traced_version) {  // switched weights in that step
+        traced_version = engine->policy_version();
+        TraceRecorder::Global().Counter("serving version", TraceNowUs(), static_cast<double>(traced_version));
+      }
       if (!engine->idle() || !done.empty()) {
         board.rollout_busy_us +=
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count() / engines;
@@ -338,6 +450,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         cols[column::kAnswerIndex] = {HostTensor::Copy(DType::kI32, {}, &answer_index, sizeof(answer_index))};
         cols[column::kExample] = {HostTensor::Copy(DType::kI64, {}, &prompt.example, sizeof(prompt.example))};
         cols[column::kReferenceAnswer] = {prompt.reference_answer};
+        RoleDoing doing(board, PipelineRole::kRollout, RoleActivity::kWriteAnswer);
         SLUICE_RETURN_IF_ERROR(client.PutRows(kRolloutPartition, {tags}, cols).status());
         // The prompt's last answer: done with it; its batch's last: ack the lease.
         const tq::LeaseId lease = prompt.lease;
@@ -375,13 +488,24 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
   std::atomic<bool> failed{false};
   // One loop per answer the task scores at once (reward.python: its
   // workers); each leases one answer at a time.
+  std::atomic<int> loop_ids{0};
   auto run_loop = [&]() -> Status {
+    TraceThisThread(PipelineRole::kReward, "scorer " + std::to_string(loop_ids.fetch_add(1)));
     while (scored.load() < total && !stopping() && board.stop.load() == 0 && !failed.load()) {
       board.Beat(PipelineRole::kReward);
       // What it scores comes from the hub: the answer, and the reference answer
       // the rollout wrote next to it (no lookup in the dataset).
-      auto meta = client.GetMeta(kRewardTask, {column::kResponse, column::kExample, column::kReferenceAnswer}, 1,
-                                 kRolloutPartition, {}, kPoll);
+      Result<tq::BatchMeta> meta = Status::Internal("not taken");
+      {
+        // Mostly waiting for answers: a span only when one came.
+        const int64_t t0 = TraceNowUs();
+        RoleDoing doing(board, PipelineRole::kReward, RoleActivity::kTakeAnswer, /*traced=*/false);
+        meta = client.GetMeta(kRewardTask, {column::kResponse, column::kExample, column::kReferenceAnswer}, 1,
+                              kRolloutPartition, {}, kPoll);
+        if (meta.ok()) {
+          TraceRecorder::Global().Complete(RoleActivityName(RoleActivity::kTakeAnswer), "reward", t0, TraceNowUs());
+        }
+      }
       if (!meta.ok()) {
         if (meta.status().code() != StatusCode::kTimeout) return meta.status();
         continue;
@@ -400,7 +524,11 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
       SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> tokens,
                               TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
       const std::string text = model::DecodeKnown(*s.tokenizer, tokens);
-      const float reward = static_cast<float>(s.task->Score(ex, text));
+      float reward = 0;
+      {
+        RoleDoing doing(board, PipelineRole::kReward, RoleActivity::kScore);
+        reward = static_cast<float>(s.task->Score(ex, text));
+      }
       // The count only grows; loops finishing out of order must not lower it.
       const int64_t errors = static_cast<int64_t>(s.task->score_errors());
       for (int64_t shown = board.reward_errors.load();
@@ -408,6 +536,7 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
       }
       tq::ColumnBatch cols;
       cols[column::kReward] = {HostTensor::Copy(DType::kF32, {}, &reward, sizeof(reward))};
+      RoleDoing doing(board, PipelineRole::kReward, RoleActivity::kWriteReward);
       SLUICE_RETURN_IF_ERROR(client.PutColumns(meta->row_ids(), cols));
       SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());
       scored.fetch_add(1);
@@ -462,6 +591,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     SLUICE_RETURN_IF_ERROR(s.trainer->SetMicroBatchWorkers(own + po.rollout_threads, may_run, done_running));
   }
 
+  TraceThisThread(PipelineRole::kTrainer, "trainer");
   const auto run_start = Clock::now();
   auto interval_start = run_start;
   int64_t busy_us_before = board.rollout_busy_us.load(), tokens_before = board.rollout_tokens.load();
@@ -512,6 +642,8 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       if (po.train_order == TrainOrder::kCompletion) return static_cast<int64_t>(step_cursors.size()) == P;
       return std::all_of(step_cursors.begin(), step_cursors.end(), [&](uint64_t c) { return taken.count(c) > 0; });
     };
+    std::optional<RoleDoing> waiting;
+    waiting.emplace(board, PipelineRole::kTrainer, RoleActivity::kWaitForGroups);
     while (!have_all()) {
       // Prompt order waits for the step's own prompts; completion order for
       // any P groups, the earliest admitted first. While this GetMeta is
@@ -577,6 +709,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       taken.emplace(cursor, Taken{std::move(group), meta->lease_id});
       if (po.train_order == TrainOrder::kCompletion) step_cursors.push_back(cursor);
     }
+    waiting.reset();
     // The step's groups: metrics over all of them, training on those with signal.
     std::map<uint64_t, std::vector<trainer::RolloutSample>> groups;  // by prompt cursor
     std::vector<tq::LeaseId> step_leases;
@@ -626,23 +759,31 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       for (auto& smp : group) samples.push_back(std::move(smp));
     }
     if (s.hooks.inspect_batch) s.hooks.inspect_batch(rec.step, samples);
-    SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
+    {
+      RoleDoing doing(board, PipelineRole::kTrainer, RoleActivity::kTrainStep);
+      SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
+    }
     ++s.step;
     if (s.step % po.sync_interval == 0 || s.step == rl.steps) {
+      RoleDoing doing(board, PipelineRole::kTrainer, RoleActivity::kPublish);
       ++s.version;
       SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::ExportWeights(*s.policy));
       if (s.hooks.rewrite_published) s.hooks.rewrite_published(s.version, &weights);
       SLUICE_RETURN_IF_ERROR(t.weights->Publish(s.version, weights));
     }
+    TraceRecorder::Global().Counter("weight version", TraceNowUs(), static_cast<double>(s.version));
     // Published first, then acked: the rollout's admission reads the acks as
     // the trainer's progress, with the version published before them.
-    for (tq::LeaseId lease : step_leases) {
-      auto acked = client.Ack(lease);
-      if (!acked.ok() && acked.status().code() != StatusCode::kFailedPrecondition) return acked.status();
-      if (!acked.ok()) {
-        // The lease ran out (pipeline.lease_seconds) and the hub may deliver
-        // the group again; it is trained once (see `trained`).
-        SLUICE_LOG(WARNING) << "trained a group whose lease had ended: " << acked.status().ToString();
+    {
+      RoleDoing acking(board, PipelineRole::kTrainer, RoleActivity::kAck);
+      for (tq::LeaseId lease : step_leases) {
+        auto acked = client.Ack(lease);
+        if (!acked.ok() && acked.status().code() != StatusCode::kFailedPrecondition) return acked.status();
+        if (!acked.ok()) {
+          // The lease ran out (pipeline.lease_seconds) and the hub may deliver
+          // the group again; it is trained once (see `trained`).
+          SLUICE_LOG(WARNING) << "trained a group whose lease had ended: " << acked.status().ToString();
+        }
       }
     }
     const auto t2 = Clock::now();
@@ -664,7 +805,11 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     // failures; as processes, the reward role's count comes over the board.
     rec.reward_errors =
         static_cast<int64_t>(s.task->score_errors()) + (po.processes ? board.reward_errors.load() : int64_t{0});
-    SLUICE_RETURN_IF_ERROR(s.FinishStep(rec, metrics, evaluate, progress));
+    auto evaluate_traced = [&]() -> Result<EvalResult> {
+      RoleDoing doing(board, PipelineRole::kTrainer, RoleActivity::kEvaluate);
+      return evaluate();
+    };
+    SLUICE_RETURN_IF_ERROR(s.FinishStep(rec, metrics, evaluate_traced, progress));
   }
   return Status::Ok();
 }

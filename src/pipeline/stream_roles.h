@@ -59,11 +59,60 @@ struct RoleBoard {
                                                std::memory_order_relaxed);
   }
   void Finished(PipelineRole role) { heartbeat_ns[static_cast<int>(role)].store(kRoleFinished); }
+  // Also for the watchdog, per role: what it is doing (a RoleActivity) and
+  // since when (steady clock ns; 0: since it started).
+  std::atomic<uint32_t> activity[3];
+  std::atomic<int64_t> activity_since_ns[3];
 
   // What the run measured, for TrainingRun::stream_summary().
   StreamSummary Summary(double wall_seconds) const;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
+
+// What a role is doing, for the watchdog's reports and the run's trace
+// (run.trace): the names are the trace's span names.
+enum class RoleActivity : uint32_t {
+  kStarting = 0,  // before its first activity
+  kPutPrompts,    // the launcher's prompt feeder
+  kTakePrompts,   // rollout
+  kDecodeStep,
+  kWriteAnswer,
+  kWaitAdmission,  // rollout: nothing to decode and no prompt admitted
+  kTakeAnswer,     // reward
+  kScore,
+  kWriteReward,
+  kWaitForGroups,  // trainer
+  kTrainStep,
+  kPublish,
+  kAck,
+  kEvaluate,
+  kCount,
+};
+const char* RoleActivityName(RoleActivity a);
+
+// The trace track of a role (one per role, whether roles are threads or
+// processes; 0 is the launcher's), and naming the calling thread's.
+int32_t TraceTrack(PipelineRole role);
+void TraceThisThread(PipelineRole role, const std::string& thread_name);
+
+// Marks `role` as doing `activity` on the board from construction to
+// destruction (then back to what it did before), and records it as a span
+// of the run's trace when `traced` (leave idle waits untraced: they would
+// flood the trace).
+class RoleDoing {
+ public:
+  RoleDoing(RoleBoard& board, PipelineRole role, RoleActivity activity, bool traced = true);
+  ~RoleDoing();
+  RoleDoing(const RoleDoing&) = delete;
+  RoleDoing& operator=(const RoleDoing&) = delete;
+
+ private:
+  RoleBoard& board_;
+  const int role_;
+  const RoleActivity activity_;
+  const uint32_t before_;
+  const int64_t start_us_;  // -1: not traced
+};
 
 // The hub's two partitions and three consuming tasks:
 //   prompts   one row per prompt (group id = its cursor in the run's prompt
@@ -156,6 +205,14 @@ struct StreamRoles {
   static std::string ExternalTrainerInfo(const TrainingRun::State& s, const std::string& hub, const std::string& store,
                                          const std::string& model_dir);
   static Status CheckExternalTrainerAcked(const TrainingRun::State& s, tq::TransferQueueClient& hub);
+
+  // run.trace: this process starts recording into
+  // run_dir/roles/trace-<part>.jsonl (no-op when tracing is off); and the
+  // run's end: the recorder stops and the named parts (missing ones
+  // skipped) become run_dir/trace.json. Finishing logs, never fails a run.
+  static std::string TracePart(const TrainingRun::State& s, const std::string& part);
+  static Status StartTrace(const TrainingRun::State& s, const std::string& part);
+  static void FinishTrace(const TrainingRun::State& s, const std::vector<std::string>& parts);
   static Status AdoptExternalResult(TrainingRun::State& s, tq::TransferQueueClient& hub,
                                     checkpoint_engine::WeightReader& weights);
 };

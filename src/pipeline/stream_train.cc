@@ -81,6 +81,12 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   std::shared_ptr<model::Transformer> rollout_model = model::CloneModel(*s.policy, s.rollout_device, s.rollout_dtype);
   SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(rollout_model, s.version, *store));
 
+  // run.trace: every role is a thread of this process, each on its role's track.
+  SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(s, "run"));
+  struct FinishTrace {
+    const State& s;
+    ~FinishTrace() { StreamRoles::FinishTrace(s, {"run"}); }
+  } finish_trace{s};
   RoleBoard board{};
   ErrorSlot errors;
   BackgroundThread feeder_thread("prompts"), rollout_thread("rollout"), reward_thread("reward");

@@ -184,6 +184,9 @@ struct RunOptions {
   uint64_t seed = 0;
   int64_t checkpoint_interval = 50;  // RL steps between checkpoints (0: only at the end)
   bool resume = false;               // continue from run_dir/checkpoints/latest when present
+  // Streaming modes: every role's timeline, Chrome trace-event JSON, in
+  // run_dir/trace.json (this start of the run only; see common/trace.h).
+  bool trace = false;
   // The model directory whose tokenizer.json the run uses (and copies into
   // every checkpoint it writes); empty, or without one: the byte tokenizer.
   std::string tokenizer_dir;

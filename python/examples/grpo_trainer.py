@@ -130,7 +130,9 @@ def main():
             adv = adv / (rewards.std(1, keepdim=True) + 1e-6)
         behavior = nn.utils.rnn.pad_sequence(rows["logprobs"], batch_first=True)
         mask = nn.utils.rnn.pad_sequence([torch.ones(len(r)) for r in rows["response"]], batch_first=True)
-        same = nn.utils.rnn.pad_sequence(rows["versions"], batch_first=True, padding_value=-1) == version
+        # Answers generated wholly by the weights trained now (a weight switch mid-answer leaves the
+        # earlier tokens' cache from older weights): their logprobs must match the rollout's.
+        same = torch.tensor([bool((v == version).all()) for v in rows["versions"]])[:, None]
         t1 = time.monotonic()
         lp = response_logprobs(model, rows["prompt"], rows["response"], T)
         gap = (lp.detach() - behavior).abs() * mask

@@ -237,7 +237,9 @@ Status Main(int argc, char** argv) {
   flags.Add("staleness", "2", "async max_staleness");
   flags.Add("threads", "2", "cores in total, the same in every mode");
   flags.Add("rollout-threads", "1", "one_step_off/async: threads of the rollout role (the trainer gets the rest)");
-  flags.Add("correction", "tis", "off-policy correction in one_step_off/async: none, decoupled, tis, seq-tis");
+  flags.Add("correction", "behavior",
+            "off-policy correction in one_step_off/async: none, decoupled, tis, seq-tis, behavior (the default "
+            "of sluice train)");
   flags.Add("sync-dp", "true",
             "sync: train with one single-threaded micro-batch worker per core and generate with one single-threaded "
             "engine per core (else intra-op threads)",

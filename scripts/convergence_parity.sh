@@ -13,6 +13,8 @@
 # TIS), async-s4-tis-kl / sync-kl (KL anchor 0.05), async-s4-tis-kl2 (KL 0.2), async-s4-tis-lr5.
 # bfloat16 rollout weights (docs/rollout.md), at lr 5e-5: sync-bf16-lr5, sync-bf16-tis-lr5, async-s2-tis-bf16-lr5,
 # async-s2-nocorr-bf16-lr5 (against sync-lr5 and async-s2-tis-lr5).
+# PPO against the behaviour policy (no recomputed proximal policy, no IS weight: the clipped ratio
+# pi/pi_behav is the only correction), at lr 5e-5: async-s2-ppo-lr5, async-s4-ppo-lr5.
 #
 # each with SEEDS seeds (default 5; the seed drives prompt order, sampling and the held-out set; the warm
 # start is shared so the curves start from the same policy). Then
@@ -76,6 +78,8 @@ overrides_for() {
     sync-bf16-tis-lr5) echo "pipeline.mode=sync trainer.lr=5e-5 pipeline.rollout_dtype=bfloat16 trainer.off_policy_correction=tis" ;;
     async-s2-tis-bf16-lr5) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=tis trainer.lr=5e-5 pipeline.rollout_dtype=bfloat16" ;;
     async-s2-nocorr-bf16-lr5) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.off_policy_correction=none trainer.lr=5e-5 pipeline.rollout_dtype=bfloat16" ;;
+    async-s2-ppo-lr5) echo "pipeline.mode=async pipeline.max_staleness=2 trainer.recompute_old_logprobs=false trainer.off_policy_correction=none trainer.lr=5e-5" ;;
+    async-s4-ppo-lr5) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.recompute_old_logprobs=false trainer.off_policy_correction=none trainer.lr=5e-5" ;;
     async-s4-tis-kl2) echo "pipeline.mode=async pipeline.max_staleness=4 trainer.off_policy_correction=tis trainer.kl_coef=0.2" ;;
     *) echo "error: unknown configuration '$1'" >&2; exit 2 ;;
   esac

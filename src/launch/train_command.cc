@@ -127,12 +127,16 @@ ConfigSchema TrainSchema() {
   s.AddEnum("trainer.loss_agg", "token-mean", {"token-mean", "seq-mean"}, "loss aggregation");
   s.AddDouble("trainer.kl_coef", 0.0, 0.0, 1000.0, "KL penalty to the frozen starting policy (0 = off)");
   s.AddEnum("trainer.kl_estimator", "k3", {"k1", "k3"}, "KL estimator");
-  s.AddEnum("trainer.off_policy_correction", "auto", {"auto", "none", "decoupled", "tis", "seq-tis"},
-            "weight of stale samples by pi_prox/pi_behav: decoupled PPO, truncated IS per token or per sequence; "
-            "auto: tis in one_step_off/async (samples may be stale), none otherwise");
+  s.AddEnum("trainer.off_policy_correction", "auto", {"auto", "none", "decoupled", "tis", "seq-tis", "behavior"},
+            "stale samples: weighted by pi_prox/pi_behav (decoupled PPO, truncated IS per token or per sequence), or "
+            "behavior: PPO clipped around the policy that sampled them; auto: behavior in one_step_off/async "
+            "(samples may be stale), none otherwise");
   s.AddDouble("trainer.is_cap", 2.0, 1e-6, 1e6,
               "cap on the behaviour importance weight (decoupled: tokens above are masked)");
-  s.AddBool("trainer.recompute_old_logprobs", true, "recompute the proximal logprobs on the trainer");
+  s.AddEnum("trainer.recompute_old_logprobs", "auto", {"auto", "true", "false"},
+            "recompute the proximal logprobs on the trainer before each update (one forward pass); auto: yes, "
+            "except with the behavior correction, whose loss does not use them (then the rollout_logprob_gap "
+            "metrics are not measured)");
   s.AddEnum("trainer.precision", "auto", {"auto", "float32", "bf16-mixed"},
             "bf16-mixed: forward passes under bfloat16 autocast on float32 master weights (CUDA only); auto: "
             "bf16-mixed on CUDA, float32 on CPU");
@@ -346,14 +350,17 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
     SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(c.GetString("pipeline.mode")));
     const bool may_be_stale = mode == pipeline::PipelineMode::kOneStepOff ||
                               (mode == pipeline::PipelineMode::kAsync && c.GetInt("pipeline.max_staleness") > 0);
-    // Token-level TIS: at parity with sync at staleness 2 where decoupled PPO's
-    // masking of tokens above is_cap was not (docs/pipeline.md).
-    t.loss.correction = may_be_stale ? trainer::OffPolicyCorrection::kTokenTis : trainer::OffPolicyCorrection::kNone;
+    // PPO clipped around the behaviour policy: at parity with sync at
+    // staleness 2 on the current warm start, where token-level TIS fell
+    // behind on some seeds (docs/pipeline.md).
+    t.loss.correction = may_be_stale ? trainer::OffPolicyCorrection::kBehavior : trainer::OffPolicyCorrection::kNone;
   } else {
     SLUICE_ASSIGN_OR_RETURN(t.loss.correction, trainer::ParseOffPolicyCorrection(correction));
   }
   t.loss.is_cap = c.GetDouble("trainer.is_cap");
-  t.recompute_old_logprobs = c.GetBool("trainer.recompute_old_logprobs");
+  const std::string recompute = c.GetString("trainer.recompute_old_logprobs");
+  t.recompute_old_logprobs =
+      recompute == "true" || (recompute == "auto" && t.loss.correction != trainer::OffPolicyCorrection::kBehavior);
   t.temperature = rl.sampling.temperature > 0 ? rl.sampling.temperature : 1.0f;
   o.eval.interval = c.GetInt("eval.interval");
   o.eval.size = c.GetInt("eval.size");

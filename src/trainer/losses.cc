@@ -60,7 +60,9 @@ Result<OffPolicyCorrection> ParseOffPolicyCorrection(const std::string& name) {
   if (name == "decoupled") return OffPolicyCorrection::kDecoupled;
   if (name == "tis") return OffPolicyCorrection::kTokenTis;
   if (name == "seq-tis") return OffPolicyCorrection::kSequenceTis;
-  return Status::InvalidArgument("off-policy correction '" + name + "' is not one of {none, decoupled, tis, seq-tis}");
+  if (name == "behavior") return OffPolicyCorrection::kBehavior;
+  return Status::InvalidArgument("off-policy correction '" + name +
+                                 "' is not one of {none, decoupled, tis, seq-tis, behavior}");
 }
 
 std::string OffPolicyCorrectionName(OffPolicyCorrection c) {
@@ -73,6 +75,8 @@ std::string OffPolicyCorrectionName(OffPolicyCorrection c) {
       return "tis";
     case OffPolicyCorrection::kSequenceTis:
       return "seq-tis";
+    case OffPolicyCorrection::kBehavior:
+      return "behavior";
   }
   return "?";
 }
@@ -107,7 +111,8 @@ PolicyLossResult PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
   auto clipped = -in.advantages * ratio.clamp(1.0 - options.clip_low, 1.0 + options.clip_high);
   auto pg = torch::maximum(unclipped, clipped);
   torch::Tensor is_weight, is_capped, applied;  // detached, [B, T]
-  if (options.correction != OffPolicyCorrection::kNone) {
+  // kBehavior needs no weight: the caller passes the behaviour logprobs as old_logprobs.
+  if (options.correction != OffPolicyCorrection::kNone && options.correction != OffPolicyCorrection::kBehavior) {
     torch::NoGradGuard no_grad;
     SLUICE_CHECK(in.behavior_logprobs.defined()) << "an off-policy correction needs behaviour logprobs";
     auto log_w = (in.old_logprobs.detach() - in.behavior_logprobs) * in.mask;
@@ -130,6 +135,7 @@ PolicyLossResult PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
         break;
       }
       case OffPolicyCorrection::kNone:
+      case OffPolicyCorrection::kBehavior:
         break;
     }
   }

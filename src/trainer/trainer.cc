@@ -36,7 +36,8 @@ Status TrainerOptions::Validate() const {
   }
   if (!(loss.kl_coef >= 0)) return Status::InvalidArgument("kl_coef must be >= 0");
   if (!(loss.is_cap > 0)) return Status::InvalidArgument("is_cap must be > 0");
-  if (loss.correction != OffPolicyCorrection::kNone && !recompute_old_logprobs) {
+  if (loss.correction != OffPolicyCorrection::kNone && loss.correction != OffPolicyCorrection::kBehavior &&
+      !recompute_old_logprobs) {
     // Without a recomputed proximal policy, pi_prox is the behaviour policy
     // and every behaviour weight is exactly 1: the correction would be a no-op.
     return Status::InvalidArgument(
@@ -375,9 +376,15 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
       ForEachMicroBatch(all.size(), [&](size_t i, int32_t) {
         torch::NoGradGuard no_grad;  // thread-local: set in every worker
         Batch& b = *all[i];
-        b.old_logprobs = options_.recompute_old_logprobs ? TokenLogprobs(*policy_, b, nullptr) : b.behavior;
-        if (options_.recompute_old_logprobs) {
-          const auto gap = (b.old_logprobs - b.behavior).abs() * b.mask;
+        // The proximal policy: the weights before this update, recomputed,
+        // or the behaviour policy (not recomputed, or kBehavior, where the
+        // recomputation only measures the gap).
+        const torch::Tensor prox =
+            options_.recompute_old_logprobs ? TokenLogprobs(*policy_, b, nullptr) : torch::Tensor();
+        b.old_logprobs =
+            prox.defined() && options_.loss.correction != OffPolicyCorrection::kBehavior ? prox : b.behavior;
+        if (prox.defined()) {
+          const auto gap = (prox - b.behavior).abs() * b.mask;
           gap_sum[i] = gap.sum().item<double>();
           gap_max[i] = gap.max().item<double>();
           gap_tokens[i] = b.mask.sum().item<double>();

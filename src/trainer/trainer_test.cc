@@ -301,6 +301,50 @@ TEST(TrainerTest, ACorrectionWithoutRecomputedOldLogprobsIsRejected) {
   EXPECT_TRUE(on_policy.Validate().ok());
 }
 
+// kBehavior is PPO around the behaviour policy: the same update as no
+// correction without recomputation (where the behaviour policy is the
+// proximal one), whatever recompute_old_logprobs says; with recomputation it
+// still measures the rollout gap. Stale behaviour logprobs change the update
+// (the clip is around them), unlike with no correction and recomputation.
+TEST(TrainerTest, BehaviorCorrectionClipsAroundTheBehaviourPolicy) {
+  auto batch = FixedBatch();
+  auto m = TinyModel(7);
+  auto exact = *MakeTrainer(m)->ResponseLogprobs(*m, batch);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (size_t j = 0; j < exact[i].size(); ++j) batch[i].behavior_logprobs[j] = exact[i][j] + (j % 2 ? 0.5f : -0.5f);
+  }
+  auto step = [&](OffPolicyCorrection c, bool recompute, StepMetrics* metrics) {
+    auto model = TinyModel(7);
+    TrainerOptions o;
+    o.loss.correction = c;
+    o.recompute_old_logprobs = recompute;
+    auto r = MakeTrainer(model, o)->RlStep(batch);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok() && metrics != nullptr) *metrics = *r;
+    return model;
+  };
+  EXPECT_EQ(*ParseOffPolicyCorrection("behavior"), OffPolicyCorrection::kBehavior);
+  EXPECT_EQ(OffPolicyCorrectionName(OffPolicyCorrection::kBehavior), "behavior");
+  StepMetrics measured, unmeasured;
+  auto behavior = step(OffPolicyCorrection::kBehavior, true, &measured);
+  auto behavior_no_recompute = step(OffPolicyCorrection::kBehavior, false, &unmeasured);
+  auto plain_no_recompute = step(OffPolicyCorrection::kNone, false, nullptr);
+  auto plain_recompute = step(OffPolicyCorrection::kNone, true, nullptr);
+  auto pb = behavior->named_parameters(), pn = behavior_no_recompute->named_parameters(),
+       pp = plain_no_recompute->named_parameters(), pr = plain_recompute->named_parameters();
+  bool differs_from_recomputed = false;
+  for (const auto& p : pb) {
+    EXPECT_TRUE(torch::equal(p.value(), pn[p.key()])) << p.key();
+    EXPECT_TRUE(torch::equal(p.value(), pp[p.key()])) << p.key();
+    differs_from_recomputed |= !torch::equal(p.value(), pr[p.key()]);
+  }
+  EXPECT_TRUE(differs_from_recomputed);
+  EXPECT_NEAR(measured.rollout_logprob_gap_mean, 0.5, 1e-5);
+  EXPECT_EQ(unmeasured.rollout_logprob_gap_mean, 0.0);
+  EXPECT_GT(measured.clip_frac, 0.0);  // ratios e^0.5 and e^-0.5 lie outside [0.8, 1.2]
+  EXPECT_EQ(measured.is_weight_mean, 0.0);
+}
+
 TEST(TrainerTest, BadInputIsRejectedWithoutChangingTheModel) {
   auto m = TinyModel();
   auto snapshot = *model::ExportWeights(*m);

@@ -37,8 +37,15 @@ enum class OffPolicyCorrection {
   kDecoupled,    // decoupled PPO: w * PPO-clip(pi / pi_prox); tokens with w > is_cap are masked out
   kTokenTis,     // truncated importance sampling per token: min(w, is_cap) * PPO-clip(...)
   kSequenceTis,  // per sequence: min(prod_t w_t, is_cap) * PPO-clip(...) on each of its tokens
+  // PPO around the behaviour policy: PPO-clip(pi / pi_behav), no weight. A
+  // stale token whose ratio already left the clip range gives no gradient
+  // in the direction that moves it further (a trust region around what the
+  // rollout sampled). The proximal logprobs, when recomputed, only feed the
+  // rollout_logprob_gap metrics.
+  kBehavior,
 };
-Result<OffPolicyCorrection> ParseOffPolicyCorrection(const std::string& name);  // none, decoupled, tis, seq-tis
+Result<OffPolicyCorrection> ParseOffPolicyCorrection(const std::string& name);  // none, decoupled, tis, seq-tis,
+                                                                                // behavior
 std::string OffPolicyCorrectionName(OffPolicyCorrection c);
 
 struct PolicyLossOptions {

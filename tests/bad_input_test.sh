@@ -105,6 +105,8 @@ train-device-absent    | 1 | device 'cuda:99' asked for                         
 train-rollout-dtype    | 2 | pipeline.rollout_dtype                               | train pipeline.rollout_dtype=fp8
 train-direct-rollout   | 2 | direct mode generates with the trainer's model       | train pipeline.mode=direct model.device=cpu pipeline.rollout_device=cuda
 train-trace-direct     | 2 | run.trace: records the roles of a streaming          | train pipeline.mode=direct run.trace=true
+train-metrics-host     | 2 | host 'localhost' is not an IPv4 address              | train pipeline.mode=async run.metrics_listen=localhost:9400
+train-metrics-port     | 2 | port '99999' is not in 0..65535                      | train pipeline.mode=async run.metrics_listen=127.0.0.1:99999
 train-trainer-command  | 2 | pipeline.trainer_command: needs pipeline.processes   | train pipeline.mode=async pipeline.trainer_command=true
 yaml-syntax            | 2 | yaml-syntax.yaml                                     | train --config=yaml-syntax.yaml
 yaml-type              | 2 | rl.steps                                             | train --config=yaml-type.yaml

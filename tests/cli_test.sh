@@ -195,7 +195,7 @@ role_pid() {  # role_pid LAUNCHER ROLE: the pid of that role's process
 for action in warn stop; do
   stop_flag=false; [ $action = stop ] && stop_flag=true
   "$SLUICE" train "${proc[@]}" run.dir="$tmp/stall-$action" rl.steps=1000000 pipeline.stall_seconds=5 \
-    pipeline.stop_on_stall=$stop_flag > "$tmp/stall-$action.log" 2>&1 &
+    pipeline.stop_on_stall=$stop_flag run.metrics_listen=127.0.0.1:0 > "$tmp/stall-$action.log" 2>&1 &
   launcher=$!
   for _ in $(seq 300); do grep -q '"step":1' "$tmp/stall-$action/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
   rollout=$(role_pid $launcher rollout)
@@ -205,6 +205,21 @@ for action in warn stop; do
   grep -q "$report" "$tmp/stall-$action.log" \
     || { echo "FAIL stall-$action: no report of the stopped rollout"; tail -3 "$tmp/stall-$action.log"; failures=$((failures + 1)); }
   if [ $action = warn ]; then
+    # The live counters (run.metrics_listen) say the same while it stalls; a second run asking for
+    # the same port is refused.
+    url=$(grep -o 'live counters: http://127.0.0.1:[0-9]*/metrics' "$tmp/stall-warn.log" | cut -d' ' -f3)
+    /usr/bin/python3 - "$url" <<'PY' || { echo "FAIL stall-warn: live counters ($url)"; failures=$((failures + 1)); }
+import re, sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+values = dict(re.findall(r'^(sluice_[a-z_]+(?:\{[^}]*\})?) (\S+)$', text, re.M))
+assert float(values['sluice_trainer_step']) >= 1, text
+assert float(values['sluice_role_seconds_since_progress{role="rollout"}']) >= 5, text
+assert float(values['sluice_hub_acked_rows_total{task="train"}']) >= 1, text
+assert float(values['sluice_rollout_tokens_total']) > 0, text
+PY
+    port=${url##*:}; port=${port%%/*}
+    expect metrics-port-taken 1 "cannot bind 127.0.0.1:$port" -- "$SLUICE" train "${proc[@]}" rl.steps=1 \
+      run.dir="$tmp/port-taken" run.metrics_listen="127.0.0.1:$port"
     kill -CONT "$rollout"
     for _ in $(seq 300); do grep -q "rollout role (pid $rollout) makes progress again" "$tmp/stall-$action.log" && break; sleep 0.1; done
     grep -q "rollout role (pid $rollout) makes progress again" "$tmp/stall-$action.log" \

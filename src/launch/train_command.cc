@@ -48,6 +48,9 @@ ConfigSchema TrainSchema() {
   s.AddBool("run.overwrite", false,
             "start afresh in a run.dir that holds an earlier run, removing that run's files first");
   s.AddEnum("run.progress", "auto", {"auto", "bar", "lines", "off"}, "progress display on stderr");
+  s.AddString("run.metrics_listen", "",
+              "streaming modes: serve live counters in Prometheus's text format at http://HOST:PORT/metrics (e.g. "
+              "127.0.0.1:9400; port 0: any free port, logged); empty: off");
   s.AddBool("run.trace", false,
             "streaming modes: record every role's timeline (decode steps, hub calls, scoring, training steps, "
             "publishes) to run.dir/trace.json, Chrome trace-event JSON for ui.perfetto.dev or chrome://tracing");
@@ -308,6 +311,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.seed = static_cast<uint64_t>(c.GetInt("run.seed"));
   o.resume = c.GetBool("run.resume");
   o.trace = c.GetBool("run.trace");
+  o.metrics_listen = c.GetString("run.metrics_listen");
   o.checkpoint_interval = c.GetInt("checkpoint.interval");
   o.tokenizer_dir = c.GetString("model.path");  // its tokenizer.json, if it has one
   o.sft.steps = c.GetInt("sft.steps");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "sluice/common/metrics_server.h"
 #include "sluice/model/device.h"
 #include "sluice/pipeline/roles.h"
 
@@ -99,6 +100,16 @@ Status RunOptions::Validate() const {
   }
   if (trace && pipeline.mode == PipelineMode::kDirect) {
     return bad("run.trace", "records the roles of a streaming pipeline.mode (sync, one_step_off, async), not direct");
+  }
+  if (!metrics_listen.empty()) {
+    if (pipeline.mode == PipelineMode::kDirect) {
+      return bad("run.metrics_listen", "serves the roles of a streaming pipeline.mode (sync, one_step_off, async)");
+    }
+    std::string host;
+    int port = 0;
+    if (Status parsed = ParseListenAddress(metrics_listen, &host, &port); !parsed.ok()) {
+      return bad("run.metrics_listen", parsed.message());
+    }
   }
   if (!pipeline.trainer_command.empty()) {
     if (!pipeline.processes) return bad("pipeline.trainer_command", "needs pipeline.processes=true");

@@ -187,11 +187,8 @@ class StallWatch {
  private:
   // "in 'decode step' for 312 s": what the role last marked on the board.
   std::string DescribeActivity(PipelineRole role, std::chrono::steady_clock::time_point now) const {
-    const int r = static_cast<int>(role);
-    const uint32_t a = board_.activity[r].load(std::memory_order_relaxed);
-    const int64_t since = board_.activity_since_ns[r].load(std::memory_order_relaxed);
-    const std::string name =
-        a < static_cast<uint32_t>(RoleActivity::kCount) ? RoleActivityName(static_cast<RoleActivity>(a)) : "unknown";
+    const int64_t since = board_.activity_since_ns[static_cast<int>(role)].load(std::memory_order_relaxed);
+    const std::string name = DescribeRoleActivity(board_, role);
     const auto from = since == 0 ? started_ : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(since));
     return "in '" + name + "' for " +
            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - from).count()) + " s";
@@ -342,6 +339,16 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment board_segment,
                           SharedMemorySegment::Create(board_name, sizeof(RoleBoard)));
   auto* board = reinterpret_cast<RoleBoard*>(board_segment.data());  // zero-filled: every counter 0
+  board->trainer_step.store(s.step);
+  board->trainer_version.store(s.version);
+  // Stopped before the board and the hub go (it reads both).
+  Result<std::unique_ptr<MetricsServer>> serving = StreamRoles::ServeMetrics(s, *board, local);
+  if (!serving.ok()) {
+    board_segment.Reset();
+    (void)SharedMemorySegment::Unlink(board_name);
+    return serving.status().WithContext("run.metrics_listen");
+  }
+  std::unique_ptr<MetricsServer> metrics_server = std::move(serving).value();
 
   // The prompts are fed from here, the one process that reads the training
   // split; a failure stops the roles through the board.
@@ -433,6 +440,7 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   // A feeding error is the cause when there is one (the roles it stopped fail after it).
   if (!fed.ok()) result = fed.WithContext("feeding prompts");
   s.stream_stats = board->Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
+  metrics_server.reset();
   // Cleanup, whatever happened: the roles are gone (reaped), so nothing is in use.
   server->Stop();
   board_segment.Reset();

@@ -112,6 +112,16 @@ const char* RoleActivityName(RoleActivity a) {
   return "unknown";
 }
 
+std::string DescribeRoleActivity(const RoleBoard& board, PipelineRole role) {
+  const int r = static_cast<int>(role);
+  const uint32_t a = board.activity[r].load(std::memory_order_relaxed);
+  if (a >= static_cast<uint32_t>(RoleActivity::kCount)) return "unknown";
+  if (a == static_cast<uint32_t>(RoleActivity::kStarting) && board.heartbeat_ns[r].load() != 0) {
+    return "between activities";
+  }
+  return RoleActivityName(static_cast<RoleActivity>(a));
+}
+
 int32_t TraceTrack(PipelineRole role) { return static_cast<int32_t>(role) + 1; }
 
 void TraceThisThread(PipelineRole role, const std::string& thread_name) {
@@ -167,6 +177,63 @@ void StreamRoles::FinishTrace(const TrainingRun::State& s, const std::vector<std
   }
   for (const std::string& path : paths) std::remove(path.c_str());
   SLUICE_LOG(INFO) << "trace: " << out << " (" << *events << " events; open it in ui.perfetto.dev)";
+}
+
+Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingRun::State& s, const RoleBoard& board,
+                                                                 tq::TransferQueueClient& hub) {
+  if (s.options.metrics_listen.empty()) return std::unique_ptr<MetricsServer>();
+  auto render = [&board, &hub]() {
+    std::string out;
+    auto metric = [&out](const char* name, const char* type, const char* help) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    };
+    auto value = [&out](const std::string& series, double v) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), " %.17g\n", v);
+      out += series + buf;
+    };
+    metric("sluice_trainer_step", "gauge", "RL steps trained");
+    value("sluice_trainer_step", static_cast<double>(board.trainer_step.load()));
+    metric("sluice_weight_version", "gauge", "the newest weight version the trainer published");
+    value("sluice_weight_version", static_cast<double>(board.trainer_version.load()));
+    metric("sluice_rollout_tokens_total", "counter", "tokens generated (trained or not)");
+    value("sluice_rollout_tokens_total", static_cast<double>(board.rollout_tokens.load()));
+    metric("sluice_rollout_busy_seconds_total", "counter", "time the rollout spent decoding");
+    value("sluice_rollout_busy_seconds_total", static_cast<double>(board.rollout_busy_us.load()) / 1e6);
+    metric("sluice_rollout_idle", "gauge", "1 while the rollout has nothing to decode");
+    value("sluice_rollout_idle", static_cast<double>(board.rollout_idle.load()));
+    metric("sluice_reward_errors_total", "counter", "answers a reward.python function failed on");
+    value("sluice_reward_errors_total", static_cast<double>(board.reward_errors.load()));
+    metric("sluice_role_seconds_since_progress", "gauge", "since the role last went round its loop");
+    metric("sluice_role_activity", "gauge", "1 for what the role is doing now");
+    const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+    for (PipelineRole role : {PipelineRole::kTrainer, PipelineRole::kRollout, PipelineRole::kReward}) {
+      const int r = static_cast<int>(role);
+      const std::string label = "role=\"" + PipelineRoleName(role) + "\"";
+      const int64_t beat = board.heartbeat_ns[r].load();
+      if (beat > 0) value("sluice_role_seconds_since_progress{" + label + "}", static_cast<double>(now - beat) / 1e9);
+      value("sluice_role_activity{" + label + ",activity=\"" + DescribeRoleActivity(board, role) + "\"}", 1);
+    }
+    Result<tq::QueueStats> stats = hub.Stats();
+    if (stats.ok()) {
+      metric("sluice_hub_rows", "gauge", "rows alive in the hub, by consuming task and state");
+      for (const tq::TaskDepth& t : stats->controller.tasks) {
+        const std::string task = "task=\"" + t.task + "\"";
+        value("sluice_hub_rows{" + task + ",state=\"ready\"}", static_cast<double>(t.ready));
+        value("sluice_hub_rows{" + task + ",state=\"leased\"}", static_cast<double>(t.leased));
+        value("sluice_hub_rows{" + task + ",state=\"acked\"}", static_cast<double>(t.acked));
+      }
+      metric("sluice_hub_acked_rows_total", "counter", "rows each task has acked");
+      for (const tq::TaskDepth& t : stats->controller.tasks) {
+        value("sluice_hub_acked_rows_total{task=\"" + t.task + "\"}", static_cast<double>(t.acked_total));
+      }
+    }
+    return out;
+  };
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> server,
+                          MetricsServer::Start(s.options.metrics_listen, render));
+  SLUICE_LOG(INFO) << "live counters: " << server->url();
+  return server;
 }
 
 StreamSummary RoleBoard::Summary(double wall_seconds) const {
@@ -772,6 +839,8 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       SLUICE_RETURN_IF_ERROR(t.weights->Publish(s.version, weights));
     }
     TraceRecorder::Global().Counter("weight version", TraceNowUs(), static_cast<double>(s.version));
+    board.trainer_step.store(s.step);
+    board.trainer_version.store(s.version);
     // Published first, then acked: the rollout's admission reads the acks as
     // the trainer's progress, with the version published before them.
     {

@@ -20,6 +20,7 @@
 
 #include "run_state.h"
 #include "sluice/checkpoint_engine/weights.h"
+#include "sluice/common/metrics_server.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/transfer_queue/client.h"
 #include "sluice/transfer_queue/staleness.h"
@@ -63,6 +64,9 @@ struct RoleBoard {
   // since when (steady clock ns; 0: since it started).
   std::atomic<uint32_t> activity[3];
   std::atomic<int64_t> activity_since_ns[3];
+  // The trainer's progress, for the live counters (run.metrics_listen).
+  std::atomic<int64_t> trainer_step;
+  std::atomic<int64_t> trainer_version;
 
   // What the run measured, for TrainingRun::stream_summary().
   StreamSummary Summary(double wall_seconds) const;
@@ -89,6 +93,9 @@ enum class RoleActivity : uint32_t {
   kCount,
 };
 const char* RoleActivityName(RoleActivity a);
+// What `role` is doing as the board says: its activity's name, "starting"
+// before its first turn, "between activities" in the rest of its loop.
+std::string DescribeRoleActivity(const RoleBoard& board, PipelineRole role);
 
 // The trace track of a role (one per role, whether roles are threads or
 // processes; 0 is the launcher's), and naming the calling thread's.
@@ -213,6 +220,11 @@ struct StreamRoles {
   static std::string TracePart(const TrainingRun::State& s, const std::string& part);
   static Status StartTrace(const TrainingRun::State& s, const std::string& part);
   static void FinishTrace(const TrainingRun::State& s, const std::vector<std::string>& parts);
+
+  // run.metrics_listen: serves the run's live counters (the board's and the
+  // hub's) until destroyed; null when not asked for.
+  static Result<std::unique_ptr<MetricsServer>> ServeMetrics(const TrainingRun::State& s, const RoleBoard& board,
+                                                             tq::TransferQueueClient& hub);
   static Status AdoptExternalResult(TrainingRun::State& s, tq::TransferQueueClient& hub,
                                     checkpoint_engine::WeightReader& weights);
 };

@@ -187,6 +187,9 @@ struct RunOptions {
   // Streaming modes: every role's timeline, Chrome trace-event JSON, in
   // run_dir/trace.json (this start of the run only; see common/trace.h).
   bool trace = false;
+  // Streaming modes: "HOST:PORT" where live counters are served in
+  // Prometheus's text format (common/metrics_server.h); empty: not served.
+  std::string metrics_listen;
   // The model directory whose tokenizer.json the run uses (and copies into
   // every checkpoint it writes); empty, or without one: the byte tokenizer.
   std::string tokenizer_dir;

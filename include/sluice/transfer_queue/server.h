@@ -11,11 +11,14 @@
 //    in constant time); others get FailedPrecondition and change nothing.
 //    The token is a shared secret sent in clear: it keeps stray and
 //    misconfigured clients out, it is not encryption (see the docs).
-//  * Concurrency. One I/O thread owns the socket; requests run on a fixed
-//    pool of `workers` threads, except those that may block (GetMeta,
-//    CreateRows, BeginWrite), which run on their own threads (up to
-//    max_blocking_calls; beyond that ResourceExhausted at once), so a call
-//    waiting for rows or capacity never delays anyone else.
+//  * Concurrency. One I/O thread owns the socket. It answers the smallest
+//    calls itself (under 64 KiB, never waiting, no payload copies: Ack,
+//    Release, CommitWrite, AbortWrite, ShmStorageRead, Stats, StorageStats,
+//    Describe, ServerInfo), saving two thread hops each; other requests run
+//    on a fixed pool of `workers` threads, except those that may block
+//    (GetMeta, CreateRows, BeginWrite, storage writes), which run on their
+//    own threads (up to max_blocking_calls; beyond that ResourceExhausted at
+//    once), so a call waiting for rows or capacity never delays anyone else.
 //  * Bad input. Malformed, truncated, oversized or unauthenticated messages
 //    get an error reply (or, over max_message_bytes, ZeroMQ drops the
 //    connection before allocating); nothing is applied and the server keeps
@@ -61,7 +64,7 @@ struct ServerOptions {
   std::string token;
   ControllerOptions controller;
   uint32_t storage_units = 2;  // 1..1024
-  // Threads for requests that do not block.
+  // Threads for requests that do not block (and are not answered on the I/O thread).
   uint32_t workers = 4;
   // Requests that may block (GetMeta, CreateRows, BeginWrite) in flight at once.
   uint32_t max_blocking_calls = 256;

@@ -41,6 +41,28 @@ bool MayBlock(wire::MessageType type) {
          type == wire::MessageType::kShmStorageWrite;
 }
 
+// Requests answered on the I/O thread itself, without the hop to a worker
+// and back: calls that never wait and do little work (no payload copies,
+// no bulk frees), in small messages. ClearPartition, KvClear, reads and
+// writes of payloads over the socket go to the workers.
+constexpr size_t kInlineMaxBytes = 64 << 10;
+bool ServedInline(wire::MessageType type) {
+  switch (type) {
+    case wire::MessageType::kServerInfo:
+    case wire::MessageType::kDescribe:
+    case wire::MessageType::kStats:
+    case wire::MessageType::kStorageStats:
+    case wire::MessageType::kCommitWrite:
+    case wire::MessageType::kAbortWrite:
+    case wire::MessageType::kAck:
+    case wire::MessageType::kRelease:
+    case wire::MessageType::kShmStorageRead:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string HostOf(const std::string& endpoint) {
   const std::string rest = endpoint.substr(6);
   const size_t colon = rest.rfind(':');
@@ -283,6 +305,11 @@ void TransferQueueServer::Impl::HandleFrame(zmq::message_t identity, std::shared
                                                        std::string(token->empty() ? "missing" : "wrong"))));
       return;
     }
+  }
+  if (ServedInline(header->type) && bytes.size() <= kInlineMaxBytes) {
+    Job job{std::move(identity), std::move(payload), *header};
+    SendNow(job.identity, Execute(job));
+    return;
   }
   const bool blocking = MayBlock(header->type);
   auto job = std::make_shared<Job>(Job{std::move(identity), std::move(payload), *header});

@@ -94,8 +94,19 @@ def response_logprobs(model, prompts, responses, temperature):
     return lp.gather(1, idx)
 
 
+def tracer(info):
+    """span(name, t0, t1) adds a span to the run's trace (run.trace: Chrome trace-event JSON lines)."""
+    out = open(info["trace"], "a") if info.get("trace") else None
+    line = lambda e: out and (out.write(json.dumps({"pid": info["trace_track"], "tid": os.getpid(), **e}) + "\n"),
+                              out.flush())
+    line({"ph": "M", "name": "process_name", "args": {"name": "trainer (python)"}})
+    return lambda name, t0, t1: line({"ph": "X", "name": name, "cat": "trainer", "ts": int(t0 * 1e6),
+                                      "dur": int((t1 - t0) * 1e6)})  # time.monotonic() is the host's clock
+
+
 def main():
     info = json.load(open(os.environ["SLUICE_RUN_INFO"]))
+    span = tracer(info)
     P, G, T = info["prompts_per_step"], info["group_size"], info["temperature"]
     model = CausalLM(json.load(open(os.path.join(info["model_dir"], "config.json"))))
     reader = checkpoint_engine.ShmSubscriber(info["weight_store"], shm_prefix=info["shm_prefix"])
@@ -123,6 +134,7 @@ def main():
                 continue
             held[cursor] = (meta, hub.get_data(meta, stack=False))
         groups = [held.pop(c) for c in want]
+        span("wait for groups", t0, time.monotonic())
         rows = {k: [t for _, d in groups for t in d[k]] for k in ("prompt", "response", "logprobs", "versions")}
         rewards = torch.stack([r for _, d in groups for r in d["reward"]]).view(P, G).double()
         adv = rewards - rewards.mean(1, keepdim=True)
@@ -149,9 +161,12 @@ def main():
         nn.utils.clip_grad_norm_(model.parameters(), info["max_grad_norm"])
         opt.step()
         warmup.step()
+        t2 = time.monotonic()
+        span("train step", t1, t2)
         if (step + 1) % info["sync_interval"] == 0 or step + 1 == info["steps"]:
             version += 1
             publisher.publish(model.state_dict(), version)
+            span("publish", t2, time.monotonic())
         for meta, _ in groups:  # published first, then acked
             hub.ack(meta)
         trained.update(want)

@@ -62,7 +62,7 @@ def test_the_example_trains_every_group_once(tmp_path, mode):
     (tmp_path / "parity_reward.py").write_text(REWARD)
     run_dir = tmp_path / "run"
     run = train(run_dir, f"pipeline.mode={mode}", "pipeline.max_staleness=2", example_command(),
-                f"reward.python={tmp_path / 'parity_reward.py'}:compute_score")
+                f"reward.python={tmp_path / 'parity_reward.py'}:compute_score", "run.trace=true")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "the trainer command trained 4 steps and published version 4" in run.stderr
     assert "held-out accuracy" in run.stdout
@@ -82,6 +82,13 @@ def test_the_example_trains_every_group_once(tmp_path, mode):
     assert init != final
     assert (run_dir / "report.html").exists()
     assert leftover_segments(run) == []
+    # run.trace: the example's spans join the C++ roles' in the run's trace.
+    events = json.loads((run_dir / "trace.json").read_text())
+    spans = [(e["pid"], e["name"]) for e in events if e["ph"] == "X"]
+    assert spans.count((1, "train step")) == 4 and spans.count((1, "publish")) == 4, spans
+    assert (2, "decode step") in spans and (3, "score") in spans
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names[1] == "trainer (python)", names
 
 
 def test_a_trainer_that_stops_early_ends_the_run(tmp_path):

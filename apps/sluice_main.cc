@@ -18,6 +18,8 @@ constexpr const char* kUsage =
     "  report     render a run directory's metrics as one HTML page\n"
     "  init       write a freshly initialized built-in model as a Hugging Face checkpoint\n"
     "  tokenize   a model's tokenizer.json on text (ids as JSON), or --decode ids\n"
+    "  calibrate  measure what a run's parts cost here: a cost profile for simulate\n"
+    "  simulate   predict a run's wall time in each mode from its config and a cost profile\n"
     "run `sluice <command> --help` for the command's flags\n";
 
 }  // namespace
@@ -37,6 +39,8 @@ int main(int argc, char** argv) {
   if (command == "generate") return sluice::launch::RunGenerateCommand(args);
   if (command == "report") return sluice::launch::RunReportCommand(args);
   if (command == "tokenize") return sluice::launch::RunTokenizeCommand(args);
+  if (command == "calibrate") return sluice::launch::RunCalibrateCommand(args);
+  if (command == "simulate") return sluice::launch::RunSimulateCommand(args);
   std::fprintf(stderr, "unknown command '%s'\n%s", command.c_str(), kUsage);
   return 2;
 }

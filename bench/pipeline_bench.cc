@@ -51,13 +51,16 @@
 #include "bench_stats.h"
 #include "bench_util.h"
 #include "sluice/common/file_util.h"
+#include "sluice/launch/simulation.h"
 #include "sluice/model/device.h"
+#include "sluice/model/tokenizer.h"
 #include "sluice/model/transformer.h"
 #include "sluice/pipeline/run.h"
 #include "sluice/reward/task.h"
 #include "sluice/rollout/engine.h"
 #include "sluice/runtime/flags.h"
 #include "sluice/runtime/process.h"
+#include "sluice/simulate/simulator.h"
 #include "sluice/trainer/losses.h"
 #include "sluice/trainer/trainer.h"
 
@@ -87,12 +90,10 @@ struct ModeResult {
 Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name, const std::string& dir,
                            const pipeline::RunOptions& base, const pipeline::RunHooks& hooks,
                            const model::ModelConfig& config, std::shared_ptr<const sluice::reward::Task> task,
-                           int32_t cores, int32_t rollout_threads, int32_t trainer_threads) {
+                           int32_t cores) {
   torch::set_num_threads(cores);  // the loop's roles set their own from here
   pipeline::RunOptions o = base;
   o.pipeline.mode = mode;
-  o.pipeline.rollout_threads = rollout_threads;
-  o.pipeline.trainer_threads = trainer_threads;
   o.run_dir = base.run_dir + "/" + dir;
   const pipeline::ThreadBudget budget = o.Threads(cores);
   if (budget.max_busy > cores) {
@@ -221,6 +222,82 @@ Result<BoundParts> MeasureBound(const pipeline::RunOptions& base, const model::M
   return out;
 }
 
+// A mode's options: every mode gets the same cores (see the file comment).
+pipeline::RunOptions ModeOptions(const pipeline::RunOptions& base, pipeline::PipelineMode mode,
+                                 sluice::trainer::OffPolicyCorrection correction, bool lend, const std::string& order,
+                                 int64_t threads, int64_t rollout_threads, bool sync_dp) {
+  const bool split = mode == pipeline::PipelineMode::kOneStepOff || mode == pipeline::PipelineMode::kAsync;
+  pipeline::RunOptions o = base;
+  o.pipeline.mode = mode;
+  o.rl.trainer.loss.correction = split ? correction : sluice::trainer::OffPolicyCorrection::kNone;
+  o.pipeline.lend_idle_cores = lend;
+  o.pipeline.train_order = order == "prompt" ? pipeline::TrainOrder::kPrompt : pipeline::TrainOrder::kCompletion;
+  sluice::launch::ShareCores(&o, static_cast<int32_t>(threads), static_cast<int32_t>(rollout_threads), sync_dp);
+  return o;
+}
+
+// --profile: the simulator's prediction of every mode's wall time for this
+// workload, next to the measured one (docs/simulator.md, validation).
+Status PrintSimulated(const std::string& profile_path, const std::vector<ModeResult>& results, const BoundParts& bound,
+                      const pipeline::RunOptions& base, const model::ModelConfig& config,
+                      const sluice::reward::Task& task, const std::vector<int32_t>& lengths,
+                      sluice::trainer::OffPolicyCorrection correction, bool lend, const std::string& order,
+                      int64_t threads, int64_t rollout_threads, bool sync_dp) {
+  namespace sim = sluice::simulate;
+  SLUICE_ASSIGN_OR_RETURN(sim::CostProfile profile, sim::LoadCostProfile(profile_path));
+  if (profile.model != sluice::launch::ModelShape(config)) {
+    return Status::InvalidArgument(profile_path + " was measured for '" + profile.model +
+                                   "', the benchmark's model is '" + sluice::launch::ModelShape(config) + "'");
+  }
+  sim::Workload w;
+  w.steps = base.rl.steps;
+  w.prompts_per_step = base.rl.prompts_per_step;
+  w.group_size = base.rl.group_size;
+  w.response_tokens = lengths;
+  w.prompt_tokens.clear();
+  model::ByteTokenizer tok;
+  for (int64_t c = 0; c < w.steps * w.prompts_per_step; ++c) {
+    SLUICE_ASSIGN_OR_RETURN(
+        sluice::reward::Example ex,
+        task.Get(sluice::reward::Split::kTrain, static_cast<uint64_t>(c) % task.size(sluice::reward::Split::kTrain)));
+    w.prompt_tokens.push_back(1 + static_cast<int32_t>(tok.Encode(ex.prompt).size()));
+  }
+  std::printf("simulated with %s (%s):\n", profile_path.c_str(), profile.measured_by.c_str());
+  std::printf("%-13s %11s %12s %9s %14s %15s %19s %19s\n", "mode", "measured s", "simulated s", "error",
+              "measured/sync", "simulated/sync", "train s (m / sim)", "trainer idle (m/sim)");
+  double measured_sync = 0, simulated_sync = 0;
+  std::string costs;
+  for (const ModeResult& r : results) {
+    SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(r.name));
+    const pipeline::RunOptions o = ModeOptions(base, mode, correction, lend, order, threads, rollout_threads, sync_dp);
+    SLUICE_ASSIGN_OR_RETURN(sim::Layout layout, sluice::launch::SimulatedLayout(o, static_cast<int32_t>(threads)));
+    SLUICE_ASSIGN_OR_RETURN(sim::SimResult s, sim::Simulate(w, layout, profile));
+    if (mode == pipeline::PipelineMode::kSync) {
+      measured_sync = r.wall, simulated_sync = s.wall_s;
+      // The profile's costs against the bound's own measurements of the same
+      // work (sync packs the bound's micro-batches).
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "the profile's costs of this workload: trainer %.1f core-seconds (the bound measured %.1f), "
+                    "rollout %.1f in sync's engines (the bound's full-occupancy rollout %.1f)\n",
+                    s.trainer_compute_s, bound.train, s.rollout_compute_s, bound.decode);
+      costs = line;
+    }
+    std::printf("%-13s %11.1f %12.1f %+8.0f%%", r.name.c_str(), r.wall, s.wall_s, 100 * (s.wall_s / r.wall - 1));
+    if (measured_sync > 0) {
+      std::printf(" %13.2fx %14.2fx", measured_sync / r.wall, simulated_sync / s.wall_s);
+    } else {
+      std::printf(" %14s %15s", "-", "-");
+    }
+    // Where the difference lies: the trainer's busy time (its steps: train,
+    // publish, ack) and its share of the wall waiting for data.
+    std::printf(" %9.1f / %6.1f %12.0f%% / %3.0f%%\n", r.train_seconds, s.trainer_busy_s, 100 * r.trainer_idle,
+                100 * s.trainer_wait_s / s.wall_s);
+  }
+  if (bound.train > 0) std::printf("%s", costs.c_str());
+  return Status::Ok();
+}
+
 Status Main(int argc, char** argv) {
   sluice::runtime::FlagSet flags;
   flags.Add("preset", "5m", "built-in model: tiny, 1m, 5m, 20m, 0.5b");
@@ -252,6 +329,8 @@ Status Main(int argc, char** argv) {
   flags.Add("repeat", "1",
             "runs of every mode, interleaved (sync, async, sync, async, ...); the table shows the median run");
   flags.Add("json", "", "also write results as JSON to this path");
+  flags.Add("profile", "",
+            "a cost profile (sluice calibrate) of this model: also print the simulator's prediction for every mode");
   flags.Add("run-dir", "",
             "keep each run's directory (metrics.jsonl, timeline) under this path (default: a temporary one, removed)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(argv + 1, argv + argc)));
@@ -279,6 +358,7 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(int64_t repeat, flags.GetInt("repeat", 1, 100));
   SLUICE_ASSIGN_OR_RETURN(std::string json_path, flags.GetString("json"));
+  SLUICE_ASSIGN_OR_RETURN(std::string profile_path, flags.GetString("profile"));
   SLUICE_ASSIGN_OR_RETURN(std::string keep_dir, flags.GetString("run-dir"));
   SLUICE_ASSIGN_OR_RETURN(std::string device_name, flags.GetString("device"));
   SLUICE_ASSIGN_OR_RETURN(torch::Device device, sluice::model::ResolveDevice(device_name));
@@ -349,20 +429,10 @@ Status Main(int argc, char** argv) {
     for (size_t m = 0; m < names.size(); ++m) {
       const std::string& name = names[m];
       SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(name));
-      const bool split = mode == pipeline::PipelineMode::kOneStepOff || mode == pipeline::PipelineMode::kAsync;
-      pipeline::RunOptions o = base;
-      o.rl.trainer.loss.correction = split ? corr : sluice::trainer::OffPolicyCorrection::kNone;
-      o.pipeline.lend_idle_cores = lend;
-      o.pipeline.train_order = order == "prompt" ? pipeline::TrainOrder::kPrompt : pipeline::TrainOrder::kCompletion;
-      if (!split && sync_dp) {
-        o.rl.trainer.micro_batch_threads = static_cast<int32_t>(threads);
-        o.pipeline.rollout_engines = static_cast<int32_t>(threads);
-      }
-      const int32_t rt = static_cast<int32_t>(split ? rollout_threads : threads);
-      const int32_t tt = static_cast<int32_t>(split ? threads - rollout_threads : threads);
+      const pipeline::RunOptions o = ModeOptions(base, mode, corr, lend, order, threads, rollout_threads, sync_dp);
       SLUICE_ASSIGN_OR_RETURN(
           ModeResult r, RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, hooks, config,
-                                task, static_cast<int32_t>(threads), rt, tt));
+                                task, static_cast<int32_t>(threads)));
       std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s; %s\n", name.c_str(), r.wall, r.samples / r.wall,
                    r.budget.c_str());
       r.repetition = static_cast<size_t>(rep);
@@ -460,6 +530,12 @@ Status Main(int argc, char** argv) {
     for (const auto& r : results) {
       if (&r != sync) std::printf("%s/sync throughput: %.2fx\n", r.name.c_str(), sync->wall / r.wall);
     }
+  }
+  if (!profile_path.empty()) {
+    BoundParts fastest;  // each part's fastest measurement, as the bound uses
+    if (!bound_train.empty()) fastest = {bound_train_stats.min, bound_decode_stats.min};
+    SLUICE_RETURN_IF_ERROR(PrintSimulated(profile_path, results, fastest, base, config, *task, lengths, corr, lend,
+                                          order, threads, rollout_threads, sync_dp));
   }
   if (!json_path.empty()) std::ofstream(json_path) << json;
   if (keep_dir.empty()) static_cast<void>(sluice::RemoveTree(base.run_dir));

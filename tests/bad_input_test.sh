@@ -50,6 +50,12 @@ model st-missing-tensor && safetensors st-missing-tensor/model.safetensors \
 model st-wrong-shape && safetensors st-wrong-shape/model.safetensors \
   '{"model.embed_tokens.weight":{"dtype":"F32","shape":[4,4],"data_offsets":[0,64]}}'
 
+"$SLUICE" calibrate --quick --out=profile.yaml model.preset=tiny rl.slots=8 rl.max_new_tokens=32 > /dev/null 2>&1 ||
+  { echo "FAIL sluice calibrate"; exit 1; }
+printf 'rollout:\n  decode_step_s: 0.001\n' > profile-none.yaml
+sed 's/^  format: 1/  format: 9/' profile.yaml > profile-format.yaml
+sed 's/^  decode_row_s: .*/  decode_row_s: -1/' profile.yaml > profile-negative.yaml
+sed 's/^  token_s: .*/  token_s: fast/' profile.yaml > profile-text.yaml
 printf 'run:\n  seed: [1\n' > yaml-syntax.yaml
 printf 'rl:\n  steps: ten\n' > yaml-type.yaml
 printf 'rl:\n  group_size: 1\n' > yaml-group.yaml
@@ -135,6 +141,18 @@ server-no-token-file   | 2 | no-token.txt                                       
 server-workers         | 2 | --workers                                            | @server --workers=0
 server-columns         | 2 | --columns                                            | @server --columns=prompt:Q9:*
 server-shm-capacity    | 2 | --shm-bytes                                          | @server --shm-bytes=1M --capacity-bytes=8M
+simulate-no-profile    | 2 | --profile                                            | simulate model.preset=tiny
+simulate-missing       | 2 | nowhere.yaml                                         | simulate --profile=nowhere.yaml
+simulate-not-profile   | 2 | not a cost profile                                   | simulate --profile=profile-none.yaml
+simulate-format        | 2 | profile.format 9                                     | simulate --profile=profile-format.yaml
+simulate-negative      | 2 | rollout.decode_row_s                                 | simulate --profile=profile-negative.yaml
+simulate-text-cost     | 2 | trainer.token_s                                      | simulate --profile=profile-text.yaml
+simulate-other-model   | 2 | calibrate for this model                             | simulate --profile=profile.yaml model.preset=5m
+simulate-long-answers  | 2 | rl.max_new_tokens                                    | simulate --profile=profile.yaml model.preset=tiny --median=64 --tail=8
+simulate-threads       | 2 | --rollout-threads                                    | simulate --profile=profile.yaml model.preset=tiny --threads=2 --rollout-threads=2
+simulate-direct        | 2 | direct is not simulated                              | simulate --profile=profile.yaml model.preset=tiny --modes=direct
+simulate-bad-mode      | 2 | fast                                                 | simulate --profile=profile.yaml model.preset=tiny --modes=sync,fast
+calibrate-no-out       | 2 | --out                                                | calibrate model.preset=tiny
 server-size-suffix     | 2 | --capacity-bytes                                     | @server --capacity-bytes=12X
 server-positional      | 2 | extra                                                | @server extra
 EOF

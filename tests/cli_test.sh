@@ -315,4 +315,20 @@ printf '\n\n' > "$tmp/empty.jsonl"
 expect jsonl-empty 2 "empty.jsonl" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/j" task.name=jsonl task.jsonl.train_path="$tmp/empty.jsonl"
 expect jsonl-missing 2 "missing.jsonl" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/j" task.name=jsonl task.jsonl.train_path="$tmp/missing.jsonl"
 
+# sluice calibrate / simulate: a quick cost profile of the tiny model measured
+# here, then every mode of a run predicted from it.
+expect calibrate 0 "cost profile written" -- "$SLUICE" calibrate --quick --out="$tmp/tiny.profile.yaml" model.preset=tiny rl.slots=16 rl.max_new_tokens=64
+for key in decode_row_s token_s publish_s; do
+  grep -qE "^  $key: [0-9]" "$tmp/tiny.profile.yaml" || { echo "FAIL calibrate: no $key in the profile"; failures=$((failures + 1)); }
+done
+sim=("$SLUICE" simulate --profile="$tmp/tiny.profile.yaml" model.preset=tiny rl.slots=16 rl.max_new_tokens=64 rl.steps=6 rl.prompts_per_step=4 rl.group_size=4 --median=8 --tail=8)
+expect simulate 0 "async" -- "${sim[@]}"
+# Each mode's line, with its wall time, and the split modes' ratio to sync.
+out=$("${sim[@]}" 2>&1)
+for mode in sync one_step_off async; do
+  grep -qE "^$mode +[0-9]+\.[0-9] " <<<"$out" || { echo "FAIL simulate: no $mode line"; echo "$out"; failures=$((failures + 1)); }
+done
+grep -qE "^async .* [0-9]+\.[0-9]{2}x " <<<"$out" || { echo "FAIL simulate: no async/sync ratio"; echo "$out"; failures=$((failures + 1)); }
+expect simulate-other-model 2 "calibrate for this model" -- "$SLUICE" simulate --profile="$tmp/tiny.profile.yaml" model.preset=1m
+
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

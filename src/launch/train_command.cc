@@ -28,6 +28,7 @@
 #include "sluice/runtime/flags.h"
 #include "sluice/runtime/launch_env.h"
 #include "sluice/runtime/supervisor.h"
+#include "train_config.h"
 
 namespace sluice::launch {
 namespace {
@@ -39,6 +40,10 @@ using runtime::StopOnSignals;
 
 namespace fs = std::filesystem;
 
+}  // namespace
+
+// The train config, shared with `sluice calibrate` and `sluice simulate`
+// (train_config.h); the helpers between are file-local (static).
 ConfigSchema TrainSchema() {
   ConfigSchema s;
   s.AddString("run.dir", "runs/arithmetic", "run directory: metrics.jsonl, config.yaml, sft/, checkpoints/, final/");
@@ -216,7 +221,7 @@ Result<reward::TaskOptions> TaskOptionsFrom(const Config& c) {
 }
 
 // reward.python's options; nullopt when it is off.
-std::optional<reward::PythonRewardOptions> PythonRewardOptionsFrom(const Config& c) {
+static std::optional<reward::PythonRewardOptions> PythonRewardOptionsFrom(const Config& c) {
   reward::PythonRewardOptions o;
   o.function = c.GetString("reward.python");
   if (o.function.empty()) return std::nullopt;
@@ -240,7 +245,7 @@ Result<std::unique_ptr<reward::Task>> MakeRunTask(const Config& c, const reward:
 
 // Before anything is built: reward.python's function must load (the module
 // imports, the function exists and is callable).
-Status CheckRunReward(const Config& c) {
+static Status CheckRunReward(const Config& c) {
   const std::optional<reward::PythonRewardOptions> python = PythonRewardOptionsFrom(c);
   return python.has_value() ? reward::CheckPythonReward(*python) : Status::Ok();
 }
@@ -253,7 +258,7 @@ constexpr const char* kRunEntries[] = {"config.yaml",     "metrics.jsonl", "repo
 // A run never writes over an earlier one by accident: a run.dir that holds
 // anything is refused unless the user resumes the run in it (which needs
 // something to resume) or asks to overwrite it, and says which.
-Status PrepareRunDir(const std::string& dir, bool resume, bool overwrite) {
+static Status PrepareRunDir(const std::string& dir, bool resume, bool overwrite) {
   if (resume && overwrite) {
     return Status::InvalidArgument("run.resume=true and run.overwrite=true exclude each other: continue the run in " +
                                    dir + ", or replace it");
@@ -403,6 +408,15 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   return o;
 }
 
+Result<std::shared_ptr<model::Transformer>> InitialModel(const Config& c) {
+  const std::string path = c.GetString("model.path");
+  if (!path.empty()) return model::LoadPretrained(path);
+  SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(c.GetString("model.preset")));
+  return std::make_shared<model::Transformer>(config, static_cast<uint64_t>(c.GetInt("run.seed")));
+}
+
+namespace {
+
 std::string Duration(double seconds) {
   char buf[32];
   const int s = static_cast<int>(std::max(0.0, seconds));
@@ -477,13 +491,6 @@ class Progress {
   int64_t gen_tokens_ = 0, train_tokens_ = 0;
   double gen_s_ = 0, train_s_ = 0, last_eval_ = -1;
 };
-
-Result<std::shared_ptr<model::Transformer>> InitialModel(const Config& c) {
-  const std::string path = c.GetString("model.path");
-  if (!path.empty()) return model::LoadPretrained(path);
-  SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(c.GetString("model.preset")));
-  return std::make_shared<model::Transformer>(config, static_cast<uint64_t>(c.GetInt("run.seed")));
-}
 
 // pipeline.processes: how this program runs a role of `run_dir`'s run (the
 // launcher appends the connection flags).

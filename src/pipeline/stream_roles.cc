@@ -15,6 +15,7 @@
 #include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
 #include "sluice/common/trace.h"
+#include "sluice/schedule/intake.h"
 
 namespace sluice::pipeline {
 
@@ -325,39 +326,32 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   // engine still reads is never refilled).
   const std::vector<rollout::WeightSwapHook> hooks =
       rollout::ShareWeightSwapHook(r.standby->Hook(), engines, s.version);
-  tq::StalenessOptions so;
-  so.max_staleness = po.EffectiveMaxStaleness();
-  so.prompts_per_version = P * po.sync_interval;
-  so.initial_trainer_version = s.version;
-  SLUICE_ASSIGN_OR_RETURN(auto admission, tq::StalenessAdmission::Create(so));
+  schedule::IntakeOptions io;
+  io.prompts_per_step = P;
+  io.group_size = G;
+  io.sync_interval = po.sync_interval;
+  io.max_staleness = po.EffectiveMaxStaleness();
+  io.version = s.version;
+  io.start_step = s.step;  // (the trainer advances s.step in threads mode)
+  io.steps = rl.steps;
+  SLUICE_ASSIGN_OR_RETURN(auto intake, schedule::PromptIntake::Create(io));
   Mutex mu;
-  // Guarded by mu: the next prompt cursor to admit, the prompts admitted but
-  // not yet taken from the hub, and the prompts the trainer has acked as
-  // admission knows them.
-  uint64_t cursor = static_cast<uint64_t>(s.step * P);
+  // Guarded by mu: the intake, and the prompts admitted but not yet taken
+  // from the hub.
   int64_t owed = 0;
-  int64_t retired = 0;
-  const int64_t start_step = s.step;  // (the trainer advances s.step in threads mode)
-  // Follows the trainer through the hub (under mu). Brings admission up to
-  // date: progress first, then the newest version, which was published
-  // before that progress. Returns 1 + the last prompt cursor the trainer's
-  // current step needs while the trainer waits for data (it has taken
-  // nothing yet, or its GetMeta is blocked), else 0.
-  auto follow_trainer = [&]() -> Result<int64_t> {
+  // The trainer's progress, from the hub (under mu): answers acked on the
+  // train task, the newest version (published before that progress), and
+  // whether it waits for data now (it has taken nothing yet, or its GetMeta
+  // is blocked).
+  auto trainer_progress = [&]() -> Result<schedule::TrainerProgress> {
     SLUICE_ASSIGN_OR_RETURN(const tq::TaskDepth train, TrainerDepth(client));
-    const tq::AdmissionStats now = admission->stats();
-    const PolicyVersion latest = std::max(r.weights->latest_version(), now.trainer_version);
-    const int64_t acked = static_cast<int64_t>(train.acked_total / static_cast<uint64_t>(G));
-    // Never more than is pending: a group the hub delivered twice (a lease
-    // that ran out) is acked twice but admitted once.
-    const int64_t consumed = std::min(acked - retired, now.pending);
-    retired = acked;
-    SLUICE_RETURN_IF_ERROR(admission->CompleteStep(latest, std::max<int64_t>(consumed, 0)));
-    const bool waiting = train.waiting > 0 || (train.leased == 0 && train.acked_total == 0);
-    return waiting ? (start_step + acked / P + 1) * P : 0;
+    schedule::TrainerProgress p;
+    p.acked_answers = static_cast<int64_t>(train.acked_total);
+    p.latest_version = r.weights->latest_version();
+    p.waiting = train.waiting > 0 || (train.leased == 0 && train.acked_total == 0);
+    return p;
   };
-  const uint64_t end_cursor = static_cast<uint64_t>(rl.steps * P);
-  int64_t untaken = static_cast<int64_t>(end_cursor - cursor);  // prompts not yet taken from the hub; guarded by mu
+  int64_t untaken = intake->end_cursor() - intake->cursor();  // prompts not yet taken from the hub; guarded by mu
   tq::GetMetaRequest take;
   take.task = kRolloutTask;
   take.columns = {column::kPrompt, column::kExample, column::kReferenceAnswer};
@@ -415,20 +409,9 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       {
         MutexLock lock(&mu);
         if (untaken == 0 && engine->idle()) return Status::Ok();  // every answer is in the hub
-        int64_t want = std::min<int64_t>((2 * eo.num_slots - queued) / G, static_cast<int64_t>(end_cursor - cursor));
-        if (want > 0) {
-          SLUICE_ASSIGN_OR_RETURN(const int64_t needs, follow_trainer());
-          // A waiting trainer's prompts first: nothing past them while it waits.
-          if (needs > 0) want = std::min<int64_t>(want, needs - static_cast<int64_t>(cursor));
-        }
-        if (want > 0) {
-          auto admitted = admission->Admit(want, engine->policy_version(), milliseconds(0));
-          if (!admitted.ok() && admitted.status().code() != StatusCode::kTimeout) return admitted.status();
-          if (admitted.ok()) {
-            cursor += static_cast<uint64_t>(*admitted);
-            owed += *admitted;
-          }
-        }
+        SLUICE_ASSIGN_OR_RETURN(const int64_t admitted,
+                                intake->Take(eo.num_slots, queued, engine->policy_version(), trainer_progress));
+        owed += admitted;
         // The admitted prompts, in order, from the hub's prompt partition.
         if (owed > 0) {
           RoleDoing doing(board, PipelineRole::kRollout, RoleActivity::kTakePrompts);

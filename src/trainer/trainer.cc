@@ -13,6 +13,7 @@
 #include "sluice/common/check.h"
 #include "sluice/common/logging.h"
 #include "sluice/model/weights.h"
+#include "sluice/schedule/packing.h"
 
 namespace sluice::trainer {
 
@@ -89,7 +90,6 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
                                                   const std::vector<size_t>& order) const {
   const model::ModelConfig& config = policy_->config();
   const int64_t budget = options_.micro_batch_tokens;
-  int64_t longest_sample = 0;
   for (size_t i : order) {
     const RolloutSample& s = samples[i];
     const std::string which = "sample " + std::to_string(s.id);
@@ -112,7 +112,6 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
       return Status::OutOfRange(which + ": " + std::to_string(len) + " tokens exceed micro_batch_tokens " +
                                 std::to_string(budget));
     }
-    longest_sample = std::max(longest_sample, len);
     for (const auto* seq : {&s.prompt, &s.response}) {
       for (TokenId t : *seq) {
         if (t < 0 || t >= config.vocab_size) {
@@ -121,37 +120,11 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
       }
     }
   }
-  // Greedy packing by length (stable, so deterministic): similar lengths share
-  // a micro-batch and little compute goes to padding. A micro-batch grows
-  // while rows x longest <= budget.
-  std::vector<size_t> by_length = order;
-  std::stable_sort(by_length.begin(), by_length.end(), [&](size_t a, size_t b) {
-    return samples[a].prompt.size() + samples[a].response.size() <
-           samples[b].prompt.size() + samples[b].response.size();
-  });
-  // Parallel workers: about two micro-batches per worker (at least the
-  // longest sample each), so a batch that fits one micro-batch still splits
-  // and a worker that finishes early takes another.
-  int64_t pack_budget = budget;
-  if (options_.micro_batch_threads > 1) {
-    int64_t total = 0;
-    for (size_t i : order) total += static_cast<int64_t>(samples[i].prompt.size() + samples[i].response.size());
-    const int64_t share = (total + 2 * options_.micro_batch_threads - 1) / (2 * options_.micro_batch_threads);
-    pack_budget = std::max(longest_sample, std::min(budget, share));
-  }
-  std::vector<std::vector<size_t>> groups;
-  int64_t longest = 0;
-  for (size_t i : by_length) {
-    const int64_t len = static_cast<int64_t>(samples[i].prompt.size() + samples[i].response.size());
-    const int64_t grown = std::max(longest, len);
-    if (groups.empty() || static_cast<int64_t>(groups.back().size() + 1) * grown > pack_budget) {
-      groups.emplace_back();
-      longest = len;
-    } else {
-      longest = grown;
-    }
-    groups.back().push_back(i);
-  }
+  // The packing the simulator replays (sluice/schedule/packing.h).
+  std::vector<int64_t> lengths(samples.size(), 0);
+  for (size_t i : order) lengths[i] = static_cast<int64_t>(samples[i].prompt.size() + samples[i].response.size());
+  const std::vector<std::vector<size_t>> groups =
+      schedule::PackMicroBatches(lengths, order, budget, options_.micro_batch_threads);
   std::vector<Batch> out;
   auto device = policy_->parameters().front().device();
   for (const auto& g : groups) {

@@ -38,6 +38,14 @@ int RunEvalCommand(const std::vector<std::string>& args);
 // JSON), or the reverse with --decode.
 int RunTokenizeCommand(const std::vector<std::string>& args);
 
+// `sluice calibrate`: measures what a run's parts cost here for the config's
+// model and writes a cost profile for the simulator.
+int RunCalibrateCommand(const std::vector<std::string>& args);
+
+// `sluice simulate`: predicts a run's wall time in each mode from its config
+// and a cost profile (docs/simulator.md).
+int RunSimulateCommand(const std::vector<std::string>& args);
+
 // `sluice report RUN_DIR`: writes RUN_DIR/report.html (see report.h).
 int RunReportCommand(const std::vector<std::string>& args);
 

@@ -1,0 +1,71 @@
+// The rollout's prompt intake: how many prompts an engine takes next, under
+// the staleness admission (sluice/transfer_queue/staleness.h). The policy the
+// pipeline's rollout role runs and the simulator replays
+// (docs/simulator.md), torch-free: what the trainer has done comes in
+// through a callback, from the hub in a real run, from the model in a
+// simulated one.
+//
+// Thread safety: none; the rollout's engines share one intake under their
+// own mutex.
+#ifndef SLUICE_SCHEDULE_INTAKE_H_
+#define SLUICE_SCHEDULE_INTAKE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "sluice/common/status.h"
+#include "sluice/transfer_queue/staleness.h"
+
+namespace sluice::schedule {
+
+struct IntakeOptions {
+  int64_t prompts_per_step = 1;  // P, > 0
+  int64_t group_size = 1;        // G answers per prompt, > 0
+  int64_t sync_interval = 1;     // steps per published version, > 0
+  int64_t max_staleness = 0;     // >= 0 (sync: 0, one_step_off: 1)
+  PolicyVersion version = 0;     // the trainer's version at the start
+  int64_t start_step = 0;        // the trainer's step at the start (a resumed run)
+  int64_t steps = 1;             // the run's last step; prompts end at steps * P
+};
+
+// The trainer's progress as the rollout sees it.
+struct TrainerProgress {
+  int64_t acked_answers = 0;         // answers of the train task acked since the run began
+  PolicyVersion latest_version = 0;  // the newest version published
+  bool waiting = false;              // the trainer waits for its step's groups now
+};
+
+class PromptIntake {
+ public:
+  // InvalidArgument naming the bad option.
+  static Result<std::unique_ptr<PromptIntake>> Create(const IntakeOptions& options);
+
+  // The prompts an engine with `slots` slots, `queued` sequences waiting or
+  // running, generating with `engine_version`, takes now: about one batch
+  // queued beyond its slots so freed slots refill at once; while the trainer
+  // waits, nothing past the prompts of the step it waits for; then as many
+  // as the staleness admission allows. Asks `progress` only when it would
+  // take some. Returns the count, >= 0: prompts cursor() .. cursor()+n-1
+  // before the call. Errors: progress's, or the admission's (not a timeout).
+  Result<int64_t> Take(int64_t slots, int64_t queued, PolicyVersion engine_version,
+                       const std::function<Result<TrainerProgress>()>& progress);
+
+  // The next prompt cursor to admit; steps * P when every prompt was.
+  int64_t cursor() const { return cursor_; }
+  int64_t end_cursor() const { return end_cursor_; }
+  transfer_queue::AdmissionStats stats() const { return admission_->stats(); }
+
+ private:
+  PromptIntake(const IntakeOptions& options, std::unique_ptr<transfer_queue::StalenessAdmission> admission);
+
+  const IntakeOptions options_;
+  std::unique_ptr<transfer_queue::StalenessAdmission> admission_;
+  int64_t cursor_;
+  const int64_t end_cursor_;
+  int64_t retired_ = 0;  // prompts the trainer acked, as admission knows them
+};
+
+}  // namespace sluice::schedule
+
+#endif  // SLUICE_SCHEDULE_INTAKE_H_

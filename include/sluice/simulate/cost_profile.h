@@ -1,0 +1,74 @@
+// What each part of a run costs, in seconds on one thread (or one device):
+// the simulator's cost model (docs/simulator.md). `sluice calibrate` measures
+// one on this machine and writes it as YAML; a profile can also be written by
+// hand or derived from hardware figures.
+//
+//   decode step   = decode_step_s + decode_row_s x rows
+//                   + decode_context_s x (sum over rows of the tokens each attends)
+//   prefill       = prefill_prompt_s x prompts + prefill_token_s x their tokens
+//                   (a group's G answers share one prompt's prefill)
+//   micro-batch   = train_micro_batch_s + train_token_s x padded tokens
+//                   + train_token_context_s x padded tokens x longest sample
+//   trainer step  = train_step_s + its micro-batches (spread over the workers)
+//   publish       = publish_s (the trainer), weight_switch_s (each rollout engine)
+//   reward        = reward_answer_s per answer (one scorer)
+//
+// Thread safety: plain data and pure functions.
+#ifndef SLUICE_SIMULATE_COST_PROFILE_H_
+#define SLUICE_SIMULATE_COST_PROFILE_H_
+
+#include <string>
+
+#include "sluice/common/status.h"
+
+namespace sluice::simulate {
+
+inline constexpr int kCostProfileFormat = 1;
+
+struct CostProfile {
+  // What was measured, and where: `model` names the model's shape (a profile
+  // is refused for another model), `device` and `threads` the hardware.
+  std::string model;
+  std::string device = "cpu";
+  int64_t threads = 1;
+  std::string measured_by;  // free text: the command and build that wrote it
+
+  double decode_step_s = 0;
+  double decode_row_s = 0;
+  double decode_context_s = 0;
+  double prefill_prompt_s = 0;
+  double prefill_token_s = 0;
+  double train_step_s = 0;
+  double train_micro_batch_s = 0;
+  double train_token_s = 0;
+  double train_token_context_s = 0;
+  double publish_s = 0;
+  double weight_switch_s = 0;
+  double reward_answer_s = 0;
+
+  // InvalidArgument naming the first bad field (negative or not finite cost,
+  // no model, threads < 1).
+  Status Validate() const;
+  double DecodeStep(int64_t rows, double attended) const {
+    return rows > 0 ? decode_step_s + decode_row_s * static_cast<double>(rows) + decode_context_s * attended : 0.0;
+  }
+  double Prefill(int64_t prompts, int64_t tokens) const {
+    return prefill_prompt_s * static_cast<double>(prompts) + prefill_token_s * static_cast<double>(tokens);
+  }
+  double MicroBatch(int64_t padded_tokens, int64_t longest) const {
+    const double t = static_cast<double>(padded_tokens);
+    return train_micro_batch_s + train_token_s * t + train_token_context_s * t * static_cast<double>(longest);
+  }
+};
+
+// YAML, one key per field under `profile:`, `rollout:`, `trainer:`, `weights:`
+// and `reward:` (docs/simulator.md), with a format number.
+std::string FormatCostProfile(const CostProfile& p);
+// Errors: NotFound (no file), InvalidArgument naming the file, line and key
+// (unknown key, wrong type, a format this build does not read, a bad value).
+Result<CostProfile> LoadCostProfile(const std::string& path);
+Result<CostProfile> ParseCostProfile(const std::string& yaml_text, const std::string& origin);
+
+}  // namespace sluice::simulate
+
+#endif  // SLUICE_SIMULATE_COST_PROFILE_H_

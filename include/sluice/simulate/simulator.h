@@ -1,0 +1,93 @@
+// A discrete-event model of a training run: rollout engines with continuous
+// batching, a reward scorer, a trainer with micro-batch workers (and workers
+// lent from the rollout's cores while it idles), weight publish and switch,
+// on a virtual clock (docs/simulator.md).
+//
+// The scheduling decisions are the product's own code, not a second copy:
+// the rollout's prompt intake and the staleness admission under it
+// (sluice/schedule/intake.h) and the trainer's micro-batch packing
+// (sluice/schedule/packing.h). What the simulator models itself, following
+// the pipeline's roles: an engine's loop (take prompts, wait for lent
+// workers, switch to a newer version, admit waiting requests into free slots
+// with their prefill, one decode step), the trainer taking each step's own
+// prompts in order, training, publishing, then acking.
+//
+// What it leaves out: contention between threads (each thread runs at its
+// profile's single-thread speed; the pipeline keeps busy threads <= cores),
+// the hub's own time, evaluation, checkpoints.
+//
+// Thread safety: Simulate is a pure function of its arguments.
+#ifndef SLUICE_SIMULATE_SIMULATOR_H_
+#define SLUICE_SIMULATE_SIMULATOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sluice/common/status.h"
+#include "sluice/simulate/cost_profile.h"
+
+namespace sluice::simulate {
+
+enum class Mode { kSync, kOneStepOff, kAsync };
+Result<Mode> ParseMode(const std::string& name);  // sync, one_step_off, async
+std::string ModeName(Mode mode);
+
+struct Workload {
+  int64_t steps = 1;             // trainer steps
+  int64_t prompts_per_step = 1;  // P
+  int64_t group_size = 1;        // G
+  // Tokens of each prompt, by prompt cursor (steps x P entries), or one entry
+  // for all.
+  std::vector<int32_t> prompt_tokens = {16};
+  // Tokens of each answer, by answer id = cursor x G + g (steps x P x G).
+  std::vector<int32_t> response_tokens;
+
+  Status Validate() const;
+};
+
+struct Layout {
+  Mode mode = Mode::kAsync;
+  int64_t max_staleness = 2;  // async only (sync 0, one_step_off 1)
+  int64_t sync_interval = 1;  // trainer steps per published version
+  int32_t rollout_engines = 1;
+  int64_t rollout_slots = 64;   // in total, split across the engines
+  int32_t trainer_workers = 1;  // the trainer's own micro-batch workers
+  int32_t lent_workers = 0;     // workers on the rollout's cores, only while every engine idles
+  int64_t micro_batch_tokens = 8192;
+
+  Status Validate() const;
+};
+
+struct StepTiming {
+  double start_s = 0;         // the trainer had all the step's groups
+  double end_s = 0;           // acked (published before)
+  double staleness_mean = 0;  // trainer version - an answer's first token's version
+  int64_t staleness_max = 0;
+};
+
+struct SimResult {
+  double wall_s = 0;          // the last step's ack
+  double trainer_wait_s = 0;  // waiting for groups
+  double trainer_busy_s = 0;  // training, publishing
+  double rollout_busy_s = 0;  // an engine decoding or prefilling, averaged over engines
+  double occupancy = 0;       // mean share of an engine's slots decoding per decode step
+  double staleness_mean = 0;  // over answers
+  int64_t decode_steps = 0;   // over engines
+  int64_t generated_tokens = 0;
+  int64_t lent_micro_batches = 0;
+  // The work in core-seconds, whatever ran in parallel: the trainer's steps
+  // and micro-batches (publish included), the engines' steps.
+  double trainer_compute_s = 0;
+  double rollout_compute_s = 0;
+  std::vector<StepTiming> steps;
+};
+
+// Errors: InvalidArgument naming the bad field of the workload, layout or
+// profile (a sample longer than micro_batch_tokens included); Internal if
+// the model stops making progress (a bug, reported rather than looping).
+Result<SimResult> Simulate(const Workload& workload, const Layout& layout, const CostProfile& costs);
+
+}  // namespace sluice::simulate
+
+#endif  // SLUICE_SIMULATE_SIMULATOR_H_

@@ -1,0 +1,333 @@
+#include "sluice/launch/simulation.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "sluice/checkpoint_engine/version_store.h"
+#include "sluice/checkpoint_engine/weights.h"
+#include "sluice/model/transformer.h"
+#include "sluice/model/weights.h"
+#include "sluice/pipeline/options.h"
+#include "sluice/reward/task.h"
+#include "sluice/rollout/engine.h"
+#include "sluice/rollout/standby_weights.h"
+#include "sluice/schedule/packing.h"
+#include "sluice/simulate/fit.h"
+#include "sluice/simulate/lengths.h"
+#include "sluice/trainer/losses.h"
+#include "sluice/trainer/trainer.h"
+
+namespace sluice::launch {
+
+namespace {
+
+namespace ce = checkpoint_engine;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Weighted by 1 / y^2: every measurement's relative error counts alike, so
+// the small steps are fitted as well as the large ones.
+std::vector<double> RelativeWeights(const std::vector<double>& y) {
+  std::vector<double> w;
+  for (double v : y) w.push_back(1.0 / std::max(v * v, 1e-18));
+  return w;
+}
+
+struct Rollout {
+  double step = 0, row = 0, context = 0, prompt = 0, token = 0;
+};
+
+// The engine's steps on batches of `rows` sequences with distinct prompts of
+// `prompt` tokens: the first step prefills them (no decode rows), every later
+// one decodes all rows with contexts growing by one token.
+Result<Rollout> MeasureRollout(const std::shared_ptr<model::Transformer>& m, const CalibrationOptions& o) {
+  const int64_t context = std::min<int64_t>(o.max_context, m->config().max_position_embeddings);
+  std::vector<int64_t> rows_set = o.quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 4, 16, 32, 64};
+  for (auto& r : rows_set) r = std::min(r, o.max_rows);
+  rows_set.erase(std::unique(rows_set.begin(), rows_set.end()), rows_set.end());
+  const std::vector<int32_t> prompts = {8, static_cast<int32_t>(std::max<int64_t>(8, context / 4))};
+  std::vector<std::vector<double>> dx, px;
+  std::vector<double> dy, py;
+  std::mt19937 rng(static_cast<uint32_t>(o.seed));
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(m->config().vocab_size - 1));
+  uint64_t id = 0;
+  for (int64_t rows : rows_set) {
+    for (int32_t prompt : prompts) {
+      const int32_t length = static_cast<int32_t>(std::min<int64_t>(context - prompt, o.quick ? 24 : 160));
+      if (length < 2) continue;
+      rollout::EngineOptions eo;
+      eo.num_slots = static_cast<int32_t>(rows);
+      eo.max_seq_len = prompt + length;
+      SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create({m, 0}, eo));
+      for (int64_t r = 0; r < rows; ++r) {
+        rollout::GenerationRequest req;
+        req.id = id++;
+        for (int32_t i = 0; i < prompt; ++i) req.prompt.push_back(token(rng));
+        req.sampling.seed = req.id;
+        req.sampling.max_new_tokens = length;
+        req.sampling.forced_length = length;
+        SLUICE_RETURN_IF_ERROR(engine->Submit(std::move(req)));
+      }
+      auto t0 = Clock::now();
+      SLUICE_RETURN_IF_ERROR(engine->Step().status());
+      px.push_back({static_cast<double>(rows), static_cast<double>(rows * prompt)});
+      py.push_back(Since(t0));
+      // Decode steps in runs of 8 (a step's own timing is noisy), each
+      // attending prompt + generated positions per row.
+      int64_t generated = 1;
+      while (!engine->idle()) {
+        const int64_t n = std::min<int64_t>(8, length - generated);
+        double attended = 0;
+        t0 = Clock::now();
+        for (int64_t k = 0; k < n; ++k, ++generated) {
+          attended += static_cast<double>(rows * (prompt + generated));
+          SLUICE_RETURN_IF_ERROR(engine->Step().status());
+        }
+        const double t = Since(t0);
+        dx.push_back({1.0, static_cast<double>(rows), attended / static_cast<double>(n)});
+        dy.push_back(t / static_cast<double>(n));
+      }
+    }
+  }
+  Rollout out;
+  SLUICE_ASSIGN_OR_RETURN(auto d, simulate::FitNonNegative(dx, dy, RelativeWeights(dy)));
+  SLUICE_ASSIGN_OR_RETURN(auto p, simulate::FitNonNegative(px, py, RelativeWeights(py)));
+  out.step = d[0], out.row = d[1], out.context = d[2];
+  out.prompt = p[0], out.token = p[1];
+  return out;
+}
+
+struct Training {
+  double step = 0, micro_batch = 0, token = 0, token_context = 0;
+};
+
+// RL steps of the trainer on synthetic batches of several sizes and length
+// mixes, one worker, fitted per micro-batch as the trainer packs them. Each
+// batch is trained under two micro-batch budgets (the run's, and one a few
+// times the longest sample), so the per-step and per-micro-batch parts are
+// told apart.
+Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, const CalibrationOptions& o) {
+  const int64_t context =
+      std::min<int64_t>({o.max_context, m->config().max_position_embeddings, o.trainer.micro_batch_tokens});
+  const int32_t prompt = 16;
+  const auto longest = static_cast<int32_t>(std::max<int64_t>(2, context - prompt));
+  struct Batch {
+    int n;
+    int median;
+    double tail;
+  };
+  std::vector<Batch> batches = {{8, 16, 1}, {32, 16, 1}, {16, 64, 1}, {32, 24, 8}};
+  if (!o.quick) batches.push_back({8, 160, 1}), batches.push_back({16, 48, 4});
+  std::vector<std::vector<double>> x;
+  std::vector<double> y;
+  std::mt19937 rng(static_cast<uint32_t>(o.seed));
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(m->config().vocab_size - 1));
+  for (size_t b = 0; b < batches.size(); ++b) {
+    std::vector<int32_t> lengths =
+        simulate::LongTailLengths(batches[b].n, std::min(batches[b].median, longest), batches[b].tail, o.seed + b);
+    std::vector<trainer::RolloutSample> samples;
+    std::vector<double> rewards;
+    std::vector<GroupId> groups;
+    std::vector<int64_t> total;
+    for (int i = 0; i < batches[b].n; ++i) {
+      trainer::RolloutSample s;
+      s.id = static_cast<uint64_t>(i);
+      s.group_id = static_cast<GroupId>(i / 4);
+      for (int32_t k = 0; k < prompt; ++k) s.prompt.push_back(token(rng));
+      const int32_t len = std::min(lengths[static_cast<size_t>(i)], longest);
+      for (int32_t k = 0; k < len; ++k) s.response.push_back(token(rng));
+      s.behavior_logprobs.assign(static_cast<size_t>(len), -5.0f);
+      s.versions.assign(static_cast<size_t>(len), 0);
+      s.reward = static_cast<double>(i % 2);
+      rewards.push_back(s.reward);
+      groups.push_back(s.group_id);
+      total.push_back(prompt + len);
+      samples.push_back(std::move(s));
+    }
+    SLUICE_ASSIGN_OR_RETURN(auto adv, trainer::GroupAdvantages(rewards, groups, true));
+    for (size_t i = 0; i < samples.size(); ++i) samples[i].advantage = adv[i];
+    std::vector<size_t> order(samples.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const int64_t batch_longest = *std::max_element(total.begin(), total.end());
+    for (int64_t budget : {o.trainer.micro_batch_tokens, std::min(o.trainer.micro_batch_tokens, 3 * batch_longest)}) {
+      trainer::TrainerOptions to = o.trainer;
+      to.micro_batch_tokens = budget;
+      to.micro_batch_threads = 1;
+      to.may_run = nullptr;
+      to.done_running = nullptr;
+      auto policy = std::make_shared<model::Transformer>(m->config(), o.seed);
+      std::shared_ptr<model::Transformer> reference;
+      if (to.loss.kl_coef > 0) reference = std::make_shared<model::Transformer>(m->config(), o.seed);
+      SLUICE_ASSIGN_OR_RETURN(auto trainer, trainer::Trainer::Create(policy, reference, to));
+      double padded = 0, padded_context = 0;
+      const auto mbs = schedule::PackMicroBatches(total, order, budget, 1);
+      for (const auto& mb : mbs) {
+        const auto p = static_cast<double>(schedule::PaddedTokens(total, mb));
+        padded += p;
+        padded_context += p * p / static_cast<double>(mb.size());
+      }
+      // The faster of two: the first step of a shape also allocates.
+      double best = 1e300;
+      for (int rep = 0; rep < 2; ++rep) {
+        const auto t0 = Clock::now();
+        SLUICE_RETURN_IF_ERROR(trainer->RlStep(samples).status());
+        best = std::min(best, Since(t0));
+      }
+      x.push_back({1.0, static_cast<double>(mbs.size()), padded, padded_context});
+      y.push_back(best);
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto c, simulate::FitNonNegative(x, y, RelativeWeights(y)));
+  return Training{c[0], c[1], c[2], c[3]};
+}
+
+// Publish: export the trainer's weights and commit them to a version store;
+// switch: the rollout engine's hook handing over a filled standby buffer.
+Status MeasureWeights(const std::shared_ptr<model::Transformer>& m, const CalibrationOptions& o,
+                      simulate::CostProfile* p) {
+  SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*m));
+  ce::VersionStoreOptions so;
+  so.layout = ce::LayoutOf(initial);
+  SLUICE_ASSIGN_OR_RETURN(auto store, ce::VersionStore::Create(so));
+  SLUICE_RETURN_IF_ERROR(store->Publish(0, initial));
+  initial.clear();
+  auto serving = model::CloneModel(*m);
+  SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(serving, 0, *store));
+  const rollout::WeightSwapHook hook = standby->Hook();
+  std::vector<double> publish, swap;
+  PolicyVersion current = 0;
+  for (int64_t v = 1; v <= (o.quick ? 2 : 5); ++v) {
+    auto t0 = Clock::now();
+    SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::ExportWeights(*m));
+    SLUICE_RETURN_IF_ERROR(store->Publish(v, weights));
+    publish.push_back(Since(t0));
+    SLUICE_RETURN_IF_ERROR(standby->WaitUntilReady(v, std::chrono::seconds(60)));
+    t0 = Clock::now();
+    std::optional<rollout::PolicySnapshot> next = hook(current);
+    swap.push_back(Since(t0));
+    if (!next) return Status::Internal("calibrate: the standby buffer handed over no version " + std::to_string(v));
+    current = next->version;
+    // The engine's next step calls the hook with the new version as
+    // `current`, which frees the buffer it stopped serving for the next fill.
+    if (hook(current)) return Status::Internal("calibrate: the standby buffer handed over a version twice");
+  }
+  standby->Stop();
+  std::sort(publish.begin(), publish.end());
+  std::sort(swap.begin(), swap.end());
+  p->publish_s = publish[publish.size() / 2];
+  p->weight_switch_s = swap[swap.size() / 2];
+  return Status::Ok();
+}
+
+Result<double> MeasureReward(const reward::Task& task) {
+  const uint64_t n = std::min<uint64_t>(256, task.size(reward::Split::kTrain));
+  if (n == 0) return 0.0;
+  std::vector<reward::Example> examples;
+  for (uint64_t i = 0; i < n; ++i) {
+    SLUICE_ASSIGN_OR_RETURN(reward::Example ex, task.Get(reward::Split::kTrain, i));
+    examples.push_back(std::move(ex));
+  }
+  volatile double sink = 0;  // the scores themselves are not needed
+  const auto t0 = Clock::now();
+  for (const auto& ex : examples) sink = sink + task.Score(ex, ex.answer);
+  return Since(t0) / static_cast<double>(n);
+}
+
+}  // namespace
+
+void ShareCores(pipeline::RunOptions* o, int32_t threads, int32_t rollout_threads, bool data_parallel_sync) {
+  const bool split =
+      o->pipeline.mode == pipeline::PipelineMode::kOneStepOff || o->pipeline.mode == pipeline::PipelineMode::kAsync;
+  if (!split && data_parallel_sync) {
+    o->rl.trainer.micro_batch_threads = threads;
+    o->pipeline.rollout_engines = threads;
+  }
+  o->pipeline.rollout_threads = split ? rollout_threads : threads;
+  o->pipeline.trainer_threads = split ? threads - rollout_threads : threads;
+}
+
+Result<simulate::Layout> SimulatedLayout(const pipeline::RunOptions& o, int32_t process_threads) {
+  simulate::Layout l;
+  switch (o.pipeline.mode) {
+    case pipeline::PipelineMode::kSync:
+      l.mode = simulate::Mode::kSync;
+      break;
+    case pipeline::PipelineMode::kOneStepOff:
+      l.mode = simulate::Mode::kOneStepOff;
+      break;
+    case pipeline::PipelineMode::kAsync:
+      l.mode = simulate::Mode::kAsync;
+      break;
+    case pipeline::PipelineMode::kDirect:
+      return Status::InvalidArgument("pipeline.mode direct is not simulated (sync is its streaming equivalent)");
+  }
+  const pipeline::ThreadBudget b = o.Threads(process_threads);
+  l.max_staleness = o.pipeline.max_staleness;
+  l.sync_interval = o.pipeline.sync_interval;
+  l.rollout_engines = b.rollout_engines;
+  l.rollout_slots = o.rl.rollout_slots;
+  l.trainer_workers = b.trainer_workers;
+  l.lent_workers = b.lent_workers;
+  l.micro_batch_tokens = o.rl.trainer.micro_batch_tokens;
+  if (b.threads_per_engine != 1 || b.threads_per_worker != 1) {
+    return Status::InvalidArgument(
+        "the simulator models single-threaded engines and trainer workers (the profile's threads); this layout runs " +
+        b.ToString() + " (set pipeline.rollout_threads / trainer_threads to give each one thread)");
+  }
+  return l;
+}
+
+std::string ModelShape(const model::ModelConfig& c) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%s hidden=%lld layers=%lld heads=%lld/%lld head_dim=%lld ffn=%lld vocab=%lld",
+                c.model_type.c_str(), static_cast<long long>(c.hidden_size),
+                static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.num_attention_heads),
+                static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.resolved_head_dim()),
+                static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size));
+  return buf;
+}
+
+Result<simulate::CostProfile> Calibrate(std::shared_ptr<model::Transformer> model, const reward::Task& task,
+                                        const CalibrationOptions& o) {
+  if (!model) return Status::InvalidArgument("calibrate: no model");
+  if (o.threads < 1 || o.max_rows < 1 || o.max_context < 16) {
+    return Status::InvalidArgument("calibrate: threads and max_rows must be >= 1, max_context >= 16");
+  }
+  const int caller_threads = torch::get_num_threads();
+  torch::set_num_threads(o.threads);
+  struct Restore {
+    int n;
+    ~Restore() { torch::set_num_threads(n); }
+  } restore{caller_threads};
+  simulate::CostProfile p;
+  p.model = ModelShape(model->config());
+  p.device = "cpu";
+  p.threads = o.threads;
+  p.measured_by = o.measured_by;
+  try {
+    auto t0 = Clock::now();
+    SLUICE_ASSIGN_OR_RETURN(Rollout r, MeasureRollout(model, o));
+    std::fprintf(stderr, "calibrate: rollout measured in %.1f s\n", Since(t0));
+    t0 = Clock::now();
+    p.decode_step_s = r.step, p.decode_row_s = r.row, p.decode_context_s = r.context;
+    p.prefill_prompt_s = r.prompt, p.prefill_token_s = r.token;
+    SLUICE_ASSIGN_OR_RETURN(Training t, MeasureTraining(model, o));
+    std::fprintf(stderr, "calibrate: trainer measured in %.1f s\n", Since(t0));
+    p.train_step_s = t.step, p.train_micro_batch_s = t.micro_batch;
+    p.train_token_s = t.token, p.train_token_context_s = t.token_context;
+    SLUICE_RETURN_IF_ERROR(MeasureWeights(model, o, &p));
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("calibrate: libtorch failed: ") + e.what_without_backtrace());
+  }
+  SLUICE_ASSIGN_OR_RETURN(p.reward_answer_s, MeasureReward(task));
+  SLUICE_RETURN_IF_ERROR(p.Validate());
+  return p;
+}
+
+}  // namespace sluice::launch

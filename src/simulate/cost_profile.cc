@@ -1,0 +1,127 @@
+#include "sluice/simulate/cost_profile.h"
+
+#include <cmath>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "sluice/runtime/config.h"
+
+namespace sluice::simulate {
+
+namespace {
+
+// Every cost field with its key and help, in file order.
+struct CostField {
+  const char* key;
+  double CostProfile::*field;
+  const char* help;
+};
+
+const std::vector<CostField>& CostFields() {
+  static const std::vector<CostField> fields = {
+      {"rollout.decode_step_s", &CostProfile::decode_step_s, "a decode step's fixed part"},
+      {"rollout.decode_row_s", &CostProfile::decode_row_s, "per sequence in the decode step"},
+      {"rollout.decode_context_s", &CostProfile::decode_context_s, "per token a decoded row attends"},
+      {"rollout.prefill_prompt_s", &CostProfile::prefill_prompt_s, "per prompt prefilled"},
+      {"rollout.prefill_token_s", &CostProfile::prefill_token_s, "per prompt token prefilled"},
+      {"trainer.step_s", &CostProfile::train_step_s, "per trainer step: optimizer, batch assembly"},
+      {"trainer.micro_batch_s", &CostProfile::train_micro_batch_s, "per micro-batch"},
+      {"trainer.token_s", &CostProfile::train_token_s, "per padded token of a micro-batch"},
+      {"trainer.token_context_s", &CostProfile::train_token_context_s,
+       "per padded token x the micro-batch's longest sample (attention)"},
+      {"weights.publish_s", &CostProfile::publish_s, "the trainer publishing a version"},
+      {"weights.switch_s", &CostProfile::weight_switch_s, "a rollout engine switching to a version"},
+      {"reward.answer_s", &CostProfile::reward_answer_s, "scoring one answer"},
+  };
+  return fields;
+}
+
+runtime::ConfigSchema Schema() {
+  runtime::ConfigSchema s;
+  s.AddInt("profile.format", 0, 0, 1000, "the profile format (this build reads 1)");
+  s.AddString("profile.model", "", "the model's shape; the profile is refused for another");
+  s.AddString("profile.device", "cpu", "where it was measured");
+  s.AddInt("profile.threads", 1, 1, 1 << 20, "threads per role when measured");
+  s.AddString("profile.measured_by", "", "the command and build that wrote it");
+  for (const CostField& f : CostFields()) s.AddDouble(f.key, 0.0, 0.0, 1e9, std::string(f.help) + " (seconds)");
+  return s;
+}
+
+}  // namespace
+
+Status CostProfile::Validate() const {
+  if (model.empty()) return Status::InvalidArgument("cost profile: no model (profile.model)");
+  if (threads < 1) return Status::InvalidArgument("cost profile: profile.threads must be >= 1");
+  for (const CostField& f : CostFields()) {
+    const double v = this->*f.field;
+    if (!std::isfinite(v) || v < 0) {
+      return Status::InvalidArgument(std::string("cost profile: ") + f.key + " must be a finite cost >= 0");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string FormatCostProfile(const CostProfile& p) {
+  std::string out = "# Sluice cost profile: seconds on one thread, read by sluice simulate (docs/simulator.md)\n";
+  auto quoted = [](const std::string& v) {
+    std::string q = "\"";
+    for (char ch : v) q += (ch == '"' || ch == '\\') ? '\'' : ch;
+    return q + "\"";
+  };
+  out += "profile:\n  format: " + std::to_string(kCostProfileFormat) + "\n  model: " + quoted(p.model) +
+         "\n  device: " + quoted(p.device) + "\n  threads: " + std::to_string(p.threads) +
+         "\n  measured_by: " + quoted(p.measured_by) + "\n";
+  std::string section;
+  for (const CostField& f : CostFields()) {
+    const std::string key = f.key;
+    const size_t dot = key.find('.');
+    if (key.substr(0, dot) != section) {
+      section = key.substr(0, dot);
+      out += section + ":\n";
+    }
+    char value[64];
+    std::snprintf(value, sizeof(value), "%.6g", p.*f.field);
+    out += "  " + key.substr(dot + 1) + ": " + value + "  # " + f.help + "\n";
+  }
+  return out;
+}
+
+namespace {
+
+Result<CostProfile> FromConfig(const runtime::Config& c, const std::string& origin) {
+  const int64_t format = c.GetInt("profile.format");
+  if (format != kCostProfileFormat) {
+    return Status::InvalidArgument(origin + ": " +
+                                   (format == 0
+                                        ? std::string("not a cost profile (no profile.format)")
+                                        : "profile.format " + std::to_string(format) + ", this build reads format " +
+                                              std::to_string(kCostProfileFormat)) +
+                                   "; write one with sluice calibrate");
+  }
+  CostProfile p;
+  p.model = c.GetString("profile.model");
+  p.device = c.GetString("profile.device");
+  p.threads = c.GetInt("profile.threads");
+  p.measured_by = c.GetString("profile.measured_by");
+  for (const CostField& f : CostFields()) p.*f.field = c.GetDouble(f.key);
+  Status valid = p.Validate();
+  if (!valid.ok()) return Status::InvalidArgument(origin + ": " + valid.message());
+  return p;
+}
+
+}  // namespace
+
+Result<CostProfile> LoadCostProfile(const std::string& path) {
+  const runtime::ConfigSchema schema = Schema();
+  SLUICE_ASSIGN_OR_RETURN(runtime::Config c, runtime::Config::Load(schema, path, {}));
+  return FromConfig(c, path);
+}
+
+Result<CostProfile> ParseCostProfile(const std::string& yaml_text, const std::string& origin) {
+  const runtime::ConfigSchema schema = Schema();
+  SLUICE_ASSIGN_OR_RETURN(runtime::Config c, runtime::Config::FromYamlText(schema, yaml_text, {}));
+  return FromConfig(c, origin);
+}
+
+}  // namespace sluice::simulate

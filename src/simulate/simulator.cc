@@ -1,0 +1,478 @@
+#include "sluice/simulate/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <queue>
+#include <set>
+#include <tuple>
+
+#include "sluice/schedule/intake.h"
+#include "sluice/schedule/packing.h"
+
+namespace sluice::simulate {
+
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+// The pipeline's polling intervals (src/pipeline/stream_roles.cc,
+// src/trainer/trainer.cc): an idle engine sleeps 2 ms before its next loop; a
+// lent worker that may not run looks again after 1 ms; an engine waiting for
+// lent workers looks every 200 us (half of it on average).
+constexpr double kIdlePollS = 0.002;
+constexpr double kLentPollS = 0.001;
+constexpr double kLentReturnS = 0.0001;
+constexpr int64_t kMaxEvents = 200'000'000;
+
+struct Sequence {
+  int64_t id = 0;  // answer id: cursor x G + g
+  int64_t cursor = 0;
+  int32_t prompt = 0;
+  int32_t length = 0;
+  int32_t generated = 0;
+  PolicyVersion first_version = -1;
+};
+
+struct Answer {
+  int64_t cursor = 0;
+  PolicyVersion first_version = 0;
+};
+
+class Run {
+ public:
+  Run(const Workload& w, const Layout& l, const CostProfile& c) : w_(w), l_(l), c_(c) {}
+
+  Result<SimResult> Go();
+
+ private:
+  enum class EnginePhase { kLoopTop, kIdleStep, kBeforeStep };
+  struct Engine {
+    int64_t slots = 0;
+    std::deque<Sequence> waiting;
+    std::vector<Sequence> running;
+    std::vector<Sequence> finishing;  // done at the end of the step under way
+    PolicyVersion version = 0;
+    EnginePhase phase = EnginePhase::kLoopTop;
+    bool busy = false;  // the pipeline's flag: set at the loop's top and after taking prompts
+    bool waits_for_lent = false;
+    bool idle() const { return waiting.empty() && running.empty(); }
+  };
+  enum class TrainerPhase { kWaitGroups, kTraining, kFinishing, kDone };
+  struct Worker {
+    bool running = false;
+    bool lent = false;
+  };
+
+  // Actors: engines 0..E-1, the reward scorer, the trainer, its workers.
+  size_t RewardActor() const { return engines_.size(); }
+  size_t TrainerActor() const { return engines_.size() + 1; }
+  size_t WorkerActor(size_t w) const { return engines_.size() + 2 + w; }
+
+  void Schedule(size_t actor, double t) {
+    wake_[actor] = t;
+    if (t < kNever) events_.emplace(t, next_seq_++, actor);
+  }
+  // Wakes a sleeping actor at `t` if it would wake later.
+  void Poke(size_t actor, double t) {
+    if (wake_[actor] > t) Schedule(actor, t);
+  }
+  bool RolloutIdle() const {
+    return std::none_of(engines_.begin(), engines_.end(), [](const Engine& e) { return e.busy; });
+  }
+  int32_t PromptTokens(int64_t cursor) const {
+    return w_.prompt_tokens.size() == 1 ? w_.prompt_tokens[0] : w_.prompt_tokens[static_cast<size_t>(cursor)];
+  }
+
+  Status EngineWake(size_t e, double t);
+  void RewardWake(double t);
+  Status TrainerWake(double t);
+  void WorkerWake(size_t w, double t);
+
+  const Workload& w_;
+  const Layout& l_;
+  const CostProfile& c_;
+  std::unique_ptr<schedule::PromptIntake> intake_;
+  std::vector<Engine> engines_;
+  std::vector<Worker> workers_;
+  std::vector<double> wake_;
+  std::priority_queue<std::tuple<double, int64_t, size_t>, std::vector<std::tuple<double, int64_t, size_t>>,
+                      std::greater<>>
+      events_;
+  int64_t next_seq_ = 0;
+
+  // Shared state, as the roles see each other through the hub and the store.
+  PolicyVersion published_ = 0;
+  int64_t acked_answers_ = 0;
+  bool trainer_waiting_ = true;
+  int32_t lent_running_ = 0;
+  std::deque<Answer> to_score_;
+  bool scoring_ = false;
+  Answer scored_now_;
+  std::vector<int32_t> rewarded_;              // answers scored, per cursor
+  std::vector<PolicyVersion> oldest_version_;  // per cursor: its answers' oldest first version
+  std::vector<double> cursor_staleness_base_;  // per cursor: the sum of its answers' first versions
+
+  TrainerPhase phase_ = TrainerPhase::kWaitGroups;
+  int64_t step_ = 0;
+  PolicyVersion trainer_version_ = 0;
+  double wait_start_ = 0;
+  std::vector<std::vector<size_t>> micro_batches_;
+  std::vector<int64_t> sample_lengths_;
+  size_t next_micro_batch_ = 0;
+  bool publishing_ = false;
+
+  SimResult out_;
+  double active_rows_ = 0, slot_steps_ = 0;
+};
+
+Status Run::EngineWake(size_t e, double t) {
+  Engine& en = engines_[e];
+  if (en.phase == EnginePhase::kIdleStep) {
+    // The step an idle engine still takes: only the weight-swap hook.
+    en.phase = EnginePhase::kLoopTop;
+    if (published_ > en.version) {
+      en.version = published_;
+      Schedule(e, t + c_.weight_switch_s);
+      return Status::Ok();
+    }
+  }
+  if (en.phase == EnginePhase::kLoopTop) {
+    for (const Sequence& s : en.finishing) {
+      to_score_.push_back({s.cursor, s.first_version});
+      out_.generated_tokens += s.length;
+    }
+    if (!en.finishing.empty()) Poke(RewardActor(), t);
+    en.finishing.clear();
+    en.busy = !en.idle();
+    const int64_t queued = static_cast<int64_t>(en.waiting.size() + en.running.size());
+    auto progress = [&]() -> Result<schedule::TrainerProgress> {
+      schedule::TrainerProgress p;
+      p.acked_answers = acked_answers_;
+      p.latest_version = published_;
+      p.waiting = trainer_waiting_;
+      return p;
+    };
+    const int64_t first = intake_->cursor();
+    SLUICE_ASSIGN_OR_RETURN(const int64_t taken, intake_->Take(en.slots, queued, en.version, progress));
+    for (int64_t c = first; c < first + taken; ++c) {
+      for (int64_t g = 0; g < w_.group_size; ++g) {
+        Sequence s;
+        s.id = c * w_.group_size + g;
+        s.cursor = c;
+        s.prompt = PromptTokens(c);
+        s.length = w_.response_tokens[static_cast<size_t>(s.id)];
+        en.waiting.push_back(s);
+      }
+    }
+    if (taken == 0 && en.idle()) {
+      en.phase = EnginePhase::kIdleStep;
+      Schedule(e, t + kIdlePollS);
+      return Status::Ok();
+    }
+    en.busy = !en.idle();
+    en.phase = EnginePhase::kBeforeStep;
+  }
+  // kBeforeStep: lent cores come back before decoding.
+  if (!en.idle() && lent_running_ > 0) {
+    en.waits_for_lent = true;
+    Schedule(e, kNever);
+    return Status::Ok();
+  }
+  en.waits_for_lent = false;
+  double cost = 0;
+  if (published_ > en.version) {  // in-flight switch: at any step
+    en.version = published_;
+    cost += c_.weight_switch_s;
+  }
+  en.phase = EnginePhase::kLoopTop;
+  if (en.idle()) {
+    Schedule(e, t + cost);
+    return Status::Ok();
+  }
+  // One forward pass: a decode block over the running sequences, a prefill
+  // per admitted prompt not already in the cache (a group shares one).
+  const int64_t rows = static_cast<int64_t>(en.running.size());
+  double attended = 0;
+  for (const Sequence& s : en.running) attended += static_cast<double>(s.prompt + s.generated);
+  std::set<int64_t> cached;
+  for (const Sequence& s : en.running) cached.insert(s.cursor);
+  int64_t prefill_prompts = 0, prefill_tokens = 0;
+  std::vector<Sequence> admitted;
+  while (!en.waiting.empty() && static_cast<int64_t>(en.running.size() + admitted.size()) < en.slots) {
+    Sequence s = en.waiting.front();
+    en.waiting.pop_front();
+    if (cached.insert(s.cursor).second) ++prefill_prompts, prefill_tokens += s.prompt;
+    admitted.push_back(s);
+  }
+  cost += c_.DecodeStep(rows, attended) + c_.Prefill(prefill_prompts, prefill_tokens);
+  if (rows > 0) {
+    ++out_.decode_steps;
+    active_rows_ += static_cast<double>(rows);
+    slot_steps_ += static_cast<double>(en.slots);
+  }
+  out_.rollout_busy_s += cost / static_cast<double>(engines_.size());
+  out_.rollout_compute_s += cost;
+  for (Sequence& s : admitted) s.first_version = en.version;
+  std::vector<Sequence> still;
+  for (std::vector<Sequence>* v : {&en.running, &admitted}) {
+    for (Sequence& s : *v) {
+      if (++s.generated >= s.length) {
+        en.finishing.push_back(s);
+      } else {
+        still.push_back(s);
+      }
+    }
+  }
+  en.running = std::move(still);
+  Schedule(e, t + cost);
+  return Status::Ok();
+}
+
+void Run::RewardWake(double t) {
+  if (scoring_) {
+    scoring_ = false;
+    const auto c = static_cast<size_t>(scored_now_.cursor);
+    ++rewarded_[c];
+    cursor_staleness_base_[c] += static_cast<double>(scored_now_.first_version);
+    oldest_version_[c] = std::min(oldest_version_[c], scored_now_.first_version);
+    if (phase_ == TrainerPhase::kWaitGroups) Poke(TrainerActor(), t);
+  }
+  if (to_score_.empty()) {
+    Schedule(RewardActor(), kNever);
+    return;
+  }
+  scored_now_ = to_score_.front();
+  to_score_.pop_front();
+  scoring_ = true;
+  Schedule(RewardActor(), t + c_.reward_answer_s);
+}
+
+Status Run::TrainerWake(double t) {
+  const int64_t P = w_.prompts_per_step, G = w_.group_size;
+  if (phase_ == TrainerPhase::kWaitGroups) {
+    for (int64_t k = 0; k < P; ++k) {
+      if (rewarded_[static_cast<size_t>(step_ * P + k)] < G) {
+        trainer_waiting_ = true;
+        Schedule(TrainerActor(), kNever);
+        return Status::Ok();
+      }
+    }
+    trainer_waiting_ = false;
+    out_.trainer_wait_s += t - wait_start_;
+    StepTiming timing;
+    timing.start_s = t;
+    double stale = 0;
+    sample_lengths_.clear();
+    std::vector<size_t> order;
+    for (int64_t k = 0; k < P; ++k) {
+      const int64_t c = step_ * P + k;
+      stale += static_cast<double>(trainer_version_) * static_cast<double>(G) -
+               cursor_staleness_base_[static_cast<size_t>(c)];
+      timing.staleness_max = std::max(timing.staleness_max, trainer_version_ - oldest_version_[static_cast<size_t>(c)]);
+      for (int64_t g = 0; g < G; ++g) {
+        order.push_back(sample_lengths_.size());
+        sample_lengths_.push_back(PromptTokens(c) + w_.response_tokens[static_cast<size_t>(c * G + g)]);
+      }
+    }
+    timing.staleness_mean = stale / static_cast<double>(P * G);
+    out_.steps.push_back(timing);
+    micro_batches_ =
+        schedule::PackMicroBatches(sample_lengths_, order, l_.micro_batch_tokens, l_.trainer_workers + l_.lent_workers);
+    next_micro_batch_ = 0;
+    phase_ = TrainerPhase::kTraining;
+    // As the trainer's ForEachMicroBatch: min(workers, micro-batches) of them.
+    const size_t active = std::min(workers_.size(), micro_batches_.size());
+    for (size_t w = 0; w < active; ++w) Poke(WorkerActor(w), t);
+    Schedule(TrainerActor(), kNever);
+    return Status::Ok();
+  }
+  if (phase_ == TrainerPhase::kTraining) {
+    ++step_;
+    publishing_ = step_ % l_.sync_interval == 0 || step_ == w_.steps;
+    const double cost = c_.train_step_s + (publishing_ ? c_.publish_s : 0.0);
+    out_.trainer_compute_s += cost;
+    phase_ = TrainerPhase::kFinishing;
+    Schedule(TrainerActor(), t + cost);
+    return Status::Ok();
+  }
+  if (phase_ == TrainerPhase::kFinishing) {
+    // Published first, then acked.
+    if (publishing_) published_ = ++trainer_version_;
+    acked_answers_ += P * G;
+    out_.steps.back().end_s = t;
+    if (step_ == w_.steps) {
+      phase_ = TrainerPhase::kDone;
+      out_.wall_s = t;
+      Schedule(TrainerActor(), kNever);
+      return Status::Ok();
+    }
+    phase_ = TrainerPhase::kWaitGroups;
+    wait_start_ = t;
+    return TrainerWake(t);
+  }
+  Schedule(TrainerActor(), kNever);
+  return Status::Ok();
+}
+
+void Run::WorkerWake(size_t w, double t) {
+  Worker& wk = workers_[w];
+  if (wk.running) {
+    wk.running = false;
+    if (wk.lent) {
+      --lent_running_;
+      for (size_t e = 0; e < engines_.size(); ++e) {
+        if (engines_[e].waits_for_lent && lent_running_ == 0) Poke(e, t + kLentReturnS);
+      }
+    }
+  }
+  if (phase_ == TrainerPhase::kTraining && next_micro_batch_ < micro_batches_.size()) {
+    wk.lent = w >= static_cast<size_t>(l_.trainer_workers);
+    if (wk.lent && !RolloutIdle()) {
+      Schedule(WorkerActor(w), t + kLentPollS);
+      return;
+    }
+    const std::vector<size_t>& mb = micro_batches_[next_micro_batch_++];
+    int64_t longest = 0;
+    for (size_t i : mb) longest = std::max(longest, sample_lengths_[i]);
+    const double cost = c_.MicroBatch(schedule::PaddedTokens(sample_lengths_, mb), longest);
+    out_.trainer_compute_s += cost;
+    if (wk.lent) ++lent_running_, ++out_.lent_micro_batches;
+    wk.running = true;
+    Schedule(WorkerActor(w), t + cost);
+    return;
+  }
+  Schedule(WorkerActor(w), kNever);
+  // The step's last micro-batch done: the trainer goes on.
+  const bool any_running = std::any_of(workers_.begin(), workers_.end(), [](const Worker& x) { return x.running; });
+  if (phase_ == TrainerPhase::kTraining && next_micro_batch_ >= micro_batches_.size() && !any_running) {
+    Poke(TrainerActor(), t);
+  }
+}
+
+Result<SimResult> Run::Go() {
+  schedule::IntakeOptions io;
+  io.prompts_per_step = w_.prompts_per_step;
+  io.group_size = w_.group_size;
+  io.sync_interval = l_.sync_interval;
+  io.max_staleness = l_.mode == Mode::kSync ? 0 : l_.mode == Mode::kOneStepOff ? 1 : l_.max_staleness;
+  io.steps = w_.steps;
+  SLUICE_ASSIGN_OR_RETURN(intake_, schedule::PromptIntake::Create(io));
+  engines_.resize(static_cast<size_t>(l_.rollout_engines));
+  for (size_t e = 0; e < engines_.size(); ++e) {
+    engines_[e].slots = l_.rollout_slots / l_.rollout_engines +
+                        (static_cast<int64_t>(e) < l_.rollout_slots % l_.rollout_engines ? 1 : 0);
+  }
+  workers_.resize(static_cast<size_t>(l_.trainer_workers + l_.lent_workers));
+  wake_.assign(engines_.size() + 2 + workers_.size(), kNever);
+  const auto prompts = static_cast<size_t>(w_.steps * w_.prompts_per_step);
+  rewarded_.assign(prompts, 0);
+  cursor_staleness_base_.assign(prompts, 0.0);
+  oldest_version_.assign(prompts, std::numeric_limits<PolicyVersion>::max());
+  for (size_t e = 0; e < engines_.size(); ++e) Schedule(e, 0.0);
+  Schedule(TrainerActor(), 0.0);
+  for (int64_t n = 0; phase_ != TrainerPhase::kDone; ++n) {
+    if (events_.empty() || n > kMaxEvents) {
+      return Status::Internal("the simulation stopped making progress at step " + std::to_string(step_ + 1) + " of " +
+                              std::to_string(w_.steps) + " (a bug in the simulator)");
+    }
+    const auto [t, seq, actor] = events_.top();
+    events_.pop();
+    if (wake_[actor] != t) continue;  // superseded
+    wake_[actor] = kNever;
+    if (actor < engines_.size()) {
+      SLUICE_RETURN_IF_ERROR(EngineWake(actor, t));
+    } else if (actor == RewardActor()) {
+      RewardWake(t);
+    } else if (actor == TrainerActor()) {
+      SLUICE_RETURN_IF_ERROR(TrainerWake(t));
+    } else {
+      WorkerWake(actor - engines_.size() - 2, t);
+    }
+  }
+  out_.occupancy = slot_steps_ > 0 ? active_rows_ / slot_steps_ : 0;
+  double stale = 0;
+  for (const StepTiming& s : out_.steps) stale += s.staleness_mean, out_.trainer_busy_s += s.end_s - s.start_s;
+  out_.staleness_mean = out_.steps.empty() ? 0 : stale / static_cast<double>(out_.steps.size());
+  return out_;
+}
+
+}  // namespace
+
+Result<Mode> ParseMode(const std::string& name) {
+  if (name == "sync") return Mode::kSync;
+  if (name == "one_step_off") return Mode::kOneStepOff;
+  if (name == "async") return Mode::kAsync;
+  return Status::InvalidArgument("unknown mode '" + name + "' (sync, one_step_off, async)");
+}
+
+std::string ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kSync:
+      return "sync";
+    case Mode::kOneStepOff:
+      return "one_step_off";
+    case Mode::kAsync:
+      return "async";
+  }
+  return "?";
+}
+
+Status Workload::Validate() const {
+  auto bad = [](const std::string& what) { return Status::InvalidArgument("workload: " + what); };
+  if (steps < 1) return bad("steps must be >= 1");
+  if (prompts_per_step < 1) return bad("prompts_per_step must be >= 1");
+  if (group_size < 1) return bad("group_size must be >= 1");
+  const int64_t prompts = steps * prompts_per_step;
+  if (prompt_tokens.size() != 1 && static_cast<int64_t>(prompt_tokens.size()) != prompts) {
+    return bad("prompt_tokens has " + std::to_string(prompt_tokens.size()) +
+               " entries; need 1 or steps x P = " + std::to_string(prompts));
+  }
+  if (static_cast<int64_t>(response_tokens.size()) != prompts * group_size) {
+    return bad("response_tokens has " + std::to_string(response_tokens.size()) +
+               " entries; need steps x P x G = " + std::to_string(prompts * group_size));
+  }
+  for (int32_t n : prompt_tokens) {
+    if (n < 1) return bad("a prompt of " + std::to_string(n) + " tokens (need >= 1)");
+  }
+  for (int32_t n : response_tokens) {
+    if (n < 1) return bad("an answer of " + std::to_string(n) + " tokens (need >= 1)");
+  }
+  return Status::Ok();
+}
+
+Status Layout::Validate() const {
+  auto bad = [](const std::string& what) { return Status::InvalidArgument("layout: " + what); };
+  if (max_staleness < 0) return bad("max_staleness must be >= 0");
+  if (sync_interval < 1) return bad("sync_interval must be >= 1");
+  if (rollout_engines < 1) return bad("rollout_engines must be >= 1");
+  if (rollout_slots < rollout_engines) return bad("rollout_slots must be >= rollout_engines (a slot per engine)");
+  if (trainer_workers < 1) return bad("trainer_workers must be >= 1");
+  if (lent_workers < 0) return bad("lent_workers must be >= 0");
+  if (mode == Mode::kSync && lent_workers > 0) return bad("sync mode lends no workers (its roles alternate)");
+  if (micro_batch_tokens < 1) return bad("micro_batch_tokens must be >= 1");
+  return Status::Ok();
+}
+
+Result<SimResult> Simulate(const Workload& workload, const Layout& layout, const CostProfile& costs) {
+  SLUICE_RETURN_IF_ERROR(workload.Validate());
+  SLUICE_RETURN_IF_ERROR(layout.Validate());
+  SLUICE_RETURN_IF_ERROR(costs.Validate());
+  for (int64_t c = 0; c < workload.steps * workload.prompts_per_step; ++c) {
+    const int64_t p =
+        workload.prompt_tokens.size() == 1 ? workload.prompt_tokens[0] : workload.prompt_tokens[static_cast<size_t>(c)];
+    for (int64_t g = 0; g < workload.group_size; ++g) {
+      const int64_t len = p + workload.response_tokens[static_cast<size_t>(c * workload.group_size + g)];
+      if (len > layout.micro_batch_tokens) {
+        return Status::InvalidArgument("workload: answer " + std::to_string(c * workload.group_size + g) + " has " +
+                                       std::to_string(len) + " tokens with its prompt, over micro_batch_tokens " +
+                                       std::to_string(layout.micro_batch_tokens));
+      }
+    }
+  }
+  Run run(workload, layout, costs);
+  return run.Go();
+}
+
+}  // namespace sluice::simulate

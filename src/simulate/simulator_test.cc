@@ -1,0 +1,183 @@
+#include "sluice/simulate/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace sluice::simulate {
+namespace {
+
+Workload Uniform(int64_t steps, int64_t P, int64_t G, int32_t length) {
+  Workload w;
+  w.steps = steps;
+  w.prompts_per_step = P;
+  w.group_size = G;
+  w.prompt_tokens = {8};
+  w.response_tokens.assign(static_cast<size_t>(steps * P * G), length);
+  return w;
+}
+
+// Decode steps cost 10 ms whatever their rows, a trainer step 0.5 s; nothing
+// else costs anything.
+CostProfile Simple() {
+  CostProfile c;
+  c.model = "test";
+  c.decode_step_s = 0.010;
+  c.train_step_s = 0.5;
+  return c;
+}
+
+TEST(SimulatorTest, SyncAlternatesGenerationAndTraining) {
+  // 4 steps; every answer 21 tokens: the first from the prefill (free here),
+  // 20 decode steps of 10 ms = 0.2 s, then 0.5 s of training; an idle engine
+  // looks for work every 2 ms, so each step may start up to 2 ms late.
+  Layout l;
+  l.mode = Mode::kSync;
+  auto r = Simulate(Uniform(4, 2, 4, 21), l, Simple());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GE(r->wall_s, 4 * 0.7 - 1e-9);
+  EXPECT_LE(r->wall_s, 4 * 0.7 + 4 * 0.0021);
+  EXPECT_EQ(r->decode_steps, 4 * 20);
+  EXPECT_EQ(r->generated_tokens, 4 * 2 * 4 * 21);
+  EXPECT_DOUBLE_EQ(r->staleness_mean, 0.0);
+  ASSERT_EQ(r->steps.size(), 4u);
+  for (const StepTiming& s : r->steps) EXPECT_EQ(s.staleness_max, 0);
+  EXPECT_NEAR(r->trainer_wait_s, 4 * 0.2, 4 * 0.0021);
+}
+
+TEST(SimulatorTest, AsyncOverlapsGenerationWithTraining) {
+  // Generation 0.2 s per step's prompts, training 0.5 s: once the pipeline
+  // fills, the trainer never waits, so the wall is about the first step's
+  // generation plus every step's training.
+  Layout l;
+  l.mode = Mode::kAsync;
+  l.max_staleness = 2;
+  auto r = Simulate(Uniform(8, 2, 4, 21), l, Simple());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NEAR(r->wall_s, 0.2 + 8 * 0.5, 0.01);
+  Layout s = l;
+  s.mode = Mode::kSync;
+  auto sync = Simulate(Uniform(8, 2, 4, 21), s, Simple());
+  ASSERT_TRUE(sync.ok());
+  EXPECT_GT(sync->wall_s / r->wall_s, 1.3);
+  // The staleness bound holds for every answer, and it is used.
+  int64_t most = 0;
+  for (const StepTiming& st : r->steps) most = std::max(most, st.staleness_max);
+  EXPECT_LE(most, 2);
+  EXPECT_GE(most, 1);
+}
+
+TEST(SimulatorTest, OneStepOffKeepsStalenessAtOne) {
+  Layout l;
+  l.mode = Mode::kOneStepOff;
+  auto r = Simulate(Uniform(6, 2, 4, 21), l, Simple());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const StepTiming& st : r->steps) EXPECT_LE(st.staleness_max, 1);
+  EXPECT_GT(r->staleness_mean, 0.5);
+}
+
+TEST(SimulatorTest, ContinuousBatchingOnlyPaysForRowsDecoding) {
+  // Per-row cost only: one long answer among short ones costs its own
+  // decode steps, not the whole batch's.
+  CostProfile c;
+  c.model = "test";
+  c.decode_row_s = 0.001;
+  Workload w = Uniform(1, 1, 8, 11);
+  w.response_tokens[0] = 101;
+  Layout l;
+  l.mode = Mode::kSync;
+  auto r = Simulate(w, l, c);
+  ASSERT_TRUE(r.ok());
+  // 7 answers x 10 decoded tokens + 100 for the long one, 1 ms per row-step.
+  EXPECT_NEAR(r->wall_s, 0.001 * (7 * 10 + 100), 1e-9);
+  EXPECT_EQ(r->decode_steps, 100);
+  EXPECT_LT(r->occupancy, 0.2);
+}
+
+TEST(SimulatorTest, LentWorkersTrainOnlyWhileTheRolloutIdles) {
+  // Micro-batch cost only; with every prompt generated the rollout idles
+  // and the lent worker takes micro-batches.
+  CostProfile c = Simple();
+  c.train_step_s = 0;
+  c.train_micro_batch_s = 0.1;
+  Layout l;
+  l.mode = Mode::kAsync;
+  l.max_staleness = 4;
+  l.micro_batch_tokens = 64;
+  l.lent_workers = 1;
+  auto lent = Simulate(Uniform(4, 2, 4, 21), l, c);
+  ASSERT_TRUE(lent.ok()) << lent.status().ToString();
+  l.lent_workers = 0;
+  auto alone = Simulate(Uniform(4, 2, 4, 21), l, c);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_GT(lent->lent_micro_batches, 0);
+  EXPECT_EQ(alone->lent_micro_batches, 0);
+  EXPECT_LT(lent->wall_s, alone->wall_s);
+}
+
+TEST(SimulatorTest, DeterministicForTheSameInputs) {
+  Workload w = Uniform(5, 3, 4, 9);
+  for (size_t i = 0; i < w.response_tokens.size(); ++i) w.response_tokens[i] = 1 + static_cast<int32_t>(i * 7 % 40);
+  Layout l;
+  l.rollout_engines = 2;
+  l.rollout_slots = 5;
+  CostProfile c = Simple();
+  c.decode_context_s = 1e-5;
+  c.prefill_token_s = 1e-4;
+  c.weight_switch_s = 0.003;
+  c.publish_s = 0.01;
+  c.reward_answer_s = 0.001;
+  auto a = Simulate(w, l, c);
+  auto b = Simulate(w, l, c);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->wall_s, b->wall_s);
+  EXPECT_EQ(a->decode_steps, b->decode_steps);
+  EXPECT_EQ(
+      a->generated_tokens, 5 * 3 * 4 * 0 + [&] {
+        int64_t n = 0;
+        for (int32_t t : w.response_tokens) n += t;
+        return n;
+      }());
+}
+
+TEST(SimulatorTest, RefusesBadInputNamingIt) {
+  Layout l;
+  Workload w = Uniform(2, 2, 2, 4);
+  w.response_tokens.pop_back();
+  auto r = Simulate(w, l, Simple());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("response_tokens"), std::string::npos);
+
+  w = Uniform(2, 2, 2, 4);
+  w.response_tokens[3] = 0;
+  EXPECT_NE(Simulate(w, l, Simple()).status().message().find("answer of 0 tokens"), std::string::npos);
+
+  w = Uniform(2, 2, 2, 100);
+  l.micro_batch_tokens = 64;
+  EXPECT_NE(Simulate(w, l, Simple()).status().message().find("micro_batch_tokens"), std::string::npos);
+
+  Layout sync;
+  sync.mode = Mode::kSync;
+  sync.lent_workers = 1;
+  EXPECT_NE(Simulate(Uniform(1, 1, 1, 4), sync, Simple()).status().message().find("lends no workers"),
+            std::string::npos);
+
+  Layout few;
+  few.rollout_engines = 4;
+  few.rollout_slots = 2;
+  EXPECT_NE(Simulate(Uniform(1, 1, 1, 4), few, Simple()).status().message().find("rollout_slots"), std::string::npos);
+
+  CostProfile c = Simple();
+  c.decode_row_s = -1;
+  EXPECT_NE(Simulate(Uniform(1, 1, 1, 4), Layout{}, c).status().message().find("rollout.decode_row_s"),
+            std::string::npos);
+  c = Simple();
+  c.train_step_s = std::nan("");
+  EXPECT_FALSE(Simulate(Uniform(1, 1, 1, 4), Layout{}, c).ok());
+
+  EXPECT_FALSE(ParseMode("fast").ok());
+  EXPECT_EQ(*ParseMode("one_step_off"), Mode::kOneStepOff);
+}
+
+}  // namespace
+}  // namespace sluice::simulate

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sluice/common/file_util.h"
@@ -42,6 +43,7 @@ Status Calibrate(const std::vector<std::string>& args) {
   flags.Add("config", "", "the run's YAML config (the keys of `sluice train --help-config`)");
   flags.Add("out", "", "where to write the cost profile (YAML)");
   flags.Add("quick", "false", "fewer measurements (a rough profile in a few seconds)", /*is_bool=*/true);
+  flags.Add("cores", "0", "the cores the roles share, measured busy at once (0: this machine's)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::printf("usage: sluice calibrate --out=PROFILE [--config=FILE] [key=value ...]\n%s", flags.Usage().c_str());
@@ -57,6 +59,8 @@ Status Calibrate(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
   CalibrationOptions co;
   SLUICE_ASSIGN_OR_RETURN(co.quick, flags.GetBool("quick"));
+  SLUICE_ASSIGN_OR_RETURN(int64_t cores, flags.GetInt("cores", 0, 1024));
+  co.cores = static_cast<int32_t>(cores > 0 ? cores : std::max(1u, std::thread::hardware_concurrency()));
   co.max_rows = options.rl.rollout_slots;
   co.max_context = std::min<int64_t>(policy->config().max_position_embeddings,
                                      64 + static_cast<int64_t>(options.rl.sampling.max_new_tokens));

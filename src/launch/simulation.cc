@@ -3,9 +3,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "sluice/checkpoint_engine/version_store.h"
@@ -187,6 +191,129 @@ Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, c
   return Training{c[0], c[1], c[2], c[3]};
 }
 
+// How much slower decoding and training run while every core is busy,
+// shared as the pipeline shares them: engines decoding on one model (data
+// parallel rollout), the trainer's workers splitting a step's micro-batches
+// (data parallel training), and, half and half, training next to decoding
+// (the split modes). Each kind's slowdown is the mean of its two ratios, of
+// the fastest runs over interleaved rounds.
+Status MeasureSlowdown(const std::shared_ptr<model::Transformer>& m, const CalibrationOptions& o,
+                       simulate::CostProfile* p) {
+  const int32_t k = o.cores;
+  if (k < 2) return Status::Ok();
+  const int32_t prompt = 16, length = o.quick ? 16 : 48;
+  const int32_t rows = static_cast<int32_t>(std::min<int64_t>(32, o.max_rows));
+  auto decode_model = model::CloneModel(*m);
+  auto decode = [&](int32_t seed) -> Result<double> {
+    const auto t0 = Clock::now();
+    rollout::EngineOptions eo;
+    eo.num_slots = rows;
+    eo.max_seq_len = prompt + length;
+    SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create({decode_model, 0}, eo));
+    for (int32_t r = 0; r < rows; ++r) {
+      rollout::GenerationRequest req;
+      req.id = static_cast<uint64_t>(r);
+      req.prompt.assign(static_cast<size_t>(prompt), static_cast<model::TokenId>(1 + (r + seed) % 200));
+      req.sampling.seed = static_cast<uint64_t>(seed);
+      req.sampling.forced_length = length;
+      req.sampling.max_new_tokens = length;
+      SLUICE_RETURN_IF_ERROR(engine->Submit(std::move(req)));
+    }
+    SLUICE_RETURN_IF_ERROR(engine->RunUntilIdle().status());
+    return Since(t0);
+  };
+  // The trainer with k workers on 8k equal samples: 2k equal micro-batches.
+  // `serial` keeps the helpers from taking any (all on the caller's thread,
+  // same packing).
+  std::atomic<bool> serial{true};
+  trainer::TrainerOptions to = o.trainer;
+  to.micro_batch_threads = k;
+  to.may_run = [&serial](int32_t) { return !serial.load(); };
+  to.done_running = nullptr;
+  std::shared_ptr<model::Transformer> reference;
+  if (to.loss.kl_coef > 0) reference = std::make_shared<model::Transformer>(m->config(), o.seed);
+  SLUICE_ASSIGN_OR_RETURN(
+      auto trainer, trainer::Trainer::Create(std::make_shared<model::Transformer>(m->config(), o.seed), reference, to));
+  std::vector<trainer::RolloutSample> batch;
+  std::vector<double> rewards;
+  std::vector<GroupId> groups;
+  for (int32_t i = 0; i < 8 * k; ++i) {
+    trainer::RolloutSample s;
+    s.id = static_cast<uint64_t>(i);
+    s.group_id = static_cast<GroupId>(i / 4);
+    s.prompt.assign(static_cast<size_t>(prompt), 3);
+    s.response.assign(static_cast<size_t>(length), static_cast<model::TokenId>(5 + i % 7));
+    s.behavior_logprobs.assign(static_cast<size_t>(length), -5.0f);
+    s.versions.assign(static_cast<size_t>(length), 0);
+    s.reward = static_cast<double>(i % 2);
+    rewards.push_back(s.reward);
+    groups.push_back(s.group_id);
+    batch.push_back(std::move(s));
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto adv, trainer::GroupAdvantages(rewards, groups, true));
+  for (size_t i = 0; i < adv.size(); ++i) batch[i].advantage = adv[i];
+  auto train = [&]() -> Result<double> {
+    const auto t0 = Clock::now();
+    SLUICE_RETURN_IF_ERROR(trainer->RlStep(batch).status());
+    return Since(t0);
+  };
+  SLUICE_RETURN_IF_ERROR(decode(0).status());  // warm
+  SLUICE_RETURN_IF_ERROR(train().status());
+  // Runs fn(thread) on k threads started together; each thread's time.
+  auto together = [&](const std::function<Result<double>(int32_t)>& fn) -> Result<std::vector<double>> {
+    std::vector<Result<double>> times(static_cast<size_t>(k), Status::Internal("not run"));
+    std::atomic<int32_t> ready{0};
+    std::vector<std::thread> threads;
+    for (int32_t j = 0; j < k; ++j) {
+      threads.emplace_back([&, j] {
+        ready.fetch_add(1);
+        while (ready.load() < k) std::this_thread::yield();
+        times[static_cast<size_t>(j)] = fn(j);
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::vector<double> out;
+    for (auto& t : times) {
+      SLUICE_RETURN_IF_ERROR(t.status());
+      out.push_back(*t);
+    }
+    return out;
+  };
+  // Rounds of every measurement, interleaved so the machine's drift falls on
+  // all alike; each the fastest of its rounds.
+  double decode_alone = 1e300, train_alone = 1e300, decode_all = 1e300, train_parallel = 1e300;
+  double train_next = 1e300, decode_next = 1e300;
+  for (int round = 0; round < (o.quick ? 2 : 4); ++round) {
+    SLUICE_ASSIGN_OR_RETURN(double t, decode(0));
+    decode_alone = std::min(decode_alone, t);
+    SLUICE_ASSIGN_OR_RETURN(t, train());
+    train_alone = std::min(train_alone, t);
+    // Data parallel decoding: the slowest engine.
+    SLUICE_ASSIGN_OR_RETURN(auto times, together([&](int32_t j) { return decode(j); }));
+    decode_all = std::min(decode_all, *std::max_element(times.begin(), times.end()));
+    // Data parallel training: k workers on the step.
+    serial.store(false);
+    SLUICE_ASSIGN_OR_RETURN(t, train());
+    serial.store(true);
+    train_parallel = std::min(train_parallel, t);
+    // Half and half: the trainer on one thread, engines on the others.
+    SLUICE_ASSIGN_OR_RETURN(times, together([&](int32_t j) { return j == 0 ? train() : decode(j); }));
+    train_next = std::min(train_next, times[0]);
+    decode_next = std::min(decode_next, *std::max_element(times.begin() + 1, times.end()));
+  }
+  // A perfect split of the step over k workers would take 1/k of it.
+  const double train_all = train_parallel * k / train_alone;
+  const double decode_mixed = decode_next / decode_alone, train_mixed = train_next / train_alone;
+  decode_all /= decode_alone;
+  p->rollout_slowdown = std::max(1.0, (decode_all + decode_mixed) / 2);
+  p->trainer_slowdown = std::max(1.0, (train_all + train_mixed) / 2);
+  std::fprintf(stderr,
+               "calibrate: with %d cores busy: decoding %.2fx slower (all decoding) / %.2fx (next to training), "
+               "training %.2fx (data parallel) / %.2fx (next to decoding)\n",
+               k, decode_all, decode_mixed, train_all, train_mixed);
+  return Status::Ok();
+}
+
 // Publish: export the trainer's weights and commit them to a version store;
 // switch: the rollout engine's hook handing over a filled standby buffer.
 Status MeasureWeights(const std::shared_ptr<model::Transformer>& m, const CalibrationOptions& o,
@@ -200,14 +327,16 @@ Status MeasureWeights(const std::shared_ptr<model::Transformer>& m, const Calibr
   auto serving = model::CloneModel(*m);
   SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(serving, 0, *store));
   const rollout::WeightSwapHook hook = standby->Hook();
-  std::vector<double> publish, swap;
+  std::vector<double> publish, fill, swap;
   PolicyVersion current = 0;
   for (int64_t v = 1; v <= (o.quick ? 2 : 5); ++v) {
     auto t0 = Clock::now();
     SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::ExportWeights(*m));
     SLUICE_RETURN_IF_ERROR(store->Publish(v, weights));
     publish.push_back(Since(t0));
+    t0 = Clock::now();
     SLUICE_RETURN_IF_ERROR(standby->WaitUntilReady(v, std::chrono::seconds(60)));
+    fill.push_back(Since(t0));
     t0 = Clock::now();
     std::optional<rollout::PolicySnapshot> next = hook(current);
     swap.push_back(Since(t0));
@@ -220,6 +349,8 @@ Status MeasureWeights(const std::shared_ptr<model::Transformer>& m, const Calibr
   standby->Stop();
   std::sort(publish.begin(), publish.end());
   std::sort(swap.begin(), swap.end());
+  std::sort(fill.begin(), fill.end());
+  p->weight_fill_s = fill[fill.size() / 2];
   p->publish_s = publish[publish.size() / 2];
   p->weight_switch_s = swap[swap.size() / 2];
   return Status::Ok();
@@ -296,8 +427,8 @@ std::string ModelShape(const model::ModelConfig& c) {
 Result<simulate::CostProfile> Calibrate(std::shared_ptr<model::Transformer> model, const reward::Task& task,
                                         const CalibrationOptions& o) {
   if (!model) return Status::InvalidArgument("calibrate: no model");
-  if (o.threads < 1 || o.max_rows < 1 || o.max_context < 16) {
-    return Status::InvalidArgument("calibrate: threads and max_rows must be >= 1, max_context >= 16");
+  if (o.threads < 1 || o.cores < 1 || o.max_rows < 1 || o.max_context < 16) {
+    return Status::InvalidArgument("calibrate: threads, cores and max_rows must be >= 1, max_context >= 16");
   }
   const int caller_threads = torch::get_num_threads();
   torch::set_num_threads(o.threads);
@@ -322,6 +453,11 @@ Result<simulate::CostProfile> Calibrate(std::shared_ptr<model::Transformer> mode
     p.train_step_s = t.step, p.train_micro_batch_s = t.micro_batch;
     p.train_token_s = t.token, p.train_token_context_s = t.token_context;
     SLUICE_RETURN_IF_ERROR(MeasureWeights(model, o, &p));
+    t0 = Clock::now();
+    p.cores = o.cores;
+    SLUICE_RETURN_IF_ERROR(MeasureSlowdown(model, o, &p));
+    std::fprintf(stderr, "calibrate: %lld cores busy at once measured in %.1f s\n", static_cast<long long>(o.cores),
+                 Since(t0));
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("calibrate: libtorch failed: ") + e.what_without_backtrace());
   }

@@ -31,6 +31,8 @@ const std::vector<CostField>& CostFields() {
       {"trainer.token_context_s", &CostProfile::train_token_context_s,
        "per padded token x the micro-batch's longest sample (attention)"},
       {"weights.publish_s", &CostProfile::publish_s, "the trainer publishing a version"},
+      {"weights.fill_s", &CostProfile::weight_fill_s,
+       "from a publish until the rollout can switch to the version (its standby copy, in the background)"},
       {"weights.switch_s", &CostProfile::weight_switch_s, "a rollout engine switching to a version"},
       {"reward.answer_s", &CostProfile::reward_answer_s, "scoring one answer"},
   };
@@ -45,6 +47,9 @@ runtime::ConfigSchema Schema() {
   s.AddInt("profile.threads", 1, 1, 1 << 20, "threads per role when measured");
   s.AddString("profile.measured_by", "", "the command and build that wrote it");
   for (const CostField& f : CostFields()) s.AddDouble(f.key, 0.0, 0.0, 1e9, std::string(f.help) + " (seconds)");
+  s.AddInt("cpu.cores", 0, 0, 1 << 20, "cores the threads share (0: each thread its own hardware)");
+  s.AddDouble("cpu.rollout_slowdown", 1.0, 1.0, 1000.0, "how much slower an engine runs with every core busy");
+  s.AddDouble("cpu.trainer_slowdown", 1.0, 1.0, 1000.0, "how much slower training runs with every core busy");
   return s;
 }
 
@@ -53,6 +58,12 @@ runtime::ConfigSchema Schema() {
 Status CostProfile::Validate() const {
   if (model.empty()) return Status::InvalidArgument("cost profile: no model (profile.model)");
   if (threads < 1) return Status::InvalidArgument("cost profile: profile.threads must be >= 1");
+  if (cores < 0) return Status::InvalidArgument("cost profile: cpu.cores must be >= 0");
+  for (const auto& [key, v] :
+       {std::pair{"cpu.rollout_slowdown", rollout_slowdown}, std::pair{"cpu.trainer_slowdown", trainer_slowdown}}) {
+    if (!std::isfinite(v) || v < 1)
+      return Status::InvalidArgument(std::string("cost profile: ") + key + " must be >= 1");
+  }
   for (const CostField& f : CostFields()) {
     const double v = this->*f.field;
     if (!std::isfinite(v) || v < 0) {
@@ -84,6 +95,13 @@ std::string FormatCostProfile(const CostProfile& p) {
     std::snprintf(value, sizeof(value), "%.6g", p.*f.field);
     out += "  " + key.substr(dot + 1) + ": " + value + "  # " + f.help + "\n";
   }
+  char slowdown[128];
+  std::snprintf(slowdown, sizeof(slowdown),
+                "  rollout_slowdown: %.4g  # an engine, every core busy\n  trainer_slowdown: %.4g  # training, "
+                "every core busy\n",
+                p.rollout_slowdown, p.trainer_slowdown);
+  out += "cpu:\n  cores: " + std::to_string(p.cores) + "  # cores the threads share (0: each its own hardware)\n" +
+         slowdown;
   return out;
 }
 
@@ -105,6 +123,9 @@ Result<CostProfile> FromConfig(const runtime::Config& c, const std::string& orig
   p.threads = c.GetInt("profile.threads");
   p.measured_by = c.GetString("profile.measured_by");
   for (const CostField& f : CostFields()) p.*f.field = c.GetDouble(f.key);
+  p.cores = c.GetInt("cpu.cores");
+  p.rollout_slowdown = c.GetDouble("cpu.rollout_slowdown");
+  p.trainer_slowdown = c.GetDouble("cpu.trainer_slowdown");
   Status valid = p.Validate();
   if (!valid.ok()) return Status::InvalidArgument(origin + ": " + valid.message());
   return p;

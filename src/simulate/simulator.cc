@@ -74,6 +74,53 @@ class Run {
     wake_[actor] = t;
     if (t < kNever) events_.emplace(t, next_seq_++, actor);
   }
+  // Work on an actor's thread: `work` seconds at full speed, run at the
+  // speed the number of working threads allows (CostProfile::Slowdown); its
+  // finish moves whenever a thread starts or stops working.
+  void Begin(size_t actor, double t, double work) {
+    if (work <= 0) {
+      Schedule(actor, t);
+      return;
+    }
+    Settle(t);
+    working_[actor] = true;
+    remaining_[actor] = work;
+    began_[actor] = t;
+    ++working_count_;
+    Reschedule(t);
+  }
+  void End(size_t actor, double t) {
+    working_[actor] = false;
+    remaining_[actor] = 0;
+    --working_count_;
+    if (actor < engines_.size()) out_.rollout_busy_s += (t - began_[actor]) / static_cast<double>(engines_.size());
+    Reschedule(t);
+  }
+  // Brings every working actor's remaining work up to `t`.
+  void Settle(double t) {
+    for (size_t a = 0; a < working_.size(); ++a) {
+      if (!working_[a]) continue;
+      remaining_[a] = std::max(0.0, remaining_[a] - (t - since_[a]) / Slow(a));
+      since_[a] = t;
+    }
+  }
+  void Reschedule(double t) {
+    for (size_t a = 0; a < working_.size(); ++a) {
+      if (working_[a]) since_[a] = t, Schedule(a, t + remaining_[a] * Slow(a));
+    }
+  }
+  // How much slower the actor's work runs now.
+  double Slow(size_t actor) const {
+    return c_.Slowdown(actor < engines_.size() ? CostProfile::Work::kRollout : CostProfile::Work::kTrainer,
+                       working_count_);
+  }
+  // The newest version the rollout can switch to at `t`.
+  PolicyVersion Switchable(double t) const {
+    for (auto it = fills_.rbegin(); it != fills_.rend(); ++it) {
+      if (it->first <= t) return it->second;
+    }
+    return 0;
+  }
   // Wakes a sleeping actor at `t` if it would wake later.
   void Poke(size_t actor, double t) {
     if (wake_[actor] > t) Schedule(actor, t);
@@ -97,6 +144,9 @@ class Run {
   std::vector<Engine> engines_;
   std::vector<Worker> workers_;
   std::vector<double> wake_;
+  std::vector<bool> working_;
+  std::vector<double> remaining_, since_, began_;
+  int64_t working_count_ = 0;
   std::priority_queue<std::tuple<double, int64_t, size_t>, std::vector<std::tuple<double, int64_t, size_t>>,
                       std::greater<>>
       events_;
@@ -104,6 +154,8 @@ class Run {
 
   // Shared state, as the roles see each other through the hub and the store.
   PolicyVersion published_ = 0;
+  // Published versions and when the rollout's standby copy of each is ready.
+  std::vector<std::pair<double, PolicyVersion>> fills_;
   int64_t acked_answers_ = 0;
   bool trainer_waiting_ = true;
   int32_t lent_running_ = 0;
@@ -132,9 +184,9 @@ Status Run::EngineWake(size_t e, double t) {
   if (en.phase == EnginePhase::kIdleStep) {
     // The step an idle engine still takes: only the weight-swap hook.
     en.phase = EnginePhase::kLoopTop;
-    if (published_ > en.version) {
-      en.version = published_;
-      Schedule(e, t + c_.weight_switch_s);
+    if (Switchable(t) > en.version) {
+      en.version = Switchable(t);
+      Begin(e, t, c_.weight_switch_s);
       return Status::Ok();
     }
   }
@@ -182,13 +234,13 @@ Status Run::EngineWake(size_t e, double t) {
   }
   en.waits_for_lent = false;
   double cost = 0;
-  if (published_ > en.version) {  // in-flight switch: at any step
-    en.version = published_;
+  if (Switchable(t) > en.version) {  // in-flight switch: at any step
+    en.version = Switchable(t);
     cost += c_.weight_switch_s;
   }
   en.phase = EnginePhase::kLoopTop;
   if (en.idle()) {
-    Schedule(e, t + cost);
+    Begin(e, t, cost);
     return Status::Ok();
   }
   // One forward pass: a decode block over the running sequences, a prefill
@@ -212,7 +264,6 @@ Status Run::EngineWake(size_t e, double t) {
     active_rows_ += static_cast<double>(rows);
     slot_steps_ += static_cast<double>(en.slots);
   }
-  out_.rollout_busy_s += cost / static_cast<double>(engines_.size());
   out_.rollout_compute_s += cost;
   for (Sequence& s : admitted) s.first_version = en.version;
   std::vector<Sequence> still;
@@ -226,7 +277,7 @@ Status Run::EngineWake(size_t e, double t) {
     }
   }
   en.running = std::move(still);
-  Schedule(e, t + cost);
+  Begin(e, t, cost);
   return Status::Ok();
 }
 
@@ -294,12 +345,15 @@ Status Run::TrainerWake(double t) {
     const double cost = c_.train_step_s + (publishing_ ? c_.publish_s : 0.0);
     out_.trainer_compute_s += cost;
     phase_ = TrainerPhase::kFinishing;
-    Schedule(TrainerActor(), t + cost);
+    Begin(TrainerActor(), t, cost);
     return Status::Ok();
   }
   if (phase_ == TrainerPhase::kFinishing) {
     // Published first, then acked.
-    if (publishing_) published_ = ++trainer_version_;
+    if (publishing_) {
+      published_ = ++trainer_version_;
+      fills_.emplace_back(t + c_.weight_fill_s, published_);
+    }
     acked_answers_ += P * G;
     out_.steps.back().end_s = t;
     if (step_ == w_.steps) {
@@ -340,7 +394,7 @@ void Run::WorkerWake(size_t w, double t) {
     out_.trainer_compute_s += cost;
     if (wk.lent) ++lent_running_, ++out_.lent_micro_batches;
     wk.running = true;
-    Schedule(WorkerActor(w), t + cost);
+    Begin(WorkerActor(w), t, cost);
     return;
   }
   Schedule(WorkerActor(w), kNever);
@@ -365,7 +419,12 @@ Result<SimResult> Run::Go() {
                         (static_cast<int64_t>(e) < l_.rollout_slots % l_.rollout_engines ? 1 : 0);
   }
   workers_.resize(static_cast<size_t>(l_.trainer_workers + l_.lent_workers));
-  wake_.assign(engines_.size() + 2 + workers_.size(), kNever);
+  const size_t actors = engines_.size() + 2 + workers_.size();
+  wake_.assign(actors, kNever);
+  working_.assign(actors, false);
+  remaining_.assign(actors, 0.0);
+  since_.assign(actors, 0.0);
+  began_.assign(actors, 0.0);
   const auto prompts = static_cast<size_t>(w_.steps * w_.prompts_per_step);
   rewarded_.assign(prompts, 0);
   cursor_staleness_base_.assign(prompts, 0.0);
@@ -381,6 +440,14 @@ Result<SimResult> Run::Go() {
     events_.pop();
     if (wake_[actor] != t) continue;  // superseded
     wake_[actor] = kNever;
+    if (working_[actor]) {
+      Settle(t);
+      if (remaining_[actor] > 1e-12) {  // woken early: its work goes on
+        Schedule(actor, t + remaining_[actor] * Slow(actor));
+        continue;
+      }
+      End(actor, t);
+    }
     if (actor < engines_.size()) {
       SLUICE_RETURN_IF_ERROR(EngineWake(actor, t));
     } else if (actor == RewardActor()) {

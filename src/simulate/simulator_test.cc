@@ -45,6 +45,19 @@ TEST(SimulatorTest, SyncAlternatesGenerationAndTraining) {
   EXPECT_NEAR(r->trainer_wait_s, 4 * 0.2, 4 * 0.0021);
 }
 
+TEST(SimulatorTest, SyncWaitsForEachVersionsStandbyCopy) {
+  // The rollout can switch to a version only once its standby copy is
+  // filled: in sync, every step after the first starts that much later.
+  Layout l;
+  l.mode = Mode::kSync;
+  CostProfile c = Simple();
+  auto quick = Simulate(Uniform(4, 2, 4, 21), l, c);
+  c.weight_fill_s = 0.1;
+  auto filled = Simulate(Uniform(4, 2, 4, 21), l, c);
+  ASSERT_TRUE(quick.ok() && filled.ok());
+  EXPECT_NEAR(filled->wall_s - quick->wall_s, 3 * 0.1, 3 * 0.0021);
+}
+
 TEST(SimulatorTest, AsyncOverlapsGenerationWithTraining) {
   // Generation 0.2 s per step's prompts, training 0.5 s: once the pipeline
   // fills, the trainer never waits, so the wall is about the first step's
@@ -113,6 +126,48 @@ TEST(SimulatorTest, LentWorkersTrainOnlyWhileTheRolloutIdles) {
   EXPECT_GT(lent->lent_micro_batches, 0);
   EXPECT_EQ(alone->lent_micro_batches, 0);
   EXPECT_LT(lent->wall_s, alone->wall_s);
+}
+
+TEST(SimulatorTest, SharedCoresSlowWorkThatOverlaps) {
+  // Async overlaps 0.2 s of generation per step with 0.5 s of training.
+  // Two threads on two cores that each run half as fast while both work:
+  // the overlapped parts take twice as long.
+  Layout l;
+  l.mode = Mode::kAsync;
+  l.max_staleness = 2;
+  CostProfile own = Simple();
+  auto alone = Simulate(Uniform(8, 2, 4, 21), l, own);
+  CostProfile shared = Simple();
+  shared.cores = 2;
+  shared.rollout_slowdown = 2.0;
+  shared.trainer_slowdown = 2.0;
+  auto slowed = Simulate(Uniform(8, 2, 4, 21), l, shared);
+  ASSERT_TRUE(alone.ok() && slowed.ok());
+  // All generation but the first step's overlaps training; each second of
+  // it now takes two (and so does as much training): the wall grows by the
+  // overlapped generation time.
+  const double overlapped = alone->rollout_busy_s - 0.2;
+  EXPECT_GT(overlapped, 0.5);
+  EXPECT_NEAR(slowed->wall_s - alone->wall_s, overlapped, 0.02);
+  // The work itself is unchanged.
+  EXPECT_NEAR(slowed->trainer_compute_s, alone->trainer_compute_s, 1e-9);
+  // No sharing declared (cores 0): no slowdown whatever the factor.
+  CostProfile own_hardware = shared;
+  own_hardware.cores = 0;
+  auto separate = Simulate(Uniform(8, 2, 4, 21), l, own_hardware);
+  ASSERT_TRUE(separate.ok());
+  EXPECT_DOUBLE_EQ(separate->wall_s, alone->wall_s);
+  using W = CostProfile::Work;
+  EXPECT_DOUBLE_EQ(shared.Slowdown(W::kRollout, 1), 1.0);
+  EXPECT_DOUBLE_EQ(shared.Slowdown(W::kTrainer, 2), 2.0);
+  EXPECT_DOUBLE_EQ(shared.Slowdown(W::kRollout, 4), 4.0);  // time-shared beyond the cores
+  // Only the trainer slowed: the wall grows by less.
+  CostProfile trainer_only = shared;
+  trainer_only.rollout_slowdown = 1.0;
+  auto partly = Simulate(Uniform(8, 2, 4, 21), l, trainer_only);
+  ASSERT_TRUE(partly.ok());
+  EXPECT_GT(partly->wall_s, alone->wall_s + 0.1);
+  EXPECT_LT(partly->wall_s, slowed->wall_s - 0.1);
 }
 
 TEST(SimulatorTest, DeterministicForTheSameInputs) {

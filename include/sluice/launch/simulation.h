@@ -40,6 +40,7 @@ std::string ModelShape(const model::ModelConfig& config);
 
 struct CalibrationOptions {
   int32_t threads = 1;              // intra-op threads per role (the profile's `threads`)
+  int32_t cores = 2;                // the machine's cores the roles share (the profile's cpu.cores)
   int64_t max_rows = 64;            // the largest decode batch measured (the run's slots)
   int64_t max_context = 384;        // prompt + response tokens measured up to (capped by the model)
   bool quick = false;               // fewer points (tests)

@@ -10,8 +10,19 @@
 //   micro-batch   = train_micro_batch_s + train_token_s x padded tokens
 //                   + train_token_context_s x padded tokens x longest sample
 //   trainer step  = train_step_s + its micro-batches (spread over the workers)
-//   publish       = publish_s (the trainer), weight_switch_s (each rollout engine)
+//   publish       = publish_s (the trainer); then weight_fill_s until the rollout
+//                   can switch to it (its standby copy, in the background), and
+//                   weight_switch_s (each rollout engine) to switch
 //   reward        = reward_answer_s per answer (one scorer)
+//
+// Threads sharing a machine slow each other (memory bandwidth, caches), and
+// some work more than other (measured here: training GEMMs far more than
+// decode steps): with k of its `cores` threads busy, a rollout engine's work
+// runs `Slowdown(kRollout, k)` times slower, from 1 alone to
+// `rollout_slowdown` with every core busy (linear between; beyond the
+// cores, time-shared), the trainer's likewise up to `trainer_slowdown`.
+// cores = 0: every thread has its own hardware (a device per role), no
+// slowdown.
 //
 // Thread safety: plain data and pure functions.
 #ifndef SLUICE_SIMULATE_COST_PROFILE_H_
@@ -44,16 +55,28 @@ struct CostProfile {
   double train_token_context_s = 0;
   double publish_s = 0;
   double weight_switch_s = 0;
+  double weight_fill_s = 0;
   double reward_answer_s = 0;
+  int64_t cores = 0;
+  double rollout_slowdown = 1;
+  double trainer_slowdown = 1;
 
   // InvalidArgument naming the first bad field (negative or not finite cost,
-  // no model, threads < 1).
+  // no model, threads < 1, cores < 0, a slowdown below 1).
   Status Validate() const;
   double DecodeStep(int64_t rows, double attended) const {
     return rows > 0 ? decode_step_s + decode_row_s * static_cast<double>(rows) + decode_context_s * attended : 0.0;
   }
   double Prefill(int64_t prompts, int64_t tokens) const {
     return prefill_prompt_s * static_cast<double>(prompts) + prefill_token_s * static_cast<double>(tokens);
+  }
+  enum class Work { kRollout, kTrainer };
+  double Slowdown(Work work, int64_t busy) const {
+    const double all_busy = work == Work::kRollout ? rollout_slowdown : trainer_slowdown;
+    if (cores <= 0 || busy <= 1) return 1.0;
+    if (busy > cores) return all_busy * static_cast<double>(busy) / static_cast<double>(cores);
+    if (cores == 1) return 1.0;
+    return 1.0 + (all_busy - 1.0) * static_cast<double>(busy - 1) / static_cast<double>(cores - 1);
   }
   double MicroBatch(int64_t padded_tokens, int64_t longest) const {
     const double t = static_cast<double>(padded_tokens);

@@ -334,6 +334,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   io.version = s.version;
   io.start_step = s.step;  // (the trainer advances s.step in threads mode)
   io.steps = rl.steps;
+  io.engines = engines;
   SLUICE_ASSIGN_OR_RETURN(auto intake, schedule::PromptIntake::Create(io));
   Mutex mu;
   // Guarded by mu: the intake, and the prompts admitted but not yet taken

@@ -14,6 +14,7 @@ Result<std::unique_ptr<PromptIntake>> PromptIntake::Create(const IntakeOptions& 
   if (o.group_size <= 0) return bad("group_size must be > 0");
   if (o.sync_interval <= 0) return bad("sync_interval must be > 0");
   if (o.start_step < 0 || o.steps < o.start_step) return bad("need 0 <= start_step <= steps");
+  if (o.engines <= 0) return bad("engines must be > 0");
   tq::StalenessOptions so;
   so.max_staleness = o.max_staleness;
   so.prompts_per_version = o.prompts_per_step * o.sync_interval;
@@ -31,7 +32,9 @@ PromptIntake::PromptIntake(const IntakeOptions& options, std::unique_ptr<tq::Sta
 Result<int64_t> PromptIntake::Take(int64_t slots, int64_t queued, PolicyVersion engine_version,
                                    const std::function<Result<TrainerProgress>()>& progress) {
   const int64_t P = options_.prompts_per_step, G = options_.group_size;
-  int64_t want = std::min<int64_t>((2 * slots - queued) / G, end_cursor_ - cursor_);
+  // (At least one group for an engine with fewer slots than a group.)
+  const int64_t target = options_.engines > 1 ? std::max(slots, G) : 2 * slots;
+  int64_t want = std::min<int64_t>((target - queued) / G, end_cursor_ - cursor_);
   if (want <= 0) return int64_t{0};
   // Bring admission up to date: progress first, then the newest version,
   // which was published before that progress.

@@ -50,6 +50,24 @@ TEST(PromptIntakeTest, AWaitingTrainersPromptsComeFirst) {
   EXPECT_EQ(*(*intake)->Take(8, 8, 0, Progress(p)), 4);
 }
 
+TEST(PromptIntakeTest, DataParallelEnginesShareAStepsPrompts) {
+  // Sync hands a step's 4 prompts x 2 answers out at once. One engine of
+  // two with 4 slots takes what fills its slots (2 prompts), leaving the
+  // rest to the other; a lone engine would take all 4 (twice its slots).
+  IntakeOptions o = Options(0);
+  o.engines = 2;
+  auto shared = PromptIntake::Create(o);
+  ASSERT_TRUE(shared.ok());
+  TrainerProgress p;
+  p.waiting = true;
+  EXPECT_EQ(*(*shared)->Take(4, 0, 0, Progress(p)), 2);
+  EXPECT_EQ(*(*shared)->Take(4, 0, 0, Progress(p)), 2);
+  EXPECT_EQ(*(*shared)->Take(4, 0, 0, Progress(p)), 0);
+  auto alone = PromptIntake::Create(Options(0));
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(*(*alone)->Take(4, 0, 0, Progress(p)), 4);
+}
+
 TEST(PromptIntakeTest, EndsAtTheLastStepAndRefusesBadOptions) {
   IntakeOptions o = Options(100);
   o.steps = 1;
@@ -67,7 +85,7 @@ TEST(PromptIntakeTest, EndsAtTheLastStepAndRefusesBadOptions) {
   for (auto mutate : std::vector<std::function<void(IntakeOptions&)>>{
            [](IntakeOptions& x) { x.prompts_per_step = 0; }, [](IntakeOptions& x) { x.group_size = 0; },
            [](IntakeOptions& x) { x.sync_interval = 0; }, [](IntakeOptions& x) { x.max_staleness = -1; },
-           [](IntakeOptions& x) { x.start_step = 11; }}) {
+           [](IntakeOptions& x) { x.start_step = 11; }, [](IntakeOptions& x) { x.engines = 0; }}) {
     IntakeOptions bad = Options(1);
     mutate(bad);
     EXPECT_EQ(PromptIntake::Create(bad).status().code(), StatusCode::kInvalidArgument);

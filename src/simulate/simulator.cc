@@ -412,6 +412,7 @@ Result<SimResult> Run::Go() {
   io.sync_interval = l_.sync_interval;
   io.max_staleness = l_.mode == Mode::kSync ? 0 : l_.mode == Mode::kOneStepOff ? 1 : l_.max_staleness;
   io.steps = w_.steps;
+  io.engines = l_.rollout_engines;
   SLUICE_ASSIGN_OR_RETURN(intake_, schedule::PromptIntake::Create(io));
   engines_.resize(static_cast<size_t>(l_.rollout_engines));
   for (size_t e = 0; e < engines_.size(); ++e) {

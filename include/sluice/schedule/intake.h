@@ -27,6 +27,7 @@ struct IntakeOptions {
   PolicyVersion version = 0;     // the trainer's version at the start
   int64_t start_step = 0;        // the trainer's step at the start (a resumed run)
   int64_t steps = 1;             // the run's last step; prompts end at steps * P
+  int32_t engines = 1;           // data-parallel engines sharing this intake, > 0
 };
 
 // The trainer's progress as the rollout sees it.
@@ -42,10 +43,14 @@ class PromptIntake {
   static Result<std::unique_ptr<PromptIntake>> Create(const IntakeOptions& options);
 
   // The prompts an engine with `slots` slots, `queued` sequences waiting or
-  // running, generating with `engine_version`, takes now: about one batch
-  // queued beyond its slots so freed slots refill at once; while the trainer
-  // waits, nothing past the prompts of the step it waits for; then as many
-  // as the staleness admission allows. Asks `progress` only when it would
+  // running, generating with `engine_version`, takes now: a lone engine
+  // about one batch queued beyond its slots, so freed slots refill at once;
+  // one of several only enough to fill its own slots (at least one group),
+  // so the first to look
+  // does not take what the others would run at the same time (sync hands a
+  // whole step's prompts out at once); while the trainer waits, nothing past
+  // the prompts of the step it waits for; then as many as the staleness
+  // admission allows. Asks `progress` only when it would
   // take some. Returns the count, >= 0: prompts cursor() .. cursor()+n-1
   // before the call. Errors: progress's, or the admission's (not a timeout).
   Result<int64_t> Take(int64_t slots, int64_t queued, PolicyVersion engine_version,

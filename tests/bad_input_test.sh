@@ -152,6 +152,7 @@ simulate-long-answers  | 2 | rl.max_new_tokens                                  
 simulate-threads       | 2 | --rollout-threads                                    | simulate --profile=profile.yaml model.preset=tiny --threads=2 --rollout-threads=2
 simulate-direct        | 2 | direct is not simulated                              | simulate --profile=profile.yaml model.preset=tiny --modes=direct
 simulate-bad-mode      | 2 | fast                                                 | simulate --profile=profile.yaml model.preset=tiny --modes=sync,fast
+simulate-huge-run      | 2 | the simulator takes at most                          | simulate --profile=profile.yaml model.preset=tiny rl.steps=1000000 rl.prompts_per_step=64
 calibrate-no-out       | 2 | --out                                                | calibrate model.preset=tiny
 server-size-suffix     | 2 | --capacity-bytes                                     | @server --capacity-bytes=12X
 server-positional      | 2 | extra                                                | @server extra

@@ -118,6 +118,11 @@ Status Simulate(const std::vector<std::string>& args) {
   w.prompts_per_step = rl.prompts_per_step;
   w.group_size = rl.group_size;
   const int64_t answers = rl.steps * rl.prompts_per_step * rl.group_size;
+  constexpr int64_t kMostAnswers = 20'000'000;
+  if (answers > kMostAnswers) {
+    return Status::InvalidArgument("rl.steps x rl.prompts_per_step x rl.group_size = " + std::to_string(answers) +
+                                   " answers: the simulator takes at most " + std::to_string(kMostAnswers));
+  }
   w.response_tokens =
       simulate::LongTailLengths(static_cast<int>(answers), static_cast<int>(median), tail, options.seed);
   const int32_t longest = *std::max_element(w.response_tokens.begin(), w.response_tokens.end());

@@ -111,6 +111,34 @@ struct Training {
   double step = 0, micro_batch = 0, token = 0, token_context = 0;
 };
 
+// A synthetic RL batch: one sample per response length, `prompt` tokens of
+// prompt, random tokens from `rng`, groups of four with alternating rewards
+// and their group-normalised advantages (what the trainer's cost depends
+// on: the shapes; the values only need to be valid).
+Result<std::vector<trainer::RolloutSample>> SyntheticBatch(const std::vector<int32_t>& lengths, int32_t prompt,
+                                                           int64_t vocab, std::mt19937* rng) {
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+  std::vector<trainer::RolloutSample> samples;
+  std::vector<double> rewards;
+  std::vector<GroupId> groups;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    trainer::RolloutSample s;
+    s.id = static_cast<uint64_t>(i);
+    s.group_id = static_cast<GroupId>(i / 4);
+    for (int32_t k = 0; k < prompt; ++k) s.prompt.push_back(token(*rng));
+    for (int32_t k = 0; k < lengths[i]; ++k) s.response.push_back(token(*rng));
+    s.behavior_logprobs.assign(static_cast<size_t>(lengths[i]), -5.0f);
+    s.versions.assign(static_cast<size_t>(lengths[i]), 0);
+    s.reward = static_cast<double>(i % 2);
+    rewards.push_back(s.reward);
+    groups.push_back(s.group_id);
+    samples.push_back(std::move(s));
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto adv, trainer::GroupAdvantages(rewards, groups, true));
+  for (size_t i = 0; i < samples.size(); ++i) samples[i].advantage = adv[i];
+  return samples;
+}
+
 // RL steps of the trainer on synthetic batches of several sizes and length
 // mixes, one worker, fitted per micro-batch as the trainer packs them. Each
 // batch is trained under two micro-batch budgets (the run's, and one a few
@@ -131,31 +159,13 @@ Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, c
   std::vector<std::vector<double>> x;
   std::vector<double> y;
   std::mt19937 rng(static_cast<uint32_t>(o.seed));
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(m->config().vocab_size - 1));
   for (size_t b = 0; b < batches.size(); ++b) {
     std::vector<int32_t> lengths =
         simulate::LongTailLengths(batches[b].n, std::min(batches[b].median, longest), batches[b].tail, o.seed + b);
-    std::vector<trainer::RolloutSample> samples;
-    std::vector<double> rewards;
-    std::vector<GroupId> groups;
     std::vector<int64_t> total;
-    for (int i = 0; i < batches[b].n; ++i) {
-      trainer::RolloutSample s;
-      s.id = static_cast<uint64_t>(i);
-      s.group_id = static_cast<GroupId>(i / 4);
-      for (int32_t k = 0; k < prompt; ++k) s.prompt.push_back(token(rng));
-      const int32_t len = std::min(lengths[static_cast<size_t>(i)], longest);
-      for (int32_t k = 0; k < len; ++k) s.response.push_back(token(rng));
-      s.behavior_logprobs.assign(static_cast<size_t>(len), -5.0f);
-      s.versions.assign(static_cast<size_t>(len), 0);
-      s.reward = static_cast<double>(i % 2);
-      rewards.push_back(s.reward);
-      groups.push_back(s.group_id);
-      total.push_back(prompt + len);
-      samples.push_back(std::move(s));
-    }
-    SLUICE_ASSIGN_OR_RETURN(auto adv, trainer::GroupAdvantages(rewards, groups, true));
-    for (size_t i = 0; i < samples.size(); ++i) samples[i].advantage = adv[i];
+    for (int32_t& len : lengths) len = std::min(len, longest), total.push_back(prompt + len);
+    SLUICE_ASSIGN_OR_RETURN(std::vector<trainer::RolloutSample> samples,
+                            SyntheticBatch(lengths, prompt, m->config().vocab_size, &rng));
     std::vector<size_t> order(samples.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     const int64_t batch_longest = *std::max_element(total.begin(), total.end());
@@ -234,24 +244,10 @@ Status MeasureSlowdown(const std::shared_ptr<model::Transformer>& m, const Calib
   if (to.loss.kl_coef > 0) reference = std::make_shared<model::Transformer>(m->config(), o.seed);
   SLUICE_ASSIGN_OR_RETURN(
       auto trainer, trainer::Trainer::Create(std::make_shared<model::Transformer>(m->config(), o.seed), reference, to));
-  std::vector<trainer::RolloutSample> batch;
-  std::vector<double> rewards;
-  std::vector<GroupId> groups;
-  for (int32_t i = 0; i < 8 * k; ++i) {
-    trainer::RolloutSample s;
-    s.id = static_cast<uint64_t>(i);
-    s.group_id = static_cast<GroupId>(i / 4);
-    s.prompt.assign(static_cast<size_t>(prompt), 3);
-    s.response.assign(static_cast<size_t>(length), static_cast<model::TokenId>(5 + i % 7));
-    s.behavior_logprobs.assign(static_cast<size_t>(length), -5.0f);
-    s.versions.assign(static_cast<size_t>(length), 0);
-    s.reward = static_cast<double>(i % 2);
-    rewards.push_back(s.reward);
-    groups.push_back(s.group_id);
-    batch.push_back(std::move(s));
-  }
-  SLUICE_ASSIGN_OR_RETURN(auto adv, trainer::GroupAdvantages(rewards, groups, true));
-  for (size_t i = 0; i < adv.size(); ++i) batch[i].advantage = adv[i];
+  std::mt19937 rng(static_cast<uint32_t>(o.seed));
+  SLUICE_ASSIGN_OR_RETURN(
+      std::vector<trainer::RolloutSample> batch,
+      SyntheticBatch(std::vector<int32_t>(static_cast<size_t>(8 * k), length), prompt, m->config().vocab_size, &rng));
   auto train = [&]() -> Result<double> {
     const auto t0 = Clock::now();
     SLUICE_RETURN_IF_ERROR(trainer->RlStep(batch).status());

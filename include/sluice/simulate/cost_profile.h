@@ -16,8 +16,7 @@
 //   reward        = reward_answer_s per answer (one scorer)
 //
 // Threads sharing a machine slow each other (memory bandwidth, caches), and
-// some work more than other (measured here: training GEMMs far more than
-// decode steps): with k of its `cores` threads busy, a rollout engine's work
+// not all work alike: with k of its `cores` threads busy, a rollout engine's work
 // runs `Slowdown(kRollout, k)` times slower, from 1 alone to
 // `rollout_slowdown` with every core busy (linear between; beyond the
 // cores, time-shared), the trainer's likewise up to `trainer_slowdown`.
@@ -84,8 +83,8 @@ struct CostProfile {
   }
 };
 
-// YAML, one key per field under `profile:`, `rollout:`, `trainer:`, `weights:`
-// and `reward:` (docs/simulator.md), with a format number.
+// YAML, one key per field under `profile:`, `rollout:`, `trainer:`, `weights:`,
+// `reward:` and `cpu:` (docs/simulator.md), with a format number.
 std::string FormatCostProfile(const CostProfile& p);
 // Errors: NotFound (no file), InvalidArgument naming the file, line and key
 // (unknown key, wrong type, a format this build does not read, a bad value).

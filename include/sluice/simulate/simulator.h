@@ -12,9 +12,13 @@
 // with their prefill, one decode step), the trainer taking each step's own
 // prompts in order, training, publishing, then acking.
 //
-// What it leaves out: contention between threads (each thread runs at its
-// profile's single-thread speed; the pipeline keeps busy threads <= cores),
-// the hub's own time, evaluation, checkpoints.
+// Threads that share cores run their work at the speed the profile gives
+// for the number working at that moment (CostProfile::Slowdown): a piece of
+// work's finish moves whenever another thread starts or stops. A version can
+// be switched to once its standby copy is filled (weights.fill_s).
+//
+// What it leaves out: the hub's own time, evaluation, checkpoints, the CPU
+// the standby copy takes.
 //
 // Thread safety: Simulate is a pure function of its arguments.
 #ifndef SLUICE_SIMULATE_SIMULATOR_H_

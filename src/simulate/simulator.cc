@@ -468,25 +468,6 @@ Result<SimResult> Run::Go() {
 
 }  // namespace
 
-Result<Mode> ParseMode(const std::string& name) {
-  if (name == "sync") return Mode::kSync;
-  if (name == "one_step_off") return Mode::kOneStepOff;
-  if (name == "async") return Mode::kAsync;
-  return Status::InvalidArgument("unknown mode '" + name + "' (sync, one_step_off, async)");
-}
-
-std::string ModeName(Mode mode) {
-  switch (mode) {
-    case Mode::kSync:
-      return "sync";
-    case Mode::kOneStepOff:
-      return "one_step_off";
-    case Mode::kAsync:
-      return "async";
-  }
-  return "?";
-}
-
 Status Workload::Validate() const {
   auto bad = [](const std::string& what) { return Status::InvalidArgument("workload: " + what); };
   if (steps < 1) return bad("steps must be >= 1");

@@ -229,9 +229,6 @@ TEST(SimulatorTest, RefusesBadInputNamingIt) {
   c = Simple();
   c.train_step_s = std::nan("");
   EXPECT_FALSE(Simulate(Uniform(1, 1, 1, 4), Layout{}, c).ok());
-
-  EXPECT_FALSE(ParseMode("fast").ok());
-  EXPECT_EQ(*ParseMode("one_step_off"), Mode::kOneStepOff);
 }
 
 }  // namespace

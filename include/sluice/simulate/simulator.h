@@ -33,9 +33,9 @@
 
 namespace sluice::simulate {
 
+// The pipeline's streaming modes (a run's options map onto a Layout with
+// launch::SimulatedLayout, which parses and names them).
 enum class Mode { kSync, kOneStepOff, kAsync };
-Result<Mode> ParseMode(const std::string& name);  // sync, one_step_off, async
-std::string ModeName(Mode mode);
 
 struct Workload {
   int64_t steps = 1;             // trainer steps

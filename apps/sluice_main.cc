@@ -20,6 +20,7 @@ constexpr const char* kUsage =
     "  tokenize   a model's tokenizer.json on text (ids as JSON), or --decode ids\n"
     "  calibrate  measure what a run's parts cost here: a cost profile for simulate\n"
     "  simulate   predict a run's wall time in each mode from its config and a cost profile\n"
+    "  plan       compare training policies on a GPU cluster (roofline costs), recommend a split\n"
     "run `sluice <command> --help` for the command's flags\n";
 
 }  // namespace
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   if (command == "tokenize") return sluice::launch::RunTokenizeCommand(args);
   if (command == "calibrate") return sluice::launch::RunCalibrateCommand(args);
   if (command == "simulate") return sluice::launch::RunSimulateCommand(args);
+  if (command == "plan") return sluice::launch::RunPlanCommand(args);
   std::fprintf(stderr, "unknown command '%s'\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -402,6 +402,7 @@ Result<simulate::Layout> SimulatedLayout(const pipeline::RunOptions& o, int32_t 
   l.trainer_workers = b.trainer_workers;
   l.lent_workers = b.lent_workers;
   l.micro_batch_tokens = o.rl.trainer.micro_batch_tokens;
+  l.mini_batches = o.rl.trainer.mini_batches;
   if (b.threads_per_engine != 1 || b.threads_per_worker != 1) {
     return Status::InvalidArgument(
         "the simulator models single-threaded engines and trainer workers (the profile's threads); this layout runs " +

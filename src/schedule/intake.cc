@@ -35,6 +35,7 @@ Result<int64_t> PromptIntake::Take(int64_t slots, int64_t queued, PolicyVersion 
   // (At least one group for an engine with fewer slots than a group.)
   const int64_t target = options_.engines > 1 ? std::max(slots, G) : 2 * slots;
   int64_t want = std::min<int64_t>((target - queued) / G, end_cursor_ - cursor_);
+  if (options_.engines > 1) want = std::min<int64_t>(want, (P + options_.engines - 1) / options_.engines);
   if (want <= 0) return int64_t{0};
   // Bring admission up to date: progress first, then the newest version,
   // which was published before that progress.

@@ -68,6 +68,21 @@ TEST(PromptIntakeTest, DataParallelEnginesShareAStepsPrompts) {
   EXPECT_EQ(*(*alone)->Take(4, 0, 0, Progress(p)), 4);
 }
 
+TEST(PromptIntakeTest, ManyEnginesOfManySlotsEachTakeTheirShare) {
+  // A step's 4 prompts x 2 answers among 4 engines of 64 slots: an engine's
+  // own slots would hold the whole step, but each takes its share (one
+  // prompt), so all four decode at once; with its share queued it may take
+  // another share later (here, none is left).
+  IntakeOptions o = Options(0);
+  o.engines = 4;
+  auto intake = PromptIntake::Create(o);
+  ASSERT_TRUE(intake.ok());
+  TrainerProgress p;
+  p.waiting = true;
+  for (int e = 0; e < 4; ++e) EXPECT_EQ(*(*intake)->Take(64, 0, 0, Progress(p)), 1) << "engine " << e;
+  EXPECT_EQ(*(*intake)->Take(64, 2, 0, Progress(p)), 0);
+}
+
 TEST(PromptIntakeTest, EndsAtTheLastStepAndRefusesBadOptions) {
   IntakeOptions o = Options(100);
   o.steps = 1;

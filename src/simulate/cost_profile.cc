@@ -23,6 +23,12 @@ const std::vector<CostField>& CostFields() {
       {"rollout.decode_step_s", &CostProfile::decode_step_s, "a decode step's fixed part"},
       {"rollout.decode_row_s", &CostProfile::decode_row_s, "per sequence in the decode step"},
       {"rollout.decode_context_s", &CostProfile::decode_context_s, "per token a decoded row attends"},
+      {"rollout.memory_step_s", &CostProfile::memory_step_s,
+       "roofline: streaming the weights once per decode step (the step takes max(memory, compute))"},
+      {"rollout.memory_context_s", &CostProfile::memory_context_s, "roofline: reading one attended token's KV entries"},
+      {"rollout.compute_row_s", &CostProfile::compute_row_s, "roofline: one row's arithmetic in a decode step"},
+      {"rollout.compute_context_s", &CostProfile::compute_context_s,
+       "roofline: one attended token's attention arithmetic"},
       {"rollout.prefill_prompt_s", &CostProfile::prefill_prompt_s, "per prompt prefilled"},
       {"rollout.prefill_token_s", &CostProfile::prefill_token_s, "per prompt token prefilled"},
       {"trainer.step_s", &CostProfile::train_step_s, "per trainer step: optimizer, batch assembly"},
@@ -30,6 +36,8 @@ const std::vector<CostField>& CostFields() {
       {"trainer.token_s", &CostProfile::train_token_s, "per padded token of a micro-batch"},
       {"trainer.token_context_s", &CostProfile::train_token_context_s,
        "per padded token x the micro-batch's longest sample (attention)"},
+      {"trainer.update_s", &CostProfile::train_update_s,
+       "per optimizer update (each mini-batch): optimizer, gradient reduction"},
       {"weights.publish_s", &CostProfile::publish_s, "the trainer publishing a version"},
       {"weights.fill_s", &CostProfile::weight_fill_s,
        "from a publish until the rollout can switch to the version (its standby copy, in the background)"},
@@ -41,7 +49,7 @@ const std::vector<CostField>& CostFields() {
 
 runtime::ConfigSchema Schema() {
   runtime::ConfigSchema s;
-  s.AddInt("profile.format", 0, 0, 1000, "the profile format (this build reads 1)");
+  s.AddInt("profile.format", 0, 0, 1000, "the profile format (this build reads 1 and 2)");
   s.AddString("profile.model", "", "the model's shape; the profile is refused for another");
   s.AddString("profile.device", "cpu", "where it was measured");
   s.AddInt("profile.threads", 1, 1, 1 << 20, "threads per role when measured");
@@ -109,13 +117,13 @@ namespace {
 
 Result<CostProfile> FromConfig(const runtime::Config& c, const std::string& origin) {
   const int64_t format = c.GetInt("profile.format");
-  if (format != kCostProfileFormat) {
-    return Status::InvalidArgument(origin + ": " +
-                                   (format == 0
-                                        ? std::string("not a cost profile (no profile.format)")
-                                        : "profile.format " + std::to_string(format) + ", this build reads format " +
-                                              std::to_string(kCostProfileFormat)) +
-                                   "; write one with sluice calibrate");
+  if (format < kOldestCostProfileFormat || format > kCostProfileFormat) {
+    return Status::InvalidArgument(
+        origin + ": " +
+        (format == 0 ? std::string("not a cost profile (no profile.format)")
+                     : "profile.format " + std::to_string(format) + ", this build reads formats " +
+                           std::to_string(kOldestCostProfileFormat) + " to " + std::to_string(kCostProfileFormat)) +
+        "; write one with sluice calibrate");
   }
   CostProfile p;
   p.model = c.GetString("profile.model");

@@ -42,4 +42,16 @@ std::vector<int32_t> LongTailLengths(int n, int median, double tail, uint64_t se
   return lengths;
 }
 
+std::vector<int32_t> CappedLogNormalLengths(int64_t n, int32_t median, double sigma, int32_t cap, uint64_t seed) {
+  std::vector<int32_t> lengths;
+  lengths.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double z = NormalQuantile((static_cast<double>(i) + 0.5) / static_cast<double>(n));
+    const double v = std::min(static_cast<double>(cap), median * std::exp(sigma * z));
+    lengths.push_back(std::max(1, static_cast<int32_t>(std::lround(v))));
+  }
+  std::shuffle(lengths.begin(), lengths.end(), std::mt19937_64(seed));
+  return lengths;
+}
+
 }  // namespace sluice::simulate

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
 #include <memory>
 #include <queue>
-#include <set>
 #include <tuple>
 
 #include "sluice/schedule/intake.h"
@@ -31,7 +31,8 @@ struct Sequence {
   int64_t cursor = 0;
   int32_t prompt = 0;
   int32_t length = 0;
-  int32_t generated = 0;
+  int32_t generated = 0;    // when admitted (a preempted sequence keeps its tokens)
+  int64_t admitted_at = 0;  // the engine's decode step that admitted it
   PolicyVersion first_version = -1;
 };
 
@@ -42,24 +43,61 @@ struct Answer {
 
 class Run {
  public:
-  Run(const Workload& w, const Layout& l, const CostProfile& c) : w_(w), l_(l), c_(c) {}
+  Run(const Workload& w, const Layout& l, const CostProfile& c) : w_(w), l_(l), c_(c), shared_(c.cores > 0) {}
 
   Result<SimResult> Go();
 
  private:
   enum class EnginePhase { kLoopTop, kIdleStep, kBeforeStep };
+  // An engine's batch, kept so that a decode step costs O(log rows) here
+  // however many rows it decodes: each row's generated tokens follow from
+  // the step it was admitted at, the sums the cost needs are kept up to
+  // date, and rows finish off a heap of finishing steps.
   struct Engine {
     int64_t slots = 0;
     std::deque<Sequence> waiting;
-    std::vector<Sequence> running;
+    std::map<int64_t, Sequence> running;  // by admission order (the newest is preempted first)
+    std::priority_queue<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, int64_t>>, std::greater<>>
+        finish_at;                           // (decode step it finishes at, admission key); stale ones skipped
+    std::map<int64_t, int64_t> cursor_rows;  // rows running per prompt (its prefix cached while any)
+    int64_t prompt_tokens = 0;               // of the cached prompts
+    int64_t generated_tokens = 0;            // of the running rows
+    int64_t attended = 0;                    // sum over running rows of prompt + generated
+    int64_t step = 0;                        // decode steps taken
+    int64_t next_key = 0;
     std::vector<Sequence> finishing;  // done at the end of the step under way
     PolicyVersion version = 0;
     EnginePhase phase = EnginePhase::kLoopTop;
     bool busy = false;  // the pipeline's flag: set at the loop's top and after taking prompts
     bool waits_for_lent = false;
+    bool sleeping = false;   // idle, polling from poll_origin on
+    double poll_origin = 0;
     bool idle() const { return waiting.empty() && running.empty(); }
+    int64_t kv_tokens() const { return prompt_tokens + generated_tokens; }
+    int32_t Generated(const Sequence& s) const { return s.generated + static_cast<int32_t>(step - s.admitted_at); }
+    void Add(Sequence s) {
+      s.admitted_at = step;
+      const int64_t key = next_key++;
+      if (cursor_rows[s.cursor]++ == 0) prompt_tokens += s.prompt;
+      generated_tokens += s.generated;
+      attended += s.prompt + s.generated;
+      // Admitted at this step, it generates a token in it: done after the
+      // step at which it reaches its length.
+      finish_at.emplace(step + (s.length - s.generated) - 1, key);
+      running.emplace(key, s);
+    }
+    Sequence Remove(std::map<int64_t, Sequence>::iterator it) {
+      Sequence s = it->second;
+      s.generated = Generated(s);
+      running.erase(it);
+      generated_tokens -= s.generated;
+      attended -= s.prompt + s.generated;
+      auto rows = cursor_rows.find(s.cursor);
+      if (--rows->second == 0) prompt_tokens -= s.prompt, cursor_rows.erase(rows);
+      return s;
+    }
   };
-  enum class TrainerPhase { kWaitGroups, kTraining, kFinishing, kDone };
+  enum class TrainerPhase { kWaitGroups, kTraining, kUpdating, kFinishing, kDone };
   struct Worker {
     bool running = false;
     bool lent = false;
@@ -86,25 +124,34 @@ class Run {
     working_[actor] = true;
     remaining_[actor] = work;
     began_[actor] = t;
+    since_[actor] = t;
     ++working_count_;
-    Reschedule(t);
+    Reschedule(t, actor);
   }
   void End(size_t actor, double t) {
     working_[actor] = false;
     remaining_[actor] = 0;
     --working_count_;
     if (actor < engines_.size()) out_.rollout_busy_s += (t - began_[actor]) / static_cast<double>(engines_.size());
-    Reschedule(t);
+    Reschedule(t, actor);
   }
-  // Brings every working actor's remaining work up to `t`.
+  // Brings every working actor's remaining work up to `t` (with cores of
+  // their own, speeds never change, and nothing is done here).
   void Settle(double t) {
+    if (!shared_) return;
     for (size_t a = 0; a < working_.size(); ++a) {
       if (!working_[a]) continue;
       remaining_[a] = std::max(0.0, remaining_[a] - (t - since_[a]) / Slow(a));
       since_[a] = t;
     }
   }
-  void Reschedule(double t) {
+  // After `changed` started or stopped: every working actor's finish at the
+  // speed it has now (only `changed`'s own without shared cores).
+  void Reschedule(double t, size_t changed) {
+    if (!shared_) {
+      if (working_[changed]) Schedule(changed, t + remaining_[changed]);
+      return;
+    }
     for (size_t a = 0; a < working_.size(); ++a) {
       if (working_[a]) since_[a] = t, Schedule(a, t + remaining_[a] * Slow(a));
     }
@@ -121,6 +168,17 @@ class Run {
     }
     return 0;
   }
+  // An idle engine's first poll at or after `t` (never before its first).
+  static double NextPoll(const Engine& en, double t) {
+    const double k = std::max(1.0, std::ceil((t - en.poll_origin) / kIdlePollS - 1e-9));
+    return en.poll_origin + k * kIdlePollS;
+  }
+  // The trainer's progress changed: idle engines poll at their next poll.
+  void WakeIdleEngines(double t) {
+    for (size_t e = 0; e < engines_.size(); ++e) {
+      if (engines_[e].sleeping) Poke(e, NextPoll(engines_[e], t));
+    }
+  }
   // Wakes a sleeping actor at `t` if it would wake later.
   void Poke(size_t actor, double t) {
     if (wake_[actor] > t) Schedule(actor, t);
@@ -135,11 +193,13 @@ class Run {
   Status EngineWake(size_t e, double t);
   void RewardWake(double t);
   Status TrainerWake(double t);
+  void StartPart(double t);
   void WorkerWake(size_t w, double t);
 
   const Workload& w_;
   const Layout& l_;
   const CostProfile& c_;
+  const bool shared_;  // threads share cores and slow each other
   std::unique_ptr<schedule::PromptIntake> intake_;
   std::vector<Engine> engines_;
   std::vector<Worker> workers_;
@@ -160,6 +220,7 @@ class Run {
   bool trainer_waiting_ = true;
   int32_t lent_running_ = 0;
   std::deque<Answer> to_score_;
+  std::deque<int64_t> complete_;  // cursors whose whole group is scored, in that order
   bool scoring_ = false;
   Answer scored_now_;
   std::vector<int32_t> rewarded_;              // answers scored, per cursor
@@ -170,7 +231,10 @@ class Run {
   int64_t step_ = 0;
   PolicyVersion trainer_version_ = 0;
   double wait_start_ = 0;
-  std::vector<std::vector<size_t>> micro_batches_;
+  // The step's parts (one per optimizer update), each its micro-batches.
+  std::vector<std::vector<std::vector<size_t>>> parts_;
+  size_t part_ = 0;
+  std::vector<std::vector<size_t>> micro_batches_;  // the part under way
   std::vector<int64_t> sample_lengths_;
   size_t next_micro_batch_ = 0;
   bool publishing_ = false;
@@ -182,6 +246,7 @@ class Run {
 Status Run::EngineWake(size_t e, double t) {
   Engine& en = engines_[e];
   if (en.phase == EnginePhase::kIdleStep) {
+    en.sleeping = false;
     // The step an idle engine still takes: only the weight-swap hook.
     en.phase = EnginePhase::kLoopTop;
     if (Switchable(t) > en.version) {
@@ -219,8 +284,19 @@ Status Run::EngineWake(size_t e, double t) {
       }
     }
     if (taken == 0 && en.idle()) {
+      // Polls every kIdlePollS; the polls that cannot find anything new (no
+      // version to switch to, the trainer's progress unchanged) are skipped.
       en.phase = EnginePhase::kIdleStep;
-      Schedule(e, t + kIdlePollS);
+      en.sleeping = true;
+      en.poll_origin = t;
+      double wake = kNever;
+      for (const auto& [at, version] : fills_) {
+        if (version > en.version) {
+          wake = NextPoll(en, at);
+          break;
+        }
+      }
+      Schedule(e, wake);
       return Status::Ok();
     }
     en.busy = !en.idle();
@@ -237,26 +313,44 @@ Status Run::EngineWake(size_t e, double t) {
   if (Switchable(t) > en.version) {  // in-flight switch: at any step
     en.version = Switchable(t);
     cost += c_.weight_switch_s;
+    if (l_.recompute_on_switch && !en.running.empty()) {
+      // Interrupted: every row's cache is computed again under the new
+      // weights, its prompt once per group.
+      cost += c_.Prefill(static_cast<int64_t>(en.cursor_rows.size()), en.kv_tokens());
+      out_.recomputed_tokens += en.kv_tokens();
+    }
   }
   en.phase = EnginePhase::kLoopTop;
   if (en.idle()) {
     Begin(e, t, cost);
     return Status::Ok();
   }
+  const int64_t capacity = l_.kv_capacity_tokens;
+  // Room in the cache for every row's next token: the newest rows are
+  // preempted (and later computed again) until there is.
+  while (capacity > 0 && !en.running.empty() && en.kv_tokens() + static_cast<int64_t>(en.running.size()) > capacity) {
+    en.waiting.push_front(en.Remove(std::prev(en.running.end())));
+    ++out_.preemptions;
+  }
   // One forward pass: a decode block over the running sequences, a prefill
-  // per admitted prompt not already in the cache (a group shares one).
+  // per admitted prompt not already in the cache (a group shares one), and
+  // a preempted sequence's tokens again.
   const int64_t rows = static_cast<int64_t>(en.running.size());
-  double attended = 0;
-  for (const Sequence& s : en.running) attended += static_cast<double>(s.prompt + s.generated);
-  std::set<int64_t> cached;
-  for (const Sequence& s : en.running) cached.insert(s.cursor);
+  const auto attended = static_cast<double>(en.attended);
   int64_t prefill_prompts = 0, prefill_tokens = 0;
-  std::vector<Sequence> admitted;
-  while (!en.waiting.empty() && static_cast<int64_t>(en.running.size() + admitted.size()) < en.slots) {
+  while (!en.waiting.empty() && static_cast<int64_t>(en.running.size()) < en.slots) {
     Sequence s = en.waiting.front();
+    const bool cached = en.cursor_rows.count(s.cursor) > 0;
+    if (capacity > 0 &&
+        en.kv_tokens() + (cached ? 0 : s.prompt) + s.generated + static_cast<int64_t>(en.running.size()) + 1 >
+            capacity) {
+      break;
+    }
     en.waiting.pop_front();
-    if (cached.insert(s.cursor).second) ++prefill_prompts, prefill_tokens += s.prompt;
-    admitted.push_back(s);
+    if (!cached) ++prefill_prompts, prefill_tokens += s.prompt;
+    prefill_tokens += s.generated;
+    if (s.first_version < 0) s.first_version = en.version;
+    en.Add(s);
   }
   cost += c_.DecodeStep(rows, attended) + c_.Prefill(prefill_prompts, prefill_tokens);
   if (rows > 0) {
@@ -264,19 +358,34 @@ Status Run::EngineWake(size_t e, double t) {
     active_rows_ += static_cast<double>(rows);
     slot_steps_ += static_cast<double>(en.slots);
   }
-  out_.rollout_compute_s += cost;
-  for (Sequence& s : admitted) s.first_version = en.version;
-  std::vector<Sequence> still;
-  for (std::vector<Sequence>* v : {&en.running, &admitted}) {
-    for (Sequence& s : *v) {
-      if (++s.generated >= s.length) {
-        en.finishing.push_back(s);
-      } else {
-        still.push_back(s);
-      }
-    }
+  // Every row, admitted ones too, generates a token in this step.
+  const auto all = static_cast<int64_t>(en.running.size());
+  en.generated_tokens += all;
+  en.attended += all;
+  ++en.step;
+  // More steps in the same event while nothing inside the engine can change:
+  // no row finishes before the last of them, and the cache holds their
+  // tokens (nothing waiting can be admitted then either).
+  while (!en.finish_at.empty() && en.running.count(en.finish_at.top().second) == 0) en.finish_at.pop();
+  int64_t more = en.finish_at.empty() ? 0 : en.finish_at.top().first - en.step + 1;
+  more = std::min<int64_t>(more, l_.max_steps_per_event - 1);
+  if (capacity > 0 && all > 0) more = std::min(more, (capacity - en.kv_tokens()) / all);
+  for (int64_t j = 0; j < more; ++j) {
+    cost += c_.DecodeStep(all, static_cast<double>(en.attended));
+    ++out_.decode_steps;
+    active_rows_ += static_cast<double>(all);
+    slot_steps_ += static_cast<double>(en.slots);
+    en.generated_tokens += all;
+    en.attended += all;
+    ++en.step;
   }
-  en.running = std::move(still);
+  out_.rollout_compute_s += cost;
+  while (!en.finish_at.empty() && en.finish_at.top().first < en.step) {
+    const int64_t key = en.finish_at.top().second;
+    en.finish_at.pop();
+    auto it = en.running.find(key);
+    if (it != en.running.end()) en.finishing.push_back(en.Remove(it));
+  }
   Begin(e, t, cost);
   return Status::Ok();
 }
@@ -285,7 +394,7 @@ void Run::RewardWake(double t) {
   if (scoring_) {
     scoring_ = false;
     const auto c = static_cast<size_t>(scored_now_.cursor);
-    ++rewarded_[c];
+    if (++rewarded_[c] == w_.group_size) complete_.push_back(scored_now_.cursor);
     cursor_staleness_base_[c] += static_cast<double>(scored_now_.first_version);
     oldest_version_[c] = std::min(oldest_version_[c], scored_now_.first_version);
     if (phase_ == TrainerPhase::kWaitGroups) Poke(TrainerActor(), t);
@@ -300,16 +409,38 @@ void Run::RewardWake(double t) {
   Schedule(RewardActor(), t + c_.reward_answer_s);
 }
 
+void Run::StartPart(double t) {
+  micro_batches_ = parts_[part_];
+  next_micro_batch_ = 0;
+  phase_ = TrainerPhase::kTraining;
+  // As the trainer's ForEachMicroBatch: min(workers, micro-batches) of them.
+  const size_t active = std::min(workers_.size(), micro_batches_.size());
+  for (size_t w = 0; w < active; ++w) Poke(WorkerActor(w), t);
+  Schedule(TrainerActor(), kNever);
+}
+
 Status Run::TrainerWake(double t) {
   const int64_t P = w_.prompts_per_step, G = w_.group_size;
   if (phase_ == TrainerPhase::kWaitGroups) {
-    for (int64_t k = 0; k < P; ++k) {
-      if (rewarded_[static_cast<size_t>(step_ * P + k)] < G) {
-        trainer_waiting_ = true;
-        Schedule(TrainerActor(), kNever);
-        return Status::Ok();
+    // The step's prompts: the next P by cursor (the pipeline's trainer), or
+    // the first P whose groups completed (completion_order).
+    std::vector<int64_t> cursors;
+    if (l_.completion_order) {
+      if (static_cast<int64_t>(complete_.size()) >= P) {
+        cursors.assign(complete_.begin(), complete_.begin() + P);
+        complete_.erase(complete_.begin(), complete_.begin() + P);
       }
+    } else if (std::all_of(rewarded_.begin() + step_ * P, rewarded_.begin() + (step_ + 1) * P,
+                           [&](int32_t n) { return n == G; })) {
+      for (int64_t k = 0; k < P; ++k) cursors.push_back(step_ * P + k);
     }
+    if (cursors.empty()) {
+      if (!trainer_waiting_) WakeIdleEngines(t);
+      trainer_waiting_ = true;
+      Schedule(TrainerActor(), kNever);
+      return Status::Ok();
+    }
+    if (trainer_waiting_) WakeIdleEngines(t);
     trainer_waiting_ = false;
     out_.trainer_wait_s += t - wait_start_;
     StepTiming timing;
@@ -317,8 +448,7 @@ Status Run::TrainerWake(double t) {
     double stale = 0;
     sample_lengths_.clear();
     std::vector<size_t> order;
-    for (int64_t k = 0; k < P; ++k) {
-      const int64_t c = step_ * P + k;
+    for (const int64_t c : cursors) {
       stale += static_cast<double>(trainer_version_) * static_cast<double>(G) -
                cursor_staleness_base_[static_cast<size_t>(c)];
       timing.staleness_max = std::max(timing.staleness_max, trainer_version_ - oldest_version_[static_cast<size_t>(c)]);
@@ -329,20 +459,36 @@ Status Run::TrainerWake(double t) {
     }
     timing.staleness_mean = stale / static_cast<double>(P * G);
     out_.steps.push_back(timing);
-    micro_batches_ =
-        schedule::PackMicroBatches(sample_lengths_, order, l_.micro_batch_tokens, l_.trainer_workers + l_.lent_workers);
-    next_micro_batch_ = 0;
-    phase_ = TrainerPhase::kTraining;
-    // As the trainer's ForEachMicroBatch: min(workers, micro-batches) of them.
-    const size_t active = std::min(workers_.size(), micro_batches_.size());
-    for (size_t w = 0; w < active; ++w) Poke(WorkerActor(w), t);
-    Schedule(TrainerActor(), kNever);
+    // As the trainer's RlStep: consecutive parts of the samples, one per
+    // optimizer update, each packed on its own.
+    const auto n = static_cast<int64_t>(order.size());
+    const int64_t parts = std::min<int64_t>(l_.mini_batches, n);
+    parts_.clear();
+    for (int64_t k = 0; k < parts; ++k) {
+      std::vector<size_t> part(order.begin() + k * n / parts, order.begin() + (k + 1) * n / parts);
+      parts_.push_back(schedule::PackMicroBatches(sample_lengths_, part, l_.micro_batch_tokens,
+                                                  l_.trainer_workers + l_.lent_workers));
+    }
+    part_ = 0;
+    StartPart(t);
+    return Status::Ok();
+  }
+  if (phase_ == TrainerPhase::kTraining && part_ + 1 < parts_.size()) {
+    // A part trained: its update, then the next part.
+    out_.trainer_compute_s += c_.train_update_s;
+    phase_ = TrainerPhase::kUpdating;
+    Begin(TrainerActor(), t, c_.train_update_s);
+    return Status::Ok();
+  }
+  if (phase_ == TrainerPhase::kUpdating) {
+    ++part_;
+    StartPart(t);
     return Status::Ok();
   }
   if (phase_ == TrainerPhase::kTraining) {
     ++step_;
     publishing_ = step_ % l_.sync_interval == 0 || step_ == w_.steps;
-    const double cost = c_.train_step_s + (publishing_ ? c_.publish_s : 0.0);
+    const double cost = c_.train_step_s + c_.train_update_s + (publishing_ ? c_.publish_s : 0.0);
     out_.trainer_compute_s += cost;
     phase_ = TrainerPhase::kFinishing;
     Begin(TrainerActor(), t, cost);
@@ -355,6 +501,7 @@ Status Run::TrainerWake(double t) {
       fills_.emplace_back(t + c_.weight_fill_s, published_);
     }
     acked_answers_ += P * G;
+    WakeIdleEngines(t);
     out_.steps.back().end_s = t;
     if (step_ == w_.steps) {
       phase_ = TrainerPhase::kDone;
@@ -388,9 +535,20 @@ void Run::WorkerWake(size_t w, double t) {
       return;
     }
     const std::vector<size_t>& mb = micro_batches_[next_micro_batch_++];
-    int64_t longest = 0;
-    for (size_t i : mb) longest = std::max(longest, sample_lengths_[i]);
-    const double cost = c_.MicroBatch(schedule::PaddedTokens(sample_lengths_, mb), longest);
+    double cost = 0;
+    if (l_.unpadded_micro_batches) {
+      // Samples packed end to end: each token attends only its own sample.
+      double tokens = 0, squares = 0;
+      for (size_t i : mb) {
+        const auto n = static_cast<double>(sample_lengths_[i]);
+        tokens += n, squares += n * n;
+      }
+      cost = c_.train_micro_batch_s + c_.train_token_s * tokens + c_.train_token_context_s * squares;
+    } else {
+      int64_t longest = 0;
+      for (size_t i : mb) longest = std::max(longest, sample_lengths_[i]);
+      cost = c_.MicroBatch(schedule::PaddedTokens(sample_lengths_, mb), longest);
+    }
     out_.trainer_compute_s += cost;
     if (wk.lent) ++lent_running_, ++out_.lent_micro_batches;
     wk.running = true;
@@ -442,8 +600,15 @@ Result<SimResult> Run::Go() {
     if (wake_[actor] != t) continue;  // superseded
     wake_[actor] = kNever;
     if (working_[actor]) {
-      Settle(t);
-      if (remaining_[actor] > 1e-12) {  // woken early: its work goes on
+      if (shared_) {
+        Settle(t);
+      } else {
+        remaining_[actor] = std::max(0.0, remaining_[actor] - (t - since_[actor]));
+        since_[actor] = t;
+      }
+      // Woken early, its work goes on (what is left of a finish at `t` is
+      // rounding, relative to the clock).
+      if (remaining_[actor] > 1e-12 * std::max(1.0, t)) {
         Schedule(actor, t + remaining_[actor] * Slow(actor));
         continue;
       }
@@ -501,6 +666,9 @@ Status Layout::Validate() const {
   if (lent_workers < 0) return bad("lent_workers must be >= 0");
   if (mode == Mode::kSync && lent_workers > 0) return bad("sync mode lends no workers (its roles alternate)");
   if (micro_batch_tokens < 1) return bad("micro_batch_tokens must be >= 1");
+  if (mini_batches < 1) return bad("mini_batches must be >= 1");
+  if (kv_capacity_tokens < 0) return bad("kv_capacity_tokens must be >= 0 (0: unlimited)");
+  if (max_steps_per_event < 1) return bad("max_steps_per_event must be >= 1");
   return Status::Ok();
 }
 
@@ -513,6 +681,12 @@ Result<SimResult> Simulate(const Workload& workload, const Layout& layout, const
         workload.prompt_tokens.size() == 1 ? workload.prompt_tokens[0] : workload.prompt_tokens[static_cast<size_t>(c)];
     for (int64_t g = 0; g < workload.group_size; ++g) {
       const int64_t len = p + workload.response_tokens[static_cast<size_t>(c * workload.group_size + g)];
+      if (layout.kv_capacity_tokens > 0 && len + 1 > layout.kv_capacity_tokens) {
+        return Status::InvalidArgument("workload: answer " + std::to_string(c * workload.group_size + g) + " needs " +
+                                       std::to_string(len + 1) + " tokens of KV cache with its prompt, over " +
+                                       "kv_capacity_tokens " + std::to_string(layout.kv_capacity_tokens) +
+                                       " (an engine's cache)");
+      }
       if (len > layout.micro_batch_tokens) {
         return Status::InvalidArgument("workload: answer " + std::to_string(c * workload.group_size + g) + " has " +
                                        std::to_string(len) + " tokens with its prompt, over micro_batch_tokens " +

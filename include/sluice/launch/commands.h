@@ -46,6 +46,11 @@ int RunCalibrateCommand(const std::vector<std::string>& args);
 // and a cost profile (docs/simulator.md).
 int RunSimulateCommand(const std::vector<std::string>& args);
 
+// `sluice plan`: compares training policies on a GPU cluster under roofline
+// costs, searches the split and staleness, reproduces published regimes
+// (docs/simulator.md).
+int RunPlanCommand(const std::vector<std::string>& args);
+
 // `sluice report RUN_DIR`: writes RUN_DIR/report.html (see report.h).
 int RunReportCommand(const std::vector<std::string>& args);
 

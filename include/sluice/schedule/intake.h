@@ -46,9 +46,10 @@ class PromptIntake {
   // running, generating with `engine_version`, takes now: a lone engine
   // about one batch queued beyond its slots, so freed slots refill at once;
   // one of several only enough to fill its own slots (at least one group),
-  // so the first to look
-  // does not take what the others would run at the same time (sync hands a
-  // whole step's prompts out at once); while the trainer waits, nothing past
+  // and at most its share of a step (P / engines, rounded up) per call, so
+  // the first to look does not take what the others would run at the same
+  // time (sync hands a whole step's prompts out at once: with many engines
+  // of many slots, each gets about the same); while the trainer waits, nothing past
   // the prompts of the step it waits for; then as many as the staleness
   // admission allows. Asks `progress` only when it would
   // take some. Returns the count, >= 0: prompts cursor() .. cursor()+n-1

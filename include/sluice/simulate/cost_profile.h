@@ -5,11 +5,15 @@
 //
 //   decode step   = decode_step_s + decode_row_s x rows
 //                   + decode_context_s x (sum over rows of the tokens each attends)
+//                   + max(memory, compute), a roofline term (0 in a CPU profile):
+//                     memory  = memory_step_s + memory_context_s x attended
+//                     compute = compute_row_s x rows + compute_context_s x attended
 //   prefill       = prefill_prompt_s x prompts + prefill_token_s x their tokens
 //                   (a group's G answers share one prompt's prefill)
 //   micro-batch   = train_micro_batch_s + train_token_s x padded tokens
 //                   + train_token_context_s x padded tokens x longest sample
 //   trainer step  = train_step_s + its micro-batches (spread over the workers)
+//                   + train_update_s per optimizer update (Layout::mini_batches)
 //   publish       = publish_s (the trainer); then weight_fill_s until the rollout
 //                   can switch to it (its standby copy, in the background), and
 //                   weight_switch_s (each rollout engine) to switch
@@ -27,13 +31,16 @@
 #ifndef SLUICE_SIMULATE_COST_PROFILE_H_
 #define SLUICE_SIMULATE_COST_PROFILE_H_
 
+#include <algorithm>
 #include <string>
 
 #include "sluice/common/status.h"
 
 namespace sluice::simulate {
 
-inline constexpr int kCostProfileFormat = 1;
+// The format this build writes; it reads 1 (no roofline keys) and 2.
+inline constexpr int kCostProfileFormat = 2;
+inline constexpr int kOldestCostProfileFormat = 1;
 
 struct CostProfile {
   // What was measured, and where: `model` names the model's shape (a profile
@@ -46,12 +53,20 @@ struct CostProfile {
   double decode_step_s = 0;
   double decode_row_s = 0;
   double decode_context_s = 0;
+  // The roofline term of a decode step (GPU profiles, sluice/simulate/gpu.h):
+  // streaming the weights once and each attended token's KV entries, against
+  // the step's arithmetic; the step takes the longer.
+  double memory_step_s = 0;
+  double memory_context_s = 0;
+  double compute_row_s = 0;
+  double compute_context_s = 0;
   double prefill_prompt_s = 0;
   double prefill_token_s = 0;
   double train_step_s = 0;
   double train_micro_batch_s = 0;
   double train_token_s = 0;
   double train_token_context_s = 0;
+  double train_update_s = 0;
   double publish_s = 0;
   double weight_switch_s = 0;
   double weight_fill_s = 0;
@@ -64,7 +79,10 @@ struct CostProfile {
   // no model, threads < 1, cores < 0, a slowdown below 1).
   Status Validate() const;
   double DecodeStep(int64_t rows, double attended) const {
-    return rows > 0 ? decode_step_s + decode_row_s * static_cast<double>(rows) + decode_context_s * attended : 0.0;
+    if (rows <= 0) return 0.0;
+    const double r = static_cast<double>(rows);
+    return decode_step_s + decode_row_s * r + decode_context_s * attended +
+           std::max(memory_step_s + memory_context_s * attended, compute_row_s * r + compute_context_s * attended);
   }
   double Prefill(int64_t prompts, int64_t tokens) const {
     return prefill_prompt_s * static_cast<double>(prompts) + prefill_token_s * static_cast<double>(tokens);

@@ -19,6 +19,12 @@ double NormalQuantile(double p);
 // tail >= 1.
 std::vector<int32_t> LongTailLengths(int n, int median, double tail, uint64_t seed);
 
+// n response lengths, log-normal with the given median and spread (the
+// standard deviation of the log length), cut off at `cap` as a run's
+// max_new_tokens cuts answers off (stratified quantiles, shuffled with
+// `seed`). Preconditions: n >= 1, 1 <= median <= cap, sigma >= 0.
+std::vector<int32_t> CappedLogNormalLengths(int64_t n, int32_t median, double sigma, int32_t cap, uint64_t seed);
+
 }  // namespace sluice::simulate
 
 #endif  // SLUICE_SIMULATE_LENGTHS_H_

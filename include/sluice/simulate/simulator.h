@@ -59,6 +59,33 @@ struct Layout {
   int32_t trainer_workers = 1;  // the trainer's own micro-batch workers
   int32_t lent_workers = 0;     // workers on the rollout's cores, only while every engine idles
   int64_t micro_batch_tokens = 8192;
+  // Optimizer updates per trainer step: the step's samples in that many
+  // consecutive parts, each packed and trained (every micro-batch done)
+  // before its update and the next part, as the trainer's mini-batches.
+  int64_t mini_batches = 1;
+
+  // What GPU serving and training stacks do, and the pipeline on CPUs does
+  // not (sluice/simulate/gpu.h sets them):
+  // Tokens of KV cache per engine (0: unlimited). A waiting sequence is
+  // admitted only while its prompt (unless its group's is cached) and one
+  // token per row fit; when the rows' next tokens do not fit, the newest rows
+  // are preempted and computed again when readmitted (vLLM's recompute).
+  int64_t kv_capacity_tokens = 0;
+  // An in-flight switch interrupts the batch and computes every row's cache
+  // again under the new weights (AReaL's partial rollouts), instead of
+  // decoding on over the old cache (the pipeline, PipelineRL).
+  bool recompute_on_switch = false;
+  // The trainer takes the first P groups to complete, in that order, instead
+  // of the next P prompts by cursor.
+  bool completion_order = false;
+  // A micro-batch costs its samples' tokens packed end to end (attention
+  // within each sample), not rows x its longest.
+  bool unpadded_micro_batches = false;
+  // Decode steps an engine takes in one event while nothing inside it can
+  // change (no row finishes, the cache has room): new prompts and versions
+  // are noticed only between events. 1 is exact; more makes long generations
+  // cheap to simulate.
+  int32_t max_steps_per_event = 1;
 
   Status Validate() const;
 };
@@ -80,6 +107,8 @@ struct SimResult {
   int64_t decode_steps = 0;   // over engines
   int64_t generated_tokens = 0;
   int64_t lent_micro_batches = 0;
+  int64_t preemptions = 0;        // rows preempted for lack of KV cache
+  int64_t recomputed_tokens = 0;  // cache computed again at interrupting switches
   // The work in core-seconds, whatever ran in parallel: the trainer's steps
   // and micro-batches (publish included), the engines' steps.
   double trainer_compute_s = 0;
@@ -88,7 +117,8 @@ struct SimResult {
 };
 
 // Errors: InvalidArgument naming the bad field of the workload, layout or
-// profile (a sample longer than micro_batch_tokens included); Internal if
+// profile (a sample longer than micro_batch_tokens, or with its prompt longer
+// than kv_capacity_tokens, included); Internal if
 // the model stops making progress (a bug, reported rather than looping).
 Result<SimResult> Simulate(const Workload& workload, const Layout& layout, const CostProfile& costs);
 

@@ -1,0 +1,32 @@
+// The pieces of the HTML pages' inline SVG charts (the run report, the
+// comparison, `sluice plan --html`), so every page draws alike.
+//
+// Thread safety: pure functions.
+#ifndef SLUICE_LAUNCH_HTML_CHART_H_
+#define SLUICE_LAUNCH_HTML_CHART_H_
+
+#include <string>
+
+namespace sluice::launch {
+
+// Chart geometry shared by the line and bar charts: a title row, a legend
+// row (wrapped when long), then the plot with the y unit written up its left
+// side and the x label centred under it.
+constexpr double kChartW = 520, kChartH = 250, kPlotL = 58, kPlotR = 12, kPlotB = 34;
+constexpr double kLegendChar = 6.6;  // px per character of 11 px sans-serif, generous
+
+// Text escaped for HTML and SVG.
+std::string Escape(const std::string& s);
+// A number as a chart labels it: no decimals from 1000 or for integers,
+// else three significant digits.
+std::string Num(double v);
+// An <svg> of the chart width and `height` with its title; the caller
+// closes it.
+std::string ChartHead(const std::string& title, double height);
+// The y unit, rotated, centred on the plot's left edge, and the x label
+// centred under the plot.
+std::string AxisLabels(const std::string& y_unit, const std::string& x_label, double top, double height);
+
+}  // namespace sluice::launch
+
+#endif  // SLUICE_LAUNCH_HTML_CHART_H_

@@ -1,0 +1,520 @@
+// `sluice plan` (docs/simulator.md, "GPU clusters"): given a model, a cluster
+// and a length distribution, simulate the training policies people use
+// under the same roofline costs, search the rollout:trainer split and the
+// staleness, and recommend one; or reproduce a published regime.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/common/file_util.h"
+#include "sluice/launch/commands.h"
+#include "sluice/launch/plan_report.h"
+#include "sluice/model/config.h"
+#include "sluice/runtime/flags.h"
+#include "sluice/simulate/gpu.h"
+#include "sluice/simulate/lengths.h"
+#include "sluice/simulate/simulator.h"
+
+namespace sluice::launch {
+namespace {
+
+using runtime::FlagSet;
+using simulate::Policy;
+
+// A published setting: the flags that describe it, what was reported, and
+// what is assumed where the publication does not say.
+struct Regime {
+  const char* name;
+  const char* source;
+  const char* assumed;
+  std::vector<std::pair<const char*, const char*>> flags;
+  Policy published;  // the system's policy
+  Policy baseline;   // what it was compared with
+  double reported;   // its speedup over the baseline
+  const char* reported_text;
+};
+
+const std::vector<Regime>& Regimes() {
+  static const std::vector<Regime> regimes = {
+      {"seed-2k-16k",
+       "the figure this project set out to beat: 3.81x over a synchronous mode at prompt 2k -> response 16k "
+       "(its system, model and cluster not identified)",
+       "Qwen2.5-7B on 64 H100, answers log-normal with median 4096 and spread 1.0 cut off at 16384, 128 prompts x "
+       "16 answers per step",
+       {{"hardware", "h100"},
+        {"gpus", "64"},
+        {"model", "qwen2.5-7b"},
+        {"prompt-tokens", "2048"},
+        {"max-response", "16384"},
+        {"median", "4096"},
+        {"spread", "1.0"},
+        {"prompts", "128"},
+        {"group", "16"}},
+       Policy::kSluice,
+       Policy::kColocatedSync,
+       3.81,
+       "3.81x"},
+      {"areal-1.5b",
+       "AReaL (inclusionAI), blog for v0.3, Table 2: R1-Distill-Qwen-1.5B, 16 nodes of 8 H800, 1000 PPO steps: "
+       "synchronous 41.0 h, asynchronous 14.8 h",
+       "its benchmark configuration: 512 prompts x 16 answers, answers up to 31k tokens, staleness 4, 3/4 of the "
+       "GPUs generating, trainer ranks of 2 (pipeline parallel); answers log-normal with median 6000 and spread 0.9 "
+       "(not published); prompts 512 tokens; the synchronous baseline colocated",
+       {{"hardware", "h800"},
+        {"gpus", "128"},
+        {"model", "r1-distill-qwen-1.5b"},
+        {"prompt-tokens", "512"},
+        {"max-response", "31744"},
+        {"median", "6000"},
+        {"spread", "0.9"},
+        {"prompts", "512"},
+        {"group", "16"},
+        {"staleness", "4"},
+        {"rollout-gpus", "96"},
+        {"train-mp", "2"},
+        {"mini-batches", "4"}},
+       Policy::kPartialRollout,
+       Policy::kColocatedSync,
+       41.0 / 14.8,
+       "2.77x (41.0 h / 14.8 h)"},
+      {"areal-7b",
+       "AReaL (inclusionAI), blog for v0.3, Table 2: R1-Distill-Qwen-7B, 24 nodes of 8 H800, 1000 PPO steps: "
+       "synchronous 57.7 h, asynchronous 25.4 h",
+       "as areal-1.5b, with trainer ranks of 4 (pipeline parallel) and 144 of the 192 GPUs generating",
+       {{"hardware", "h800"},
+        {"gpus", "192"},
+        {"model", "qwen2.5-7b"},
+        {"prompt-tokens", "512"},
+        {"max-response", "31744"},
+        {"median", "6000"},
+        {"spread", "0.9"},
+        {"prompts", "512"},
+        {"group", "16"},
+        {"staleness", "4"},
+        {"rollout-gpus", "144"},
+        {"train-mp", "4"},
+        {"mini-batches", "4"}},
+       Policy::kPartialRollout,
+       Policy::kColocatedSync,
+       57.7 / 25.4,
+       "2.27x (57.7 h / 25.4 h)"},
+      {"verl-async-7b",
+       "verl's fully asynchronous trainer (recipe fully_async_policy): Qwen2.5-Math-7B, DAPO, 128 H20, 64 generating "
+       "and 64 training, answers up to 28k tokens, 16 per prompt, partial rollouts, staleness threshold 0.5: 400 "
+       "steps in 1d16h48m colocated and synchronous, 17h22m asynchronous",
+       "512 prompts per version for both (the baseline's batch), staleness 1; answers log-normal with median 1500 "
+       "and spread 1.1 (not published; a few reach the cap, as the baseline's 178 s of generation per step "
+       "suggests); prompts 256 tokens",
+       {{"hardware", "h20"},
+        {"gpus", "128"},
+        {"model", "qwen2.5-7b"},
+        {"prompt-tokens", "256"},
+        {"max-response", "28672"},
+        {"median", "1500"},
+        {"spread", "1.1"},
+        {"prompts", "512"},
+        {"group", "16"},
+        {"staleness", "1"},
+        {"rollout-gpus", "64"},
+        {"mini-batches", "16"}},
+       Policy::kPartialRollout,
+       Policy::kColocatedSync,
+       (40.0 * 60 + 48) / (17.0 * 60 + 22),
+       "2.35x (1d16h48m / 17h22m)"},
+  };
+  return regimes;
+}
+
+std::string RegimeNames() {
+  std::string out;
+  for (const Regime& r : Regimes()) out += (out.empty() ? "" : ", ") + std::string(r.name);
+  return out;
+}
+
+// Median and spread of a log-normal with the mean and longest answer a run's
+// metrics report (`n` answers): mean = median e^(s^2/2), longest = median
+// e^(s z) with z the n-th answer's normal quantile.
+struct LengthFit {
+  double median = 0, spread = 0, mean = 0;
+  int64_t longest = 0, answers = 0, steps = 0;
+};
+
+Result<LengthFit> FitRunLengths(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(path + ": cannot open (a run's metrics.jsonl)");
+  LengthFit fit;
+  double tokens = 0;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      return Status::InvalidArgument(path + ":" + std::to_string(number) + ": not a JSON object");
+    }
+    if (!j.contains("response_len_mean")) continue;  // not a step's record
+    const auto& mean = j["response_len_mean"];
+    const auto& longest = j.value("response_len_max", nlohmann::json());
+    const auto& samples = j.value("samples_trained", nlohmann::json());
+    if (!mean.is_number() || !longest.is_number_integer() || !samples.is_number_integer() || mean.get<double>() < 0 ||
+        longest.get<int64_t>() < 0 || samples.get<int64_t>() < 0) {
+      return Status::InvalidArgument(path + ":" + std::to_string(number) +
+                                     ": response_len_mean, response_len_max and samples_trained must be numbers >= 0");
+    }
+    tokens += mean.get<double>() * static_cast<double>(samples.get<int64_t>());
+    fit.answers += samples.get<int64_t>();
+    fit.longest = std::max(fit.longest, longest.get<int64_t>());
+    ++fit.steps;
+  }
+  if (fit.answers == 0 || fit.longest < 1) {
+    return Status::InvalidArgument(path + ": no step with trained answers (response_len_mean, samples_trained)");
+  }
+  fit.mean = std::max(1.0, tokens / static_cast<double>(fit.answers));
+  const double n = static_cast<double>(fit.answers);
+  const double z = simulate::NormalQuantile((n - 0.5) / n);
+  const double ratio = std::max(1.0, static_cast<double>(fit.longest) / fit.mean);
+  const double d = z * z - 2 * std::log(ratio);
+  fit.spread = d > 0 ? z - std::sqrt(d) : z;
+  fit.median = fit.mean / std::exp(fit.spread * fit.spread / 2);
+  return fit;
+}
+
+struct Candidate {
+  Policy policy = Policy::kSluice;
+  int64_t rollout_gpus = 0, trainer_gpus = 0, staleness = 0;
+  simulate::SimResult result;
+  double step_s = 0;  // steady state
+  int64_t kv_tokens = 0;
+};
+
+// Seconds per step once the pipeline is full: from the end of the first
+// third of the steps to the last.
+double SteadyStepSeconds(const simulate::SimResult& r) {
+  const size_t n = r.steps.size();
+  if (n < 3) return r.wall_s / static_cast<double>(std::max<size_t>(1, n));
+  const size_t k = n / 3;
+  return (r.steps[n - 1].end_s - r.steps[k - 1].end_s) / static_cast<double>(n - k);
+}
+
+Status Plan(const std::vector<std::string>& args) {
+  FlagSet flags;
+  flags.Add("regime", "", "a published setting to reproduce (" + RegimeNames() + "); other flags override it");
+  flags.Add("hardware", "h100", "the accelerator (h100, h800, h200, h20, a100, 910b)");
+  flags.Add("gpus", "64", "accelerators in the cluster");
+  flags.Add("model", "qwen2.5-7b", "a known shape (qwen2.5-1.5b ... qwen2.5-72b, llama3.1-8b/70b)");
+  flags.Add("model-config", "", "a Hugging Face config.json instead of --model");
+  flags.Add("prompt-tokens", "1024", "tokens per prompt");
+  flags.Add("max-response", "16384", "the longest answer (longer ones are cut off here)");
+  flags.Add("median", "4096", "median answer length in tokens");
+  flags.Add("spread", "1.0", "standard deviation of the log answer length (0: every answer the median)");
+  flags.Add("lengths-from", "", "fit median and spread to a run's metrics.jsonl instead");
+  flags.Add("prompts", "128", "prompts per trainer step");
+  flags.Add("group", "16", "answers per prompt");
+  flags.Add("steps", "12", "trainer steps simulated (the first third is the pipeline filling)");
+  flags.Add("staleness", "0", "the asynchronous policies' bound in versions (0: try 1, 2 and 4)");
+  flags.Add("rollout-gpus", "0", "accelerators generating in the split policies (0: try splits from 1/8 to 7/8)");
+  flags.Add("rollout-tp", "0", "accelerators per rollout engine (0: the fewest the model fits)");
+  flags.Add("train-mp", "1", "accelerators per trainer rank (tensor x pipeline parallel)");
+  flags.Add("max-rows", "256", "sequences an engine decodes at once at most (max_num_seqs)");
+  flags.Add("micro-batch-tokens", "0", "tokens per trainer micro-batch (0: prompt + longest answer)");
+  flags.Add("mini-batches", "1", "optimizer updates per trainer step (PPO mini-batches), each waiting for its slowest rank");
+  flags.Add("policies", "", "policies to compare, comma-separated (default: all)");
+  flags.Add("mfu", "0.4", "the trainer's share of bf16 peak (model FLOP utilisation)");
+  flags.Add("decode-bandwidth", "0.75", "decode's share of HBM bandwidth");
+  flags.Add("switch-s", "5", "colocated: seconds to switch between training and generation, each step");
+  flags.Add("html", "", "also write the comparison as an HTML page");
+  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::printf("usage: sluice plan [--regime=NAME] [--hardware=h100 --gpus=64 --model=qwen2.5-7b ...]\n%s",
+                flags.Usage().c_str());
+    return Status::Ok();
+  }
+  SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
+  SLUICE_ASSIGN_OR_RETURN(std::string regime_name, flags.GetString("regime"));
+  const Regime* regime = nullptr;
+  if (!regime_name.empty()) {
+    for (const Regime& r : Regimes()) {
+      if (regime_name == r.name) regime = &r;
+    }
+    if (regime == nullptr) {
+      return Status::InvalidArgument("--regime: unknown '" + regime_name + "' (known: " + RegimeNames() + ")");
+    }
+    // The regime's settings, then the command line's again (it wins).
+    std::vector<std::string> merged;
+    for (const auto& [k, v] : regime->flags) merged.push_back(std::string("--") + k + "=" + v);
+    merged.insert(merged.end(), args.begin(), args.end());
+    SLUICE_RETURN_IF_ERROR(flags.Parse(merged));
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::string hardware, flags.GetString("hardware"));
+  SLUICE_ASSIGN_OR_RETURN(simulate::Accelerator accel, simulate::FindAccelerator(hardware));
+  SLUICE_ASSIGN_OR_RETURN(std::string model_config, flags.GetString("model-config"));
+  simulate::ModelDims dims;
+  if (!model_config.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(model::ModelConfig c, model::LoadModelConfig(model_config));
+    dims = {model_config, c.hidden_size,       c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+            c.head_dim,   c.intermediate_size, c.vocab_size,        c.tie_word_embeddings};
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(std::string model_name, flags.GetString("model"));
+    SLUICE_ASSIGN_OR_RETURN(dims, simulate::FindModel(model_name));
+  }
+  SLUICE_RETURN_IF_ERROR(dims.Validate());
+  SLUICE_ASSIGN_OR_RETURN(int64_t gpus, flags.GetInt("gpus", 1, 100000));
+  SLUICE_ASSIGN_OR_RETURN(int64_t prompt_tokens, flags.GetInt("prompt-tokens", 1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(int64_t max_response, flags.GetInt("max-response", 1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(int64_t median, flags.GetInt("median", 1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(double spread, flags.GetDouble("spread", 0.0, 5.0));
+  SLUICE_ASSIGN_OR_RETURN(std::string lengths_from, flags.GetString("lengths-from"));
+  std::string lengths_note;
+  if (!lengths_from.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(LengthFit fit, FitRunLengths(lengths_from));
+    median = std::max<int64_t>(1, std::llround(fit.median));
+    spread = fit.spread;
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "fitted to %s: %lld answers over %lld steps, mean %.0f, longest %lld tokens",
+                  lengths_from.c_str(), static_cast<long long>(fit.answers), static_cast<long long>(fit.steps),
+                  fit.mean, static_cast<long long>(fit.longest));
+    lengths_note = buf;
+  }
+  if (median > max_response) {
+    return Status::InvalidArgument("--median " + std::to_string(median) + " is over --max-response " +
+                                   std::to_string(max_response));
+  }
+  SLUICE_ASSIGN_OR_RETURN(int64_t prompts, flags.GetInt("prompts", 1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(int64_t group, flags.GetInt("group", 1, 4096));
+  SLUICE_ASSIGN_OR_RETURN(int64_t steps, flags.GetInt("steps", 3, 1000));
+  constexpr int64_t kMostAnswers = 2'000'000;
+  if (steps * prompts * group > kMostAnswers) {
+    return Status::InvalidArgument("--steps x --prompts x --group = " + std::to_string(steps * prompts * group) +
+                                   " answers: plan simulates at most " + std::to_string(kMostAnswers) +
+                                   " (fewer --steps give the same steady state)");
+  }
+  SLUICE_ASSIGN_OR_RETURN(int64_t staleness, flags.GetInt("staleness", 0, 64));
+  SLUICE_ASSIGN_OR_RETURN(int64_t rollout_gpus, flags.GetInt("rollout-gpus", 0, 100000));
+  SLUICE_ASSIGN_OR_RETURN(int64_t rollout_tp, flags.GetInt("rollout-tp", 0, 64));
+  SLUICE_ASSIGN_OR_RETURN(int64_t train_mp, flags.GetInt("train-mp", 1, 1024));
+  SLUICE_ASSIGN_OR_RETURN(int64_t max_rows, flags.GetInt("max-rows", 1, 1 << 16));
+  SLUICE_ASSIGN_OR_RETURN(int64_t micro_batch_tokens, flags.GetInt("micro-batch-tokens", 0, 1 << 24));
+  SLUICE_ASSIGN_OR_RETURN(int64_t mini_batches, flags.GetInt("mini-batches", 1, 1 << 16));
+  if (micro_batch_tokens == 0) micro_batch_tokens = prompt_tokens + max_response;
+  if (micro_batch_tokens < prompt_tokens + max_response) {
+    return Status::InvalidArgument("--micro-batch-tokens " + std::to_string(micro_batch_tokens) +
+                                   " cannot hold a prompt and the longest answer (" +
+                                   std::to_string(prompt_tokens + max_response) + " tokens)");
+  }
+  if (rollout_gpus >= gpus) {
+    return Status::InvalidArgument("--rollout-gpus " + std::to_string(rollout_gpus) + " leaves none of --gpus " +
+                                   std::to_string(gpus) + " to the trainer");
+  }
+  simulate::Efficiency eff;
+  SLUICE_ASSIGN_OR_RETURN(eff.train_compute, flags.GetDouble("mfu", 0.01, 1.0));
+  SLUICE_ASSIGN_OR_RETURN(eff.decode_memory, flags.GetDouble("decode-bandwidth", 0.01, 1.0));
+  SLUICE_ASSIGN_OR_RETURN(eff.colocated_switch_s, flags.GetDouble("switch-s", 0.0, 3600.0));
+  std::vector<Policy> policies;
+  SLUICE_ASSIGN_OR_RETURN(std::string policy_list, flags.GetString("policies"));
+  if (policy_list.empty()) {
+    policies = simulate::AllPolicies();
+  } else {
+    for (size_t pos = 0; pos <= policy_list.size();) {
+      const size_t comma = std::min(policy_list.find(',', pos), policy_list.size());
+      SLUICE_ASSIGN_OR_RETURN(Policy p, simulate::ParsePolicy(policy_list.substr(pos, comma - pos)));
+      policies.push_back(p);
+      pos = comma + 1;
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::string html, flags.GetString("html"));
+
+  // The smallest engine the model fits, unless given.
+  simulate::GpuLayout base;
+  base.train_mp = static_cast<int32_t>(train_mp);
+  base.max_rows = max_rows;
+  if (rollout_tp == 0) {
+    Status last = Status::Ok();
+    for (int32_t tp = 1; tp <= accel.per_node; tp *= 2) {
+      base.rollout_tp = tp;
+      base.rollout_gpus = tp;
+      base.trainer_gpus = train_mp;
+      auto kv = simulate::KvCapacityTokens(accel, dims, base, eff);
+      if (kv.ok() && *kv >= prompt_tokens + max_response + 1) break;
+      last = kv.ok()
+                 ? Status::InvalidArgument(dims.name + ": one answer (" + std::to_string(prompt_tokens + max_response) +
+                                           " tokens) does not fit the KV cache of an engine of " + std::to_string(tp) +
+                                           " x " + accel.name)
+                 : kv.status();
+      if (tp * 2 > accel.per_node) return last;
+    }
+  } else {
+    base.rollout_tp = static_cast<int32_t>(rollout_tp);
+  }
+
+  simulate::Workload w;
+  w.steps = steps;
+  w.prompts_per_step = prompts;
+  w.group_size = group;
+  w.prompt_tokens = {static_cast<int32_t>(prompt_tokens)};
+  w.response_tokens = simulate::CappedLogNormalLengths(steps * prompts * group, static_cast<int32_t>(median), spread,
+                                                       static_cast<int32_t>(max_response), /*seed=*/1);
+  double mean_response = 0;
+  int64_t cut = 0;
+  for (int32_t n : w.response_tokens) mean_response += n, cut += n == max_response ? 1 : 0;
+  mean_response /= static_cast<double>(w.response_tokens.size());
+
+  // Splits to try: the given one, or eighths of the cluster, each side a
+  // whole number of engines and trainer ranks.
+  std::vector<int64_t> splits;
+  if (rollout_gpus > 0) {
+    splits.push_back(rollout_gpus);
+  } else {
+    for (int k = 1; k <= 7; ++k) {
+      int64_t r = gpus * k / 8;
+      r -= r % base.rollout_tp;
+      if (r >= base.rollout_tp && (gpus - r) % train_mp == 0 && gpus - r >= train_mp &&
+          std::find(splits.begin(), splits.end(), r) == splits.end()) {
+        splits.push_back(r);
+      }
+    }
+    if (splits.empty()) {
+      return Status::InvalidArgument("no split of " + std::to_string(gpus) + " accelerators into engines of " +
+                                     std::to_string(base.rollout_tp) + " and trainer ranks of " +
+                                     std::to_string(train_mp));
+    }
+  }
+  const std::vector<int64_t> stalenesses =
+      staleness > 0 ? std::vector<int64_t>{staleness} : std::vector<int64_t>{1, 2, 4};
+  std::vector<Candidate> best;  // per policy
+  std::vector<std::string> skipped;
+  for (Policy policy : policies) {
+    const bool colocated = policy == Policy::kColocatedSync;
+    const bool asynchronous =
+        policy == Policy::kPartialRollout || policy == Policy::kInflight || policy == Policy::kSluice;
+    std::optional<Candidate> top;
+    Status why = Status::Ok();
+    for (int64_t r : colocated ? std::vector<int64_t>{gpus / 2} : splits) {
+      for (int64_t s : asynchronous ? stalenesses : std::vector<int64_t>{1}) {
+        simulate::GpuLayout g = base;
+        g.rollout_gpus = colocated ? gpus - gpus / 2 : r;
+        g.trainer_gpus = colocated ? gpus / 2 : gpus - r;
+        simulate::PolicyOptions o;
+        o.max_staleness = s;
+        o.micro_batch_tokens = micro_batch_tokens;
+        o.mini_batches = mini_batches;
+        auto setup = simulate::SetUpPolicy(policy, accel, dims, g, eff, o);
+        if (!setup.ok()) {
+          why = setup.status();
+          continue;
+        }
+        setup->layout.max_steps_per_event = 32;
+        SLUICE_ASSIGN_OR_RETURN(simulate::SimResult res, simulate::Simulate(w, setup->layout, setup->costs));
+        Candidate c;
+        c.policy = policy;
+        c.rollout_gpus = colocated ? gpus : r;
+        c.trainer_gpus = colocated ? gpus : gpus - r;
+        c.staleness = policy == Policy::kColocatedSync ? 0 : policy == Policy::kOneStepOff ? 1 : s;
+        c.step_s = SteadyStepSeconds(res);
+        c.kv_tokens = setup->kv_tokens_per_engine;
+        c.result = std::move(res);
+        if (!top || c.step_s < top->step_s) top = std::move(c);
+      }
+    }
+    if (top) {
+      best.push_back(std::move(*top));
+    } else {
+      skipped.push_back(simulate::PolicyName(policy) + ": " + why.message());
+    }
+  }
+  if (best.empty()) {
+    std::string all;
+    for (const std::string& s : skipped) all += "\n  " + s;
+    return Status::InvalidArgument("no policy can run this cluster:" + all);
+  }
+
+  PlanReport report;
+  char line[512];
+  std::snprintf(line, sizeof(line), "%s (%.1fB parameters) on %lld x %s (%lld per node)", dims.name.c_str(),
+                dims.Parameters() / 1e9, static_cast<long long>(gpus), accel.name.c_str(),
+                static_cast<long long>(accel.per_node));
+  report.title = line;
+  std::snprintf(line, sizeof(line),
+                "%lld prompts x %lld answers per step, prompts %lld tokens, answers median %lld (spread %.2f, mean "
+                "%.0f), cut off at %lld: %.1f%% of them; %lld steps simulated",
+                static_cast<long long>(prompts), static_cast<long long>(group), static_cast<long long>(prompt_tokens),
+                static_cast<long long>(median), spread, mean_response, static_cast<long long>(max_response),
+                100.0 * static_cast<double>(cut) / static_cast<double>(w.response_tokens.size()),
+                static_cast<long long>(steps));
+  report.workload = line;
+  if (!lengths_note.empty()) report.workload += "; lengths " + lengths_note;
+  std::snprintf(line, sizeof(line),
+                "assumed: decode at %.0f%% of HBM bandwidth and %.0f%% of bf16 peak, prefill %.0f%%, training MFU "
+                "%.0f%%, links at %.0f%%; %.1f ms per decode step; colocated switch %.1f s per step; engines of %d "
+                "(up to %lld rows), trainer ranks of %lld",
+                100 * eff.decode_memory, 100 * eff.decode_compute, 100 * eff.prefill_compute, 100 * eff.train_compute,
+                100 * eff.network, 1000 * eff.decode_step_s, eff.colocated_switch_s, base.rollout_tp,
+                static_cast<long long>(max_rows), static_cast<long long>(train_mp));
+  report.assumptions = std::string(line) + "; hardware: " + accel.description;
+  double baseline_step = 0;
+  for (const Candidate& c : best) {
+    if (c.policy == Policy::kColocatedSync) baseline_step = c.step_s;
+  }
+  const double samples_per_step = static_cast<double>(prompts * group);
+  for (const Candidate& c : best) {
+    PlanRow row;
+    row.policy = simulate::PolicyName(c.policy);
+    row.split = c.policy == Policy::kColocatedSync
+                    ? std::to_string(gpus) + " both"
+                    : std::to_string(c.rollout_gpus) + ":" + std::to_string(c.trainer_gpus);
+    row.step_s = c.step_s;
+    row.samples_per_s = samples_per_step / c.step_s;
+    row.vs_baseline = baseline_step > 0 ? baseline_step / c.step_s : 0;
+    row.rollout_busy = c.result.rollout_busy_s / c.result.wall_s;
+    row.trainer_busy = c.result.trainer_busy_s / c.result.wall_s;
+    row.occupancy = c.result.occupancy;
+    row.staleness_bound = c.staleness;
+    row.staleness_mean = c.result.staleness_mean;
+    row.preemptions_per_step = static_cast<double>(c.result.preemptions) / static_cast<double>(steps);
+    row.recomputed_share = static_cast<double>(c.result.recomputed_tokens) /
+                           std::max<double>(1.0, static_cast<double>(c.result.generated_tokens));
+    row.kv_tokens = c.kv_tokens;
+    report.rows.push_back(row);
+  }
+  for (const std::string& s : skipped) report.notes.push_back("not run: " + s);
+  const auto fastest = std::min_element(best.begin(), best.end(),
+                                        [](const Candidate& a, const Candidate& b) { return a.step_s < b.step_s; });
+  std::snprintf(line, sizeof(line), "fastest: %s at %s, staleness %lld: %.1f s per step, %.0f samples/s",
+                simulate::PolicyName(fastest->policy).c_str(),
+                fastest->policy == Policy::kColocatedSync ? "every accelerator on both sides"
+                                                          : (std::to_string(fastest->rollout_gpus) + " generating : " +
+                                                             std::to_string(fastest->trainer_gpus) + " training")
+                                                                .c_str(),
+                static_cast<long long>(fastest->staleness), fastest->step_s, samples_per_step / fastest->step_s);
+  report.recommendation = line;
+  if (regime != nullptr) {
+    double published = 0, baseline = 0;
+    for (const Candidate& c : best) {
+      if (c.policy == regime->published) published = c.step_s;
+      if (c.policy == regime->baseline) baseline = c.step_s;
+    }
+    report.regime = std::string(regime->name) + ": " + regime->source + "\n  assumed: " + regime->assumed;
+    if (published > 0 && baseline > 0) {
+      const double simulated = baseline / published;
+      std::snprintf(line, sizeof(line), "  %s over %s: reported %s, simulated %.2fx (%+.0f%%)",
+                    simulate::PolicyName(regime->published).c_str(), simulate::PolicyName(regime->baseline).c_str(),
+                    regime->reported_text, simulated, 100 * (simulated / regime->reported - 1));
+      report.regime += std::string("\n") + line;
+    }
+  }
+  std::printf("%s", FormatPlanText(report).c_str());
+  if (!html.empty()) {
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(html, FormatPlanHtml(report)));
+    std::printf("written to %s\n", html.c_str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int RunPlanCommand(const std::vector<std::string>& args) { return RunCommand(Plan, args); }
+
+}  // namespace sluice::launch

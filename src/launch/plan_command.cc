@@ -183,22 +183,37 @@ Result<LengthFit> FitRunLengths(const std::string& path) {
   return fit;
 }
 
+// Seconds per step once the pipeline is full (from the end of the first
+// third of the steps to the last), and of them the trainer's wait for its
+// samples and its training.
+struct Steady {
+  double step_s = 0, wait_s = 0, train_s = 0;
+};
+Steady SteadyState(const simulate::SimResult& r) {
+  const size_t n = r.steps.size(), k = std::max<size_t>(1, n / 3);
+  Steady s;
+  if (n < 2) {
+    s.step_s = s.train_s = r.wall_s;
+    return s;
+  }
+  s.step_s = (r.steps[n - 1].end_s - r.steps[k - 1].end_s) / static_cast<double>(n - k);
+  for (size_t i = k; i < n; ++i) {
+    s.wait_s += r.steps[i].start_s - r.steps[i - 1].end_s;
+    s.train_s += r.steps[i].end_s - r.steps[i].start_s;
+  }
+  s.wait_s /= static_cast<double>(n - k);
+  s.train_s /= static_cast<double>(n - k);
+  return s;
+}
+
 struct Candidate {
   Policy policy = Policy::kSluice;
   int64_t rollout_gpus = 0, trainer_gpus = 0, staleness = 0;
+  int32_t rollout_tp = 1;
   simulate::SimResult result;
-  double step_s = 0;  // steady state
+  Steady steady;
   int64_t kv_tokens = 0;
 };
-
-// Seconds per step once the pipeline is full: from the end of the first
-// third of the steps to the last.
-double SteadyStepSeconds(const simulate::SimResult& r) {
-  const size_t n = r.steps.size();
-  if (n < 3) return r.wall_s / static_cast<double>(std::max<size_t>(1, n));
-  const size_t k = n / 3;
-  return (r.steps[n - 1].end_s - r.steps[k - 1].end_s) / static_cast<double>(n - k);
-}
 
 Status Plan(const std::vector<std::string>& args) {
   FlagSet flags;
@@ -221,11 +236,14 @@ Status Plan(const std::vector<std::string>& args) {
   flags.Add("train-mp", "1", "accelerators per trainer rank (tensor x pipeline parallel)");
   flags.Add("max-rows", "256", "sequences an engine decodes at once at most (max_num_seqs)");
   flags.Add("micro-batch-tokens", "0", "tokens per trainer micro-batch (0: prompt + longest answer)");
-  flags.Add("mini-batches", "1", "optimizer updates per trainer step (PPO mini-batches), each waiting for its slowest rank");
+  flags.Add("mini-batches", "1",
+            "optimizer updates per trainer step (PPO mini-batches), each waiting for its slowest rank");
   flags.Add("policies", "", "policies to compare, comma-separated (default: all)");
   flags.Add("mfu", "0.4", "the trainer's share of bf16 peak (model FLOP utilisation)");
   flags.Add("decode-bandwidth", "0.75", "decode's share of HBM bandwidth");
   flags.Add("switch-s", "5", "colocated: seconds to switch between training and generation, each step");
+  flags.Add("colocated-train-slowdown", "1",
+            "colocated: the trainer's cost per token against a separate trainer's (offloading, an extra pass)");
   flags.Add("html", "", "also write the comparison as an HTML page");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
@@ -313,6 +331,7 @@ Status Plan(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(eff.train_compute, flags.GetDouble("mfu", 0.01, 1.0));
   SLUICE_ASSIGN_OR_RETURN(eff.decode_memory, flags.GetDouble("decode-bandwidth", 0.01, 1.0));
   SLUICE_ASSIGN_OR_RETURN(eff.colocated_switch_s, flags.GetDouble("switch-s", 0.0, 3600.0));
+  SLUICE_ASSIGN_OR_RETURN(eff.colocated_train_slowdown, flags.GetDouble("colocated-train-slowdown", 1.0, 100.0));
   std::vector<Policy> policies;
   SLUICE_ASSIGN_OR_RETURN(std::string policy_list, flags.GetString("policies"));
   if (policy_list.empty()) {
@@ -327,27 +346,33 @@ Status Plan(const std::vector<std::string>& args) {
   }
   SLUICE_ASSIGN_OR_RETURN(std::string html, flags.GetString("html"));
 
-  // The smallest engine the model fits, unless given.
+  // Engine sizes to try: the smallest the model and one whole answer fit,
+  // and twice that (more cache per engine, fewer engines), unless given.
   simulate::GpuLayout base;
   base.train_mp = static_cast<int32_t>(train_mp);
   base.max_rows = max_rows;
+  std::vector<int32_t> tps;
   if (rollout_tp == 0) {
     Status last = Status::Ok();
-    for (int32_t tp = 1; tp <= accel.per_node; tp *= 2) {
+    for (int32_t tp = 1; tp <= accel.per_node && tps.empty(); tp *= 2) {
       base.rollout_tp = tp;
       base.rollout_gpus = tp;
       base.trainer_gpus = train_mp;
       auto kv = simulate::KvCapacityTokens(accel, dims, base, eff);
-      if (kv.ok() && *kv >= prompt_tokens + max_response + 1) break;
-      last = kv.ok()
-                 ? Status::InvalidArgument(dims.name + ": one answer (" + std::to_string(prompt_tokens + max_response) +
-                                           " tokens) does not fit the KV cache of an engine of " + std::to_string(tp) +
-                                           " x " + accel.name)
-                 : kv.status();
-      if (tp * 2 > accel.per_node) return last;
+      if (kv.ok() && *kv >= prompt_tokens + max_response + 1) {
+        tps.push_back(tp);
+        if (2 * tp <= accel.per_node) tps.push_back(2 * tp);
+      } else {
+        last = kv.ok() ? Status::InvalidArgument(dims.name + ": one answer (" +
+                                                 std::to_string(prompt_tokens + max_response) +
+                                                 " tokens) does not fit the KV cache of an engine of " +
+                                                 std::to_string(tp) + " x " + accel.name)
+                       : kv.status();
+      }
     }
+    if (tps.empty()) return last;
   } else {
-    base.rollout_tp = static_cast<int32_t>(rollout_tp);
+    tps.push_back(static_cast<int32_t>(rollout_tp));
   }
 
   simulate::Workload w;
@@ -364,24 +389,19 @@ Status Plan(const std::vector<std::string>& args) {
 
   // Splits to try: the given one, or eighths of the cluster, each side a
   // whole number of engines and trainer ranks.
-  std::vector<int64_t> splits;
-  if (rollout_gpus > 0) {
-    splits.push_back(rollout_gpus);
-  } else {
+  auto splits_for = [&](int32_t tp) {
+    std::vector<int64_t> splits;
+    if (rollout_gpus > 0) return std::vector<int64_t>{rollout_gpus};
     for (int k = 1; k <= 7; ++k) {
       int64_t r = gpus * k / 8;
-      r -= r % base.rollout_tp;
-      if (r >= base.rollout_tp && (gpus - r) % train_mp == 0 && gpus - r >= train_mp &&
+      r -= r % tp;
+      if (r >= tp && (gpus - r) % train_mp == 0 && gpus - r >= train_mp &&
           std::find(splits.begin(), splits.end(), r) == splits.end()) {
         splits.push_back(r);
       }
     }
-    if (splits.empty()) {
-      return Status::InvalidArgument("no split of " + std::to_string(gpus) + " accelerators into engines of " +
-                                     std::to_string(base.rollout_tp) + " and trainer ranks of " +
-                                     std::to_string(train_mp));
-    }
-  }
+    return splits;
+  };
   const std::vector<int64_t> stalenesses =
       staleness > 0 ? std::vector<int64_t>{staleness} : std::vector<int64_t>{1, 2, 4};
   std::vector<Candidate> best;  // per policy
@@ -392,31 +412,40 @@ Status Plan(const std::vector<std::string>& args) {
         policy == Policy::kPartialRollout || policy == Policy::kInflight || policy == Policy::kSluice;
     std::optional<Candidate> top;
     Status why = Status::Ok();
-    for (int64_t r : colocated ? std::vector<int64_t>{gpus / 2} : splits) {
-      for (int64_t s : asynchronous ? stalenesses : std::vector<int64_t>{1}) {
-        simulate::GpuLayout g = base;
-        g.rollout_gpus = colocated ? gpus - gpus / 2 : r;
-        g.trainer_gpus = colocated ? gpus / 2 : gpus - r;
-        simulate::PolicyOptions o;
-        o.max_staleness = s;
-        o.micro_batch_tokens = micro_batch_tokens;
-        o.mini_batches = mini_batches;
-        auto setup = simulate::SetUpPolicy(policy, accel, dims, g, eff, o);
-        if (!setup.ok()) {
-          why = setup.status();
-          continue;
+    for (const int32_t tp : tps) {
+      for (int64_t r : colocated ? std::vector<int64_t>{gpus / 2} : splits_for(tp)) {
+        for (int64_t s : asynchronous ? stalenesses : std::vector<int64_t>{1}) {
+          simulate::GpuLayout g = base;
+          g.rollout_tp = tp;
+          g.rollout_gpus = colocated ? gpus - gpus / 2 : r;
+          g.trainer_gpus = colocated ? gpus / 2 : gpus - r;
+          simulate::PolicyOptions o;
+          o.max_staleness = s;
+          o.micro_batch_tokens = micro_batch_tokens;
+          o.mini_batches = mini_batches;
+          auto setup = simulate::SetUpPolicy(policy, accel, dims, g, eff, o);
+          if (!setup.ok()) {
+            why = setup.status();
+            continue;
+          }
+          setup->layout.max_steps_per_event = 32;
+          auto res = simulate::Simulate(w, setup->layout, setup->costs);
+          if (!res.ok()) {
+            if (res.status().code() != StatusCode::kInvalidArgument) return res.status();
+            why = res.status();  // an answer the engine's cache cannot hold
+            continue;
+          }
+          Candidate c;
+          c.rollout_tp = tp;
+          c.policy = policy;
+          c.rollout_gpus = colocated ? gpus : r;
+          c.trainer_gpus = colocated ? gpus : gpus - r;
+          c.staleness = asynchronous ? s : policy == Policy::kOneStepOff ? 1 : 0;
+          c.steady = SteadyState(*res);
+          c.kv_tokens = setup->kv_tokens_per_engine;
+          c.result = std::move(*res);
+          if (!top || c.steady.step_s < top->steady.step_s) top = std::move(c);
         }
-        setup->layout.max_steps_per_event = 32;
-        SLUICE_ASSIGN_OR_RETURN(simulate::SimResult res, simulate::Simulate(w, setup->layout, setup->costs));
-        Candidate c;
-        c.policy = policy;
-        c.rollout_gpus = colocated ? gpus : r;
-        c.trainer_gpus = colocated ? gpus : gpus - r;
-        c.staleness = policy == Policy::kColocatedSync ? 0 : policy == Policy::kOneStepOff ? 1 : s;
-        c.step_s = SteadyStepSeconds(res);
-        c.kv_tokens = setup->kv_tokens_per_engine;
-        c.result = std::move(res);
-        if (!top || c.step_s < top->step_s) top = std::move(c);
       }
     }
     if (top) {
@@ -448,15 +477,15 @@ Status Plan(const std::vector<std::string>& args) {
   if (!lengths_note.empty()) report.workload += "; lengths " + lengths_note;
   std::snprintf(line, sizeof(line),
                 "assumed: decode at %.0f%% of HBM bandwidth and %.0f%% of bf16 peak, prefill %.0f%%, training MFU "
-                "%.0f%%, links at %.0f%%; %.1f ms per decode step; colocated switch %.1f s per step; engines of %d "
-                "(up to %lld rows), trainer ranks of %lld",
+                "%.0f%%, links at %.0f%%; %.1f ms per decode step; colocated switch %.1f s per step, training %.2fx "
+                "slower; engines of up to %lld rows, trainer ranks of %lld",
                 100 * eff.decode_memory, 100 * eff.decode_compute, 100 * eff.prefill_compute, 100 * eff.train_compute,
-                100 * eff.network, 1000 * eff.decode_step_s, eff.colocated_switch_s, base.rollout_tp,
+                100 * eff.network, 1000 * eff.decode_step_s, eff.colocated_switch_s, eff.colocated_train_slowdown,
                 static_cast<long long>(max_rows), static_cast<long long>(train_mp));
   report.assumptions = std::string(line) + "; hardware: " + accel.description;
   double baseline_step = 0;
   for (const Candidate& c : best) {
-    if (c.policy == Policy::kColocatedSync) baseline_step = c.step_s;
+    if (c.policy == Policy::kColocatedSync) baseline_step = c.steady.step_s;
   }
   const double samples_per_step = static_cast<double>(prompts * group);
   for (const Candidate& c : best) {
@@ -465,9 +494,11 @@ Status Plan(const std::vector<std::string>& args) {
     row.split = c.policy == Policy::kColocatedSync
                     ? std::to_string(gpus) + " both"
                     : std::to_string(c.rollout_gpus) + ":" + std::to_string(c.trainer_gpus);
-    row.step_s = c.step_s;
-    row.samples_per_s = samples_per_step / c.step_s;
-    row.vs_baseline = baseline_step > 0 ? baseline_step / c.step_s : 0;
+    row.step_s = c.steady.step_s;
+    row.wait_s = c.steady.wait_s;
+    row.train_s = c.steady.train_s;
+    row.samples_per_s = samples_per_step / c.steady.step_s;
+    row.vs_baseline = baseline_step > 0 ? baseline_step / c.steady.step_s : 0;
     row.rollout_busy = c.result.rollout_busy_s / c.result.wall_s;
     row.trainer_busy = c.result.trainer_busy_s / c.result.wall_s;
     row.occupancy = c.result.occupancy;
@@ -477,24 +508,27 @@ Status Plan(const std::vector<std::string>& args) {
     row.recomputed_share = static_cast<double>(c.result.recomputed_tokens) /
                            std::max<double>(1.0, static_cast<double>(c.result.generated_tokens));
     row.kv_tokens = c.kv_tokens;
+    row.rollout_tp = c.rollout_tp;
     report.rows.push_back(row);
   }
   for (const std::string& s : skipped) report.notes.push_back("not run: " + s);
-  const auto fastest = std::min_element(best.begin(), best.end(),
-                                        [](const Candidate& a, const Candidate& b) { return a.step_s < b.step_s; });
+  const auto fastest = std::min_element(best.begin(), best.end(), [](const Candidate& a, const Candidate& b) {
+    return a.steady.step_s < b.steady.step_s;
+  });
   std::snprintf(line, sizeof(line), "fastest: %s at %s, staleness %lld: %.1f s per step, %.0f samples/s",
                 simulate::PolicyName(fastest->policy).c_str(),
                 fastest->policy == Policy::kColocatedSync ? "every accelerator on both sides"
                                                           : (std::to_string(fastest->rollout_gpus) + " generating : " +
                                                              std::to_string(fastest->trainer_gpus) + " training")
                                                                 .c_str(),
-                static_cast<long long>(fastest->staleness), fastest->step_s, samples_per_step / fastest->step_s);
+                static_cast<long long>(fastest->staleness), fastest->steady.step_s,
+                samples_per_step / fastest->steady.step_s);
   report.recommendation = line;
   if (regime != nullptr) {
     double published = 0, baseline = 0;
     for (const Candidate& c : best) {
-      if (c.policy == regime->published) published = c.step_s;
-      if (c.policy == regime->baseline) baseline = c.step_s;
+      if (c.policy == regime->published) published = c.steady.step_s;
+      if (c.policy == regime->baseline) baseline = c.steady.step_s;
     }
     report.regime = std::string(regime->name) + ": " + regime->source + "\n  assumed: " + regime->assumed;
     if (published > 0 && baseline > 0) {

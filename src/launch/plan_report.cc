@@ -31,7 +31,10 @@ const std::vector<Column>& Columns() {
   static const std::vector<Column> columns = {
       {"policy", [](const PlanRow& r) { return r.policy; }},
       {"gen:train", [](const PlanRow& r) { return r.split; }},
+      {"engine", [](const PlanRow& r) { return std::to_string(r.rollout_tp) + " gpu"; }},
       {"s/step", [](const PlanRow& r) { return Fixed(r.step_s, 1); }},
+      {"wait s", [](const PlanRow& r) { return Fixed(r.wait_s, 1); }},
+      {"train s", [](const PlanRow& r) { return Fixed(r.train_s, 1); }},
       {"samples/s", [](const PlanRow& r) { return Fixed(r.samples_per_s, 1); }},
       {"x colocated", [](const PlanRow& r) { return r.vs_baseline > 0 ? Fixed(r.vs_baseline, 2) + "x" : "-"; }},
       {"rollout busy", [](const PlanRow& r) { return Percent(r.rollout_busy); }},

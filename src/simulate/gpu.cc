@@ -125,6 +125,9 @@ Status Efficiency::Validate() const {
         std::pair{"colocated_switch_s", colocated_switch_s}}) {
     if (!std::isfinite(v) || v < 0) return Status::InvalidArgument(std::string("efficiency ") + key + " must be >= 0");
   }
+  if (!std::isfinite(colocated_train_slowdown) || colocated_train_slowdown < 1) {
+    return Status::InvalidArgument("efficiency colocated_train_slowdown must be >= 1");
+  }
   if (!std::isfinite(train_passes) || train_passes < 1) {
     return Status::InvalidArgument("efficiency train_passes must be >= 1 (a forward pass)");
   }
@@ -267,13 +270,17 @@ Result<CostProfile> GpuCostProfile(const Accelerator& a, const ModelDims& m, con
   // Switching: the engine takes the filled copy (a pointer swap here; a copy
   // at HBM speed would be weight_bytes / tp / bandwidth).
   p.weight_switch_s = 0.001;
-  if (g.colocated) p.publish_s += e.colocated_switch_s;
+  if (g.colocated) {
+    p.publish_s += e.colocated_switch_s;
+    p.train_token_s *= e.colocated_train_slowdown;
+    p.train_token_context_s *= e.colocated_train_slowdown;
+  }
   return p;
 }
 
 const std::vector<Policy>& AllPolicies() {
-  static const std::vector<Policy> all = {Policy::kColocatedSync, Policy::kOneStepOff, Policy::kPartialRollout,
-                                          Policy::kInflight, Policy::kSluice};
+  static const std::vector<Policy> all = {Policy::kColocatedSync, Policy::kSplitSync,   Policy::kOneStepOff,
+                                          Policy::kPartialRollout, Policy::kInflight, Policy::kSluice};
   return all;
 }
 
@@ -281,6 +288,8 @@ std::string PolicyName(Policy p) {
   switch (p) {
     case Policy::kColocatedSync:
       return "colocated_sync";
+    case Policy::kSplitSync:
+      return "split_sync";
     case Policy::kOneStepOff:
       return "one_step_off";
     case Policy::kPartialRollout:
@@ -339,6 +348,11 @@ Result<PolicySetup> SetUpPolicy(Policy policy, const Accelerator& a, const Model
   switch (policy) {
     case Policy::kColocatedSync:
       l.mode = Mode::kSync;
+      break;
+    case Policy::kSplitSync:
+      l.mode = Mode::kSync;
+      s.costs.weight_switch_s += transfer;
+      s.costs.weight_fill_s = 0;
       break;
     case Policy::kOneStepOff:
       l.mode = Mode::kOneStepOff;

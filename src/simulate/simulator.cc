@@ -70,7 +70,7 @@ class Run {
     EnginePhase phase = EnginePhase::kLoopTop;
     bool busy = false;  // the pipeline's flag: set at the loop's top and after taking prompts
     bool waits_for_lent = false;
-    bool sleeping = false;   // idle, polling from poll_origin on
+    bool sleeping = false;  // idle, polling from poll_origin on
     double poll_origin = 0;
     bool idle() const { return waiting.empty() && running.empty(); }
     int64_t kv_tokens() const { return prompt_tokens + generated_tokens; }

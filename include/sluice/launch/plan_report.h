@@ -15,8 +15,10 @@ namespace sluice::launch {
 // One policy at its best split and staleness.
 struct PlanRow {
   std::string policy;
-  std::string split;  // "48:16" (generating:training), or "64 both"
-  double step_s = 0;  // steady-state seconds per trainer step
+  std::string split;   // "48:16" (generating:training), or "64 both"
+  double step_s = 0;   // steady-state seconds per trainer step
+  double wait_s = 0;   // of which the trainer waits for its samples (sync: generation)
+  double train_s = 0;  // of which it trains and publishes
   double samples_per_s = 0;
   double vs_baseline = 0;   // colocated sync's seconds per step / this one's (0: not run)
   double rollout_busy = 0;  // share of the run an engine computes, averaged over engines
@@ -27,6 +29,7 @@ struct PlanRow {
   double preemptions_per_step = 0;
   double recomputed_share = 0;  // cache tokens computed again at interrupting switches / tokens generated
   int64_t kv_tokens = 0;        // an engine's KV cache
+  int32_t rollout_tp = 1;       // accelerators per engine
 };
 
 struct PlanReport {

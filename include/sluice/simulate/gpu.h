@@ -79,6 +79,10 @@ struct Efficiency {
   double collective_latency_s = 10e-6;  // per collective call (tensor-parallel all-reduce)
   double memory_utilization = 0.9;      // of HBM the rollout engine may take (weights + KV cache)
   double colocated_switch_s = 5.0;      // colocated: trainer <-> rollout (offload, onload, reshard)
+  // Colocated: the trainer's cost per token against a separate trainer's (a
+  // stack that offloads weights and optimizer to make room for the engines,
+  // or computes the old log-probs in a pass of their own, trains slower).
+  double colocated_train_slowdown = 1.0;
   // The trainer's arithmetic per token, in multiples of 2 x the matmul
   // parameters (a forward pass): forward + backward (3), the activations
   // computed again in backward (1), the old and reference log-probs (1).
@@ -118,6 +122,8 @@ Result<CostProfile> GpuCostProfile(const Accelerator& a, const ModelDims& m, con
 // The policies people run, under the same costs:
 //  colocated_sync: every accelerator generates, then every one trains (verl's
 //    hybrid engine); a switch between them each step.
+//  split_sync: split, synchronous: each side waits for the other (an
+//    asynchronous system run with staleness 0).
 //  one_step_off: split; the rollout generates the next step's answers while
 //    the trainer trains (staleness 1); weights loaded with decoding stopped.
 //  partial_rollout: split, asynchronous (staleness bound at admission); a
@@ -128,7 +134,7 @@ Result<CostProfile> GpuCostProfile(const Accelerator& a, const ModelDims& m, con
 //  sluice: split, asynchronous; the new version fills a standby copy in the
 //    background and engines switch between decode steps over the old cache;
 //    the trainer takes prompts in order (this pipeline).
-enum class Policy { kColocatedSync, kOneStepOff, kPartialRollout, kInflight, kSluice };
+enum class Policy { kColocatedSync, kSplitSync, kOneStepOff, kPartialRollout, kInflight, kSluice };
 const std::vector<Policy>& AllPolicies();
 std::string PolicyName(Policy p);
 // Errors: InvalidArgument listing the known names.

@@ -53,7 +53,8 @@ model st-wrong-shape && safetensors st-wrong-shape/model.safetensors \
 "$SLUICE" calibrate --quick --out=profile.yaml model.preset=tiny rl.slots=8 rl.max_new_tokens=32 > /dev/null 2>&1 ||
   { echo "FAIL sluice calibrate"; exit 1; }
 printf 'rollout:\n  decode_step_s: 0.001\n' > profile-none.yaml
-sed 's/^  format: 1/  format: 9/' profile.yaml > profile-format.yaml
+sed 's/^  format: [0-9]*/  format: 9/' profile.yaml > profile-format.yaml
+printf '{"step": 1, "response_len_mean": "long", "response_len_max": 9, "samples_trained": 4}\n' > metrics-bad.jsonl
 sed 's/^  decode_row_s: .*/  decode_row_s: -1/' profile.yaml > profile-negative.yaml
 sed 's/^  token_s: .*/  token_s: fast/' profile.yaml > profile-text.yaml
 printf 'run:\n  seed: [1\n' > yaml-syntax.yaml
@@ -153,6 +154,20 @@ simulate-threads       | 2 | --rollout-threads                                  
 simulate-direct        | 2 | direct is not simulated                              | simulate --profile=profile.yaml model.preset=tiny --modes=direct
 simulate-bad-mode      | 2 | fast                                                 | simulate --profile=profile.yaml model.preset=tiny --modes=sync,fast
 simulate-huge-run      | 2 | the simulator takes at most                          | simulate --profile=profile.yaml model.preset=tiny rl.steps=1000000 rl.prompts_per_step=64
+plan-hardware          | 2 | unknown hardware 'tpu9' (known: h100                 | plan --hardware=tpu9
+plan-model             | 2 | unknown model 'gpt-9'                                | plan --model=gpt-9
+plan-regime            | 2 | --regime: unknown 'fastest'                          | plan --regime=fastest
+plan-policy            | 2 | unknown policy 'magic'                               | plan --policies=sluice,magic
+plan-no-fit-engine     | 2 | does not fit a rollout engine                        | plan --model=llama3.1-70b --hardware=a100 --gpus=64 --train-mp=8 --max-response=1024 --median=512 --rollout-tp=1
+plan-no-fit-trainer    | 2 | does not train on                                    | plan --model=qwen2.5-72b --gpus=8 --rollout-gpus=4 --max-response=1024 --median=512 --policies=sluice
+plan-median            | 2 | --median 9000 is over --max-response 4096            | plan --median=9000 --max-response=4096
+plan-split             | 2 | --rollout-gpus 64 leaves none                        | plan --gpus=64 --rollout-gpus=64
+plan-tp-split          | 2 | not a multiple of rollout_tp                         | plan --gpus=16 --rollout-gpus=6 --rollout-tp=4 --policies=sluice
+plan-micro-batch       | 2 | cannot hold a prompt and the longest answer          | plan --micro-batch-tokens=1000 --max-response=4096 --median=512
+plan-huge              | 2 | plan simulates at most                               | plan --steps=1000 --prompts=1024 --group=16
+plan-lengths-missing   | 2 | nowhere.jsonl                                        | plan --lengths-from=nowhere.jsonl
+plan-lengths-bad       | 2 | metrics-bad.jsonl:1                                  | plan --lengths-from=metrics-bad.jsonl
+plan-positional        | 2 | extra                                                | plan extra
 calibrate-no-out       | 2 | --out                                                | calibrate model.preset=tiny
 server-size-suffix     | 2 | --capacity-bytes                                     | @server --capacity-bytes=12X
 server-positional      | 2 | extra                                                | @server extra

@@ -411,7 +411,7 @@ Status Plan(const std::vector<std::string>& args) {
     const bool asynchronous =
         policy == Policy::kPartialRollout || policy == Policy::kInflight || policy == Policy::kSluice;
     std::optional<Candidate> top;
-    Status why = Status::Ok();
+    std::vector<std::string> why;  // each different reason a layout could not run
     for (const int32_t tp : tps) {
       for (int64_t r : colocated ? std::vector<int64_t>{gpus / 2} : splits_for(tp)) {
         for (int64_t s : asynchronous ? stalenesses : std::vector<int64_t>{1}) {
@@ -425,14 +425,19 @@ Status Plan(const std::vector<std::string>& args) {
           o.mini_batches = mini_batches;
           auto setup = simulate::SetUpPolicy(policy, accel, dims, g, eff, o);
           if (!setup.ok()) {
-            why = setup.status();
+            if (std::find(why.begin(), why.end(), setup.status().message()) == why.end()) {
+              why.push_back(setup.status().message());
+            }
             continue;
           }
           setup->layout.max_steps_per_event = 32;
           auto res = simulate::Simulate(w, setup->layout, setup->costs);
           if (!res.ok()) {
             if (res.status().code() != StatusCode::kInvalidArgument) return res.status();
-            why = res.status();  // an answer the engine's cache cannot hold
+            // An answer the engine's cache cannot hold.
+            if (std::find(why.begin(), why.end(), res.status().message()) == why.end()) {
+              why.push_back(res.status().message());
+            }
             continue;
           }
           Candidate c;
@@ -451,7 +456,9 @@ Status Plan(const std::vector<std::string>& args) {
     if (top) {
       best.push_back(std::move(*top));
     } else {
-      skipped.push_back(simulate::PolicyName(policy) + ": " + why.message());
+      std::string reasons;
+      for (const std::string& r : why) reasons += (reasons.empty() ? "" : "; ") + r;
+      skipped.push_back(simulate::PolicyName(policy) + ": " + reasons);
     }
   }
   if (best.empty()) {

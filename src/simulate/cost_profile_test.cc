@@ -35,6 +35,30 @@ TEST(CostProfileTest, RoundTripsThroughItsYaml) {
   EXPECT_DOUBLE_EQ(back->DecodeStep(0, 0), 0.0);
 }
 
+TEST(CostProfileTest, RooflineTermTakesTheLongerOfMemoryAndCompute) {
+  CostProfile p;
+  p.model = "m";
+  p.decode_step_s = 0.001;
+  p.memory_step_s = 0.004;      // streaming the weights
+  p.memory_context_s = 1e-8;    // one attended token's K and V
+  p.compute_row_s = 1e-5;       // one row's matmuls
+  p.compute_context_s = 1e-10;  // one attended token's attention
+  // A few rows: memory bound.
+  EXPECT_DOUBLE_EQ(p.DecodeStep(4, 1000), 0.001 + 0.004 + 1e-5);
+  // Many rows: compute bound.
+  EXPECT_DOUBLE_EQ(p.DecodeStep(1000, 0), 0.001 + 0.01);
+  p.train_update_s = 0.25;
+  auto back = ParseCostProfile(FormatCostProfile(p), "p.yaml");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_DOUBLE_EQ(back->memory_step_s, 0.004);
+  EXPECT_DOUBLE_EQ(back->compute_context_s, 1e-10);
+  EXPECT_DOUBLE_EQ(back->train_update_s, 0.25);
+  // Format 1 (before the roofline keys) still reads.
+  auto old = ParseCostProfile("profile:\n  format: 1\n  model: m\nrollout:\n  decode_step_s: 0.5\n", "old.yaml");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_DOUBLE_EQ(old->DecodeStep(1, 0), 0.5);
+}
+
 TEST(CostProfileTest, RefusesWhatIsNotAProfileOfThisFormat) {
   auto none = ParseCostProfile("rollout:\n  decode_step_s: 1\n", "p.yaml");
   ASSERT_FALSE(none.ok());

@@ -279,8 +279,8 @@ Result<CostProfile> GpuCostProfile(const Accelerator& a, const ModelDims& m, con
 }
 
 const std::vector<Policy>& AllPolicies() {
-  static const std::vector<Policy> all = {Policy::kColocatedSync, Policy::kSplitSync,   Policy::kOneStepOff,
-                                          Policy::kPartialRollout, Policy::kInflight, Policy::kSluice};
+  static const std::vector<Policy> all = {Policy::kColocatedSync,  Policy::kSplitSync, Policy::kOneStepOff,
+                                          Policy::kPartialRollout, Policy::kInflight,  Policy::kSluice};
   return all;
 }
 

@@ -268,7 +268,9 @@ Status Run::EngineWake(size_t e, double t) {
       schedule::TrainerProgress p;
       p.acked_answers = acked_answers_;
       p.latest_version = published_;
-      p.waiting = trainer_waiting_;
+      // (A trainer that takes whatever completes waits for no prompts in
+      // particular: nothing is held back for it.)
+      p.waiting = trainer_waiting_ && !l_.completion_order;
       return p;
     };
     const int64_t first = intake_->cursor();

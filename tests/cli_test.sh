@@ -331,4 +331,20 @@ done
 grep -qE "^async .* [0-9]+\.[0-9]{2}x " <<<"$out" || { echo "FAIL simulate: no async/sync ratio"; echo "$out"; failures=$((failures + 1)); }
 expect simulate-other-model 2 "calibrate for this model" -- "$SLUICE" simulate --profile="$tmp/tiny.profile.yaml" model.preset=1m
 
+# sluice plan: every policy on a small GPU cluster, the split searched, the
+# fastest named, the page written; a published regime with its comparison;
+# lengths fitted to this suite's own run.
+plan=("$SLUICE" plan --gpus=16 --steps=3 --prompts=8 --group=4 --median=256 --max-response=2048 --html="$tmp/plan.html")
+out=$("${plan[@]}" 2>&1) || { echo "FAIL plan: $out"; failures=$((failures + 1)); }
+for policy in colocated_sync split_sync one_step_off partial_rollout inflight sluice; do
+  grep -qE "^$policy +[0-9]+(:[0-9]+| both) +[0-9] gpu +[0-9]+\.[0-9] " <<<"$out" ||
+    { echo "FAIL plan: no $policy line"; echo "$out"; failures=$((failures + 1)); }
+done
+grep -qE "^colocated_sync .* 1\.00x " <<<"$out" && grep -q "^fastest: " <<<"$out" ||
+  { echo "FAIL plan: no baseline ratio or recommendation"; echo "$out"; failures=$((failures + 1)); }
+grep -q "<svg" "$tmp/plan.html" && grep -q "Throughput" "$tmp/plan.html" ||
+  { echo "FAIL plan: no chart in the page"; failures=$((failures + 1)); }
+expect plan-regime 0 "reported 2.77x (41.0 h / 14.8 h), simulated" -- "$SLUICE" plan --regime=areal-1.5b --steps=3 --prompts=64
+expect plan-lengths 0 "answers over" -- "$SLUICE" plan --gpus=8 --steps=3 --prompts=8 --group=4 --max-response=512 --lengths-from="$tmp/run/metrics.jsonl"
+
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

@@ -218,6 +218,7 @@ struct Candidate {
   Policy policy = Policy::kSluice;
   int64_t rollout_gpus = 0, trainer_gpus = 0, staleness = 0;
   int32_t rollout_tp = 1;
+  int64_t max_rows = 256;
   simulate::SimResult result;
   Steady steady;
   int64_t kv_tokens = 0;
@@ -242,7 +243,7 @@ Status Plan(const std::vector<std::string>& args) {
   flags.Add("rollout-gpus", "0", "accelerators generating in the split policies (0: try splits from 1/8 to 7/8)");
   flags.Add("rollout-tp", "0", "accelerators per rollout engine (0: the fewest the model fits)");
   flags.Add("train-mp", "1", "accelerators per trainer rank (tensor x pipeline parallel)");
-  flags.Add("max-rows", "256", "sequences an engine decodes at once at most (max_num_seqs)");
+  flags.Add("max-rows", "256", "sequences an engine decodes at once at most (max_num_seqs; 0: try 128, 256, 512)");
   flags.Add("micro-batch-tokens", "0", "tokens per trainer micro-batch (0: prompt + longest answer)");
   flags.Add("mini-batches", "1",
             "optimizer updates per trainer step (PPO mini-batches), each waiting for its slowest rank");
@@ -322,7 +323,9 @@ Status Plan(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(int64_t rollout_gpus, flags.GetInt("rollout-gpus", 0, 100000));
   SLUICE_ASSIGN_OR_RETURN(int64_t rollout_tp, flags.GetInt("rollout-tp", 0, 64));
   SLUICE_ASSIGN_OR_RETURN(int64_t train_mp, flags.GetInt("train-mp", 1, 1024));
-  SLUICE_ASSIGN_OR_RETURN(int64_t max_rows, flags.GetInt("max-rows", 1, 1 << 16));
+  SLUICE_ASSIGN_OR_RETURN(int64_t max_rows, flags.GetInt("max-rows", 0, 1 << 16));
+  const std::vector<int64_t> row_limits =
+      max_rows > 0 ? std::vector<int64_t>{max_rows} : std::vector<int64_t>{128, 256, 512};
   SLUICE_ASSIGN_OR_RETURN(int64_t micro_batch_tokens, flags.GetInt("micro-batch-tokens", 0, 1 << 24));
   SLUICE_ASSIGN_OR_RETURN(int64_t mini_batches, flags.GetInt("mini-batches", 1, 1 << 16));
   if (micro_batch_tokens == 0) micro_batch_tokens = prompt_tokens + max_response;
@@ -358,7 +361,7 @@ Status Plan(const std::vector<std::string>& args) {
   // and twice that (more cache per engine, fewer engines), unless given.
   simulate::GpuLayout base;
   base.train_mp = static_cast<int32_t>(train_mp);
-  base.max_rows = max_rows;
+  base.max_rows = row_limits.front();
   std::vector<int32_t> tps;
   if (rollout_tp == 0) {
     Status last = Status::Ok();
@@ -423,41 +426,45 @@ Status Plan(const std::vector<std::string>& args) {
     for (const int32_t tp : tps) {
       for (int64_t r : colocated ? std::vector<int64_t>{gpus / 2} : splits_for(tp)) {
         for (int64_t s : asynchronous ? stalenesses : std::vector<int64_t>{1}) {
-          simulate::GpuLayout g = base;
-          g.rollout_tp = tp;
-          g.rollout_gpus = colocated ? gpus - gpus / 2 : r;
-          g.trainer_gpus = colocated ? gpus / 2 : gpus - r;
-          simulate::PolicyOptions o;
-          o.max_staleness = s;
-          o.micro_batch_tokens = micro_batch_tokens;
-          o.mini_batches = mini_batches;
-          auto setup = simulate::SetUpPolicy(policy, accel, dims, g, eff, o);
-          if (!setup.ok()) {
-            if (std::find(why.begin(), why.end(), setup.status().message()) == why.end()) {
-              why.push_back(setup.status().message());
+          for (const int64_t rows : row_limits) {
+            simulate::GpuLayout g = base;
+            g.rollout_tp = tp;
+            g.max_rows = rows;
+            g.rollout_gpus = colocated ? gpus - gpus / 2 : r;
+            g.trainer_gpus = colocated ? gpus / 2 : gpus - r;
+            simulate::PolicyOptions o;
+            o.max_staleness = s;
+            o.micro_batch_tokens = micro_batch_tokens;
+            o.mini_batches = mini_batches;
+            auto setup = simulate::SetUpPolicy(policy, accel, dims, g, eff, o);
+            if (!setup.ok()) {
+              if (std::find(why.begin(), why.end(), setup.status().message()) == why.end()) {
+                why.push_back(setup.status().message());
+              }
+              continue;
             }
-            continue;
-          }
-          setup->layout.max_steps_per_event = 32;
-          auto res = simulate::Simulate(w, setup->layout, setup->costs);
-          if (!res.ok()) {
-            if (res.status().code() != StatusCode::kInvalidArgument) return res.status();
-            // An answer the engine's cache cannot hold.
-            if (std::find(why.begin(), why.end(), res.status().message()) == why.end()) {
-              why.push_back(res.status().message());
+            setup->layout.max_steps_per_event = 32;
+            auto res = simulate::Simulate(w, setup->layout, setup->costs);
+            if (!res.ok()) {
+              if (res.status().code() != StatusCode::kInvalidArgument) return res.status();
+              // An answer the engine's cache cannot hold.
+              if (std::find(why.begin(), why.end(), res.status().message()) == why.end()) {
+                why.push_back(res.status().message());
+              }
+              continue;
             }
-            continue;
+            Candidate c;
+            c.rollout_tp = tp;
+            c.policy = policy;
+            c.rollout_gpus = colocated ? gpus : r;
+            c.trainer_gpus = colocated ? gpus : gpus - r;
+            c.staleness = asynchronous ? s : policy == Policy::kOneStepOff ? 1 : 0;
+            c.steady = SteadyState(*res);
+            c.kv_tokens = setup->kv_tokens_per_engine;
+            c.result = std::move(*res);
+            c.max_rows = rows;
+            if (!top || c.steady.step_s < top->steady.step_s) top = std::move(c);
           }
-          Candidate c;
-          c.rollout_tp = tp;
-          c.policy = policy;
-          c.rollout_gpus = colocated ? gpus : r;
-          c.trainer_gpus = colocated ? gpus : gpus - r;
-          c.staleness = asynchronous ? s : policy == Policy::kOneStepOff ? 1 : 0;
-          c.steady = SteadyState(*res);
-          c.kv_tokens = setup->kv_tokens_per_engine;
-          c.result = std::move(*res);
-          if (!top || c.steady.step_s < top->steady.step_s) top = std::move(c);
         }
       }
     }
@@ -493,10 +500,10 @@ Status Plan(const std::vector<std::string>& args) {
   std::snprintf(line, sizeof(line),
                 "assumed: decode at %.0f%% of HBM bandwidth and %.0f%% of bf16 peak, prefill %.0f%%, training MFU "
                 "%.0f%%, links at %.0f%%; %.1f ms per decode step; colocated switch %.1f s per step, training %.2fx "
-                "slower; engines of up to %lld rows, trainer ranks of %lld",
+                "slower; trainer ranks of %lld",
                 100 * eff.decode_memory, 100 * eff.decode_compute, 100 * eff.prefill_compute, 100 * eff.train_compute,
                 100 * eff.network, 1000 * eff.decode_step_s, eff.colocated_switch_s, eff.colocated_train_slowdown,
-                static_cast<long long>(max_rows), static_cast<long long>(train_mp));
+                static_cast<long long>(train_mp));
   report.assumptions = std::string(line) + "; hardware: " + accel.description;
   double baseline_step = 0;
   for (const Candidate& c : best) {
@@ -524,18 +531,22 @@ Status Plan(const std::vector<std::string>& args) {
                            std::max<double>(1.0, static_cast<double>(c.result.generated_tokens));
     row.kv_tokens = c.kv_tokens;
     row.rollout_tp = c.rollout_tp;
+    row.max_rows = c.max_rows;
     report.rows.push_back(row);
   }
   for (const std::string& s : skipped) report.notes.push_back("not run: " + s);
   const auto fastest = std::min_element(best.begin(), best.end(), [](const Candidate& a, const Candidate& b) {
     return a.steady.step_s < b.steady.step_s;
   });
-  std::snprintf(line, sizeof(line), "fastest: %s at %s, staleness %lld: %.1f s per step, %.0f samples/s",
-                simulate::PolicyName(fastest->policy).c_str(),
-                fastest->policy == Policy::kColocatedSync ? "every accelerator on both sides"
-                                                          : (std::to_string(fastest->rollout_gpus) + " generating : " +
-                                                             std::to_string(fastest->trainer_gpus) + " training")
-                                                                .c_str(),
+  const std::string where = fastest->policy == Policy::kColocatedSync
+                                ? "every accelerator on both sides"
+                                : std::to_string(fastest->rollout_gpus) +
+                                      " generating : " + std::to_string(fastest->trainer_gpus) + " training";
+  std::snprintf(line, sizeof(line),
+                "fastest: %s at %s, engines of %d accelerator%s decoding up to %lld rows, staleness %lld: %.1f s "
+                "per step, %.0f samples/s",
+                simulate::PolicyName(fastest->policy).c_str(), where.c_str(), fastest->rollout_tp,
+                fastest->rollout_tp == 1 ? "" : "s", static_cast<long long>(fastest->max_rows),
                 static_cast<long long>(fastest->staleness), fastest->steady.step_s,
                 samples_per_step / fastest->steady.step_s);
   report.recommendation = line;

@@ -32,6 +32,7 @@ const std::vector<Column>& Columns() {
       {"policy", [](const PlanRow& r) { return r.policy; }},
       {"gen:train", [](const PlanRow& r) { return r.split; }},
       {"engine", [](const PlanRow& r) { return std::to_string(r.rollout_tp) + " gpu"; }},
+      {"rows", [](const PlanRow& r) { return std::to_string(r.max_rows); }},
       {"s/step", [](const PlanRow& r) { return Fixed(r.step_s, 1); }},
       {"wait s", [](const PlanRow& r) { return Fixed(r.wait_s, 1); }},
       {"train s", [](const PlanRow& r) { return Fixed(r.train_s, 1); }},

@@ -30,6 +30,7 @@ struct PlanRow {
   double recomputed_share = 0;  // cache tokens computed again at interrupting switches / tokens generated
   int64_t kv_tokens = 0;        // an engine's KV cache
   int32_t rollout_tp = 1;       // accelerators per engine
+  int64_t max_rows = 0;         // rows an engine decodes at most
 };
 
 struct PlanReport {

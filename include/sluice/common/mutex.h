@@ -63,10 +63,6 @@ class CondVar {
   // value. The caller holds `mu`.
   template <typename Pred>
   bool WaitUntil(Mutex* mu, Clock::time_point deadline, Pred pred) SLUICE_REQUIRES(mu) {
-    // A deadline already past (a zero timeout: a poll) answers without a
-    // wait, which would cost a system call.
-    if (pred()) return true;
-    if (deadline <= Clock::now()) return false;
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     bool result = cv_.wait_until(lock, deadline, pred);
     lock.release();  // ownership stays with the caller's MutexLock

@@ -54,9 +54,11 @@ Result<int64_t> StalenessAdmission::Admit(int64_t n, PolicyVersion rollout_versi
   }
   MutexLock lock(&mu_);
   ++waiters_;
-  const bool ready = changed_.WaitUntil(&mu_, internal::DeadlineAfter(timeout), [&]() SLUICE_REQUIRES(mu_) {
-    return closed_ || AdmissibleLocked(rollout_version) > 0;
-  });
+  auto admissible = [&]() SLUICE_REQUIRES(mu_) { return closed_ || AdmissibleLocked(rollout_version) > 0; };
+  // A zero timeout is a poll (the rollout's intake, the simulator): answered
+  // without a wait, which would cost a system call.
+  const bool ready =
+      timeout.count() == 0 ? admissible() : changed_.WaitUntil(&mu_, internal::DeadlineAfter(timeout), admissible);
   --waiters_;
   if (closed_) return Status::Aborted("Admit: the staleness admission was closed");
   if (!ready) {

@@ -39,6 +39,12 @@ std::string Num(double v) {
   return buf;
 }
 
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
 std::string ChartHead(const std::string& title, double height) {
   std::ostringstream out;
   out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kChartW << "' height='" << height << "' viewBox='0 0 "

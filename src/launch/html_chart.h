@@ -20,6 +20,8 @@ std::string Escape(const std::string& s);
 // A number as a chart labels it: no decimals from 1000 or for integers,
 // else three significant digits.
 std::string Num(double v);
+// A number with `digits` decimals.
+std::string Fixed(double v, int digits);
 // An <svg> of the chart width and `height` with its title; the caller
 // closes it.
 std::string ChartHead(const std::string& title, double height);

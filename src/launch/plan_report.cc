@@ -16,12 +16,6 @@ std::string Percent(double share) {
   return buf;
 }
 
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
-
 struct Column {
   const char* head;
   std::string (*cell)(const PlanRow&);

@@ -444,12 +444,6 @@ std::vector<Series> BandSeries(const std::string& label, const std::string& colo
   return {mean, lo, hi};
 }
 
-std::string Fixed(double v, int digits) {
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
-
 }  // namespace
 
 Result<Comparison> CompareRuns(const std::vector<LabeledRun>& runs) {

@@ -423,6 +423,9 @@ Status Plan(const std::vector<std::string>& args) {
         policy == Policy::kPartialRollout || policy == Policy::kInflight || policy == Policy::kSluice;
     std::optional<Candidate> top;
     std::vector<std::string> why;  // each different reason a layout could not run
+    auto note_why = [&why](const Status& st) {
+      if (std::find(why.begin(), why.end(), st.message()) == why.end()) why.push_back(st.message());
+    };
     for (const int32_t tp : tps) {
       for (int64_t r : colocated ? std::vector<int64_t>{gpus / 2} : splits_for(tp)) {
         for (int64_t s : asynchronous ? stalenesses : std::vector<int64_t>{1}) {
@@ -438,19 +441,14 @@ Status Plan(const std::vector<std::string>& args) {
             o.mini_batches = mini_batches;
             auto setup = simulate::SetUpPolicy(policy, accel, dims, g, eff, o);
             if (!setup.ok()) {
-              if (std::find(why.begin(), why.end(), setup.status().message()) == why.end()) {
-                why.push_back(setup.status().message());
-              }
+              note_why(setup.status());
               continue;
             }
             setup->layout.max_steps_per_event = 32;
             auto res = simulate::Simulate(w, setup->layout, setup->costs);
             if (!res.ok()) {
               if (res.status().code() != StatusCode::kInvalidArgument) return res.status();
-              // An answer the engine's cache cannot hold.
-              if (std::find(why.begin(), why.end(), res.status().message()) == why.end()) {
-                why.push_back(res.status().message());
-              }
+              note_why(res.status());  // an answer the engine\'s cache cannot hold
               continue;
             }
             Candidate c;

@@ -263,9 +263,9 @@ Result<CostProfile> GpuCostProfile(const Accelerator& a, const ModelDims& m, con
   // A version: gathered within the trainer's node (publish), then broadcast
   // to the engines, in parallel from up to a node's worth of senders over
   // the network (or NVLink when the whole cluster is one node).
-  p.publish_s = weight_bytes / (link * std::min<double>(a.per_node, static_cast<double>(g.trainer_gpus)));
-  const bool one_node = g.colocated ? g.trainer_gpus <= a.per_node : g.trainer_gpus + g.rollout_gpus <= a.per_node;
   const double senders = std::min<double>(a.per_node, static_cast<double>(g.trainer_gpus));
+  p.publish_s = weight_bytes / (link * senders);
+  const bool one_node = g.colocated ? g.trainer_gpus <= a.per_node : g.trainer_gpus + g.rollout_gpus <= a.per_node;
   p.weight_fill_s = g.colocated ? 0.0 : weight_bytes / ((one_node ? link : network) * senders);
   // Switching: the engine takes the filled copy (a pointer swap here; a copy
   // at HBM speed would be weight_bytes / tp / bandwidth).

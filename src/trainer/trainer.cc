@@ -62,8 +62,11 @@ struct Trainer::Batch {
 };
 
 Trainer::Trainer(std::shared_ptr<model::Transformer> policy, std::shared_ptr<model::Transformer> reference,
-                 const TrainerOptions& options)
-    : policy_(std::move(policy)), reference_(std::move(reference)), options_(options) {
+                 const TrainerOptions& options, std::shared_ptr<DataParallelGroup> data_parallel)
+    : policy_(std::move(policy)),
+      reference_(std::move(reference)),
+      options_(options),
+      data_parallel_(std::move(data_parallel)) {
   for (auto& p : policy_->named_parameters()) {
     params_.emplace_back(p.key(), p.value());
     exp_avg_[p.key()] = torch::zeros_like(p.value());
@@ -73,7 +76,8 @@ Trainer::Trainer(std::shared_ptr<model::Transformer> policy, std::shared_ptr<mod
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transformer> policy,
                                                  std::shared_ptr<model::Transformer> reference,
-                                                 const TrainerOptions& options) {
+                                                 const TrainerOptions& options,
+                                                 std::shared_ptr<DataParallelGroup> data_parallel) {
   if (!policy) return Status::InvalidArgument("trainer needs a policy model");
   SLUICE_RETURN_IF_ERROR(options.Validate());
   if (options.pad_token < 0 || options.pad_token >= policy->config().vocab_size) {
@@ -83,7 +87,98 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transfor
   if (options.loss.kl_coef > 0 && !reference) {
     return Status::InvalidArgument("kl_coef > 0 needs a reference model");
   }
-  return std::unique_ptr<Trainer>(new Trainer(std::move(policy), std::move(reference), options));
+  std::unique_ptr<Trainer> trainer(new Trainer(std::move(policy), std::move(reference), options, data_parallel));
+  if (data_parallel && data_parallel->size() > 1) {
+    SLUICE_RETURN_IF_ERROR(data_parallel->CheckSame("trainer options or model shapes", trainer->Fingerprint()));
+    std::vector<torch::Tensor> weights;
+    for (auto& [name, p] : trainer->params_) weights.push_back(p.detach());
+    if (trainer->reference_) {
+      for (auto& p : trainer->reference_->parameters()) weights.push_back(p.detach());
+    }
+    SLUICE_RETURN_IF_ERROR(data_parallel->Broadcast(weights, 0));
+  }
+  return trainer;
+}
+
+namespace {
+
+// FNV-1a, for fingerprints.
+void Mix(uint64_t& h, const std::string& text) {
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  h ^= 0xff;  // field separator
+  h *= 0x100000001b3ull;
+}
+
+std::string Whole(double x) { return std::to_string(static_cast<int64_t>(x)); }
+
+std::string Exact(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%a", x);
+  return buf;
+}
+
+}  // namespace
+
+uint64_t Trainer::Fingerprint() const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const OptimizerOptions& o = options_.optimizer;
+  for (double x : {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm, o.min_lr_ratio}) Mix(h, Exact(x));
+  for (int64_t x : {o.warmup_steps, o.decay_steps, options_.mini_batches, options_.ppo_epochs,
+                    static_cast<int64_t>(options_.recompute_old_logprobs), static_cast<int64_t>(options_.pad_token)}) {
+    Mix(h, std::to_string(x));
+  }
+  const PolicyLossOptions& l = options_.loss;
+  for (double x : {l.clip_low, l.clip_high, l.kl_coef, l.is_cap, static_cast<double>(options_.temperature)}) {
+    Mix(h, Exact(x));
+  }
+  for (int x : {static_cast<int>(l.aggregation), static_cast<int>(l.kl_estimator), static_cast<int>(l.correction)}) {
+    Mix(h, std::to_string(x));
+  }
+  Mix(h, model::ModelConfigToJson(policy_->config()));
+  for (const auto& [name, p] : params_) {
+    Mix(h, name);
+    for (int64_t d : p.sizes()) Mix(h, std::to_string(d));
+  }
+  Mix(h, reference_ ? "reference" : "no reference");
+  return h;
+}
+
+Status Trainer::AgreeOnStep(const Status& packed, size_t batch_size) {
+  if (!data_parallel_ || data_parallel_->size() == 1) return packed;
+  const double steps = static_cast<double>(optimizer_steps_), n = static_cast<double>(batch_size);
+  std::vector<double> v = {packed.ok() ? 0.0 : 1.0, steps, -steps, n, -n};
+  SLUICE_RETURN_IF_ERROR(data_parallel_->AllReduce(v, DataParallelGroup::Reduce::kMax));
+  SLUICE_RETURN_IF_ERROR(packed);
+  if (v[0] > 0) {
+    return Status::FailedPrecondition("another data-parallel rank refused its shard of this batch (see its log)");
+  }
+  if (v[1] != -v[2]) {
+    return Status::FailedPrecondition("data-parallel ranks are at different optimizer steps (" + Whole(-v[2]) + " to " +
+                                      Whole(v[1]) + ")");
+  }
+  if (v[3] != -v[4]) {
+    return Status::FailedPrecondition("data-parallel ranks were given batches of different sizes (" + Whole(-v[4]) +
+                                      " to " + Whole(v[3]) + " samples)");
+  }
+  return Status::Ok();
+}
+
+Status Trainer::SumOverRanks(std::vector<double>& values) {
+  if (!data_parallel_) return Status::Ok();
+  return data_parallel_->AllReduce(values, DataParallelGroup::Reduce::kSum);
+}
+
+Status Trainer::SyncGradients() {
+  if (!data_parallel_ || data_parallel_->size() == 1) return Status::Ok();
+  std::vector<torch::Tensor> grads;
+  for (auto& [name, p] : params_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  return data_parallel_->AllReduce(grads, DataParallelGroup::Reduce::kSum);
 }
 
 Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSample>& samples,
@@ -330,15 +425,22 @@ void Trainer::ForEachMicroBatch(size_t n, const std::function<void(size_t, int32
 Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
   if (samples.empty()) return Status::InvalidArgument("RL step on an empty batch");
   const int64_t N = static_cast<int64_t>(samples.size());
-  const int64_t minis = std::min<int64_t>(options_.mini_batches, N);
+  // This rank's members of each mini-batch (all of them on one process).
+  const int64_t rank = data_parallel_ ? data_parallel_->rank() : 0;
+  const int64_t world = data_parallel_ ? data_parallel_->size() : 1;
   std::vector<std::vector<Batch>> mini_batches;
-  for (int64_t k = 0; k < minis; ++k) {
-    std::vector<size_t> order;
-    for (int64_t i = k * N / minis; i < (k + 1) * N / minis; ++i) order.push_back(static_cast<size_t>(i));
-    SLUICE_ASSIGN_OR_RETURN(auto packed, Pack(samples, order));
-    mini_batches.push_back(std::move(packed));
+  Status packed = Status::Ok();
+  for (const std::vector<size_t>& order : DataParallelShard(samples.size(), options_.mini_batches, rank, world)) {
+    auto batches = Pack(samples, order);
+    if (!batches.ok()) {
+      packed = batches.status();
+      break;
+    }
+    mini_batches.push_back(std::move(batches).value());
   }
+  SLUICE_RETURN_IF_ERROR(AgreeOnStep(packed, samples.size()));
   StepMetrics m;
+  double gap_total = 0, gap_counted = 0;
   try {
     {  // The proximal and reference policies, before any update.
       std::vector<Batch*> all;
@@ -364,13 +466,11 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
         }
         if (options_.loss.kl_coef > 0) b.ref_logprobs = TokenLogprobs(*reference_, b, nullptr);
       });
-      double sum = 0, counted = 0;  // in micro-batch order: deterministic
-      for (size_t i = 0; i < all.size(); ++i) {
-        sum += gap_sum[i];
-        counted += gap_tokens[i];
+      for (size_t i = 0; i < all.size(); ++i) {  // in micro-batch order: deterministic
+        gap_total += gap_sum[i];
+        gap_counted += gap_tokens[i];
         m.rollout_logprob_gap_max = std::max(m.rollout_logprob_gap_max, gap_max[i]);
       }
-      m.rollout_logprob_gap_mean = counted > 0 ? sum / counted : 0.0;
     }
     // Sums per micro-batch, added up in micro-batch order (deterministic
     // whatever the thread schedule).
@@ -381,12 +481,16 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
            grad_norm = 0;
     for (int64_t epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
       for (auto& mini : mini_batches) {
-        double mini_tokens = 0, mini_seqs = 0;
+        // What normalizes the loss: the whole mini-batch's tokens or
+        // sequences (over every rank).
+        std::vector<double> mini_size = {0, 0};
         for (const Batch& b : mini) {
-          mini_tokens += b.mask.sum().item<double>();
-          mini_seqs += static_cast<double>(b.sequences());
+          mini_size[0] += b.mask.sum().item<double>();
+          mini_size[1] += static_cast<double>(b.sequences());
         }
-        const double normalizer = options_.loss.aggregation == LossAggregation::kTokenMean ? mini_tokens : mini_seqs;
+        SLUICE_RETURN_IF_ERROR(SumOverRanks(mini_size));
+        const double normalizer =
+            options_.loss.aggregation == LossAggregation::kTokenMean ? mini_size[0] : mini_size[1];
         std::vector<Sums> sums(mini.size());
         ForEachMicroBatch(mini.size(), [&](size_t i, int32_t) {
           const Batch& b = mini[i];
@@ -412,10 +516,28 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
           is_weight += s.is_weight, is_capped += s.is_capped, tokens += s.tokens, entropy += s.entropy;
         }
         m.micro_batches += static_cast<int64_t>(mini.size());
+        if (Status synced = SyncGradients(); !synced.ok()) {
+          ZeroGrads();
+          return synced;
+        }
         grad_norm = OptimizerStep();
         ++m.optimizer_steps;
       }
     }
+    // The metrics over every rank's shard.
+    std::vector<double> sums = {loss,    pg,        kl,          clipped,
+                                ratio,   is_weight, is_capped,   tokens,
+                                entropy, gap_total, gap_counted, static_cast<double>(m.micro_batches)};
+    SLUICE_RETURN_IF_ERROR(SumOverRanks(sums));
+    loss = sums[0], pg = sums[1], kl = sums[2], clipped = sums[3], ratio = sums[4], is_weight = sums[5];
+    is_capped = sums[6], tokens = sums[7], entropy = sums[8], gap_total = sums[9], gap_counted = sums[10];
+    m.micro_batches = static_cast<int64_t>(sums[11]);
+    if (data_parallel_) {
+      std::vector<double> gap_max = {m.rollout_logprob_gap_max};
+      SLUICE_RETURN_IF_ERROR(data_parallel_->AllReduce(gap_max, DataParallelGroup::Reduce::kMax));
+      m.rollout_logprob_gap_max = gap_max[0];
+    }
+    m.rollout_logprob_gap_mean = gap_counted > 0 ? gap_total / gap_counted : 0.0;
     m.tokens = static_cast<int64_t>(tokens / options_.ppo_epochs);
     m.sequences = N;
     tokens = std::max(tokens, 1.0);
@@ -438,20 +560,25 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
 
 Result<StepMetrics> Trainer::SftStep(const std::vector<SftExample>& examples) {
   if (examples.empty()) return Status::InvalidArgument("SFT step on an empty batch");
+  const int64_t rank = data_parallel_ ? data_parallel_->rank() : 0;
+  const int64_t world = data_parallel_ ? data_parallel_->size() : 1;
+  const std::vector<size_t> order = DataParallelShard(examples.size(), 1, rank, world)[0];
   std::vector<RolloutSample> samples(examples.size());
-  std::vector<size_t> order(examples.size());
-  for (size_t i = 0; i < examples.size(); ++i) {
+  for (size_t i : order) {
     samples[i].id = i;
     samples[i].prompt = examples[i].prompt;
     samples[i].response = examples[i].target;
     samples[i].behavior_logprobs.assign(examples[i].target.size(), 0.f);
-    order[i] = i;
   }
-  SLUICE_ASSIGN_OR_RETURN(auto batches, Pack(samples, order));
+  auto packed = Pack(samples, order);
+  SLUICE_RETURN_IF_ERROR(AgreeOnStep(packed.status(), examples.size()));
+  std::vector<Batch> batches = std::move(packed).value();
   StepMetrics m;
   try {
-    double total = 0;
-    for (const Batch& b : batches) total += b.mask.sum().item<double>();
+    std::vector<double> total_tokens = {0};
+    for (const Batch& b : batches) total_tokens[0] += b.mask.sum().item<double>();
+    SLUICE_RETURN_IF_ERROR(SumOverRanks(total_tokens));
+    const double total = total_tokens[0];
     std::vector<std::pair<double, double>> sums(batches.size());  // loss, entropy
     ForEachMicroBatch(batches.size(), [&](size_t i, int32_t) {
       const Batch& b = batches[i];
@@ -462,11 +589,18 @@ Result<StepMetrics> Trainer::SftStep(const std::vector<SftExample>& examples) {
       torch::NoGradGuard no_grad;
       sums[i] = {loss.item<double>(), (Entropy(logits.detach()) * b.mask).sum().item<double>()};
     });
-    for (const auto& [loss, entropy] : sums) m.loss += loss, m.entropy += entropy;
-    m.micro_batches = static_cast<int64_t>(batches.size());
-    m.entropy /= total;
+    std::vector<double> totals = {0, 0, static_cast<double>(batches.size())};  // loss, entropy, micro-batches
+    for (const auto& [loss, entropy] : sums) totals[0] += loss, totals[1] += entropy;
+    SLUICE_RETURN_IF_ERROR(SumOverRanks(totals));
+    m.loss = totals[0];
+    m.micro_batches = static_cast<int64_t>(totals[2]);
+    m.entropy = totals[1] / total;
     m.tokens = static_cast<int64_t>(total);
     m.sequences = static_cast<int64_t>(examples.size());
+    if (Status synced = SyncGradients(); !synced.ok()) {
+      ZeroGrads();
+      return synced;
+    }
     m.grad_norm = OptimizerStep();
     m.optimizer_steps = 1;
     m.lr = CurrentLr();

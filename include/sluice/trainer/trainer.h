@@ -23,6 +23,7 @@
 #include "sluice/common/status.h"
 #include "sluice/model/tokenizer.h"
 #include "sluice/model/transformer.h"
+#include "sluice/trainer/data_parallel.h"
 #include "sluice/trainer/losses.h"
 #include "sluice/trainer/types.h"
 
@@ -32,20 +33,34 @@ class Trainer {
  public:
   // `reference` is the frozen policy for the KL penalty; required iff
   // options.loss.kl_coef > 0. Errors: InvalidArgument for bad options.
+  //
+  // With a `data_parallel` group of N ranks, every rank creates its trainer
+  // (a collective): the options and the model's shapes must agree across
+  // the ranks (FailedPrecondition naming the ones that differ), and rank 0's
+  // weights (policy and reference) are copied to the others. Every step is
+  // then a collective too: each rank is given the same batch and trains its
+  // shard of it (DataParallelShard); the others' samples are not read and
+  // may be left empty.
   static Result<std::unique_ptr<Trainer>> Create(std::shared_ptr<model::Transformer> policy,
                                                  std::shared_ptr<model::Transformer> reference,
-                                                 const TrainerOptions& options);
+                                                 const TrainerOptions& options,
+                                                 std::shared_ptr<DataParallelGroup> data_parallel = nullptr);
 
   // One RL update on `samples` (advantages set): old logprobs recomputed
   // (if enabled), then ppo_epochs x mini_batches optimizer steps. Errors:
   // InvalidArgument for empty batches, empty prompts or responses, tokens
   // outside the vocabulary, mismatched per-token vectors; OutOfRange for a
   // sequence longer than micro_batch_tokens or the context (all checked before
-  // any update); Internal if libtorch fails midway (gradients are cleared, the
-  // optimizer steps already taken stay applied).
+  // any update; with data-parallel ranks each checks its shard, and the
+  // others then fail with FailedPrecondition); Internal if libtorch fails
+  // midway (gradients are cleared, the optimizer steps already taken stay
+  // applied); with data-parallel ranks, FailedPrecondition when the ranks
+  // disagree on the batch size or the optimizer step, Unavailable when a
+  // collective fails (a rank died or timed out).
   Result<StepMetrics> RlStep(const std::vector<RolloutSample>& samples);
 
-  // One optimizer step of cross-entropy on the targets (token mean).
+  // One optimizer step of cross-entropy on the targets (token mean); with
+  // data-parallel ranks, each trains its shard as in RlStep.
   Result<StepMetrics> SftStep(const std::vector<SftExample>& examples);
 
   // log p(response token | prefix) under `model` with this trainer's
@@ -68,10 +83,21 @@ class Trainer {
   Status SetMicroBatchWorkers(int32_t threads, std::function<bool(int32_t)> may_run,
                               std::function<void(int32_t)> done_running = {});
   model::Transformer& policy() { return *policy_; }
+  const std::shared_ptr<DataParallelGroup>& data_parallel() const { return data_parallel_; }
 
  private:
   Trainer(std::shared_ptr<model::Transformer> policy, std::shared_ptr<model::Transformer> reference,
-          const TrainerOptions& options);
+          const TrainerOptions& options, std::shared_ptr<DataParallelGroup> data_parallel);
+  // The step's start on every rank: each says whether its shard packed and
+  // what batch size and optimizer step it is at; any difference or refusal
+  // fails the step on every rank (before any collective that could hang).
+  Status AgreeOnStep(const Status& packed, size_t batch_size);
+  // Sums `values` over the ranks (no-op on one).
+  Status SumOverRanks(std::vector<double>& values);
+  // The gradients summed over the ranks (every parameter's, zeros where a
+  // rank had none).
+  Status SyncGradients();
+  uint64_t Fingerprint() const;
   struct Batch;
   Result<std::vector<Batch>> Pack(const std::vector<RolloutSample>& samples, const std::vector<size_t>& order) const;
   // fn(i, worker) for every micro-batch i < n: on the caller alone, or on
@@ -88,6 +114,7 @@ class Trainer {
   std::vector<std::pair<std::string, torch::Tensor>> params_;  // by HF name
   std::map<std::string, torch::Tensor> exp_avg_, exp_avg_sq_;
   int64_t optimizer_steps_ = 0;
+  std::shared_ptr<DataParallelGroup> data_parallel_;  // null: one process
 };
 
 }  // namespace sluice::trainer

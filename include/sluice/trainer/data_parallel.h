@@ -1,0 +1,102 @@
+// Data-parallel trainer ranks: one process group of N trainer processes
+// (torch's c10d ProcessGroupGloo over a c10d TCPStore, the store torchrun
+// uses), through which a Trainer all-reduces its gradients and the sums its
+// metrics and loss normalizers are made of. Every rank keeps a whole copy of
+// the model and the optimizer state; each trains its shard of every
+// mini-batch (DataParallelShard), and because the gradients, the token counts
+// that normalize the loss and the gradient norm are all global, N ranks take
+// the same optimizer step as one process given the same batch (within float
+// rounding).
+//
+// Every collective is bounded by the group's timeout: a rank that died or
+// never joined turns into DeadlineExceeded / Unavailable on the others, never
+// a hang. After such an error the group is broken; the ranks are to be
+// restarted together.
+//
+// Thread safety: one owner thread per group (the trainer's); collectives must
+// be issued in the same order on every rank.
+#ifndef SLUICE_TRAINER_DATA_PARALLEL_H_
+#define SLUICE_TRAINER_DATA_PARALLEL_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/common/status.h"
+
+namespace sluice::trainer {
+
+struct DataParallelOptions {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  // The rendezvous: a TCPStore at master_addr:master_port, served by rank 0
+  // (port 0 there: any free port, see DataParallelGroup::store_port) unless
+  // the launcher already serves one there (torchrun's agent store).
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool store_served_by_launcher = false;
+  // The address this rank's Gloo transport binds and is reached at. Empty:
+  // loopback when master_addr is a loopback address, else the address this
+  // host's name resolves to.
+  std::string bind_address;
+  // Bounds the rendezvous and every collective.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Gradients are flattened into buckets of at most this many bytes, all
+  // in flight at once.
+  int64_t bucket_bytes = 32 << 20;
+
+  Status Validate() const;
+};
+
+class DataParallelGroup {
+ public:
+  enum class Reduce { kSum, kMax };
+
+  // Joins the group (every rank calls this with the same world size and
+  // store). Errors: InvalidArgument for bad options; Unavailable naming the
+  // store or the missing peers when the rendezvous does not complete within
+  // the timeout.
+  static Result<std::unique_ptr<DataParallelGroup>> Connect(const DataParallelOptions& options);
+  ~DataParallelGroup();
+  DataParallelGroup(const DataParallelGroup&) = delete;
+  DataParallelGroup& operator=(const DataParallelGroup&) = delete;
+
+  int64_t rank() const { return options_.rank; }
+  int64_t size() const { return options_.world_size; }
+  // The port the store listens on (rank 0's; master_port elsewhere).
+  int store_port() const;
+
+  // Sums (or takes the maximum of) each tensor over the ranks, in place.
+  // Tensors of one dtype and device are flattened into buckets.
+  Status AllReduce(const std::vector<at::Tensor>& tensors, Reduce op = Reduce::kSum);
+  Status AllReduce(std::vector<double>& values, Reduce op);
+  // Copies rank `root`'s tensors into every other rank's, in place.
+  Status Broadcast(const std::vector<at::Tensor>& tensors, int64_t root = 0);
+  // FailedPrecondition naming the ranks whose `value` differs from rank 0's
+  // (what they disagree on is `what`), on every rank.
+  Status CheckSame(const std::string& what, uint64_t value);
+
+ private:
+  struct Impl;
+  DataParallelGroup(const DataParallelOptions& options, std::unique_ptr<Impl> impl);
+  Status Run(const std::string& op, const std::function<void()>& fn);
+
+  DataParallelOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Which samples of a batch of `n` (split into `mini_batches` consecutive
+// mini-batches as Trainer::RlStep splits it) rank `rank` of `world` trains:
+// one list of indices per mini-batch, every `world`-th member starting at
+// `rank`, so the ranks' lists of one mini-batch partition it. A rank's list
+// may be empty when a mini-batch has fewer members than ranks.
+std::vector<std::vector<size_t>> DataParallelShard(size_t n, int64_t mini_batches, int64_t rank, int64_t world);
+
+}  // namespace sluice::trainer
+
+#endif  // SLUICE_TRAINER_DATA_PARALLEL_H_

@@ -1,0 +1,214 @@
+#include "sluice/trainer/data_parallel.h"
+
+#include <torch/torch.h>
+
+#include <exception>
+#include <map>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <utility>
+
+namespace sluice::trainer {
+
+namespace {
+
+std::string ExceptionText(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+bool IsLoopback(const std::string& address) {
+  return address == "localhost" || address == "::1" || address.rfind("127.", 0) == 0;
+}
+
+std::string Where(const DataParallelOptions& o) {
+  return "data-parallel rank " + std::to_string(o.rank) + " of " + std::to_string(o.world_size);
+}
+
+}  // namespace
+
+Status DataParallelOptions::Validate() const {
+  if (world_size < 1) return Status::InvalidArgument("data-parallel world size must be >= 1");
+  if (rank < 0 || rank >= world_size) {
+    return Status::InvalidArgument("data-parallel rank " + std::to_string(rank) + " is outside 0.." +
+                                   std::to_string(world_size - 1));
+  }
+  if (master_addr.empty()) return Status::InvalidArgument("data-parallel rendezvous address is empty");
+  const bool port_zero_ok = rank == 0 && !store_served_by_launcher;
+  if (master_port < (port_zero_ok ? 0 : 1) || master_port > 65535) {
+    return Status::InvalidArgument("data-parallel rendezvous port " + std::to_string(master_port) +
+                                   " is outside 1..65535");
+  }
+  if (timeout.count() <= 0) return Status::InvalidArgument("data-parallel timeout must be > 0");
+  if (bucket_bytes < 1) return Status::InvalidArgument("data-parallel bucket_bytes must be >= 1");
+  return Status::Ok();
+}
+
+struct DataParallelGroup::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+};
+
+DataParallelGroup::DataParallelGroup(const DataParallelOptions& options, std::unique_ptr<Impl> impl)
+    : options_(options), impl_(std::move(impl)) {}
+
+DataParallelGroup::~DataParallelGroup() = default;
+
+Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(const DataParallelOptions& o) {
+  SLUICE_RETURN_IF_ERROR(o.Validate());
+  auto impl = std::make_unique<Impl>();
+  const std::string store_at = o.master_addr + ":" + std::to_string(o.master_port);
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(o.master_port);
+    store_options.isServer = o.rank == 0 && !o.store_served_by_launcher;
+    store_options.waitWorkers = false;
+    store_options.timeout = o.timeout;
+    impl->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, store_options);
+  } catch (const std::exception& e) {
+    return Status::Unavailable(Where(o) + ": cannot " +
+                               (o.rank == 0 && !o.store_served_by_launcher ? "serve" : "reach") +
+                               " the rendezvous store at " + store_at + ": " + ExceptionText(e));
+  }
+  try {
+    auto options = c10d::ProcessGroupGloo::Options::create(o.timeout);
+    std::string bind = o.bind_address;
+    if (bind.empty() && IsLoopback(o.master_addr)) bind = "127.0.0.1";
+    options->devices.push_back(bind.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                            : c10d::ProcessGroupGloo::createDeviceForHostname(bind));
+    options->threads = 2;
+    auto store = c10::make_intrusive<c10d::PrefixStore>("sluice/trainer", impl->store);
+    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(o.rank),
+                                                              static_cast<int>(o.world_size), options);
+  } catch (const std::exception& e) {
+    return Status::Unavailable(Where(o) + ": the group did not form through the store at " + store_at + " within " +
+                               std::to_string(o.timeout.count()) +
+                               " ms (a rank missing or unreachable?): " + ExceptionText(e));
+  }
+  return std::unique_ptr<DataParallelGroup>(new DataParallelGroup(o, std::move(impl)));
+}
+
+int DataParallelGroup::store_port() const { return impl_->store->getPort(); }
+
+Status DataParallelGroup::Run(const std::string& op, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return Status::Unavailable(Where(options_) + ": " + op +
+                               " failed (a rank died, hung or left?): " + ExceptionText(e));
+  }
+  return Status::Ok();
+}
+
+Status DataParallelGroup::AllReduce(const std::vector<at::Tensor>& tensors, Reduce op) {
+  if (size() == 1 || tensors.empty()) return Status::Ok();
+  // Buckets of one dtype and device, in the order given (the same on every rank).
+  struct Bucket {
+    std::vector<at::Tensor> members;
+    int64_t bytes = 0;
+    at::Tensor flat;
+  };
+  std::vector<Bucket> buckets;
+  std::map<std::pair<int, std::string>, size_t> open;  // (dtype, device) -> bucket being filled
+  for (const at::Tensor& t : tensors) {
+    const auto key = std::make_pair(static_cast<int>(t.scalar_type()), t.device().str());
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    auto it = open.find(key);
+    if (it == open.end() || buckets[it->second].bytes + bytes > options_.bucket_bytes) {
+      buckets.emplace_back();
+      it = open.insert_or_assign(key, buckets.size() - 1).first;
+    }
+    buckets[it->second].members.push_back(t);
+    buckets[it->second].bytes += bytes;
+  }
+  return Run("all-reduce", [&] {
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = op == Reduce::kMax ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+    opts.timeout = options_.timeout;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (Bucket& b : buckets) {
+      if (b.members.size() == 1 && b.members[0].is_contiguous()) {
+        b.flat = b.members[0];
+      } else {
+        std::vector<at::Tensor> flat;
+        for (const at::Tensor& t : b.members) flat.push_back(t.reshape({-1}));
+        b.flat = torch::cat(flat);
+      }
+      std::vector<at::Tensor> one{b.flat};
+      works.push_back(impl_->group->allreduce(one, opts));
+    }
+    for (auto& w : works) w->wait(options_.timeout);
+    torch::NoGradGuard no_grad;
+    for (Bucket& b : buckets) {
+      if (b.flat.data_ptr() == b.members[0].data_ptr() && b.members.size() == 1) continue;
+      int64_t offset = 0;
+      for (at::Tensor& t : b.members) {
+        t.copy_(b.flat.narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
+    }
+  });
+}
+
+Status DataParallelGroup::AllReduce(std::vector<double>& values, Reduce op) {
+  if (size() == 1 || values.empty()) return Status::Ok();
+  at::Tensor t = torch::tensor(values, torch::kFloat64);
+  SLUICE_RETURN_IF_ERROR(AllReduce({t}, op));
+  const double* data = t.data_ptr<double>();
+  values.assign(data, data + values.size());
+  return Status::Ok();
+}
+
+Status DataParallelGroup::Broadcast(const std::vector<at::Tensor>& tensors, int64_t root) {
+  if (root < 0 || root >= size()) return Status::InvalidArgument("broadcast root outside the group");
+  if (size() == 1 || tensors.empty()) return Status::Ok();
+  return Run("broadcast", [&] {
+    c10d::BroadcastOptions opts;
+    opts.rootRank = static_cast<int>(root);
+    opts.timeout = options_.timeout;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (target, contiguous stand-in)
+    for (const at::Tensor& t : tensors) {
+      at::Tensor buffer = t.is_contiguous() ? t : t.contiguous();
+      if (!t.is_contiguous()) copies.emplace_back(t, buffer);
+      std::vector<at::Tensor> one{buffer};
+      works.push_back(impl_->group->broadcast(one, opts));
+    }
+    for (auto& w : works) w->wait(options_.timeout);
+    torch::NoGradGuard no_grad;
+    for (auto& [target, buffer] : copies) target.copy_(buffer);
+  });
+}
+
+Status DataParallelGroup::CheckSame(const std::string& what, uint64_t value) {
+  if (size() == 1) return Status::Ok();
+  std::vector<at::Tensor> input{torch::tensor({static_cast<int64_t>(value)}, torch::kInt64)};
+  std::vector<std::vector<at::Tensor>> output(1);
+  for (int64_t r = 0; r < size(); ++r) output[0].push_back(torch::zeros({1}, torch::kInt64));
+  SLUICE_RETURN_IF_ERROR(Run("all-gather", [&] {
+    c10d::AllgatherOptions opts;
+    opts.timeout = options_.timeout;
+    impl_->group->allgather(output, input, opts)->wait(options_.timeout);
+  }));
+  std::string differ;
+  const int64_t first = output[0][0].item<int64_t>();
+  for (int64_t r = 1; r < size(); ++r) {
+    if (output[0][r].item<int64_t>() != first) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (differ.empty()) return Status::Ok();
+  return Status::FailedPrecondition("data-parallel ranks " + differ + " differ from rank 0 in " + what);
+}
+
+std::vector<std::vector<size_t>> DataParallelShard(size_t n, int64_t mini_batches, int64_t rank, int64_t world) {
+  const int64_t N = static_cast<int64_t>(n);
+  const int64_t minis = std::max<int64_t>(1, std::min<int64_t>(mini_batches, N));
+  std::vector<std::vector<size_t>> out(static_cast<size_t>(minis));
+  for (int64_t k = 0; k < minis; ++k) {
+    const int64_t begin = k * N / minis, end = (k + 1) * N / minis;
+    for (int64_t i = begin + rank; i < end; i += world) out[k].push_back(static_cast<size_t>(i));
+  }
+  return out;
+}
+
+}  // namespace sluice::trainer

@@ -115,6 +115,9 @@ train-trace-direct     | 2 | run.trace: records the roles of a streaming        
 train-metrics-host     | 2 | host 'localhost' is not an IPv4 address              | train pipeline.mode=async run.metrics_listen=localhost:9400
 train-metrics-port     | 2 | port '99999' is not in 0..65535                      | train pipeline.mode=async run.metrics_listen=127.0.0.1:99999
 train-trainer-command  | 2 | pipeline.trainer_command: needs pipeline.processes   | train pipeline.mode=async pipeline.trainer_command=true
+train-ranks-threads    | 2 | pipeline.trainer_ranks: needs pipeline.processes     | train pipeline.mode=async pipeline.trainer_ranks=2
+train-ranks-command    | 2 | pipeline.trainer_command replaces that trainer       | train pipeline.mode=async pipeline.processes=true pipeline.trainer_ranks=2 pipeline.trainer_command=true
+train-ranks-range      | 2 | pipeline.trainer_ranks                               | train pipeline.mode=async pipeline.processes=true pipeline.trainer_ranks=0
 yaml-syntax            | 2 | yaml-syntax.yaml                                     | train --config=yaml-syntax.yaml
 yaml-type              | 2 | rl.steps                                             | train --config=yaml-type.yaml
 yaml-group             | 2 | rl.group_size                                        | train --config=yaml-group.yaml

@@ -146,6 +146,26 @@ trained=$(grep -o '"prompts":\[[0-9,]*\]' "$tmp/proc/metrics.jsonl" | grep -o '[
 [ "$trained" = "$(seq 0 17 | tr '\n' ' ')" ] || { echo "FAIL processes: trained prompts '$trained', want 0..17 once each"; failures=$((failures + 1)); }
 stale=$(grep -o '"staleness_max":[0-9]*' "$tmp/proc/metrics.jsonl" | cut -d: -f2 | sort -n | tail -1)
 [ -n "$stale" ] && [ "$stale" -le 2 ] || { echo "FAIL processes: staleness_max '$stale' > 2"; failures=$((failures + 1)); }
+# pipeline.trainer_ranks: two data-parallel trainer processes take the steps one takes (sync mode:
+# the same samples, so the same losses and gradient norms within float rounding); three ranks in
+# async mode (one rank's shard of a mini-batch can be empty) train every prompt once.
+ranks=("${proc[@]}" pipeline.mode=sync trainer.mini_batches=2 trainer.lr=1e-3 reward.python="$rewards:length_score")
+expect ranks-1 0 "held-out accuracy" -- "$SLUICE" train "${ranks[@]}" run.dir="$tmp/ranks1"
+expect ranks-2 0 "held-out accuracy" -- "$SLUICE" train "${ranks[@]}" run.dir="$tmp/ranks2" pipeline.trainer_ranks=2
+expect ranks-3 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/ranks3" pipeline.trainer_ranks=3 \
+  trainer.mini_batches=2
+/usr/bin/python3 - "$tmp/ranks1" "$tmp/ranks2" "$tmp/ranks3" <<'PY' && echo "ok   trainer-ranks" || { echo "FAIL trainer-ranks"; failures=$((failures + 1)); }
+import json, sys
+one, two, three = ([json.loads(l) for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:])
+assert len(one) == len(two) == 6, (len(one), len(two))
+for a, b in zip(one, two):
+    assert a["prompts"] == b["prompts"] and a["train_tokens"] == b["train_tokens"], (a["step"], a, b)
+    for key in ("loss", "pg_loss", "grad_norm", "entropy", "reward_mean"):
+        assert abs(a[key] - b[key]) <= 1e-5 * (1 + abs(a[key])), (a["step"], key, a[key], b[key])
+assert any(a["grad_norm"] > 0 for a in one), "some step had a gradient"
+trained = sorted(p for r in three for p in r["prompts"])
+assert trained == list(range(18)), trained
+PY
 # reward.python with the roles as processes: the reward role scores with the function, and workers
 # start only in the processes that score (the launcher's and the trainer's evaluations, the reward
 # role), never in the rollout's.

@@ -173,6 +173,9 @@ ConfigSchema TrainSchema() {
   s.AddString("pipeline.trainer_command", "",
               "pipeline.processes: a shell command that runs the trainer role instead of Sluice's trainer (e.g. a "
               "Python trainer); it reads the run's hub, weight store and settings from $SLUICE_RUN_INFO");
+  s.AddInt("pipeline.trainer_ranks", 1, 1, 256,
+           "pipeline.processes: trainer processes, data parallel (gradients all-reduced over Gloo; each trains its "
+           "shard of every mini-batch on pipeline.trainer_threads threads); rank 0 publishes and checkpoints");
   s.AddEnum("pipeline.train_order", "prompt", {"prompt", "completion"},
             "streaming trainer: each step's own prompts in order (the direct loop's batches), or whole groups as "
             "they complete (sync only: refused where samples may be stale)");
@@ -383,6 +386,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.rollout_threads = static_cast<int32_t>(c.GetInt("pipeline.rollout_threads"));
   o.pipeline.trainer_threads = static_cast<int32_t>(c.GetInt("pipeline.trainer_threads"));
   o.pipeline.rollout_engines = static_cast<int32_t>(c.GetInt("pipeline.rollout_engines"));
+  o.pipeline.trainer_ranks = static_cast<int32_t>(c.GetInt("pipeline.trainer_ranks"));
   o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
   o.pipeline.lease_seconds = c.GetInt("pipeline.lease_seconds");
   o.pipeline.stall_seconds = c.GetInt("pipeline.stall_seconds");
@@ -512,6 +516,8 @@ Status RunRoleProcess(const FlagSet& flags, Config& config) {
   SLUICE_ASSIGN_OR_RETURN(c.board, flags.GetString("board"));
   SLUICE_ASSIGN_OR_RETURN(c.start_step, flags.GetInt("start-step", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(c.start_version, flags.GetInt("start-version", 0, INT64_MAX));
+  SLUICE_ASSIGN_OR_RETURN(c.trainer_rank, flags.GetInt("trainer-rank", 0, 255));
+  SLUICE_ASSIGN_OR_RETURN(c.trainer_store, flags.GetString("trainer-store"));
   if (c.hub.empty() || c.weights.empty() || c.board.empty()) {
     return Status::InvalidArgument("--role needs --hub, --weights and --board (it is started by a launcher)");
   }
@@ -539,6 +545,8 @@ Status Train(const std::vector<std::string>& args) {
   flags.Add("board", "", "internal (--role): the run's role board segment");
   flags.Add("start-step", "0", "internal (--role): the RL step the run starts at");
   flags.Add("start-version", "0", "internal (--role): the weight version the run starts at");
+  flags.Add("trainer-rank", "0", "internal (--role=trainer): this trainer rank (pipeline.trainer_ranks > 1)");
+  flags.Add("trainer-store", "", "internal (--role=trainer): HOST:PORT of the trainer ranks' rendezvous store");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   ConfigSchema schema = TrainSchema();
   if (flags.help_requested()) {

@@ -118,6 +118,15 @@ Status RunOptions::Validate() const {
       return bad("pipeline.trainer_command", "must be a command line (it is blank or holds a NUL byte)");
     }
   }
+  if (pipeline.trainer_ranks < 1 || pipeline.trainer_ranks > 256) {
+    return bad("pipeline.trainer_ranks", "must be in [1, 256]");
+  }
+  if (pipeline.trainer_ranks > 1 && !pipeline.processes) {
+    return bad("pipeline.trainer_ranks", "needs pipeline.processes=true (each rank is a process)");
+  }
+  if (pipeline.trainer_ranks > 1 && !pipeline.trainer_command.empty()) {
+    return bad("pipeline.trainer_ranks", "is Sluice's trainer's; pipeline.trainer_command replaces that trainer");
+  }
   if (pipeline.rollout_engines < 1 || pipeline.rollout_engines > rl.rollout_slots) {
     return bad("pipeline.rollout_engines", "must be in [1, rl.rollout_slots]");
   }
@@ -177,7 +186,9 @@ ThreadBudget RunOptions::Threads(int32_t process_threads) const {
     b.trainer_workers = rl.trainer.micro_batch_threads;
   }
   b.threads_per_worker = b.trainer_workers + b.lent_workers > 1 ? 1 : trainer_threads;
-  const int32_t rollout = b.rollout_engines * b.threads_per_engine, trainer = b.trainer_workers * b.threads_per_worker;
+  b.trainer_ranks = direct ? 1 : std::max(1, po.trainer_ranks);
+  const int32_t rollout = b.rollout_engines * b.threads_per_engine,
+                trainer = b.trainer_ranks * b.trainer_workers * b.threads_per_worker;
   b.max_busy = b.roles_alternate ? std::max(rollout, trainer + b.lent_workers) : rollout + trainer;
   return b;
 }
@@ -185,7 +196,8 @@ ThreadBudget RunOptions::Threads(int32_t process_threads) const {
 std::string ThreadBudget::ToString() const {
   auto n = [](int32_t k, const char* what) { return std::to_string(k) + " " + what + (k == 1 ? "" : "s"); };
   std::string out = "rollout " + n(rollout_engines, "engine") + " x " + n(threads_per_engine, "thread") + ", trainer " +
-                    n(trainer_workers, "worker") + " x " + n(threads_per_worker, "thread");
+                    (trainer_ranks > 1 ? n(trainer_ranks, "rank") + " x " : "") + n(trainer_workers, "worker") + " x " +
+                    n(threads_per_worker, "thread");
   if (lent_workers > 0) out += " + " + n(lent_workers, "worker") + " on the rollout's cores while it idles";
   out += roles_alternate ? " (roles alternate)" : " (roles overlap)";
   return out + ": at most " + std::to_string(max_busy) + " busy";

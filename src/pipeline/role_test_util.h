@@ -49,6 +49,9 @@ inline std::optional<RoleArguments> RoleFromArguments() {
   c.board = ArgumentValue(args, "--board");
   c.start_step = std::stoll(ArgumentValue(args, "--start-step"));
   c.start_version = std::stoll(ArgumentValue(args, "--start-version"));
+  const std::string rank = ArgumentValue(args, "--trainer-rank");
+  c.trainer_rank = rank.empty() ? 0 : std::stoll(rank);
+  c.trainer_store = ArgumentValue(args, "--trainer-store");
   r.run_dir = ArgumentValue(args, "--run-dir");
   return r;
 }

@@ -185,17 +185,18 @@ Status TrainingRun::PrepareTraining() {
     // resumed run penalizes against the same weights.
     const fs::path ref_dir = fs::path(s.options.run_dir) / "reference";
     std::error_code ec;
-    if (!(s.options.resume && fs::exists(ref_dir / "config.json", ec))) {
+    // (A follower rank loads what rank 0, or the launcher before it, wrote.)
+    if (!s.follower() && !(s.options.resume && fs::exists(ref_dir / "config.json", ec))) {
       SLUICE_RETURN_IF_ERROR(model::SavePretrained(*s.policy, ref_dir.string()));
     }
     SLUICE_ASSIGN_OR_RETURN(s.reference,
                             model::LoadPretrained(ref_dir.string(), s.policy->parameters().front().device()));
   }
   if (s.options.pipeline.trainer_threads > 0) SetIntraOpThreadsHere(s.options.pipeline.trainer_threads);
-  SLUICE_ASSIGN_OR_RETURN(s.trainer, trainer::Trainer::Create(s.policy, s.reference, rl.trainer));
+  SLUICE_ASSIGN_OR_RETURN(s.trainer, trainer::Trainer::Create(s.policy, s.reference, rl.trainer, s.data_parallel));
   bool loaded = false;
   if (s.options.resume) SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
-  if (!loaded) SLUICE_RETURN_IF_ERROR(MetricsLog::Clear(s.options.run_dir));
+  if (!loaded && !s.follower()) SLUICE_RETURN_IF_ERROR(MetricsLog::Clear(s.options.run_dir));
   return Status::Ok();
 }
 

@@ -75,6 +75,10 @@ struct TrainingRun::State {
   model::PromptFormat prompt_format;                  // its chat template (RunOptions::prompts), or none
   std::unique_ptr<rollout::RolloutEngine> engine;
   std::unique_ptr<trainer::Trainer> trainer;
+  // The trainer role's data-parallel ranks (pipeline.trainer_ranks > 1);
+  // null with one. Ranks above 0 follow rank 0's steps and write nothing.
+  std::shared_ptr<trainer::DataParallelGroup> data_parallel;
+  bool follower() const { return data_parallel && data_parallel->rank() > 0; }
   std::unique_ptr<Evaluator> evaluator;
   rollout::PolicyVersion version = 0;
   int64_t step = 0;

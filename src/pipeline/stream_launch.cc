@@ -59,6 +59,15 @@ using std::chrono::milliseconds;
 namespace {
 
 constexpr char kShmPrefix[] = "sluice";
+// pipeline.trainer_ranks > 1: how long the ranks wait for each other in the
+// rendezvous and in a collective (a rank that died or hangs ends the run
+// after this, if the supervisor has not stopped it first).
+constexpr std::chrono::minutes kRankTimeout{10};
+
+// The trace part and supervisor name of trainer rank `rank`.
+std::string TrainerRankName(int64_t rank) {
+  return rank == 0 ? PipelineRoleName(PipelineRole::kTrainer) : "trainer-" + std::to_string(rank);
+}
 
 // The board segment, mapped read-write.
 struct MappedBoard {
@@ -325,7 +334,11 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(s, "launcher"));
   struct FinishTrace {
     const State& s;
-    ~FinishTrace() { StreamRoles::FinishTrace(s, {"launcher", "trainer", "rollout", "reward"}); }
+    ~FinishTrace() {
+      std::vector<std::string> parts = {"launcher", "rollout", "reward"};
+      for (int64_t r = 0; r < s.options.pipeline.trainer_ranks; ++r) parts.push_back(TrainerRankName(r));
+      StreamRoles::FinishTrace(s, parts);
+    }
   } finish_trace{s};
 
   tq::ServerOptions so;
@@ -389,11 +402,21 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
       SLUICE_LOG(INFO) << "trainer command: hub " << server->endpoint() << ", weight store " << store_name
                        << " (version " << s.version << " published), run info " << info_path;
     }
+    // pipeline.trainer_ranks > 1: the ranks' rendezvous store, served here
+    // on loopback for as long as they run.
+    std::unique_ptr<trainer::DataParallelStore> rank_store;
+    if (po.trainer_ranks > 1) {
+      SLUICE_ASSIGN_OR_RETURN(rank_store, trainer::DataParallelStore::Serve("127.0.0.1", 0, kRankTimeout));
+    }
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
     std::vector<StallWatch::Role> watched;
-    for (PipelineRole role : {PipelineRole::kTrainer, PipelineRole::kRollout, PipelineRole::kReward}) {
+    std::vector<std::pair<PipelineRole, int64_t>> processes;  // role, trainer rank
+    for (int64_t r = 0; r < (external ? 1 : po.trainer_ranks); ++r) processes.emplace_back(PipelineRole::kTrainer, r);
+    processes.emplace_back(PipelineRole::kRollout, 0);
+    processes.emplace_back(PipelineRole::kReward, 0);
+    for (const auto& [role, rank] : processes) {
       runtime::ChildSpec spec;
-      spec.name = PipelineRoleName(role);
+      spec.name = role == PipelineRole::kTrainer ? TrainerRankName(rank) : PipelineRoleName(role);
       spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
       if (role == PipelineRole::kTrainer && external) {
         spec.path = "/bin/sh";
@@ -408,14 +431,19 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
       }
       spec.path = po.role_command.front();
       spec.args.assign(po.role_command.begin() + 1, po.role_command.end());
-      spec.args.push_back("--role=" + spec.name);
+      spec.args.push_back("--role=" + PipelineRoleName(role));
       spec.args.push_back("--hub=" + server->endpoint());
       spec.args.push_back("--weights=" + store_name);
       spec.args.push_back("--board=" + board_name);
       spec.args.push_back("--start-step=" + std::to_string(s.step));
       spec.args.push_back("--start-version=" + std::to_string(s.version));
+      if (rank_store) {
+        spec.args.push_back("--trainer-rank=" + std::to_string(rank));
+        spec.args.push_back("--trainer-store=127.0.0.1:" + std::to_string(rank_store->port()));
+      }
       SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting the " + spec.name + " role"));
-      watched.push_back({role, supervisor->pids().back()});
+      // The board's heartbeats are per role: rank 0's stands for the trainer.
+      if (rank == 0) watched.push_back({role, supervisor->pids().back()});
     }
     StallWatch watch(*board, std::move(watched), po);
     // A year is "no limit" for a run; SIGINT, failures and stalls end it sooner.
@@ -479,14 +507,34 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   tq::TransferQueueClient client = queue.client();
   auto stopping = [] { return false; };  // the launcher stops a role process by signal
 
-  SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(s, PipelineRoleName(c.role)));
+  const bool follower = c.role == PipelineRole::kTrainer && c.trainer_rank > 0;
+  SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(
+      s, c.role == PipelineRole::kTrainer ? TrainerRankName(c.trainer_rank) : PipelineRoleName(c.role)));
   Status done;
   switch (c.role) {
     case PipelineRole::kTrainer: {
+      if (po.trainer_ranks > 1) {
+        trainer::DataParallelOptions dp;
+        dp.rank = c.trainer_rank;
+        dp.world_size = po.trainer_ranks;
+        dp.store_served_by_launcher = true;
+        dp.timeout = kRankTimeout;
+        if (Status parsed = ParseListenAddress(c.trainer_store, &dp.master_addr, &dp.master_port); !parsed.ok()) {
+          return Status::InvalidArgument("pipeline.trainer_ranks > 1: --trainer-store: " + parsed.message());
+        }
+        SLUICE_ASSIGN_OR_RETURN(s.data_parallel, trainer::DataParallelGroup::Connect(dp));
+      } else if (c.trainer_rank != 0) {
+        return Status::InvalidArgument("trainer rank " + std::to_string(c.trainer_rank) +
+                                       " of a run with pipeline.trainer_ranks=1");
+      }
       SLUICE_RETURN_IF_ERROR(PrepareTraining());
       if (s.step != c.start_step || s.version != c.start_version) {
         return Status::FailedPrecondition("the trainer resumed at step " + std::to_string(s.step) +
                                           ", the launcher at " + std::to_string(c.start_step));
+      }
+      if (follower) {
+        done = StreamRoles::FollowTrainer(s, client, board);
+        break;
       }
       SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*s.policy));
       ce::ShmPublisherOptions pub;
@@ -523,8 +571,8 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       done = StreamRoles::RunReward(s, client, board, stopping);
       break;
   }
-  board.Finished(c.role);
-  if (!done.ok()) board.stop.store(1);  // the others stop at their next check
+  if (!follower) board.Finished(c.role);  // the board's heartbeat is rank 0's
+  if (!done.ok()) board.stop.store(1);    // the others stop at their next check
   if (Status traced = TraceRecorder::Global().Finish(); !traced.ok()) {
     SLUICE_LOG(WARNING) << "run.trace: " << traced.ToString();
   }

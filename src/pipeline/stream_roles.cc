@@ -64,6 +64,70 @@ Result<const HostTensor*> Cell(const tq::BatchData& data, const char* column, si
   return &it->second[i];
 }
 
+// pipeline.trainer_ranks > 1: what rank 0 tells the other ranks of a step,
+// through the ranks' rendezvous store under StepPlanKey(step): the samples
+// to train, in order, each as the hub row holding it, its sample and group
+// ids and its reward (for the group advantages, which every rank computes
+// from all the step's rewards). Each rank reads only its shard's rows from
+// the hub. Little-endian: "SLP1", step i64, count u64, then per sample row
+// u64, id u64, group i64, reward f64.
+struct StepPlan {
+  struct Entry {
+    tq::RowId row = 0;
+    uint64_t id = 0;
+    int64_t group = 0;
+    double reward = 0;
+  };
+  int64_t step = 0;
+  std::vector<Entry> entries;
+
+  static constexpr char kMagic[4] = {'S', 'L', 'P', '1'};
+  static constexpr size_t kHeader = 4 + 8 + 8, kEntry = 8 + 8 + 8 + 8;
+
+  std::string Encode() const {
+    std::string out(kHeader + kEntry * entries.size(), '\0');
+    char* p = out.data();
+    auto put = [&p](const auto& v) {
+      std::memcpy(p, &v, sizeof(v));
+      p += sizeof(v);
+    };
+    std::memcpy(p, kMagic, 4);
+    p += 4;
+    put(step);
+    put(static_cast<uint64_t>(entries.size()));
+    for (const Entry& e : entries) put(e.row), put(e.id), put(e.group), put(e.reward);
+    return out;
+  }
+  // DataLoss naming what is wrong for bytes that are not the plan of `step`.
+  static Result<StepPlan> Decode(const std::string& bytes, int64_t expected_step) {
+    const std::string what = "the step plan of step " + std::to_string(expected_step) + " from trainer rank 0";
+    if (bytes.size() < kHeader || std::memcmp(bytes.data(), kMagic, 4) != 0) {
+      return Status::DataLoss(what + " is not a step plan (" + std::to_string(bytes.size()) + " bytes)");
+    }
+    const char* p = bytes.data() + 4;
+    auto get = [&p](auto& v) {
+      std::memcpy(&v, p, sizeof(v));
+      p += sizeof(v);
+    };
+    StepPlan plan;
+    uint64_t count = 0;
+    get(plan.step);
+    get(count);
+    if (plan.step != expected_step) {
+      return Status::DataLoss(what + " is for step " + std::to_string(plan.step));
+    }
+    if (count > (bytes.size() - kHeader) / kEntry || bytes.size() != kHeader + kEntry * count) {
+      return Status::DataLoss(what + " says " + std::to_string(count) + " samples in " + std::to_string(bytes.size()) +
+                              " bytes");
+    }
+    plan.entries.resize(count);
+    for (Entry& e : plan.entries) get(e.row), get(e.id), get(e.group), get(e.reward);
+    return plan;
+  }
+};
+
+std::string StepPlanKey(int64_t step) { return "step/" + std::to_string(step); }
+
 // The trainer as the hub sees it: the rows it has acked (its progress:
 // whole groups, each after the update that trained it) and whether it is
 // blocked waiting for rows (its demand).
@@ -657,6 +721,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
   // counted, never trained twice).
   struct Taken {
     std::vector<trainer::RolloutSample> group;
+    std::vector<tq::RowId> rows;  // the hub row of each answer (for the other trainer ranks)
     tq::LeaseId lease = 0;
   };
   std::map<uint64_t, Taken> taken;
@@ -731,6 +796,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
         continue;
       }
       std::vector<trainer::RolloutSample> group(static_cast<size_t>(G));
+      std::vector<tq::RowId> rows(static_cast<size_t>(G), 0);
       std::vector<bool> filled(static_cast<size_t>(G), false);
       for (size_t i = 0; i < meta->rows.size(); ++i) {
         const tq::RowTags& tags = meta->rows[i].tags;
@@ -742,6 +808,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
                                   std::to_string(tags.group_id) + ", answer " + std::to_string(g) + ")");
         }
         filled[static_cast<size_t>(g)] = true;
+        rows[static_cast<size_t>(g)] = meta->rows[i].id;
         trainer::RolloutSample& smp = group[static_cast<size_t>(g)];
         smp.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
         smp.group_id = tags.group_id;
@@ -757,17 +824,19 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
         SLUICE_ASSIGN_OR_RETURN(smp.reward, TensorScalar<float>(*reward, DType::kF32, column::kReward));
       }
       if (s.hooks.lose_taken_group && s.hooks.lose_taken_group(cursor)) continue;  // leased, never acked
-      taken.emplace(cursor, Taken{std::move(group), meta->lease_id});
+      taken.emplace(cursor, Taken{std::move(group), std::move(rows), meta->lease_id});
       if (po.train_order == TrainOrder::kCompletion) step_cursors.push_back(cursor);
     }
     waiting.reset();
     // The step's groups: metrics over all of them, training on those with signal.
     std::map<uint64_t, std::vector<trainer::RolloutSample>> groups;  // by prompt cursor
+    std::map<uint64_t, std::vector<tq::RowId>> group_rows;
     std::vector<tq::LeaseId> step_leases;
     double reward_sum = 0, correct = 0, len_sum = 0, stale_sum = 0, token_stale_sum = 0, tokens = 0;
     for (uint64_t cursor : step_cursors) {
       auto node = taken.extract(cursor);
       std::vector<trainer::RolloutSample> group = std::move(node.mapped().group);
+      group_rows[cursor] = std::move(node.mapped().rows);
       step_leases.push_back(node.mapped().lease);
       trained.insert(cursor);
       rec.prompts.push_back(static_cast<uint64_t>(group.front().group_id));  // as the rows say, not as the loop expects
@@ -806,13 +875,25 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     // Train on the kept groups in prompt order (so sync mode trains exactly
     // the batch the direct loop trains).
     std::vector<trainer::RolloutSample> samples;
+    StepPlan plan;  // for the other trainer ranks
+    plan.step = rec.step;
     for (auto& [cursor, group] : groups) {
-      for (auto& smp : group) samples.push_back(std::move(smp));
+      const std::vector<tq::RowId>& rows = group_rows.at(cursor);
+      for (size_t g = 0; g < group.size(); ++g) {
+        plan.entries.push_back({rows[g], group[g].id, group[g].group_id, group[g].reward});
+        samples.push_back(std::move(group[g]));
+      }
     }
     if (s.hooks.inspect_batch) s.hooks.inspect_batch(rec.step, samples);
     {
       RoleDoing doing(board, PipelineRole::kTrainer, RoleActivity::kTrainStep);
+      const bool ranks = s.data_parallel && s.data_parallel->size() > 1;
+      if (ranks) SLUICE_RETURN_IF_ERROR(s.data_parallel->SetShared(StepPlanKey(rec.step), plan.Encode()));
       SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
+      // Every rank has read the plan once the update is done (it is a
+      // collective); a step with nothing to train leaves its header-only
+      // plan in the store (nothing tells when the others have read it).
+      if (ranks && !samples.empty()) SLUICE_RETURN_IF_ERROR(s.data_parallel->DeleteShared(StepPlanKey(rec.step)));
     }
     ++s.step;
     if (s.step % po.sync_interval == 0 || s.step == rl.steps) {
@@ -863,6 +944,58 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       return evaluate();
     };
     SLUICE_RETURN_IF_ERROR(s.FinishStep(rec, metrics, evaluate_traced, progress));
+  }
+  return Status::Ok();
+}
+
+Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board) {
+  const RlOptions& rl = s.options.rl;
+  trainer::DataParallelGroup& ranks = *s.data_parallel;
+  const std::vector<std::string> columns = {column::kPrompt, column::kResponse, column::kLogprobs, column::kVersions};
+  while (s.step < rl.steps) {
+    const int64_t step = s.step + 1;
+    // Rank 0 may wait minutes for the step's groups: poll, watching the board.
+    Result<std::string> bytes = Status::Timeout("");
+    while (bytes.status().code() == StatusCode::kTimeout) {
+      if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
+      bytes = ranks.GetShared(StepPlanKey(step), std::chrono::seconds(1));
+    }
+    SLUICE_RETURN_IF_ERROR(bytes.status());
+    SLUICE_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Decode(*bytes, step));
+    std::vector<trainer::RolloutSample> samples(plan.entries.size());
+    for (size_t i = 0; i < samples.size(); ++i) {
+      samples[i].id = plan.entries[i].id;
+      samples[i].group_id = plan.entries[i].group;
+      samples[i].reward = plan.entries[i].reward;
+    }
+    // This rank's shard, straight from the hub's storage (the rows stay
+    // leased by rank 0 until the update is published).
+    tq::BatchMeta mine;
+    mine.columns = columns;
+    std::vector<size_t> shard;
+    for (const auto& mini :
+         trainer::DataParallelShard(samples.size(), rl.trainer.mini_batches, ranks.rank(), ranks.size())) {
+      shard.insert(shard.end(), mini.begin(), mini.end());
+    }
+    for (size_t i : shard) mine.rows.push_back({plan.entries[i].row, {}});
+    if (!shard.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(mine));
+      for (size_t j = 0; j < shard.size(); ++j) {
+        trainer::RolloutSample& smp = samples[shard[j]];
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt, Cell(data, column::kPrompt, j));
+        SLUICE_ASSIGN_OR_RETURN(smp.prompt, TensorVector<model::TokenId>(*prompt, DType::kI32, column::kPrompt));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, j));
+        SLUICE_ASSIGN_OR_RETURN(smp.response, TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* logprobs, Cell(data, column::kLogprobs, j));
+        SLUICE_ASSIGN_OR_RETURN(smp.behavior_logprobs, TensorVector<float>(*logprobs, DType::kF32, column::kLogprobs));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* versions, Cell(data, column::kVersions, j));
+        SLUICE_ASSIGN_OR_RETURN(smp.versions, TensorVector<PolicyVersion>(*versions, DType::kI64, column::kVersions));
+      }
+    }
+    StepRecord rec;  // the metrics are rank 0's to write
+    rec.step = step;
+    SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
+    ++s.step;
   }
   return Status::Ok();
 }

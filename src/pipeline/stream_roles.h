@@ -202,6 +202,13 @@ struct StreamRoles {
   static Status RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, const Trainer& t, RoleBoard& board,
                            const std::function<Result<EvalResult>()>& evaluate, const ProgressFn& progress);
 
+  // pipeline.trainer_ranks > 1, ranks above 0: for each step, waits for
+  // rank 0's plan of it (the samples, as hub rows, in training order), reads
+  // this rank's shard of those rows from the hub and takes the data-parallel
+  // update with the others (s.data_parallel); publishes, logs and acks
+  // nothing. Returns after rl.steps, or at board.stop.
+  static Status FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board);
+
   // pipeline.trainer_command (stream_launch.cc): the run info the command
   // reads (JSON: the hub's endpoint, the weight store, the run's settings);
   // the check, once it exited 0, that it acked every answer of the run on

@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <map>
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -47,6 +48,7 @@ Status DataParallelOptions::Validate() const {
 
 struct DataParallelGroup::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::PrefixStore> shared;  // SetShared / GetShared
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
 };
 
@@ -79,6 +81,7 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(const Data
                                             : c10d::ProcessGroupGloo::createDeviceForHostname(bind));
     options->threads = 2;
     auto store = c10::make_intrusive<c10d::PrefixStore>("sluice/trainer", impl->store);
+    impl->shared = c10::make_intrusive<c10d::PrefixStore>("sluice/shared", impl->store);
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(o.rank),
                                                               static_cast<int>(o.world_size), options);
   } catch (const std::exception& e) {
@@ -198,6 +201,61 @@ Status DataParallelGroup::CheckSame(const std::string& what, uint64_t value) {
   }
   if (differ.empty()) return Status::Ok();
   return Status::FailedPrecondition("data-parallel ranks " + differ + " differ from rank 0 in " + what);
+}
+
+Status DataParallelGroup::SetShared(const std::string& key, const std::string& value) {
+  return Run("setting '" + key + "' in the rendezvous store",
+             [&] { impl_->shared->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
+}
+
+Result<std::string> DataParallelGroup::GetShared(const std::string& key, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(200);
+  for (;;) {
+    bool present = false;
+    SLUICE_RETURN_IF_ERROR(Run("reading the rendezvous store", [&] { present = impl_->shared->check({key}); }));
+    if (present) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::Timeout(Where(options_) + ": '" + key + "' was not set in the rendezvous store within " +
+                             std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+  }
+  std::vector<uint8_t> value;
+  SLUICE_RETURN_IF_ERROR(Run("reading the rendezvous store", [&] { value = impl_->shared->get(key); }));
+  return std::string(value.begin(), value.end());
+}
+
+Status DataParallelGroup::DeleteShared(const std::string& key) {
+  return Run("deleting '" + key + "' from the rendezvous store", [&] { impl_->shared->deleteKey(key); });
+}
+
+struct DataParallelStore::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+DataParallelStore::DataParallelStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DataParallelStore::~DataParallelStore() = default;
+int DataParallelStore::port() const { return impl_->store->getPort(); }
+
+Result<std::unique_ptr<DataParallelStore>> DataParallelStore::Serve(const std::string& host, int port,
+                                                                    std::chrono::milliseconds timeout) {
+  if (port < 0 || port > 65535)
+    return Status::InvalidArgument("rendezvous port " + std::to_string(port) + " is outside 0..65535");
+  auto impl = std::make_unique<Impl>();
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(port);
+    o.isServer = true;
+    o.waitWorkers = false;
+    o.timeout = timeout;
+    impl->store = c10::make_intrusive<c10d::TCPStore>(host, o);
+  } catch (const std::exception& e) {
+    return Status::Unavailable("cannot serve the data-parallel rendezvous store on " + host + ":" +
+                               std::to_string(port) + ": " + ExceptionText(e));
+  }
+  return std::unique_ptr<DataParallelStore>(new DataParallelStore(std::move(impl)));
 }
 
 std::vector<std::vector<size_t>> DataParallelShard(size_t n, int64_t mini_batches, int64_t rank, int64_t world) {

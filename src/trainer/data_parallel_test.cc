@@ -10,7 +10,6 @@
 #include <functional>
 #include <future>
 #include <thread>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "sluice/trainer/trainer.h"
 
@@ -44,21 +43,16 @@ TEST(DataParallelShardTest, RanksPartitionEveryMiniBatch) {
   }
 }
 
-// A store for one test's ranks, on a free loopback port.
+// A store for one test's ranks, on a free loopback port, served as a
+// launcher serves it.
 class Store {
  public:
-  Store() {
-    c10d::TCPStoreOptions o;
-    o.port = 0;
-    o.isServer = true;
-    o.waitWorkers = false;
-    server_ = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
-  }
+  Store() : server_(std::move(DataParallelStore::Serve("127.0.0.1", 0, milliseconds(20000))).value()) {}
   DataParallelOptions Options(int64_t rank, int64_t world, milliseconds timeout = milliseconds(20000)) const {
     DataParallelOptions o;
     o.rank = rank;
     o.world_size = world;
-    o.master_port = server_->getPort();
+    o.master_port = server_->port();
     o.store_served_by_launcher = true;
     o.timeout = timeout;
     o.bucket_bytes = 4096;  // several buckets for the tiny model
@@ -66,7 +60,7 @@ class Store {
   }
 
  private:
-  c10::intrusive_ptr<c10d::TCPStore> server_;
+  std::unique_ptr<DataParallelStore> server_;
 };
 
 // Runs fn(rank) on `world` threads at once; returns each rank's result.
@@ -270,7 +264,26 @@ TEST(DataParallelTrainerTest, AMissingOrDeadRankIsAnErrorNotAHang) {
   }
 }
 
+TEST(DataParallelTrainerTest, RanksShareValuesThroughTheStore) {
+  Store store;
+  auto statuses = OnRanks<Status>(2, [&](int64_t rank) -> Status {
+    SLUICE_ASSIGN_OR_RETURN(auto group, DataParallelGroup::Connect(store.Options(rank, 2)));
+    if (rank == 0) {
+      std::this_thread::sleep_for(milliseconds(100));  // the other rank waits for it
+      return group->SetShared("plan/1", std::string("a\0b", 3));
+    }
+    auto missing = group->GetShared("plan/0", milliseconds(50));
+    if (missing.status().code() != StatusCode::kTimeout) return Status::Internal(missing.status().ToString());
+    SLUICE_ASSIGN_OR_RETURN(std::string value, group->GetShared("plan/1", milliseconds(10000)));
+    if (value != std::string("a\0b", 3)) return Status::Internal("read '" + value + "'");
+    return group->DeleteShared("plan/1");
+  });
+  for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 TEST(DataParallelTrainerTest, BadOptionsAreRefused) {
+  EXPECT_EQ(DataParallelStore::Serve("127.0.0.1", 70000, milliseconds(100)).status().code(),
+            StatusCode::kInvalidArgument);
   DataParallelOptions o;
   o.world_size = 2;
   o.rank = 2;

@@ -130,13 +130,21 @@ struct PipelineOptions {
   // was acked and takes the latest published version as the trained model
   // (docs/python.md, "Trainers in Python").
   std::string trainer_command;
+  // pipeline.processes: trainer processes, data parallel (trainer::
+  // DataParallelGroup over a rendezvous store the launcher serves on
+  // loopback). Rank 0 takes the step's groups from the hub and shares the
+  // step's plan (rows, rewards) through the store; every rank reads its
+  // shard's rows from the hub and trains it, gradients all-reduced; rank 0
+  // publishes, checkpoints and logs. Each rank computes on trainer_threads
+  // (no core lending with more than one rank).
+  int32_t trainer_ranks = 1;
   // Versions a sample may lag the weights it is trained with.
   int64_t EffectiveMaxStaleness() const;
   // Whether the rollout's cores train while it idles (lend_idle_cores in
   // one_step_off or async, with both thread counts set).
   bool Lending() const {
     return lend_idle_cores && (mode == PipelineMode::kOneStepOff || mode == PipelineMode::kAsync) &&
-           rollout_threads > 0 && trainer_threads > 0;
+           rollout_threads > 0 && trainer_threads > 0 && trainer_ranks == 1;
   }
 };
 
@@ -144,7 +152,7 @@ struct PipelineOptions {
 // as `process_threads`, the process's intra-op setting).
 struct ThreadBudget {
   int32_t rollout_engines = 0, threads_per_engine = 0;
-  int32_t trainer_workers = 0, threads_per_worker = 0;
+  int32_t trainer_ranks = 1, trainer_workers = 0, threads_per_worker = 0;  // workers and threads per rank
   int32_t lent_workers = 0;      // trainer workers that run only on the idle rollout's cores
   bool roles_alternate = false;  // direct and sync: rollout and trainer never compute at once
   // Most threads computing at any moment (the light reward thread aside).

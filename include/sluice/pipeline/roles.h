@@ -24,6 +24,10 @@ struct RoleConnection {
   std::string board;    // shared-memory segment of the roles' counters and flags
   int64_t start_step = 0;
   int64_t start_version = 0;
+  // The trainer role with pipeline.trainer_ranks > 1: this process's rank
+  // and the ranks' rendezvous store ("HOST:PORT", served by the launcher).
+  int64_t trainer_rank = 0;
+  std::string trainer_store;
 };
 
 }  // namespace sluice::pipeline

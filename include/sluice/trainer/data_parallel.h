@@ -81,12 +81,40 @@ class DataParallelGroup {
   // (what they disagree on is `what`), on every rank.
   Status CheckSame(const std::string& what, uint64_t value);
 
+  // Small values passed through the rendezvous store, not a collective: one
+  // rank sets a key, the others wait for it (e.g. the leader's plan of a
+  // step, which the others may wait minutes for). GetShared returns Timeout
+  // when the key is not set within `timeout`, Unavailable when the store is
+  // unreachable.
+  Status SetShared(const std::string& key, const std::string& value);
+  Result<std::string> GetShared(const std::string& key, std::chrono::milliseconds timeout);
+  Status DeleteShared(const std::string& key);
+
  private:
   struct Impl;
   DataParallelGroup(const DataParallelOptions& options, std::unique_ptr<Impl> impl);
   Status Run(const std::string& op, const std::function<void()>& fn);
 
   DataParallelOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The rendezvous store of a group, served by a process that is not one of
+// its ranks (as torchrun's agent serves it): a launcher serves it on
+// host:port (0: any free port) and starts the ranks with
+// store_served_by_launcher and master_port = port().
+class DataParallelStore {
+ public:
+  static Result<std::unique_ptr<DataParallelStore>> Serve(const std::string& host, int port,
+                                                          std::chrono::milliseconds timeout);
+  ~DataParallelStore();
+  DataParallelStore(const DataParallelStore&) = delete;
+  DataParallelStore& operator=(const DataParallelStore&) = delete;
+  int port() const;
+
+ private:
+  struct Impl;
+  explicit DataParallelStore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -95,6 +95,12 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(const Data
 int DataParallelGroup::store_port() const { return impl_->store->getPort(); }
 
 Status DataParallelGroup::Run(const std::string& op, const std::function<void()>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  struct Timed {
+    double& total;
+    std::chrono::steady_clock::time_point start;
+    ~Timed() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+  } timed{collective_seconds_, start};
   try {
     fn();
   } catch (const std::exception& e) {

@@ -70,6 +70,9 @@ class DataParallelGroup {
   int64_t size() const { return options_.world_size; }
   // The port the store listens on (rank 0's; master_port elsewhere).
   int store_port() const;
+  // Seconds this rank has spent in collectives so far (waiting for the
+  // others included): what data parallelism costs it.
+  double collective_seconds() const { return collective_seconds_; }
 
   // Sums (or takes the maximum of) each tensor over the ranks, in place.
   // Tensors of one dtype and device are flattened into buckets.
@@ -97,6 +100,7 @@ class DataParallelGroup {
 
   DataParallelOptions options_;
   std::unique_ptr<Impl> impl_;
+  double collective_seconds_ = 0;
 };
 
 // The rendezvous store of a group, served by a process that is not one of

@@ -275,11 +275,15 @@ expect tokenize-chat 0 '"<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant
 echo '{"messages": "not a list"}' > "$tmp/badchat.jsonl"
 expect tokenize-chat-bad 2 'stdin:1: expected a JSON object with a "messages" list' -- \
   sh -c "\"$SLUICE\" tokenize --model \"$qwen\" --chat < \"$tmp/badchat.jsonl\""
-# Started by a launcher as one of several processes: refused, naming the placement; a malformed
-# launcher variable is named.
+# Started by a launcher as one of several processes (each a trainer rank; tests/multihost_test.sh
+# runs them): without the process mode, or with pipeline.trainer_ranks disagreeing with the launch,
+# refused naming the placement; a malformed launcher variable is named.
 expect torchrun-world-2 1 "rank 1 of 2 (local 1 of 2, node 0), rendezvous at 127.0.0.1:29511, from torchrun" -- \
   env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
   "$SLUICE" train run.dir="$tmp/ranked"
+expect torchrun-ranks-disagree 2 "pipeline.trainer_ranks=3, but launched as rank 0 of 2" -- \
+  env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
+  "$SLUICE" train run.dir="$tmp/ranked" pipeline.mode=async pipeline.processes=true pipeline.trainer_ranks=3
 expect slurm-bad-rank 2 "SLURM_PROCID='x'" -- env SLURM_PROCID=x SLURM_NTASKS=2 "$SLUICE" train run.dir="$tmp/ranked"
 # A Qwen3-architecture model with that tokenizer: generate encodes and decodes with it.
 expect init-qwen3 0 "wrote tiny model" -- "$SLUICE" init --preset tiny --model-type qwen3 --tokenizer "$qwen" --out "$tmp/q3"

@@ -1,5 +1,7 @@
 // `sluice train` and `sluice eval`: the synchronous RL run from a YAML config
 // with key=value overrides, and held-out evaluation of a checkpoint.
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -176,6 +178,9 @@ ConfigSchema TrainSchema() {
   s.AddInt("pipeline.trainer_ranks", 1, 1, 256,
            "pipeline.processes: trainer processes, data parallel (gradients all-reduced over Gloo; each trains its "
            "shard of every mini-batch on pipeline.trainer_threads threads); rank 0 publishes and checkpoints");
+  s.AddInt("pipeline.rank_timeout_seconds", 600, 1, 86400,
+           "trainer ranks: how long they wait for each other to meet and in each collective; a dead or "
+           "unreachable rank ends the run after this");
   s.AddEnum("pipeline.train_order", "prompt", {"prompt", "completion"},
             "streaming trainer: each step's own prompts in order (the direct loop's batches), or whole groups as "
             "they complete (sync only: refused where samples may be stale)");
@@ -387,6 +392,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.trainer_threads = static_cast<int32_t>(c.GetInt("pipeline.trainer_threads"));
   o.pipeline.rollout_engines = static_cast<int32_t>(c.GetInt("pipeline.rollout_engines"));
   o.pipeline.trainer_ranks = static_cast<int32_t>(c.GetInt("pipeline.trainer_ranks"));
+  o.pipeline.rank_timeout_seconds = c.GetInt("pipeline.rank_timeout_seconds");
   o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
   o.pipeline.lease_seconds = c.GetInt("pipeline.lease_seconds");
   o.pipeline.stall_seconds = c.GetInt("pipeline.stall_seconds");
@@ -518,10 +524,13 @@ Status RunRoleProcess(const FlagSet& flags, Config& config) {
   SLUICE_ASSIGN_OR_RETURN(c.start_version, flags.GetInt("start-version", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(c.trainer_rank, flags.GetInt("trainer-rank", 0, 255));
   SLUICE_ASSIGN_OR_RETURN(c.trainer_store, flags.GetString("trainer-store"));
+  if (const char* token = std::getenv(pipeline::kHubTokenVariable); token != nullptr) c.hub_token = token;
   if (c.hub.empty() || c.weights.empty() || c.board.empty()) {
     return Status::InvalidArgument("--role needs --hub, --weights and --board (it is started by a launcher)");
   }
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
+  SLUICE_ASSIGN_OR_RETURN(const int64_t ranks, flags.GetInt("trainer-ranks", 0, 256));
+  if (ranks > 0) options.pipeline.trainer_ranks = static_cast<int32_t>(ranks);
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
   SetIntraOpThreads(config.GetInt("run.threads"));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
@@ -532,6 +541,62 @@ Status RunRoleProcess(const FlagSet& flags, Config& config) {
     progress.Update(phase, done, total, r);
   };
   return loop->RunRole(c, report).WithContext(role + " role");
+}
+
+// The IPv4 address `host` names (a numeric address as it is).
+Result<std::string> ResolveIPv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    return Status::Unavailable("cannot resolve the rendezvous host '" + host + "': " + ::gai_strerror(rc));
+  }
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof(text));
+  ::freeaddrinfo(found);
+  return std::string(text);
+}
+
+// Started by torchrun, srun or mpirun as one of world_size processes: each
+// is one trainer rank of one run. Rank 0's process is the run's launcher
+// (hub, rollout, reward, trainer rank 0; its hub listens on the rendezvous
+// host's address, with a token, when that is not loopback); the others
+// train beside it (TrainingRun::RunLaunchedTrainerRank). Errors: the
+// streaming process mode missing, or pipeline.trainer_ranks disagreeing
+// with the launch.
+Status PlaceTrainerRanks(const runtime::ProcessPlacement& p, const Config& config, pipeline::RunOptions* o) {
+  pipeline::PipelineOptions& po = o->pipeline;
+  const std::string launched = "launched as " + p.ToString();
+  if (!po.processes || po.mode == pipeline::PipelineMode::kDirect) {
+    return Status::FailedPrecondition(launched +
+                                      ": each launched process is one trainer rank of the run, which needs "
+                                      "pipeline.processes=true and a streaming pipeline.mode (sync, one_step_off, "
+                                      "async)");
+  }
+  if (po.trainer_ranks != 1 && po.trainer_ranks != p.world_size) {
+    return Status::InvalidArgument("pipeline.trainer_ranks=" + std::to_string(po.trainer_ranks) + ", but " + launched +
+                                   ": each launched process is one trainer rank; leave it unset or set it to " +
+                                   std::to_string(p.world_size));
+  }
+  if (!po.trainer_command.empty()) {
+    return Status::InvalidArgument(launched +
+                                   ": launched trainer ranks are Sluice's trainer; pipeline.trainer_command "
+                                   "replaces it");
+  }
+  SLUICE_ASSIGN_OR_RETURN(const std::string ip, ResolveIPv4(p.master_addr));
+  po.trainer_ranks = static_cast<int32_t>(p.world_size);
+  po.local_trainer_ranks = 1;
+  po.trainer_store = ip + ":" + std::to_string(p.master_port);
+  po.trainer_store_external = p.store_served_by_launcher;
+  po.hub_bind = ip.rfind("127.", 0) == 0 ? "" : "tcp://" + ip + ":0";
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the config as every rank read it
+  for (unsigned char ch : config.ToYaml()) h = (h ^ ch) * 0x100000001b3ull;
+  char digest[17];
+  std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(h));
+  po.config_digest = digest;
+  return Status::Ok();
 }
 
 Status Train(const std::vector<std::string>& args) {
@@ -547,6 +612,8 @@ Status Train(const std::vector<std::string>& args) {
   flags.Add("start-version", "0", "internal (--role): the weight version the run starts at");
   flags.Add("trainer-rank", "0", "internal (--role=trainer): this trainer rank (pipeline.trainer_ranks > 1)");
   flags.Add("trainer-store", "", "internal (--role=trainer): HOST:PORT of the trainer ranks' rendezvous store");
+  flags.Add("trainer-ranks", "0",
+            "internal (--role=trainer): the run's trainer ranks when a launcher placed them (0: the config's)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   ConfigSchema schema = TrainSchema();
   if (flags.help_requested()) {
@@ -562,17 +629,24 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(Config config, Config::Load(schema, config_path, flags.positional()));
   SLUICE_ASSIGN_OR_RETURN(std::string role, flags.GetString("role"));
   if (!role.empty()) return RunRoleProcess(flags, config);
-  // Started by torchrun, srun or mpirun as one of several processes: every
-  // one would train the same run in the same directory. Refused until
-  // trainer ranks across processes exist.
   SLUICE_ASSIGN_OR_RETURN(runtime::ProcessPlacement placement, runtime::PlacementFromEnvironment(std::getenv));
-  if (placement.world_size > 1) {
-    return Status::FailedPrecondition(
-        "launched as " + placement.ToString() +
-        ": training across several launched processes is not built yet; start one `sluice train` per run (it "
-        "starts and supervises its own role processes with pipeline.processes=true)");
-  }
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
+  if (placement.world_size > 1) {
+    SLUICE_RETURN_IF_ERROR(PlaceTrainerRanks(placement, config, &options));
+    if (placement.rank > 0) {
+      SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
+      SetIntraOpThreads(config.GetInt("run.threads"));
+      SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
+      SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
+      SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, std::move(task), options));
+      std::fprintf(stderr, "sluice train: %s, trainer rank %lld of the run at %s\n", placement.ToString().c_str(),
+                   static_cast<long long>(placement.rank), options.pipeline.trainer_store.c_str());
+      SLUICE_RETURN_IF_ERROR(loop->RunLaunchedTrainerRank(options.pipeline.trainer_store, placement.rank,
+                                                          std::chrono::seconds(options.pipeline.rank_timeout_seconds)));
+      std::fprintf(stderr, "trainer rank %lld: done\n", static_cast<long long>(placement.rank));
+      return Status::Ok();
+    }
+  }
   SLUICE_RETURN_IF_ERROR(CheckRunReward(config));
   if (options.pipeline.processes) {
     SLUICE_ASSIGN_OR_RETURN(options.pipeline.role_command, RoleCommand(options.run_dir));

@@ -121,6 +121,9 @@ Status RunOptions::Validate() const {
   if (pipeline.trainer_ranks < 1 || pipeline.trainer_ranks > 256) {
     return bad("pipeline.trainer_ranks", "must be in [1, 256]");
   }
+  if (pipeline.rank_timeout_seconds < 1 || pipeline.rank_timeout_seconds > 86400) {
+    return bad("pipeline.rank_timeout_seconds", "must be in [1, 86400]");
+  }
   if (pipeline.trainer_ranks > 1 && !pipeline.processes) {
     return bad("pipeline.trainer_ranks", "needs pipeline.processes=true (each rank is a process)");
   }

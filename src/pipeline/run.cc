@@ -180,7 +180,11 @@ Result<EvalResult> TrainingRun::Evaluate() { return state_->evaluator->Evaluate(
 Status TrainingRun::PrepareTraining() {
   State& s = *state_;
   const RlOptions& rl = s.options.rl;
-  if (s.options.rl.trainer.loss.kl_coef > 0) {
+  if (s.options.rl.trainer.loss.kl_coef > 0 && s.follower()) {
+    // Rank 0's reference reaches the other trainer ranks with its weights
+    // (Trainer::Create); here only a model of its shape.
+    s.reference = model::CloneModel(*s.policy);
+  } else if (s.options.rl.trainer.loss.kl_coef > 0) {
     // The frozen reference is the policy RL starts from, kept on disk so a
     // resumed run penalizes against the same weights.
     const fs::path ref_dir = fs::path(s.options.run_dir) / "reference";
@@ -194,8 +198,11 @@ Status TrainingRun::PrepareTraining() {
   }
   if (s.options.pipeline.trainer_threads > 0) SetIntraOpThreadsHere(s.options.pipeline.trainer_threads);
   SLUICE_ASSIGN_OR_RETURN(s.trainer, trainer::Trainer::Create(s.policy, s.reference, rl.trainer, s.data_parallel));
+  // Trainer rank 0 alone resumes (the others may be on hosts without the
+  // run's directory), then hands every rank its state.
   bool loaded = false;
-  if (s.options.resume) SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
+  if (s.options.resume && !s.follower()) SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
+  if (s.data_parallel) SLUICE_RETURN_IF_ERROR(s.trainer->SyncFromRankZero());
   if (!loaded && !s.follower()) SLUICE_RETURN_IF_ERROR(MetricsLog::Clear(s.options.run_dir));
   return Status::Ok();
 }

@@ -31,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <set>
 #include <string>
@@ -59,10 +60,18 @@ using std::chrono::milliseconds;
 namespace {
 
 constexpr char kShmPrefix[] = "sluice";
-// pipeline.trainer_ranks > 1: how long the ranks wait for each other in the
-// rendezvous and in a collective (a rank that died or hangs ends the run
-// after this, if the supervisor has not stopped it first).
-constexpr std::chrono::minutes kRankTimeout{10};
+// 32 random hex digits (the hub's token when it listens beyond loopback).
+Result<std::string> RandomToken() {
+  std::ifstream in("/dev/urandom", std::ios::binary);
+  unsigned char bytes[16];
+  if (!in.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) return Status::Unavailable("cannot read /dev/urandom");
+  std::string out;
+  for (unsigned char b : bytes) {
+    out.push_back("0123456789abcdef"[b >> 4]);
+    out.push_back("0123456789abcdef"[b & 15]);
+  }
+  return out;
+}
 
 // The trace part and supervisor name of trainer rank `rank`.
 std::string TrainerRankName(int64_t rank) {
@@ -342,6 +351,12 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   } finish_trace{s};
 
   tq::ServerOptions so;
+  if (!po.hub_bind.empty()) {
+    so.bind = po.hub_bind;
+    if (!tq::IsLoopbackEndpoint(so.bind)) {
+      SLUICE_ASSIGN_OR_RETURN(so.token, RandomToken());
+    }
+  }
   so.controller.columns = HubColumns();
   so.controller.tasks = HubTasks();
   so.shm_bytes = HubBytes(s.options);
@@ -403,21 +418,51 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
                        << " (version " << s.version << " published), run info " << info_path;
     }
     // pipeline.trainer_ranks > 1: the ranks' rendezvous store, served here
-    // on loopback for as long as they run.
+    // (on loopback unless the launcher placed ranks elsewhere) for as long
+    // as they run, or the launcher's agent's.
     std::unique_ptr<trainer::DataParallelStore> rank_store;
+    std::string store_at;
+    const std::chrono::seconds rank_timeout(po.rank_timeout_seconds);
+    const int64_t local_ranks = po.local_trainer_ranks > 0 ? po.local_trainer_ranks : po.trainer_ranks;
     if (po.trainer_ranks > 1) {
-      SLUICE_ASSIGN_OR_RETURN(rank_store, trainer::DataParallelStore::Serve("127.0.0.1", 0, kRankTimeout));
+      std::string host = "127.0.0.1";
+      int port = 0;
+      if (!po.trainer_store.empty()) {
+        SLUICE_RETURN_IF_ERROR(ParseListenAddress(po.trainer_store, &host, &port).WithContext("the ranks' store"));
+      }
+      if (po.trainer_store_external) {
+        SLUICE_ASSIGN_OR_RETURN(rank_store, trainer::DataParallelStore::Connect(host, port, rank_timeout));
+      } else {
+        SLUICE_ASSIGN_OR_RETURN(rank_store, trainer::DataParallelStore::Serve(host, port, rank_timeout));
+      }
+      store_at = host + ":" + std::to_string(rank_store->port());
+      if (local_ranks < po.trainer_ranks) {
+        const nlohmann::json info = {{"hub", server->endpoint()},
+                                     {"token", so.token},
+                                     {"start_step", s.step},
+                                     {"start_version", s.version},
+                                     {"config_digest", po.config_digest}};
+        SLUICE_RETURN_IF_ERROR(rank_store->SetShared(kRanksRunInfoKey, info.dump()));
+      }
     }
+    // However the run ends, ranks elsewhere stop waiting for rank 0's plans.
+    struct EndForRanks {
+      trainer::DataParallelStore* store;
+      ~EndForRanks() {
+        if (store != nullptr) (void)store->SetShared(kRanksEndedKey, "1");
+      }
+    } end_for_ranks{rank_store.get()};
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
     std::vector<StallWatch::Role> watched;
     std::vector<std::pair<PipelineRole, int64_t>> processes;  // role, trainer rank
-    for (int64_t r = 0; r < (external ? 1 : po.trainer_ranks); ++r) processes.emplace_back(PipelineRole::kTrainer, r);
+    for (int64_t r = 0; r < (external ? 1 : local_ranks); ++r) processes.emplace_back(PipelineRole::kTrainer, r);
     processes.emplace_back(PipelineRole::kRollout, 0);
     processes.emplace_back(PipelineRole::kReward, 0);
     for (const auto& [role, rank] : processes) {
       runtime::ChildSpec spec;
       spec.name = role == PipelineRole::kTrainer ? TrainerRankName(rank) : PipelineRoleName(role);
       spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
+      if (!so.token.empty()) spec.env[kHubTokenVariable] = so.token;  // not on the command line (ps shows it)
       if (role == PipelineRole::kTrainer && external) {
         spec.path = "/bin/sh";
         spec.args = {"-c", po.trainer_command};
@@ -439,7 +484,8 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
       spec.args.push_back("--start-version=" + std::to_string(s.version));
       if (rank_store) {
         spec.args.push_back("--trainer-rank=" + std::to_string(rank));
-        spec.args.push_back("--trainer-store=127.0.0.1:" + std::to_string(rank_store->port()));
+        spec.args.push_back("--trainer-store=" + store_at);
+        spec.args.push_back("--trainer-ranks=" + std::to_string(po.trainer_ranks));  // a launcher may have set them
       }
       SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting the " + spec.name + " role"));
       // The board's heartbeats are per role: rank 0's stands for the trainer.
@@ -450,7 +496,15 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
     // A trainer command that exits 0 before acking every answer would leave
     // the rollout waiting for its progress: that ends the run.
     bool checked_exit = false;
+    auto next_refusal_check = std::chrono::steady_clock::now();
     auto check = [&]() -> Status {
+      // A trainer rank launched elsewhere that refused the run (once a second).
+      if (rank_store && local_ranks < po.trainer_ranks && std::chrono::steady_clock::now() >= next_refusal_check) {
+        next_refusal_check = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        if (Result<std::string> why = rank_store->GetShared(kRanksRefusedKey, milliseconds(0)); why.ok()) {
+          return Status::FailedPrecondition(*why);
+        }
+      }
       if (external && !checked_exit && supervisor->HasExited(PipelineRoleName(PipelineRole::kTrainer))) {
         checked_exit = true;
         SLUICE_RETURN_IF_ERROR(StreamRoles::CheckExternalTrainerAcked(s, local));
@@ -499,17 +553,28 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     return Status::InvalidArgument("a role process needs a streaming pipeline.mode");
   s.step = c.start_step;
   s.version = c.start_version;
-  SLUICE_ASSIGN_OR_RETURN(MappedBoard mapped, OpenBoard(c.board));
-  RoleBoard& board = *mapped.board;
+  if (c.remote && (c.role != PipelineRole::kTrainer || c.trainer_rank == 0)) {
+    return Status::InvalidArgument("only trainer ranks above 0 run on other hosts");
+  }
+  // A rank on another host has no board: one of its own, which nobody else reads.
+  MappedBoard mapped;
+  RoleBoard own_board{};
+  if (!c.remote) {
+    SLUICE_ASSIGN_OR_RETURN(mapped, OpenBoard(c.board));
+  }
+  RoleBoard& board = c.remote ? own_board : *mapped.board;
   tq::RemoteOptions ro;
-  ro.shm = tq::ShmMode::kAuto;
+  ro.token = c.hub_token;
+  ro.shm = c.remote ? tq::ShmMode::kOff : tq::ShmMode::kAuto;
   SLUICE_ASSIGN_OR_RETURN(tq::RemoteQueue queue, tq::ConnectTransferQueue(c.hub, ro));
   tq::TransferQueueClient client = queue.client();
   auto stopping = [] { return false; };  // the launcher stops a role process by signal
 
   const bool follower = c.role == PipelineRole::kTrainer && c.trainer_rank > 0;
-  SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(
-      s, c.role == PipelineRole::kTrainer ? TrainerRankName(c.trainer_rank) : PipelineRoleName(c.role)));
+  if (!c.remote) {  // (another host's trace would not reach the run's directory)
+    SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(
+        s, c.role == PipelineRole::kTrainer ? TrainerRankName(c.trainer_rank) : PipelineRoleName(c.role)));
+  }
   Status done;
   switch (c.role) {
     case PipelineRole::kTrainer: {
@@ -518,7 +583,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
         dp.rank = c.trainer_rank;
         dp.world_size = po.trainer_ranks;
         dp.store_served_by_launcher = true;
-        dp.timeout = kRankTimeout;
+        dp.timeout = std::chrono::seconds(po.rank_timeout_seconds);
         if (Status parsed = ParseListenAddress(c.trainer_store, &dp.master_addr, &dp.master_port); !parsed.ok()) {
           return Status::InvalidArgument("pipeline.trainer_ranks > 1: --trainer-store: " + parsed.message());
         }
@@ -528,7 +593,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
                                        " of a run with pipeline.trainer_ranks=1");
       }
       SLUICE_RETURN_IF_ERROR(PrepareTraining());
-      if (s.step != c.start_step || s.version != c.start_version) {
+      if (!follower && (s.step != c.start_step || s.version != c.start_version)) {
         return Status::FailedPrecondition("the trainer resumed at step " + std::to_string(s.step) +
                                           ", the launcher at " + std::to_string(c.start_step));
       }
@@ -577,6 +642,46 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     SLUICE_LOG(WARNING) << "run.trace: " << traced.ToString();
   }
   return done;
+}
+
+Status TrainingRun::RunLaunchedTrainerRank(const std::string& store, int64_t rank, std::chrono::milliseconds wait) {
+  const PipelineOptions& po = state_->options.pipeline;
+  const std::string who = "trainer rank " + std::to_string(rank) + " of " + std::to_string(po.trainer_ranks);
+  if (rank < 1 || rank >= po.trainer_ranks) return Status::InvalidArgument(who + ": not a rank above 0 of the run");
+  std::string host;
+  int port = 0;
+  SLUICE_RETURN_IF_ERROR(ParseListenAddress(store, &host, &port).WithContext(who + ": the ranks' store"));
+  SLUICE_ASSIGN_OR_RETURN(auto client, trainer::DataParallelStore::Connect(host, port, wait));
+  Result<std::string> text = client->GetShared(kRanksRunInfoKey, wait);
+  if (!text.ok()) {
+    return Status::Unavailable(who + ": rank 0's `sluice train` published no run in the store at " + store +
+                               " within " + std::to_string(wait.count() / 1000) + " s (" + text.status().message() +
+                               ")");
+  }
+  const nlohmann::json info = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!info.is_object() || !info.contains("hub") || !info["hub"].is_string() || !info.contains("token") ||
+      !info["token"].is_string() || !info.contains("start_step") || !info["start_step"].is_number_integer() ||
+      !info.contains("start_version") || !info["start_version"].is_number_integer() ||
+      !info.contains("config_digest") || !info["config_digest"].is_string()) {
+    return Status::DataLoss(who + ": the run rank 0 published in the store is malformed: " + text->substr(0, 200));
+  }
+  if (info["config_digest"].get<std::string>() != po.config_digest) {
+    const Status refused = Status::FailedPrecondition(
+        who + ": this process's config (digest " + po.config_digest + ") differs from rank 0's (digest " +
+        info["config_digest"].get<std::string>() + "): start every rank with the same config and overrides");
+    (void)client->SetShared(kRanksRefusedKey, refused.message());  // rank 0's launcher stops the run
+    return refused;
+  }
+  RoleConnection c;
+  c.role = PipelineRole::kTrainer;
+  c.hub = info["hub"].get<std::string>();
+  c.hub_token = info["token"].get<std::string>();
+  c.start_step = info["start_step"].get<int64_t>();
+  c.start_version = info["start_version"].get<int64_t>();
+  c.trainer_rank = rank;
+  c.trainer_store = store;
+  c.remote = true;
+  return RunRole(c, nullptr);
 }
 
 }  // namespace sluice::pipeline

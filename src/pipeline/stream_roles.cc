@@ -958,6 +958,9 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
     Result<std::string> bytes = Status::Timeout("");
     while (bytes.status().code() == StatusCode::kTimeout) {
       if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
+      if (ranks.GetShared(kRanksEndedKey, std::chrono::milliseconds(0)).ok()) {
+        return Status::Aborted("the run ended before step " + std::to_string(step) + " (rank 0's launcher says)");
+      }
       bytes = ranks.GetShared(StepPlanKey(step), std::chrono::seconds(1));
     }
     SLUICE_RETURN_IF_ERROR(bytes.status());

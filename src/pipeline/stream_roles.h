@@ -121,6 +121,16 @@ class RoleDoing {
   const int64_t start_us_;  // -1: not traced
 };
 
+// Keys in the trainer ranks' store (pipeline.trainer_ranks > 1), besides
+// each step's plan: what rank 0's launcher tells ranks launched elsewhere
+// (JSON: hub, token, start_step, start_version, config_digest), and that
+// the run has ended (set however it ends; the ranks then stop waiting).
+inline constexpr char kRanksRunInfoKey[] = "run";
+inline constexpr char kRanksEndedKey[] = "ended";
+// Set by a launched rank that refuses the run (why): rank 0's launcher then
+// stops the run instead of waiting for it.
+inline constexpr char kRanksRefusedKey[] = "refused";
+
 // The hub's two partitions and three consuming tasks:
 //   prompts   one row per prompt (group id = its cursor in the run's prompt
 //             order; columns prompt, example, reference_answer), written by

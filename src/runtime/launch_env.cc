@@ -101,6 +101,8 @@ Result<ProcessPlacement> FromTorchrun(const Getenv& getenv) {
   SLUICE_ASSIGN_OR_RETURN(p.local_rank, CountOr(getenv, "LOCAL_RANK", p.rank));
   SLUICE_ASSIGN_OR_RETURN(p.local_world_size, CountOr(getenv, "LOCAL_WORLD_SIZE", p.world_size));
   SLUICE_ASSIGN_OR_RETURN(p.node_rank, CountOr(getenv, "GROUP_RANK", 0));
+  const char* agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  p.store_served_by_launcher = agent_store != nullptr && std::string_view(agent_store) == "True";
   if (p.world_size > 1 && getenv("MASTER_ADDR") == nullptr) {
     return Status::InvalidArgument("RANK and WORLD_SIZE are set but MASTER_ADDR is not: torchrun sets them together");
   }

@@ -1,7 +1,13 @@
 #include "sluice/trainer/data_parallel.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <thread>
@@ -19,6 +25,32 @@ std::string ExceptionText(const std::exception& e) {
   return e.what();
 }
 
+// The address of this host's interface on the route to `host` (a UDP
+// socket connected there sends nothing; getsockname says which source the
+// kernel chose). What peers reach this rank at when the group spans hosts.
+Result<std::string> LocalAddressToward(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), std::to_string(port > 0 ? port : 1).c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    return Status::Unavailable("cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  }
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  const bool ok = fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  if (!ok) return Status::Unavailable("no route to '" + host + "': " + std::strerror(err));
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
+  return std::string(text);
+}
+
 bool IsLoopback(const std::string& address) {
   return address == "localhost" || address == "::1" || address.rfind("127.", 0) == 0;
 }
@@ -26,6 +58,41 @@ bool IsLoopback(const std::string& address) {
 std::string Where(const DataParallelOptions& o) {
   return "data-parallel rank " + std::to_string(o.rank) + " of " + std::to_string(o.world_size);
 }
+
+// Runs a store call; Unavailable naming `who` and `what` if it throws.
+template <typename Fn>
+Status StoreCall(const std::string& who, const std::string& what, Fn fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return Status::Unavailable(who + ": " + what + " failed: " + ExceptionText(e));
+  }
+  return Status::Ok();
+}
+
+// Polls `store` for `key` (backing off to 20 ms) and reads it; Timeout if
+// it is not set within `timeout`.
+Result<std::string> WaitForKey(c10d::Store& store, const std::string& key, std::chrono::milliseconds timeout,
+                               const std::string& who) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(200);
+  for (;;) {
+    bool present = false;
+    SLUICE_RETURN_IF_ERROR(StoreCall(who, "reading the rendezvous store", [&] { present = store.check({key}); }));
+    if (present) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::Timeout(who + ": '" + key + "' was not set in the rendezvous store within " +
+                             std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+  }
+  std::vector<uint8_t> value;
+  SLUICE_RETURN_IF_ERROR(StoreCall(who, "reading the rendezvous store", [&] { value = store.get(key); }));
+  return std::string(value.begin(), value.end());
+}
+
+constexpr char kSharedPrefix[] = "sluice/shared";
 
 }  // namespace
 
@@ -61,6 +128,13 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(const Data
   SLUICE_RETURN_IF_ERROR(o.Validate());
   auto impl = std::make_unique<Impl>();
   const std::string store_at = o.master_addr + ":" + std::to_string(o.master_port);
+  std::string bind = o.bind_address;
+  if (bind.empty() && IsLoopback(o.master_addr)) bind = "127.0.0.1";
+  if (bind.empty()) {
+    Result<std::string> toward = LocalAddressToward(o.master_addr, o.master_port);
+    if (!toward.ok()) return toward.status().WithContext(Where(o) + ": choosing the address to bind");
+    bind = *toward;
+  }
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<uint16_t>(o.master_port);
@@ -75,13 +149,10 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(const Data
   }
   try {
     auto options = c10d::ProcessGroupGloo::Options::create(o.timeout);
-    std::string bind = o.bind_address;
-    if (bind.empty() && IsLoopback(o.master_addr)) bind = "127.0.0.1";
-    options->devices.push_back(bind.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                            : c10d::ProcessGroupGloo::createDeviceForHostname(bind));
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(bind));
     options->threads = 2;
     auto store = c10::make_intrusive<c10d::PrefixStore>("sluice/trainer", impl->store);
-    impl->shared = c10::make_intrusive<c10d::PrefixStore>("sluice/shared", impl->store);
+    impl->shared = c10::make_intrusive<c10d::PrefixStore>(kSharedPrefix, impl->store);
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(o.rank),
                                                               static_cast<int>(o.world_size), options);
   } catch (const std::exception& e) {
@@ -215,22 +286,7 @@ Status DataParallelGroup::SetShared(const std::string& key, const std::string& v
 }
 
 Result<std::string> DataParallelGroup::GetShared(const std::string& key, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto pause = std::chrono::microseconds(200);
-  for (;;) {
-    bool present = false;
-    SLUICE_RETURN_IF_ERROR(Run("reading the rendezvous store", [&] { present = impl_->shared->check({key}); }));
-    if (present) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status::Timeout(Where(options_) + ": '" + key + "' was not set in the rendezvous store within " +
-                             std::to_string(timeout.count()) + " ms");
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
-  }
-  std::vector<uint8_t> value;
-  SLUICE_RETURN_IF_ERROR(Run("reading the rendezvous store", [&] { value = impl_->shared->get(key); }));
-  return std::string(value.begin(), value.end());
+  return WaitForKey(*impl_->shared, key, timeout, Where(options_));
 }
 
 Status DataParallelGroup::DeleteShared(const std::string& key) {
@@ -239,29 +295,61 @@ Status DataParallelGroup::DeleteShared(const std::string& key) {
 
 struct DataParallelStore::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::PrefixStore> shared;
+  std::string where;
 };
 
 DataParallelStore::DataParallelStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DataParallelStore::~DataParallelStore() = default;
 int DataParallelStore::port() const { return impl_->store->getPort(); }
 
-Result<std::unique_ptr<DataParallelStore>> DataParallelStore::Serve(const std::string& host, int port,
-                                                                    std::chrono::milliseconds timeout) {
-  if (port < 0 || port > 65535)
-    return Status::InvalidArgument("rendezvous port " + std::to_string(port) + " is outside 0..65535");
-  auto impl = std::make_unique<Impl>();
+namespace {
+
+Result<std::unique_ptr<DataParallelStore::Impl>> OpenStore(const std::string& host, int port, bool serve,
+                                                           std::chrono::milliseconds timeout) {
+  const std::string where = host + ":" + std::to_string(port);
+  if (port < (serve ? 0 : 1) || port > 65535) {
+    return Status::InvalidArgument("rendezvous port " + std::to_string(port) + " is outside " + (serve ? "0" : "1") +
+                                   "..65535");
+  }
+  auto impl = std::make_unique<DataParallelStore::Impl>();
   try {
     c10d::TCPStoreOptions o;
     o.port = static_cast<uint16_t>(port);
-    o.isServer = true;
+    o.isServer = serve;
     o.waitWorkers = false;
     o.timeout = timeout;
     impl->store = c10::make_intrusive<c10d::TCPStore>(host, o);
+    impl->shared = c10::make_intrusive<c10d::PrefixStore>(kSharedPrefix, impl->store);
   } catch (const std::exception& e) {
-    return Status::Unavailable("cannot serve the data-parallel rendezvous store on " + host + ":" +
-                               std::to_string(port) + ": " + ExceptionText(e));
+    return Status::Unavailable(std::string("cannot ") + (serve ? "serve" : "reach") +
+                               " the data-parallel rendezvous store at " + where + ": " + ExceptionText(e));
   }
+  impl->where = "the rendezvous store at " + host + ":" + std::to_string(impl->store->getPort());
+  return impl;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DataParallelStore>> DataParallelStore::Serve(const std::string& host, int port,
+                                                                    std::chrono::milliseconds timeout) {
+  SLUICE_ASSIGN_OR_RETURN(auto impl, OpenStore(host, port, /*serve=*/true, timeout));
   return std::unique_ptr<DataParallelStore>(new DataParallelStore(std::move(impl)));
+}
+
+Result<std::unique_ptr<DataParallelStore>> DataParallelStore::Connect(const std::string& host, int port,
+                                                                      std::chrono::milliseconds timeout) {
+  SLUICE_ASSIGN_OR_RETURN(auto impl, OpenStore(host, port, /*serve=*/false, timeout));
+  return std::unique_ptr<DataParallelStore>(new DataParallelStore(std::move(impl)));
+}
+
+Status DataParallelStore::SetShared(const std::string& key, const std::string& value) {
+  return StoreCall(impl_->where, "setting '" + key + "'",
+                   [&] { impl_->shared->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
+}
+
+Result<std::string> DataParallelStore::GetShared(const std::string& key, std::chrono::milliseconds timeout) {
+  return WaitForKey(*impl_->shared, key, timeout, impl_->where);
 }
 
 std::vector<std::vector<size_t>> DataParallelShard(size_t n, int64_t mini_batches, int64_t rank, int64_t world) {

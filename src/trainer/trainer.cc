@@ -90,14 +90,27 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transfor
   std::unique_ptr<Trainer> trainer(new Trainer(std::move(policy), std::move(reference), options, data_parallel));
   if (data_parallel && data_parallel->size() > 1) {
     SLUICE_RETURN_IF_ERROR(data_parallel->CheckSame("trainer options or model shapes", trainer->Fingerprint()));
-    std::vector<torch::Tensor> weights;
-    for (auto& [name, p] : trainer->params_) weights.push_back(p.detach());
-    if (trainer->reference_) {
-      for (auto& p : trainer->reference_->parameters()) weights.push_back(p.detach());
-    }
-    SLUICE_RETURN_IF_ERROR(data_parallel->Broadcast(weights, 0));
+    SLUICE_RETURN_IF_ERROR(trainer->SyncFromRankZero());
   }
   return trainer;
+}
+
+Status Trainer::SyncFromRankZero() {
+  if (!data_parallel_ || data_parallel_->size() == 1) return Status::Ok();
+  std::vector<torch::Tensor> state;
+  for (auto& [name, p] : params_) {
+    state.push_back(p.detach());
+    state.push_back(exp_avg_.at(name));
+    state.push_back(exp_avg_sq_.at(name));
+  }
+  if (reference_) {
+    for (auto& p : reference_->parameters()) state.push_back(p.detach());
+  }
+  torch::Tensor steps = torch::tensor({optimizer_steps_}, torch::kInt64);
+  state.push_back(steps);
+  SLUICE_RETURN_IF_ERROR(data_parallel_->Broadcast(state, 0));
+  optimizer_steps_ = steps.item<int64_t>();
+  return Status::Ok();
 }
 
 namespace {

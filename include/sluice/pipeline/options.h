@@ -138,6 +138,23 @@ struct PipelineOptions {
   // publishes, checkpoints and logs. Each rank computes on trainer_threads
   // (no core lending with more than one rank).
   int32_t trainer_ranks = 1;
+  // How long trainer ranks wait for each other: to meet at the start (a
+  // rank launched elsewhere waits this long for rank 0's run) and in every
+  // collective of a step. A dead or unreachable rank ends the run after it.
+  int64_t rank_timeout_seconds = 600;
+  // Where the ranks are, when a launcher (torchrun, Slurm, Open MPI) started
+  // one `sluice train` per rank (set by the front end from the launcher's
+  // variables, not config keys): the ranks' store at HOST:PORT (empty: this
+  // launcher serves one on loopback), whether the launcher's agent serves
+  // it already, how many ranks this process starts itself (0: all; the
+  // others run in the launched processes), and the hub's bind (empty:
+  // loopback; then a token is required and passed on).
+  std::string trainer_store;
+  bool trainer_store_external = false;
+  int32_t local_trainer_ranks = 0;
+  std::string hub_bind;
+  // A digest of the run's config, which every launched rank must share.
+  std::string config_digest;
   // Versions a sample may lag the weights it is trained with.
   int64_t EffectiveMaxStaleness() const;
   // Whether the rollout's cores train while it idles (lend_idle_cores in

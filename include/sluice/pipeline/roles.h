@@ -17,6 +17,9 @@ Result<PipelineRole> ParsePipelineRole(const std::string& name);  // trainer, ro
 std::string PipelineRoleName(PipelineRole role);
 
 // What a role process is told by its launcher.
+// The environment variable a role process finds the hub's token in.
+inline constexpr char kHubTokenVariable[] = "SLUICE_HUB_TOKEN";
+
 struct RoleConnection {
   PipelineRole role = PipelineRole::kTrainer;
   std::string hub;      // TransferQueue server endpoint (same-host shared memory when available)
@@ -28,6 +31,12 @@ struct RoleConnection {
   // and the ranks' rendezvous store ("HOST:PORT", served by the launcher).
   int64_t trainer_rank = 0;
   std::string trainer_store;
+  // The hub's token (required when it listens beyond loopback).
+  std::string hub_token;
+  // A trainer rank launched on another host (torchrun, Slurm, Open MPI): no
+  // role board or shared memory there; the hub over TCP, and the run's end
+  // from the ranks' store.
+  bool remote = false;
 };
 
 }  // namespace sluice::pipeline

@@ -30,6 +30,9 @@ struct ProcessPlacement {
   int64_t node_rank = 0;  // this host's index among the job's hosts
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // torchrun's default
+  // torchrun's agent already serves the TCPStore at master_addr:master_port
+  // (TORCHELASTIC_USE_AGENT_STORE=True): rank 0 must not serve another.
+  bool store_served_by_launcher = false;
 
   std::string ToString() const;  // e.g. "rank 3 of 8 (local 1 of 4, node 0), rendezvous at host:29500, from slurm"
 };

@@ -41,8 +41,8 @@ struct DataParallelOptions {
   int master_port = 29500;
   bool store_served_by_launcher = false;
   // The address this rank's Gloo transport binds and is reached at. Empty:
-  // loopback when master_addr is a loopback address, else the address this
-  // host's name resolves to.
+  // loopback when master_addr is a loopback address, else this host's
+  // address on the route to master_addr.
   std::string bind_address;
   // Bounds the rendezvous and every collective.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
@@ -111,13 +111,21 @@ class DataParallelStore {
  public:
   static Result<std::unique_ptr<DataParallelStore>> Serve(const std::string& host, int port,
                                                           std::chrono::milliseconds timeout);
+  // A client of a store served elsewhere (torchrun's agent, another host's
+  // launcher). Unavailable when it cannot be reached within `timeout`.
+  static Result<std::unique_ptr<DataParallelStore>> Connect(const std::string& host, int port,
+                                                            std::chrono::milliseconds timeout);
   ~DataParallelStore();
   DataParallelStore(const DataParallelStore&) = delete;
   DataParallelStore& operator=(const DataParallelStore&) = delete;
   int port() const;
+  // The values DataParallelGroup::SetShared / GetShared pass (one namespace).
+  Status SetShared(const std::string& key, const std::string& value);
+  Result<std::string> GetShared(const std::string& key, std::chrono::milliseconds timeout);
+
+  struct Impl;  // data_parallel.cc's
 
  private:
-  struct Impl;
   explicit DataParallelStore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -84,6 +84,10 @@ class Trainer {
                               std::function<void(int32_t)> done_running = {});
   model::Transformer& policy() { return *policy_; }
   const std::shared_ptr<DataParallelGroup>& data_parallel() const { return data_parallel_; }
+  // With data-parallel ranks (a collective): every rank takes rank 0's
+  // weights, reference weights, optimizer moments and step count (Create
+  // does it once; again after rank 0 alone loaded a checkpoint).
+  Status SyncFromRankZero();
 
  private:
   Trainer(std::shared_ptr<model::Transformer> policy, std::shared_ptr<model::Transformer> reference,

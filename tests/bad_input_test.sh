@@ -118,6 +118,7 @@ train-trainer-command  | 2 | pipeline.trainer_command: needs pipeline.processes 
 train-ranks-threads    | 2 | pipeline.trainer_ranks: needs pipeline.processes     | train pipeline.mode=async pipeline.trainer_ranks=2
 train-ranks-command    | 2 | pipeline.trainer_command replaces that trainer       | train pipeline.mode=async pipeline.processes=true pipeline.trainer_ranks=2 pipeline.trainer_command=true
 train-ranks-range      | 2 | pipeline.trainer_ranks                               | train pipeline.mode=async pipeline.processes=true pipeline.trainer_ranks=0
+train-restarts-threads | 2 | pipeline.max_restarts: restarts Sluice's role        | train pipeline.mode=async pipeline.max_restarts=2
 yaml-syntax            | 2 | yaml-syntax.yaml                                     | train --config=yaml-syntax.yaml
 yaml-type              | 2 | rl.steps                                             | train --config=yaml-type.yaml
 yaml-group             | 2 | rl.group_size                                        | train --config=yaml-group.yaml

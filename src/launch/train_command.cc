@@ -178,6 +178,9 @@ ConfigSchema TrainSchema() {
   s.AddInt("pipeline.trainer_ranks", 1, 1, 256,
            "pipeline.processes: trainer processes, data parallel (gradients all-reduced over Gloo; each trains its "
            "shard of every mini-batch on pipeline.trainer_threads threads); rank 0 publishes and checkpoints");
+  s.AddInt("pipeline.max_restarts", 0, 0, 100,
+           "pipeline.processes: when a role process fails or dies, start all of them again from the latest "
+           "checkpoint, up to this many times (back-off 1-30 s); 0: a failure ends the run");
   s.AddInt("pipeline.rank_timeout_seconds", 600, 1, 86400,
            "trainer ranks: how long they wait for each other to meet and in each collective; a dead or "
            "unreachable rank ends the run after this");
@@ -393,6 +396,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.rollout_engines = static_cast<int32_t>(c.GetInt("pipeline.rollout_engines"));
   o.pipeline.trainer_ranks = static_cast<int32_t>(c.GetInt("pipeline.trainer_ranks"));
   o.pipeline.rank_timeout_seconds = c.GetInt("pipeline.rank_timeout_seconds");
+  o.pipeline.max_restarts = c.GetInt("pipeline.max_restarts");
   o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
   o.pipeline.lease_seconds = c.GetInt("pipeline.lease_seconds");
   o.pipeline.stall_seconds = c.GetInt("pipeline.stall_seconds");

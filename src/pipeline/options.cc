@@ -118,6 +118,14 @@ Status RunOptions::Validate() const {
       return bad("pipeline.trainer_command", "must be a command line (it is blank or holds a NUL byte)");
     }
   }
+  if (pipeline.max_restarts < 0 || pipeline.max_restarts > 100) {
+    return bad("pipeline.max_restarts", "must be in [0, 100]");
+  }
+  if (pipeline.max_restarts > 0 && (!pipeline.processes || !pipeline.trainer_command.empty())) {
+    return bad("pipeline.max_restarts",
+               "restarts Sluice's role processes: needs pipeline.processes=true and no "
+               "pipeline.trainer_command");
+  }
   if (pipeline.trainer_ranks < 1 || pipeline.trainer_ranks > 256) {
     return bad("pipeline.trainer_ranks", "must be in [1, 256]");
   }

@@ -35,6 +35,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "metrics_log.h"
@@ -318,6 +319,28 @@ std::optional<std::string> BuiltPythonPackage(const std::string& sluice_exe) {
 Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   State& s = *state_;
   const PipelineOptions& po = s.options.pipeline;
+  // Ranks elsewhere cannot be started again from here.
+  const bool restartable = po.local_trainer_ranks == 0 || po.local_trainer_ranks >= po.trainer_ranks;
+  for (int64_t restarts = 0;; ++restarts) {
+    Status ran = RunProcessesOnce(stop, restarts > 0);
+    if (ran.ok() || restarts >= po.max_restarts || !restartable || (stop != nullptr && stop->load())) return ran;
+    const auto backoff = std::chrono::seconds(std::min<int64_t>(30, int64_t{1} << std::min<int64_t>(restarts, 5)));
+    SLUICE_LOG(WARNING) << "the run's processes failed (" << ran.ToString() << "); restart " << restarts + 1 << " of "
+                        << po.max_restarts << " from the latest checkpoint in " << backoff.count() << " s";
+    for (auto until = std::chrono::steady_clock::now() + backoff; std::chrono::steady_clock::now() < until;) {
+      if (stop != nullptr && stop->load()) return ran;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    bool loaded = false;
+    SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded).WithContext("restarting"));
+    SLUICE_LOG(INFO) << "restarting from "
+                     << (loaded ? "the checkpoint of step " + std::to_string(s.step) : "the start (no checkpoint yet)");
+  }
+}
+
+Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed) {
+  State& s = *state_;
+  const PipelineOptions& po = s.options.pipeline;
   if (po.role_command.empty()) {
     return Status::FailedPrecondition("pipeline.processes needs a role command (set by the sluice front end)");
   }
@@ -476,6 +499,7 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
       }
       spec.path = po.role_command.front();
       spec.args.assign(po.role_command.begin() + 1, po.role_command.end());
+      if (resumed) spec.args.push_back("run.resume=true");  // the trainer takes up the checkpoint
       spec.args.push_back("--role=" + PipelineRoleName(role));
       spec.args.push_back("--hub=" + server->endpoint());
       spec.args.push_back("--weights=" + store_name);

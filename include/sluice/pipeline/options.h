@@ -130,6 +130,14 @@ struct PipelineOptions {
   // was acked and takes the latest published version as the trained model
   // (docs/python.md, "Trainers in Python").
   std::string trainer_command;
+  // pipeline.processes: when a role process fails or dies (or stalls, with
+  // stop_on_stall), stop the others and start them all again from the
+  // run's latest checkpoint, up to this many times (back-off 1, 2, 4, ...
+  // 30 s). Steps after that checkpoint are trained again, with the same
+  // prompts (each step's prompts follow from its number), so every prompt is
+  // trained once in what the run keeps. 0: a failure ends the run. Not with
+  // trainer ranks on other hosts, nor pipeline.trainer_command.
+  int64_t max_restarts = 0;
   // pipeline.processes: trainer processes, data parallel (trainer::
   // DataParallelGroup over a rendezvous store the launcher serves on
   // loopback). Rank 0 takes the step's groups from the hub and shares the

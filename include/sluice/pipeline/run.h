@@ -84,6 +84,9 @@ class TrainingRun {
   Status PrepareTraining();                                // reference model, trainer, resume
   Status TrainStreaming(const ProgressFn& progress);       // stream_train.cc: roles as threads
   Status TrainInProcesses(const std::atomic<bool>* stop);  // stream_launch.cc (the trainer role reports progress)
+  // One start of the role processes; `resumed`: they resume from the run's
+  // latest checkpoint (a restart after a failure).
+  Status RunProcessesOnce(const std::atomic<bool>* stop, bool resumed);
   explicit TrainingRun(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

@@ -163,6 +163,12 @@ for a, b in zip(one, two):
     for key in ("loss", "pg_loss", "grad_norm", "entropy", "reward_mean"):
         assert abs(a[key] - b[key]) <= 1e-5 * (1 + abs(a[key])), (a["step"], key, a[key], b[key])
 assert any(a["grad_norm"] > 0 for a in one), "some step had a gradient"
+# Per-rank figures on rank 0's line: every rank trained part of each step, and the report draws them.
+for b in two:
+    assert len(b["rank_tokens"]) == len(b["rank_train_seconds"]) == len(b["rank_collective_seconds"]) == 2, b
+    assert min(b["rank_tokens"]) > 0 and min(b["rank_train_seconds"]) > 0, b
+assert "Trainer ranks: update seconds" in open(sys.argv[2] + "/report.html").read()
+assert all("rank_tokens" not in a for a in one)
 trained = sorted(p for r in three for p in r["prompts"])
 assert trained == list(range(18)), trained
 PY

@@ -248,6 +248,31 @@ Result<std::string> RenderRunReport(const std::string& run_dir) {
       }
     }
     html << Chart("Stage rates", "tokens per second", {rollout_rate, train_rate});
+    // pipeline.trainer_ranks > 1: each rank's share of the update, and of
+    // that its time in collectives (mostly waiting for the slowest rank).
+    std::vector<Series> ranks;
+    static const char* kRankColors[] = {"#2ca02c", "#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"};
+    for (const json& r : rows) {
+      if (!r.contains("rank_train_seconds") || !r["rank_train_seconds"].is_array() ||
+          !r.contains("rank_collective_seconds") || !r["rank_collective_seconds"].is_array()) {
+        continue;
+      }
+      const json &train = r["rank_train_seconds"], &collective = r["rank_collective_seconds"];
+      for (size_t k = 0; k < train.size() && k < collective.size() && k < 6; ++k) {
+        if (!train[k].is_number() || !collective[k].is_number()) continue;
+        if (ranks.size() < 2 * (k + 1)) {
+          ranks.resize(2 * (k + 1));
+          const std::string color = kRankColors[k];
+          ranks[2 * k] = Series{"", "rank " + std::to_string(k), color, {}};
+          ranks[2 * k + 1] = Series{"", "", color, {}, /*dashed=*/true};
+        }
+        ranks[2 * k].points.emplace_back(r["step"].get<double>(), train[k].get<double>());
+        ranks[2 * k + 1].points.emplace_back(r["step"].get<double>(), collective[k].get<double>());
+      }
+    }
+    if (!ranks.empty()) {
+      html << Chart("Trainer ranks: update seconds (dashed: in collectives)", "seconds", ranks);
+    }
     html << Bars("Staleness histogram (all steps)", "share of trained samples", "weight versions behind the trainer",
                  hist);
   }

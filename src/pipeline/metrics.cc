@@ -49,6 +49,11 @@ std::string StepRecord::ToJson() const {
   if (duplicate_groups > 0) j["duplicate_groups"] = duplicate_groups;
   if (reward_errors > 0) j["reward_errors"] = reward_errors;
   if (!prompts.empty()) j["prompts"] = prompts;
+  if (!rank_train_seconds.empty()) {
+    j.update({{"rank_train_seconds", rank_train_seconds},
+              {"rank_collective_seconds", rank_collective_seconds},
+              {"rank_tokens", rank_tokens}});
+  }
   if (!staleness_hist.empty()) {
     j.update({{"rollout_tokens", rollout_tokens},
               {"rollout_busy", rollout_busy},

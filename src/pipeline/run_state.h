@@ -113,7 +113,28 @@ struct TrainingRun::State {
     }
     SLUICE_ASSIGN_OR_RETURN(auto adv, trainer::GroupAdvantages(rewards, group_ids, options.rl.divide_adv_by_std));
     for (size_t i = 0; i < samples.size(); ++i) samples[i].advantage = adv[i];
+    const auto start = std::chrono::steady_clock::now();
+    const double collective_before = data_parallel ? data_parallel->collective_seconds() : 0;
     SLUICE_ASSIGN_OR_RETURN(rec->train, trainer->RlStep(samples));
+    if (data_parallel && data_parallel->size() > 1) {
+      // Every rank's seconds and tokens, for rank 0's metrics line.
+      const int64_t rank = data_parallel->rank(), ranks = data_parallel->size();
+      std::vector<double> slots(static_cast<size_t>(3 * ranks), 0.0);
+      slots[3 * rank] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      slots[3 * rank + 1] = data_parallel->collective_seconds() - collective_before;
+      for (const auto& mini :
+           trainer::DataParallelShard(samples.size(), options.rl.trainer.mini_batches, rank, ranks)) {
+        for (size_t i : mini)
+          slots[3 * rank + 2] += static_cast<double>(samples[i].prompt.size() + samples[i].response.size());
+      }
+      SLUICE_RETURN_IF_ERROR(data_parallel->AllReduce(slots, trainer::DataParallelGroup::Reduce::kSum));
+      rec->rank_train_seconds.clear(), rec->rank_collective_seconds.clear(), rec->rank_tokens.clear();
+      for (int64_t r = 0; r < ranks; ++r) {
+        rec->rank_train_seconds.push_back(slots[3 * r]);
+        rec->rank_collective_seconds.push_back(slots[3 * r + 1]);
+        rec->rank_tokens.push_back(static_cast<int64_t>(slots[3 * r + 2]));
+      }
+    }
     rec->samples_trained = static_cast<int64_t>(samples.size());
     // The trainer skips an update whose gradient is not finite (one bad
     // batch); a run where that keeps happening trains nothing, so it stops.

@@ -70,6 +70,12 @@ struct StepRecord {
   // rollouts and held-out evaluations together, since this process started
   // the run (reward::Task::score_errors); 0 with the built-in rewards.
   int64_t reward_errors = 0;
+  // pipeline.trainer_ranks > 1, one entry per rank: the seconds its part of
+  // the update took, of them in collectives (waiting for the others
+  // included: a rank with more work makes the others wait), and the tokens
+  // of its shard.
+  std::vector<double> rank_train_seconds, rank_collective_seconds;
+  std::vector<int64_t> rank_tokens;
   bool has_eval = false;
   EvalResult eval;
   std::string ToJson() const;

@@ -262,6 +262,21 @@ PY
   [ -n "$rollout" ] && kill -0 "$rollout" 2>/dev/null && { echo "FAIL stall-$action: rollout $rollout still runs"; kill -9 "$rollout"; failures=$((failures + 1)); }
 done
 [ "$failures" -eq 0 ] && echo "ok   stalled roles reported"
+# A stopped trainer rank above 0 is watched too: the stop names it, its activity and its state,
+# beside rank 0 waiting for it.
+"$SLUICE" train "${proc[@]}" run.dir="$tmp/stall-rank" rl.steps=1000000 pipeline.trainer_ranks=2 \
+  pipeline.stall_seconds=3 pipeline.stop_on_stall=true > "$tmp/stall-rank.log" 2>&1 &
+launcher=$!
+for _ in $(seq 300); do grep -q '"step":1' "$tmp/stall-rank/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+rank1=$(for p in $(children_of $launcher); do tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "--trainer-rank=1 " && echo "$p"; done)
+[ -n "$rank1" ] && kill -STOP "$rank1"
+for _ in $(seq 300); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+wait $launcher; rc=$?
+[ "$rc" -eq 1 ] && [ -n "$rank1" ] \
+  && grep -q "Timeout: .*trainer rank 1 (pid $rank1) has made no progress for [0-9]* s (pipeline.stall_seconds=3): in '[a-z ]*' for [0-9]* s; it is stopped by a signal" "$tmp/stall-rank.log" \
+  && echo "ok   stalled trainer rank reported" \
+  || { echo "FAIL stall-rank: rc=$rc"; tail -3 "$tmp/stall-rank.log"; failures=$((failures + 1)); }
+[ -n "$rank1" ] && kill -0 "$rank1" 2>/dev/null && { echo "FAIL stall-rank: rank 1 still runs"; kill -9 "$rank1"; failures=$((failures + 1)); }
 
 # sluice tokenize: a model directory's tokenizer.json both ways; bad lines named.
 qwen="$(dirname "$0")/data/tokenizers/qwen3"

@@ -166,6 +166,7 @@ class StallWatch {
   struct Role {
     PipelineRole role;
     pid_t pid;
+    int64_t rank = 0;  // a trainer rank above 0: its own slot on the board
   };
   StallWatch(const RoleBoard& board, std::vector<Role> roles, const PipelineOptions& po)
       : board_(board),
@@ -178,14 +179,25 @@ class StallWatch {
   Status Check() {
     if (limit_.count() == 0) return Status::Ok();
     const auto now = std::chrono::steady_clock::now();
+    // Each role's silence; reports of those past their limit.
+    std::vector<std::pair<std::chrono::seconds, std::string>> quiet_roles;  // (quiet, report), for a stop
+    bool stop_now = false;
     for (size_t i = 0; i < roles_.size(); ++i) {
-      const int64_t beat = board_.heartbeat_ns[static_cast<int>(roles_[i].role)].load(std::memory_order_relaxed);
+      const Role& r = roles_[i];
+      const int64_t beat = r.rank > 0 ? board_.rank_heartbeat_ns[r.rank - 1].load(std::memory_order_relaxed)
+                                      : board_.heartbeat_ns[static_cast<int>(r.role)].load(std::memory_order_relaxed);
       if (beat == RoleBoard::kRoleFinished) continue;
       const auto last = beat == 0 ? started_ : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(beat));
       const auto quiet = std::chrono::duration_cast<std::chrono::seconds>(now - last);
       const std::chrono::seconds limit = beat == 0 ? std::max(limit_, kStartAllowance) : limit_;
       const std::string who =
-          "the " + PipelineRoleName(roles_[i].role) + " role (pid " + std::to_string(roles_[i].pid) + ")";
+          (r.rank > 0 ? "trainer rank " + std::to_string(r.rank) : "the " + PipelineRoleName(r.role) + " role") +
+          " (pid " + std::to_string(r.pid) + ")";
+      const std::string what = who + " has made no progress for " + std::to_string(quiet.count()) + " s (" +
+                               (beat == 0 ? "since it started, " : "") +
+                               "pipeline.stall_seconds=" + std::to_string(limit_.count()) +
+                               "): " + DescribeActivity(r, now) + "; it is " + DescribeProcessState(r.pid);
+      if (quiet.count() >= 1) quiet_roles.emplace_back(quiet, what);
       if (quiet < limit) {
         if (reported_[i]) SLUICE_LOG(INFO) << who << " makes progress again";
         reported_[i] = false;
@@ -193,21 +205,29 @@ class StallWatch {
       }
       if (reported_[i]) continue;
       reported_[i] = true;
-      const std::string what =
-          who + " has made no progress for " + std::to_string(quiet.count()) + " s (" +
-          (beat == 0 ? "since it started, " : "") + "pipeline.stall_seconds=" + std::to_string(limit_.count()) +
-          "): " + DescribeActivity(roles_[i].role, now) + "; it is " + DescribeProcessState(roles_[i].pid);
-      if (stop_) return Status::Timeout(what + "; stopping the run (pipeline.stop_on_stall=true)");
+      if (stop_) {
+        stop_now = true;
+        continue;
+      }
       SLUICE_LOG(WARNING) << what << "; the run waits for it (pipeline.stop_on_stall=true stops the run instead)";
     }
-    return Status::Ok();
+    if (!stop_now) return Status::Ok();
+    // Every silent role, the longest silent first: one stuck trainer rank
+    // leaves the others waiting in a collective, and the cause is among them.
+    std::stable_sort(quiet_roles.begin(), quiet_roles.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::string report;
+    for (const auto& [quiet, what] : quiet_roles) report += (report.empty() ? "" : "; ") + what;
+    return Status::Timeout(report + "; stopping the run (pipeline.stop_on_stall=true)");
   }
 
  private:
   // "in 'decode step' for 312 s": what the role last marked on the board.
-  std::string DescribeActivity(PipelineRole role, std::chrono::steady_clock::time_point now) const {
-    const int64_t since = board_.activity_since_ns[static_cast<int>(role)].load(std::memory_order_relaxed);
-    const std::string name = DescribeRoleActivity(board_, role);
+  std::string DescribeActivity(const Role& r, std::chrono::steady_clock::time_point now) const {
+    const int64_t since = r.rank > 0
+                              ? board_.rank_activity_since_ns[r.rank - 1].load(std::memory_order_relaxed)
+                              : board_.activity_since_ns[static_cast<int>(r.role)].load(std::memory_order_relaxed);
+    const std::string name = r.rank > 0 ? DescribeRankActivity(board_, r.rank) : DescribeRoleActivity(board_, r.role);
     const auto from = since == 0 ? started_ : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(since));
     return "in '" + name + "' for " +
            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - from).count()) + " s";
@@ -512,8 +532,8 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         spec.args.push_back("--trainer-ranks=" + std::to_string(po.trainer_ranks));  // a launcher may have set them
       }
       SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting the " + spec.name + " role"));
-      // The board's heartbeats are per role: rank 0's stands for the trainer.
-      if (rank == 0) watched.push_back({role, supervisor->pids().back()});
+      // Rank 0's heartbeat is the trainer role's; ranks above have slots of their own.
+      if (rank == 0 || rank <= RoleBoard::kWatchedRanks) watched.push_back({role, supervisor->pids().back(), rank});
     }
     StallWatch watch(*board, std::move(watched), po);
     // A year is "no limit" for a run; SIGINT, failures and stalls end it sooner.

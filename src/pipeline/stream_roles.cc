@@ -171,6 +171,10 @@ const char* RoleActivityName(RoleActivity a) {
       return "ack";
     case RoleActivity::kEvaluate:
       return "evaluate";
+    case RoleActivity::kWaitForPlan:
+      return "wait for step plan";
+    case RoleActivity::kReadShard:
+      return "read shard";
     case RoleActivity::kCount:
       break;
   }
@@ -184,6 +188,13 @@ std::string DescribeRoleActivity(const RoleBoard& board, PipelineRole role) {
   if (a == static_cast<uint32_t>(RoleActivity::kStarting) && board.heartbeat_ns[r].load() != 0) {
     return "between activities";
   }
+  return RoleActivityName(static_cast<RoleActivity>(a));
+}
+
+std::string DescribeRankActivity(const RoleBoard& board, int64_t rank) {
+  if (rank < 1 || rank > RoleBoard::kWatchedRanks) return "unknown";
+  const uint32_t a = board.rank_activity[rank - 1].load(std::memory_order_relaxed);
+  if (a >= static_cast<uint32_t>(RoleActivity::kCount)) return "unknown";
   return RoleActivityName(static_cast<RoleActivity>(a));
 }
 
@@ -952,11 +963,33 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
   const RlOptions& rl = s.options.rl;
   trainer::DataParallelGroup& ranks = *s.data_parallel;
   const std::vector<std::string> columns = {column::kPrompt, column::kResponse, column::kLogprobs, column::kVersions};
+  // This rank's slot on the board, for the launcher's watchdog.
+  const int64_t slot = ranks.rank() - 1;
+  const bool watched = slot < RoleBoard::kWatchedRanks;
+  auto now_ns = [] { return std::chrono::steady_clock::now().time_since_epoch().count(); };
+  auto beat = [&] {
+    if (watched) board.rank_heartbeat_ns[slot].store(now_ns(), std::memory_order_relaxed);
+  };
+  auto doing = [&](RoleActivity a) {
+    if (!watched) return;
+    board.rank_activity[slot].store(static_cast<uint32_t>(a), std::memory_order_relaxed);
+    board.rank_activity_since_ns[slot].store(now_ns(), std::memory_order_relaxed);
+  };
+  struct Finished {
+    RoleBoard& board;
+    int64_t slot;
+    bool watched;
+    ~Finished() {
+      if (watched) board.rank_heartbeat_ns[slot].store(RoleBoard::kRoleFinished);
+    }
+  } finished{board, slot, watched};
   while (s.step < rl.steps) {
     const int64_t step = s.step + 1;
     // Rank 0 may wait minutes for the step's groups: poll, watching the board.
     Result<std::string> bytes = Status::Timeout("");
+    doing(RoleActivity::kWaitForPlan);
     while (bytes.status().code() == StatusCode::kTimeout) {
+      beat();
       if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
       if (ranks.GetShared(kRanksEndedKey, std::chrono::milliseconds(0)).ok()) {
         return Status::Aborted("the run ended before step " + std::to_string(step) + " (rank 0's launcher says)");
@@ -981,6 +1014,8 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
       shard.insert(shard.end(), mini.begin(), mini.end());
     }
     for (size_t i : shard) mine.rows.push_back({plan.entries[i].row, {}});
+    beat();
+    doing(RoleActivity::kReadShard);
     if (!shard.empty()) {
       SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(mine));
       for (size_t j = 0; j < shard.size(); ++j) {
@@ -997,7 +1032,10 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
     }
     StepRecord rec;  // the metrics are rank 0's to write
     rec.step = step;
+    beat();
+    doing(RoleActivity::kTrainStep);
     SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
+    beat();
     ++s.step;
   }
   return Status::Ok();

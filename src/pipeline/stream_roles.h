@@ -64,6 +64,12 @@ struct RoleBoard {
   // since when (steady clock ns; 0: since it started).
   std::atomic<uint32_t> activity[3];
   std::atomic<int64_t> activity_since_ns[3];
+  // The same for trainer ranks above 0 on this host (pipeline.trainer_ranks),
+  // indexed by rank - 1 (ranks beyond these are not watched).
+  static constexpr int kWatchedRanks = 64;
+  std::atomic<int64_t> rank_heartbeat_ns[kWatchedRanks];
+  std::atomic<uint32_t> rank_activity[kWatchedRanks];
+  std::atomic<int64_t> rank_activity_since_ns[kWatchedRanks];
   // The trainer's progress, for the live counters (run.metrics_listen).
   std::atomic<int64_t> trainer_step;
   std::atomic<int64_t> trainer_version;
@@ -90,12 +96,16 @@ enum class RoleActivity : uint32_t {
   kPublish,
   kAck,
   kEvaluate,
+  kWaitForPlan,  // trainer ranks above 0
+  kReadShard,
   kCount,
 };
 const char* RoleActivityName(RoleActivity a);
 // What `role` is doing as the board says: its activity's name, "starting"
 // before its first turn, "between activities" in the rest of its loop.
 std::string DescribeRoleActivity(const RoleBoard& board, PipelineRole role);
+// The same for trainer rank `rank` (> 0; its slot on the board).
+std::string DescribeRankActivity(const RoleBoard& board, int64_t rank);
 
 // The trace track of a role (one per role, whether roles are threads or
 // processes; 0 is the launcher's), and naming the calling thread's.

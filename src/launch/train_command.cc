@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "sluice/common/file_util.h"
+#include "sluice/common/random.h"
 #include "sluice/launch/commands.h"
 #include "sluice/launch/report.h"
 #include "sluice/model/hf_tokenizer.h"
@@ -595,10 +596,8 @@ Status PlaceTrainerRanks(const runtime::ProcessPlacement& p, const Config& confi
   po.trainer_store = ip + ":" + std::to_string(p.master_port);
   po.trainer_store_external = p.store_served_by_launcher;
   po.hub_bind = ip.rfind("127.", 0) == 0 ? "" : "tcp://" + ip + ":0";
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the config as every rank read it
-  for (unsigned char ch : config.ToYaml()) h = (h ^ ch) * 0x100000001b3ull;
-  char digest[17];
-  std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(h));
+  char digest[17];  // of the config as every rank read it
+  std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(Fnv1a(config.ToYaml())));
   po.config_digest = digest;
   return Status::Ok();
 }

@@ -64,6 +64,21 @@ Result<const HostTensor*> Cell(const tq::BatchData& data, const char* column, si
   return &it->second[i];
 }
 
+// What the trainer reads of an answer's row i: its prompt, response,
+// behaviour logprobs and per-token versions (DataLoss naming the column when
+// one is missing or of another type).
+Status ReadAnswerTokens(const tq::BatchData& data, size_t i, trainer::RolloutSample* smp) {
+  SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt, Cell(data, column::kPrompt, i));
+  SLUICE_ASSIGN_OR_RETURN(smp->prompt, TensorVector<model::TokenId>(*prompt, DType::kI32, column::kPrompt));
+  SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, i));
+  SLUICE_ASSIGN_OR_RETURN(smp->response, TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
+  SLUICE_ASSIGN_OR_RETURN(const HostTensor* logprobs, Cell(data, column::kLogprobs, i));
+  SLUICE_ASSIGN_OR_RETURN(smp->behavior_logprobs, TensorVector<float>(*logprobs, DType::kF32, column::kLogprobs));
+  SLUICE_ASSIGN_OR_RETURN(const HostTensor* versions, Cell(data, column::kVersions, i));
+  SLUICE_ASSIGN_OR_RETURN(smp->versions, TensorVector<PolicyVersion>(*versions, DType::kI64, column::kVersions));
+  return Status::Ok();
+}
+
 // pipeline.trainer_ranks > 1: what rank 0 tells the other ranks of a step,
 // through the ranks' rendezvous store under StepPlanKey(step): the samples
 // to train, in order, each as the hub row holding it, its sample and group
@@ -823,14 +838,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
         trainer::RolloutSample& smp = group[static_cast<size_t>(g)];
         smp.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
         smp.group_id = tags.group_id;
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt, Cell(data, column::kPrompt, i));
-        SLUICE_ASSIGN_OR_RETURN(smp.prompt, TensorVector<model::TokenId>(*prompt, DType::kI32, column::kPrompt));
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, i));
-        SLUICE_ASSIGN_OR_RETURN(smp.response, TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* logprobs, Cell(data, column::kLogprobs, i));
-        SLUICE_ASSIGN_OR_RETURN(smp.behavior_logprobs, TensorVector<float>(*logprobs, DType::kF32, column::kLogprobs));
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* versions, Cell(data, column::kVersions, i));
-        SLUICE_ASSIGN_OR_RETURN(smp.versions, TensorVector<PolicyVersion>(*versions, DType::kI64, column::kVersions));
+        SLUICE_RETURN_IF_ERROR(ReadAnswerTokens(data, i, &smp));
         SLUICE_ASSIGN_OR_RETURN(const HostTensor* reward, Cell(data, column::kReward, i));
         SLUICE_ASSIGN_OR_RETURN(smp.reward, TensorScalar<float>(*reward, DType::kF32, column::kReward));
       }
@@ -1018,17 +1026,7 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
     doing(RoleActivity::kReadShard);
     if (!shard.empty()) {
       SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(mine));
-      for (size_t j = 0; j < shard.size(); ++j) {
-        trainer::RolloutSample& smp = samples[shard[j]];
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt, Cell(data, column::kPrompt, j));
-        SLUICE_ASSIGN_OR_RETURN(smp.prompt, TensorVector<model::TokenId>(*prompt, DType::kI32, column::kPrompt));
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, j));
-        SLUICE_ASSIGN_OR_RETURN(smp.response, TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* logprobs, Cell(data, column::kLogprobs, j));
-        SLUICE_ASSIGN_OR_RETURN(smp.behavior_logprobs, TensorVector<float>(*logprobs, DType::kF32, column::kLogprobs));
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* versions, Cell(data, column::kVersions, j));
-        SLUICE_ASSIGN_OR_RETURN(smp.versions, TensorVector<PolicyVersion>(*versions, DType::kI64, column::kVersions));
-      }
+      for (size_t j = 0; j < shard.size(); ++j) SLUICE_RETURN_IF_ERROR(ReadAnswerTokens(data, j, &samples[shard[j]]));
     }
     StepRecord rec;  // the metrics are rank 0's to write
     rec.step = step;

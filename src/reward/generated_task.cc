@@ -20,17 +20,6 @@ constexpr uint64_t kEvalStream = 2;
 constexpr uint64_t kSameShapeAttempts = 64;
 constexpr uint64_t kMaxAttempts = 4096;
 
-// 64-bit FNV-1a: a hash of the prompt text that is the same on every platform
-// and library version (std::hash is not), so the split is reproducible.
-uint64_t Fnv1a(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 class GeneratedTask final : public Task {
  public:
   GeneratedTask(std::unique_ptr<ProblemGenerator> generator, uint64_t seed, uint64_t train_size, double eval_fraction)

@@ -12,6 +12,7 @@
 
 #include "sluice/common/check.h"
 #include "sluice/common/logging.h"
+#include "sluice/common/random.h"
 #include "sluice/model/weights.h"
 #include "sluice/schedule/packing.h"
 
@@ -115,15 +116,8 @@ Status Trainer::SyncFromRankZero() {
 
 namespace {
 
-// FNV-1a, for fingerprints.
-void Mix(uint64_t& h, const std::string& text) {
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  h ^= 0xff;  // field separator
-  h *= 0x100000001b3ull;
-}
+// One field of a fingerprint (FNV-1a, fields separated).
+void Mix(uint64_t& h, const std::string& text) { h = Fnv1a("\xff", Fnv1a(text, h)); }
 
 std::string Whole(double x) { return std::to_string(static_cast<int64_t>(x)); }
 
@@ -136,7 +130,7 @@ std::string Exact(double x) {
 }  // namespace
 
 uint64_t Trainer::Fingerprint() const {
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = kFnv1aStart;
   const OptimizerOptions& o = options_.optimizer;
   for (double x : {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm, o.min_lr_ratio}) Mix(h, Exact(x));
   for (int64_t x : {o.warmup_steps, o.decay_steps, options_.mini_batches, options_.ppo_epochs,

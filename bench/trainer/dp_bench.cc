@@ -4,7 +4,7 @@
 //   one-thread      one process, one intra-op thread (the unit of scaling)
 //   threads-N       one process, N single-thread micro-batch workers: N cores,
 //                   the best one process does with them (docs/design.md)
-//   ranks-N         N processes x 1 thread over loopback (c10d Gloo, TCPStore)
+//   ranks-N         N processes x 1 thread over loopback (c10d Gloo, FileStore)
 //   ranks-N-netns   the same ranks, each in a network namespace of its own
 //                   (veth pairs to a bridge): traffic crosses a network stack
 //                   as between hosts (root only; skipped otherwise)
@@ -110,7 +110,11 @@ Status ChildMain(const runtime::FlagSet& flags, const Workload& w) {
   SLUICE_ASSIGN_OR_RETURN(dp.rank, flags.GetInt("child-rank", 0, 255));
   SLUICE_ASSIGN_OR_RETURN(dp.world_size, flags.GetInt("world", 1, 256));
   SLUICE_ASSIGN_OR_RETURN(std::string store, flags.GetString("store"));
-  SLUICE_RETURN_IF_ERROR(ParseListenAddress(store, &dp.master_addr, &dp.master_port));
+  if (store.rfind("file:", 0) == 0) {
+    dp.store_file = store.substr(5);
+  } else {
+    SLUICE_RETURN_IF_ERROR(ParseListenAddress(store, &dp.master_addr, &dp.master_port));
+  }
   SLUICE_ASSIGN_OR_RETURN(bool serve, flags.GetBool("serve"));
   dp.store_served_by_launcher = !serve;
   SLUICE_ASSIGN_OR_RETURN(dp.bind_address, flags.GetString("bind"));
@@ -124,11 +128,17 @@ Status ChildMain(const runtime::FlagSet& flags, const Workload& w) {
 // Runs `world` ranks (in namespaces when `net` is set) and returns the
 // slowest rank's timing (the step ends when the last rank's does).
 Result<Timing> RunRanks(const Workload& w, int64_t world, const ce::NetTopology* net) {
-  std::unique_ptr<trainer::DataParallelStore> store;
   std::string store_at;
+  static int runs = 0;
+  const std::string store_file =
+      "/tmp/dp_bench-" + std::to_string(::getpid()) + "-" + std::to_string(runs++) + ".store";
+  struct RemoveFile {
+    std::string path;
+    ~RemoveFile() { std::remove(path.c_str()); }
+  } remove_file{net == nullptr ? store_file : ""};
   if (net == nullptr) {
-    SLUICE_ASSIGN_OR_RETURN(store, trainer::DataParallelStore::Serve("127.0.0.1", 0, milliseconds(120000)));
-    store_at = "127.0.0.1:" + std::to_string(store->port());
+    std::remove(store_file.c_str());
+    store_at = "file:" + store_file;  // one host: a file store, nothing listening
   } else {
     store_at = net->ip(0) + ":29610";  // rank 0 serves it in its own, fresh namespace
   }

@@ -614,7 +614,7 @@ Status Train(const std::vector<std::string>& args) {
   flags.Add("start-step", "0", "internal (--role): the RL step the run starts at");
   flags.Add("start-version", "0", "internal (--role): the weight version the run starts at");
   flags.Add("trainer-rank", "0", "internal (--role=trainer): this trainer rank (pipeline.trainer_ranks > 1)");
-  flags.Add("trainer-store", "", "internal (--role=trainer): HOST:PORT of the trainer ranks' rendezvous store");
+  flags.Add("trainer-store", "", "internal (--role=trainer): the trainer ranks' store (HOST:PORT, or file:PATH)");
   flags.Add("trainer-ranks", "0",
             "internal (--role=trainer): the run's trainer ranks when a launcher placed them (0: the config's)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));

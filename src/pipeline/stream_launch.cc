@@ -460,14 +460,27 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       SLUICE_LOG(INFO) << "trainer command: hub " << server->endpoint() << ", weight store " << store_name
                        << " (version " << s.version << " published), run info " << info_path;
     }
-    // pipeline.trainer_ranks > 1: the ranks' rendezvous store, served here
-    // (on loopback unless the launcher placed ranks elsewhere) for as long
-    // as they run, or the launcher's agent's.
+    // pipeline.trainer_ranks > 1: where the ranks meet. All on this host: a
+    // file store in the run's roles/ directory (nothing listens on the
+    // network). Some elsewhere: a TCPStore served here for as long as they
+    // run (TCPStore listens on every interface), or the launcher's agent's.
     std::unique_ptr<trainer::DataParallelStore> rank_store;
     std::string store_at;
     const std::chrono::seconds rank_timeout(po.rank_timeout_seconds);
     const int64_t local_ranks = po.local_trainer_ranks > 0 ? po.local_trainer_ranks : po.trainer_ranks;
-    if (po.trainer_ranks > 1) {
+    struct RemoveFile {
+      fs::path path;
+      ~RemoveFile() {
+        std::error_code ec;
+        if (!path.empty()) fs::remove(path, ec);
+      }
+    } rank_file;
+    if (po.trainer_ranks > 1 && local_ranks >= po.trainer_ranks) {
+      rank_file.path = fs::path(s.options.run_dir) / "roles" / ("ranks-" + tag + ".store");
+      std::error_code ec;
+      fs::remove(rank_file.path, ec);  // a fresh file for every start
+      store_at = "file:" + rank_file.path.string();
+    } else if (po.trainer_ranks > 1) {
       std::string host = "127.0.0.1";
       int port = 0;
       if (!po.trainer_store.empty()) {
@@ -526,7 +539,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       spec.args.push_back("--board=" + board_name);
       spec.args.push_back("--start-step=" + std::to_string(s.step));
       spec.args.push_back("--start-version=" + std::to_string(s.version));
-      if (rank_store) {
+      if (!store_at.empty()) {
         spec.args.push_back("--trainer-rank=" + std::to_string(rank));
         spec.args.push_back("--trainer-store=" + store_at);
         spec.args.push_back("--trainer-ranks=" + std::to_string(po.trainer_ranks));  // a launcher may have set them
@@ -628,7 +641,10 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
         dp.world_size = po.trainer_ranks;
         dp.store_served_by_launcher = true;
         dp.timeout = std::chrono::seconds(po.rank_timeout_seconds);
-        if (Status parsed = ParseListenAddress(c.trainer_store, &dp.master_addr, &dp.master_port); !parsed.ok()) {
+        if (c.trainer_store.rfind("file:", 0) == 0) {
+          dp.store_file = c.trainer_store.substr(5);
+        } else if (Status parsed = ParseListenAddress(c.trainer_store, &dp.master_addr, &dp.master_port);
+                   !parsed.ok()) {
           return Status::InvalidArgument("pipeline.trainer_ranks > 1: --trainer-store: " + parsed.message());
         }
         SLUICE_ASSIGN_OR_RETURN(s.data_parallel, trainer::DataParallelGroup::Connect(dp));

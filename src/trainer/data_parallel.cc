@@ -11,6 +11,7 @@
 #include <exception>
 #include <map>
 #include <thread>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -102,6 +103,11 @@ Status DataParallelOptions::Validate() const {
     return Status::InvalidArgument("data-parallel rank " + std::to_string(rank) + " is outside 0.." +
                                    std::to_string(world_size - 1));
   }
+  if (!store_file.empty()) {
+    if (timeout.count() <= 0) return Status::InvalidArgument("data-parallel timeout must be > 0");
+    if (bucket_bytes < 1) return Status::InvalidArgument("data-parallel bucket_bytes must be >= 1");
+    return Status::Ok();
+  }
   if (master_addr.empty()) return Status::InvalidArgument("data-parallel rendezvous address is empty");
   const bool port_zero_ok = rank == 0 && !store_served_by_launcher;
   if (master_port < (port_zero_ok ? 0 : 1) || master_port > 65535) {
@@ -114,7 +120,7 @@ Status DataParallelOptions::Validate() const {
 }
 
 struct DataParallelGroup::Impl {
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::Store> store;         // TCPStore, or FileStore on one host
   c10::intrusive_ptr<c10d::PrefixStore> shared;  // SetShared / GetShared
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
 };
@@ -127,21 +133,27 @@ DataParallelGroup::~DataParallelGroup() = default;
 Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(const DataParallelOptions& o) {
   SLUICE_RETURN_IF_ERROR(o.Validate());
   auto impl = std::make_unique<Impl>();
-  const std::string store_at = o.master_addr + ":" + std::to_string(o.master_port);
+  const std::string store_at =
+      o.store_file.empty() ? o.master_addr + ":" + std::to_string(o.master_port) : "file " + o.store_file;
   std::string bind = o.bind_address;
-  if (bind.empty() && IsLoopback(o.master_addr)) bind = "127.0.0.1";
+  if (bind.empty() && (IsLoopback(o.master_addr) || !o.store_file.empty())) bind = "127.0.0.1";
   if (bind.empty()) {
     Result<std::string> toward = LocalAddressToward(o.master_addr, o.master_port);
     if (!toward.ok()) return toward.status().WithContext(Where(o) + ": choosing the address to bind");
     bind = *toward;
   }
   try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<uint16_t>(o.master_port);
-    store_options.isServer = o.rank == 0 && !o.store_served_by_launcher;
-    store_options.waitWorkers = false;
-    store_options.timeout = o.timeout;
-    impl->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, store_options);
+    if (!o.store_file.empty()) {
+      impl->store = c10::make_intrusive<c10d::FileStore>(o.store_file, static_cast<int>(o.world_size));
+      impl->store->setTimeout(o.timeout);
+    } else {
+      c10d::TCPStoreOptions store_options;
+      store_options.port = static_cast<uint16_t>(o.master_port);
+      store_options.isServer = o.rank == 0 && !o.store_served_by_launcher;
+      store_options.waitWorkers = false;
+      store_options.timeout = o.timeout;
+      impl->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, store_options);
+    }
   } catch (const std::exception& e) {
     return Status::Unavailable(Where(o) + ": cannot " +
                                (o.rank == 0 && !o.store_served_by_launcher ? "serve" : "reach") +
@@ -162,8 +174,6 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(const Data
   }
   return std::unique_ptr<DataParallelGroup>(new DataParallelGroup(o, std::move(impl)));
 }
-
-int DataParallelGroup::store_port() const { return impl_->store->getPort(); }
 
 Status DataParallelGroup::Run(const std::string& op, const std::function<void()>& fn) {
   const auto start = std::chrono::steady_clock::now();
@@ -290,6 +300,9 @@ Result<std::string> DataParallelGroup::GetShared(const std::string& key, std::ch
 }
 
 Status DataParallelGroup::DeleteShared(const std::string& key) {
+  // libtorch's FileStore cannot delete keys in every version: its values
+  // stay in the file (which goes when the last rank closes it).
+  if (!options_.store_file.empty()) return Status::Ok();
   return Run("deleting '" + key + "' from the rendezvous store", [&] { impl_->shared->deleteKey(key); });
 }
 

@@ -5,8 +5,10 @@
 #include "sluice/trainer/data_parallel.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <future>
 #include <thread>
@@ -279,6 +281,29 @@ TEST(DataParallelTrainerTest, RanksShareValuesThroughTheStore) {
     return group->DeleteShared("plan/1");
   });
   for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(DataParallelTrainerTest, RanksOnOneHostMeetThroughAFileStore) {
+  const std::string path = ::testing::TempDir() + "/ranks-" + std::to_string(::getpid()) + ".store";
+  std::remove(path.c_str());
+  auto statuses = OnRanks<Status>(2, [&](int64_t rank) -> Status {
+    DataParallelOptions o;
+    o.rank = rank;
+    o.world_size = 2;
+    o.store_file = path;
+    o.timeout = milliseconds(20000);
+    SLUICE_ASSIGN_OR_RETURN(auto group, DataParallelGroup::Connect(o));
+    std::vector<double> v = {1.0 + rank};
+    SLUICE_RETURN_IF_ERROR(group->AllReduce(v, DataParallelGroup::Reduce::kSum));
+    if (v[0] != 3.0) return Status::Internal("sum " + std::to_string(v[0]));
+    if (rank == 0) SLUICE_RETURN_IF_ERROR(group->SetShared("plan/1", "x"));
+    SLUICE_ASSIGN_OR_RETURN(std::string value, group->GetShared("plan/1", milliseconds(10000)));
+    if (value != "x") return Status::Internal("read '" + value + "'");
+    SLUICE_RETURN_IF_ERROR(group->AllReduce(v, DataParallelGroup::Reduce::kSum));  // both have read it
+    return group->DeleteShared("plan/1");
+  });
+  for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.ToString();
+  std::remove(path.c_str());
 }
 
 TEST(DataParallelTrainerTest, BadOptionsAreRefused) {

@@ -40,6 +40,10 @@ struct DataParallelOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool store_served_by_launcher = false;
+  // Non-empty: the ranks are on one host and meet through c10d's FileStore
+  // at this path instead (nothing listens on the network; the TCPStore
+  // listens on every interface). master_addr and master_port are unused.
+  std::string store_file;
   // The address this rank's Gloo transport binds and is reached at. Empty:
   // loopback when master_addr is a loopback address, else this host's
   // address on the route to master_addr.
@@ -68,8 +72,6 @@ class DataParallelGroup {
 
   int64_t rank() const { return options_.rank; }
   int64_t size() const { return options_.world_size; }
-  // The port the store listens on (rank 0's; master_port elsewhere).
-  int store_port() const;
   // Seconds this rank has spent in collectives so far (waiting for the
   // others included): what data parallelism costs it.
   double collective_seconds() const { return collective_seconds_; }
@@ -88,7 +90,7 @@ class DataParallelGroup {
   // rank sets a key, the others wait for it (e.g. the leader's plan of a
   // step, which the others may wait minutes for). GetShared returns Timeout
   // when the key is not set within `timeout`, Unavailable when the store is
-  // unreachable.
+  // unreachable. DeleteShared is a no-op on a FileStore.
   Status SetShared(const std::string& key, const std::string& value);
   Result<std::string> GetShared(const std::string& key, std::chrono::milliseconds timeout);
   Status DeleteShared(const std::string& key);

@@ -103,19 +103,15 @@ Status DataParallelOptions::Validate() const {
     return Status::InvalidArgument("data-parallel rank " + std::to_string(rank) + " is outside 0.." +
                                    std::to_string(world_size - 1));
   }
-  if (!store_file.empty()) {
-    if (timeout.count() <= 0) return Status::InvalidArgument("data-parallel timeout must be > 0");
-    if (bucket_bytes < 1) return Status::InvalidArgument("data-parallel bucket_bytes must be >= 1");
-    return Status::Ok();
-  }
+  if (timeout.count() <= 0) return Status::InvalidArgument("data-parallel timeout must be > 0");
+  if (bucket_bytes < 1) return Status::InvalidArgument("data-parallel bucket_bytes must be >= 1");
+  if (!store_file.empty()) return Status::Ok();  // no address to check
   if (master_addr.empty()) return Status::InvalidArgument("data-parallel rendezvous address is empty");
   const bool port_zero_ok = rank == 0 && !store_served_by_launcher;
   if (master_port < (port_zero_ok ? 0 : 1) || master_port > 65535) {
     return Status::InvalidArgument("data-parallel rendezvous port " + std::to_string(master_port) +
                                    " is outside 1..65535");
   }
-  if (timeout.count() <= 0) return Status::InvalidArgument("data-parallel timeout must be > 0");
-  if (bucket_bytes < 1) return Status::InvalidArgument("data-parallel bucket_bytes must be >= 1");
   return Status::Ok();
 }
 

@@ -189,8 +189,7 @@ Status TrainingRun::PrepareTraining() {
     // resumed run penalizes against the same weights.
     const fs::path ref_dir = fs::path(s.options.run_dir) / "reference";
     std::error_code ec;
-    // (A follower rank loads what rank 0, or the launcher before it, wrote.)
-    if (!s.follower() && !(s.options.resume && fs::exists(ref_dir / "config.json", ec))) {
+    if (!(s.options.resume && fs::exists(ref_dir / "config.json", ec))) {
       SLUICE_RETURN_IF_ERROR(model::SavePretrained(*s.policy, ref_dir.string()));
     }
     SLUICE_ASSIGN_OR_RETURN(s.reference,

@@ -27,7 +27,6 @@
 
 #include "../bench_util.h"
 #include "../checkpoint_engine/bench_cross_host.h"
-#include "sluice/common/metrics_server.h"
 #include "sluice/runtime/flags.h"
 #include "sluice/trainer/data_parallel.h"
 #include "sluice/trainer/trainer.h"
@@ -110,11 +109,7 @@ Status ChildMain(const runtime::FlagSet& flags, const Workload& w) {
   SLUICE_ASSIGN_OR_RETURN(dp.rank, flags.GetInt("child-rank", 0, 255));
   SLUICE_ASSIGN_OR_RETURN(dp.world_size, flags.GetInt("world", 1, 256));
   SLUICE_ASSIGN_OR_RETURN(std::string store, flags.GetString("store"));
-  if (store.rfind("file:", 0) == 0) {
-    dp.store_file = store.substr(5);
-  } else {
-    SLUICE_RETURN_IF_ERROR(ParseListenAddress(store, &dp.master_addr, &dp.master_port));
-  }
+  SLUICE_RETURN_IF_ERROR(dp.SetStore(store));
   SLUICE_ASSIGN_OR_RETURN(bool serve, flags.GetBool("serve"));
   dp.store_served_by_launcher = !serve;
   SLUICE_ASSIGN_OR_RETURN(dp.bind_address, flags.GetString("bind"));

@@ -641,10 +641,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
         dp.world_size = po.trainer_ranks;
         dp.store_served_by_launcher = true;
         dp.timeout = std::chrono::seconds(po.rank_timeout_seconds);
-        if (c.trainer_store.rfind("file:", 0) == 0) {
-          dp.store_file = c.trainer_store.substr(5);
-        } else if (Status parsed = ParseListenAddress(c.trainer_store, &dp.master_addr, &dp.master_port);
-                   !parsed.ok()) {
+        if (Status parsed = dp.SetStore(c.trainer_store); !parsed.ok()) {
           return Status::InvalidArgument("pipeline.trainer_ranks > 1: --trainer-store: " + parsed.message());
         }
         SLUICE_ASSIGN_OR_RETURN(s.data_parallel, trainer::DataParallelGroup::Connect(dp));

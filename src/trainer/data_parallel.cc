@@ -17,6 +17,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <utility>
 
+#include "sluice/common/metrics_server.h"
+
 namespace sluice::trainer {
 
 namespace {
@@ -96,6 +98,16 @@ Result<std::string> WaitForKey(c10d::Store& store, const std::string& key, std::
 constexpr char kSharedPrefix[] = "sluice/shared";
 
 }  // namespace
+
+Status DataParallelOptions::SetStore(const std::string& spec) {
+  if (spec.rfind("file:", 0) == 0) {
+    store_file = spec.substr(5);
+    if (store_file.empty()) return Status::InvalidArgument("store 'file:' names no file");
+    return Status::Ok();
+  }
+  store_file.clear();
+  return ParseListenAddress(spec, &master_addr, &master_port);
+}
 
 Status DataParallelOptions::Validate() const {
   if (world_size < 1) return Status::InvalidArgument("data-parallel world size must be >= 1");

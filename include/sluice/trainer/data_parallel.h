@@ -44,6 +44,10 @@ struct DataParallelOptions {
   // at this path instead (nothing listens on the network; the TCPStore
   // listens on every interface). master_addr and master_port are unused.
   std::string store_file;
+
+  // Sets the store from "HOST:PORT" (master_addr, master_port) or
+  // "file:PATH" (store_file). InvalidArgument naming what is wrong.
+  Status SetStore(const std::string& spec);
   // The address this rank's Gloo transport binds and is reached at. Empty:
   // loopback when master_addr is a loopback address, else this host's
   // address on the route to master_addr.

@@ -875,6 +875,17 @@ class Client:
         returned, cleared = self._impl.release(self._lease_of(metadata))
         return {"rows_returned": returned, "rows_cleared": cleared}
 
+    def renew(self, metadata: Union[BatchMeta, int], lease_timeout: Optional[float] = None) -> float:
+        """Keeps a lease alive: it now expires ``lease_timeout`` seconds from
+        now (None: the hub's default). A consumer working longer than its lease
+        renews before the deadline; one that dies stops, and its rows go back
+        to the task at the last deadline. Returns the new deadline on
+        ``time.monotonic()``'s clock (a BatchMeta keeps the deadline it was
+        granted with). Errors as ack."""
+        self._check_open()
+        lease_ms = 0 if lease_timeout is None else _ms(_check_seconds("lease_timeout", lease_timeout, False))
+        return self._impl.renew(self._lease_of(metadata), lease_ms)
+
     def clear_partition(self, partition_id: str) -> int:
         """Frees every row of the partition, whatever its state, and removes
         the partition. Returns the rows cleared. ``errors.NotFound`` if it does

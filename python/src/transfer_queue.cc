@@ -447,6 +447,16 @@ class Client {
     return py::make_tuple(a.rows_returned, a.rows_cleared);
   }
 
+  double Renew(uint64_t lease, int64_t lease_timeout_ms) {
+    if (lease_timeout_ms < 0) throw py::value_error("lease_timeout must be >= 0");
+    Result<tq::RenewResponse> r = Status::Internal("no reply");
+    {
+      py::gil_scoped_release release;
+      r = client_.Renew(lease, milliseconds(lease_timeout_ms));
+    }
+    return MonotonicSeconds(ValueOrThrow(std::move(r)).deadline);
+  }
+
   uint64_t ClearPartition(const std::string& partition) {
     Result<tq::ClearResponse> r = Status::Internal("no reply");
     {
@@ -596,6 +606,7 @@ void BindTransferQueue(py::module_& m) {
       .def("get_data", &Client::GetData)
       .def("ack", &Client::Ack)
       .def("release", &Client::Release)
+      .def("renew", &Client::Renew)
       .def("clear_partition", &Client::ClearPartition)
       .def("kv_put", &Client::KvPut)
       .def("kv_get", &Client::KvGet)

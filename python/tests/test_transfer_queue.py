@@ -168,7 +168,11 @@ def test_sampling_whole_groups_and_release(hub):
     assert client.release(m)["rows_returned"] == 4
     m = client.get_meta("x", 2, "g", task_name="t", sampling_config={"group_size": 2, "min_policy_version": 2})
     assert [tag.group_id for tag in m.tags] == [1, 1]
+    deadline = client.renew(m, lease_timeout=120)
+    assert 119 < deadline - time.monotonic() <= 120
     client.release(m)
+    with pytest.raises(errors.FailedPrecondition):
+        client.renew(m)  # released: nothing to renew
     with pytest.raises(errors.FailedPrecondition):
         client.ack(m)  # released: cannot be acked
     with pytest.raises(errors.InvalidArgument) as e:

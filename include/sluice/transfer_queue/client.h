@@ -108,6 +108,9 @@ class TransferQueueClient {
   // Finishes the lease, then drops the bytes of rows every task has acked.
   Result<AckResponse> Ack(LeaseId lease);
   Result<ReleaseResponse> Release(LeaseId lease);
+  // Controller::Renew: the lease's deadline becomes now + lease_timeout (0:
+  // the controller's default).
+  Result<RenewResponse> Renew(LeaseId lease, std::chrono::milliseconds lease_timeout = std::chrono::milliseconds(0));
 
   // Frees every row of the partition (whatever their state) and removes it.
   Result<ClearResponse> ClearPartition(std::string partition);

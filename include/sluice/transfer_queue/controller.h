@@ -204,6 +204,12 @@ struct AckRequest {
 struct ReleaseRequest {
   LeaseId lease_id = 0;
 };
+struct RenewRequest {
+  LeaseId lease_id = 0;
+  // The lease's new deadline is now + this; 0 =
+  // ControllerOptions::default_lease_timeout. At most kMaxLeaseTimeout.
+  std::chrono::milliseconds lease_timeout{0};
+};
 struct ClearPartitionRequest {
   std::string partition;
 };
@@ -237,6 +243,11 @@ struct AckResponse {
 struct ReleaseResponse {
   uint64_t rows_returned = 0;
   uint64_t rows_cleared = 0;
+};
+
+struct RenewResponse {
+  // The lease's new deadline, on the controller's clock (as BatchMeta's).
+  std::chrono::steady_clock::time_point deadline;
 };
 
 struct ClearResponse {
@@ -313,6 +324,13 @@ class Controller {
   virtual Result<AckResponse> Ack(const AckRequest& request) = 0;
   // Returns a lease's rows to ready now. Errors as Ack.
   virtual Result<ReleaseResponse> Release(const ReleaseRequest& request) = 0;
+  // Keeps a lease alive: its deadline becomes now + lease_timeout (earlier
+  // or later than before). A consumer still working on its rows renews
+  // before the deadline; one that dies stops renewing, and its rows return
+  // to ready at the last deadline it set. Errors as Ack, plus
+  // InvalidArgument (negative lease_timeout) and OutOfRange (above
+  // kMaxLeaseTimeout).
+  virtual Result<RenewResponse> Renew(const RenewRequest& request) = 0;
 
   // Frees every row of the partition and removes it. NotFound if unknown.
   virtual Result<ClearResponse> ClearPartition(const ClearPartitionRequest& request) = 0;

@@ -213,6 +213,10 @@ Result<ReleaseResponse> TransferQueueClient::Release(LeaseId lease) {
   return controller_->Release(ReleaseRequest{lease});
 }
 
+Result<RenewResponse> TransferQueueClient::Renew(LeaseId lease, std::chrono::milliseconds lease_timeout) {
+  return controller_->Renew(RenewRequest{lease, lease_timeout});
+}
+
 Result<ClearResponse> TransferQueueClient::ClearPartition(std::string partition) {
   SLUICE_ASSIGN_OR_RETURN(ClearResponse response, controller_->ClearPartition(ClearPartitionRequest{partition}));
   Status reclaimed = Reclaim(response.reclaim);

@@ -49,6 +49,7 @@ class FaultyController final : public Controller {
   Result<BatchMeta> GetMeta(const GetMetaRequest& r) override { return inner_->GetMeta(r); }
   Result<AckResponse> Ack(const AckRequest& r) override { return inner_->Ack(r); }
   Result<ReleaseResponse> Release(const ReleaseRequest& r) override { return inner_->Release(r); }
+  Result<RenewResponse> Renew(const RenewRequest& r) override { return inner_->Renew(r); }
   Result<ClearResponse> ClearPartition(const ClearPartitionRequest& r) override { return inner_->ClearPartition(r); }
   Result<std::vector<KvEntry>> KvLookup(const KvLookupRequest& r) override { return inner_->KvLookup(r); }
   Result<std::vector<KvEntry>> KvList(const KvListRequest& r) override { return inner_->KvList(r); }

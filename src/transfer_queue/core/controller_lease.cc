@@ -1,4 +1,4 @@
-// GetMeta, Ack, Release and lease expiry of the in-process controller.
+// GetMeta, Ack, Release, Renew and lease expiry of the in-process controller.
 //
 // Expiry is lazy: every call first returns the rows of leases past their
 // deadline to ready, and a GetMeta that has to wait wakes up at the earliest
@@ -256,6 +256,26 @@ Result<ReleaseResponse> InProcessController::Release(const ReleaseRequest& reque
   counters_.rows_redelivered += returned;
   SignalReadyLocked();
   return ReleaseResponse{returned, cleared};
+}
+
+Result<RenewResponse> InProcessController::Renew(const RenewRequest& request) {
+  const LeaseId id = request.lease_id;
+  const std::string what = "renew of lease " + std::to_string(id);
+  SLUICE_RETURN_IF_ERROR(ValidateTimeout(request.lease_timeout, what + ": lease_timeout"));
+  if (request.lease_timeout > kMaxLeaseTimeout) {
+    return Status::OutOfRange(what + ": lease_timeout " + std::to_string(request.lease_timeout.count()) +
+                              " ms is above the longest lease, " + std::to_string(kMaxLeaseTimeout.count()) + " ms");
+  }
+  MutexLock lock(&mu_);
+  SLUICE_RETURN_IF_ERROR(CheckOpenLocked());
+  ExpireLocked();  // a lease past its deadline is gone, renewed or not
+  const Clock::TimePoint now = clock_->Now();
+  if (leases_.Find(id) == nullptr) return leases_.NotActive(id, "renew", now);
+  const auto lease_timeout = request.lease_timeout.count() > 0 ? request.lease_timeout : options_.default_lease_timeout;
+  const LeaseRecord& lease = leases_.SetDeadline(id, now + lease_timeout);
+  // A GetMeta waiting for the earliest deadline wakes and looks again.
+  SignalReadyLocked();
+  return RenewResponse{lease.deadline};
 }
 
 }  // namespace sluice::transfer_queue::internal

@@ -465,6 +465,41 @@ TEST_F(ControllerTest, ExpiredLeaseReturnsRowsAndRefusesTheLateAck) {
   EXPECT_EQ(stats->tasks[1].leased, 0u);
 }
 
+// A renewed lease lives past its first deadline; one that is no longer
+// renewed expires at the last deadline it was given.
+TEST_F(ControllerTest, RenewMovesTheDeadline) {
+  Put({Tags()});
+  GetMetaRequest request{"train", {"prompt"}, 1, "p", {}, milliseconds(0), milliseconds(500)};
+  auto meta = client_->GetMeta(request);
+  ASSERT_TRUE(meta.ok());
+  for (int i = 0; i < 3; ++i) {
+    clock_->Advance(milliseconds(400));
+    auto renewed = client_->Renew(meta->lease_id, milliseconds(500));
+    ASSERT_TRUE(renewed.ok()) << renewed.status().ToString();
+    EXPECT_EQ(renewed->deadline, clock_->Now() + milliseconds(500));
+  }
+  clock_->Advance(milliseconds(499));  // 1.7 s after the grant: still held
+  TQ_EXPECT_ERROR(client_->GetMeta(request), kTimeout, "only 0 of 1");
+  clock_->Advance(milliseconds(1));
+  auto again = client_->GetMeta(request);
+  ASSERT_TRUE(again.ok()) << "the lease expired at its last deadline";
+  EXPECT_EQ(again->row_ids(), meta->row_ids());
+  TQ_EXPECT_ERROR(client_->Renew(meta->lease_id, milliseconds(500)), kFailedPrecondition, "expired at");
+  // A shorter timeout brings the deadline forward; 0 is the default lease.
+  auto sooner = client_->Renew(again->lease_id, milliseconds(10));
+  ASSERT_TRUE(sooner.ok());
+  EXPECT_EQ(sooner->deadline, clock_->Now() + milliseconds(10));
+  auto by_default = client_->Renew(again->lease_id);
+  ASSERT_TRUE(by_default.ok());
+  EXPECT_EQ(by_default->deadline, clock_->Now() + testing::DefaultHubOptions().controller.default_lease_timeout);
+  TQ_EXPECT_ERROR(client_->Renew(again->lease_id, milliseconds(-1)), kInvalidArgument, "lease_timeout");
+  TQ_EXPECT_ERROR(client_->Renew(again->lease_id, kMaxLeaseTimeout + milliseconds(1)), kOutOfRange,
+                  "longest lease");
+  TQ_ASSERT_OK(client_->Ack(again->lease_id).status());
+  TQ_EXPECT_ERROR(client_->Renew(again->lease_id), kFailedPrecondition, "already acked");
+  TQ_EXPECT_ERROR(client_->Renew(777), kNotFound, "never granted");
+}
+
 TEST_F(ControllerTest, ReleaseReturnsRowsNow) {
   const auto rows = Put({Tags(), Tags(), Tags()});
   auto meta = client_->GetMeta("train", {"prompt"}, 2, "p");

@@ -2,7 +2,7 @@
 // for the contract). Its implementation is split by concern:
 //   controller.cc        setup, registration, partitions, stats, indexing helpers
 //   controller_write.cc  row creation, two-phase writes, freeing, clear, key-value
-//   controller_lease.cc  GetMeta, Ack, Release, expiry
+//   controller_lease.cc  GetMeta, Ack, Release, Renew, expiry
 //
 // State invariants (all under mu_):
 //  * rows_ holds every alive row; each is in exactly one partition's `rows`.
@@ -117,6 +117,7 @@ class InProcessController final : public Controller {
   Result<BatchMeta> GetMeta(const GetMetaRequest& request) override;
   Result<AckResponse> Ack(const AckRequest& request) override;
   Result<ReleaseResponse> Release(const ReleaseRequest& request) override;
+  Result<RenewResponse> Renew(const RenewRequest& request) override;
   Result<ClearResponse> ClearPartition(const ClearPartitionRequest& request) override;
   Result<std::vector<KvEntry>> KvLookup(const KvLookupRequest& request) override;
   Result<std::vector<KvEntry>> KvList(const KvListRequest& request) override;

@@ -43,6 +43,15 @@ const LeaseRecord* LeaseTable::Find(LeaseId id) const {
   return it == active_.end() ? nullptr : &it->second;
 }
 
+const LeaseRecord& LeaseTable::SetDeadline(LeaseId id, Clock::TimePoint deadline) {
+  auto it = active_.find(id);
+  SLUICE_CHECK(it != active_.end()) << "renewing lease " << id << " which is not active";
+  by_deadline_.erase({it->second.deadline, id});
+  it->second.deadline = deadline;
+  by_deadline_.emplace(deadline, id);
+  return it->second;
+}
+
 LeaseRecord LeaseTable::End(LeaseId id, LeaseEnd how, Clock::TimePoint when) {
   auto it = active_.find(id);
   SLUICE_CHECK(it != active_.end()) << "ending lease " << id << " which is not active";

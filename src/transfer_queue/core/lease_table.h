@@ -43,6 +43,8 @@ class LeaseTable {
                            Clock::TimePoint deadline);
   // Null if `id` is not active.
   const LeaseRecord* Find(LeaseId id) const;
+  // Moves an active lease's deadline. Precondition: active.
+  const LeaseRecord& SetDeadline(LeaseId id, Clock::TimePoint deadline);
   // Removes an active lease and remembers how it ended. Precondition: active.
   LeaseRecord End(LeaseId id, LeaseEnd how, Clock::TimePoint when);
   // Ends (as expired, at their deadlines) and returns the active leases whose

@@ -98,6 +98,14 @@ TEST(NetServerTest, IpcEndpointRoundTrip) {
   Result<BatchData> data = client.GetData(*meta);
   ASSERT_TRUE(data.ok()) << data.status().ToString();
   EXPECT_EQ(ToI64(data->columns["prompt"][0]), (std::vector<int64_t>{7, 8, 9}));
+  // A renewal travels too: the deadline comes back on this process's clock.
+  const auto before = std::chrono::steady_clock::now();
+  Result<RenewResponse> renewed = client.Renew(meta->lease_id, std::chrono::milliseconds(90000));
+  ASSERT_TRUE(renewed.ok()) << renewed.status().ToString();
+  EXPECT_GE(renewed->deadline, before + std::chrono::milliseconds(89000));
+  EXPECT_LE(renewed->deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(91000));
+  TQ_ASSERT_OK(client.Ack(meta->lease_id).status());
+  EXPECT_EQ(client.Renew(meta->lease_id).status().code(), StatusCode::kFailedPrecondition);
   server->Stop();
   static_cast<void>(sluice::RemoveTree(dir));
 }

@@ -56,6 +56,7 @@ bool ServedInline(wire::MessageType type) {
     case wire::MessageType::kAbortWrite:
     case wire::MessageType::kAck:
     case wire::MessageType::kRelease:
+    case wire::MessageType::kRenew:
     case wire::MessageType::kShmStorageRead:
       return true;
     default:

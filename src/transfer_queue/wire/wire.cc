@@ -602,6 +602,21 @@ void Decode(WireReader& r, GetMetaRequest* out) {
   out->lease_timeout = DecodeMillis(r, "lease_timeout_ms");
 }
 
+// A deadline travels as the time left on the sender's clock, clamped.
+void EncodeDeadline(WireWriter& w, std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - w.now());
+  w.I64(std::clamp(left, -kMaxDeadlineOffset, kMaxDeadlineOffset).count());
+}
+std::chrono::steady_clock::time_point DecodeDeadline(WireReader& r) {
+  const int64_t left = r.I64("deadline_ns");
+  if (!r.ok()) return {};
+  if (left < -kMaxDeadlineOffset.count() || left > kMaxDeadlineOffset.count()) {
+    r.Invalid("deadline_ns", "is " + std::to_string(left) + ", more than 8 days from now");
+    return {};
+  }
+  return r.now() + std::chrono::nanoseconds(left);
+}
+
 void Encode(WireWriter& w, const BatchMeta& v) {
   w.U64(v.lease_id);
   w.String(v.task);
@@ -611,9 +626,7 @@ void Encode(WireWriter& w, const BatchMeta& v) {
   w.Count(v.rank.size());
   for (uint32_t rank : v.rank) w.U32(rank);
   w.U32(v.dp_ranks);
-  // The deadline is on the sender's clock: send the time left, clamped.
-  const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(v.deadline - w.now());
-  w.I64(std::clamp(left, -kMaxDeadlineOffset, kMaxDeadlineOffset).count());
+  EncodeDeadline(w, v.deadline);
 }
 void Decode(WireReader& r, BatchMeta* out) {
   const uint32_t max_rows = r.limits().max_batch_rows;
@@ -627,19 +640,23 @@ void Decode(WireReader& r, BatchMeta* out) {
   out->rank.reserve(ranks);
   for (size_t i = 0; i < ranks && r.ok(); ++i) out->rank.push_back(r.U32("rank"));
   out->dp_ranks = r.U32("dp_ranks");
-  const int64_t left = r.I64("deadline_ns");
-  if (!r.ok()) return;
-  if (left < -kMaxDeadlineOffset.count() || left > kMaxDeadlineOffset.count()) {
-    r.Invalid("deadline_ns", "is " + std::to_string(left) + ", more than 8 days from now");
-    return;
-  }
-  out->deadline = r.now() + std::chrono::nanoseconds(left);
+  out->deadline = DecodeDeadline(r);
 }
 
 void Encode(WireWriter& w, const AckRequest& v) { w.U64(v.lease_id); }
 void Decode(WireReader& r, AckRequest* out) { out->lease_id = r.U64("lease_id"); }
 void Encode(WireWriter& w, const ReleaseRequest& v) { w.U64(v.lease_id); }
 void Decode(WireReader& r, ReleaseRequest* out) { out->lease_id = r.U64("lease_id"); }
+void Encode(WireWriter& w, const RenewRequest& v) {
+  w.U64(v.lease_id);
+  EncodeMillis(w, v.lease_timeout);
+}
+void Decode(WireReader& r, RenewRequest* out) {
+  out->lease_id = r.U64("lease_id");
+  out->lease_timeout = DecodeMillis(r, "lease_timeout_ms");
+}
+void Encode(WireWriter& w, const RenewResponse& v) { EncodeDeadline(w, v.deadline); }
+void Decode(WireReader& r, RenewResponse* out) { out->deadline = DecodeDeadline(r); }
 
 void Encode(WireWriter& w, const ReclaimTicket& v) {
   w.U64(v.id);

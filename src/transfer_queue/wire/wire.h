@@ -117,6 +117,7 @@ using KvEntries = std::vector<KvEntry>;
   X(KvClear, 30, KvClearRequest, ClearResponse)                           \
   X(FinishReclaim, 31, FinishReclaimRequest, Empty)                       \
   X(Stats, 32, Empty, ControllerStats)                                    \
+  X(Renew, 33, RenewRequest, RenewResponse)                               \
   X(StorageWrite, 64, StorageWriteRequest, Empty)                         \
   X(StorageRead, 65, StorageReadRequest, StorageReadResponse)             \
   X(StorageDiscard, 66, StorageDiscardRequest, Empty)                     \
@@ -209,6 +210,8 @@ SLUICE_TQ_WIRE_CODEC_(AckRequest)
 SLUICE_TQ_WIRE_CODEC_(AckResponse)
 SLUICE_TQ_WIRE_CODEC_(ReleaseRequest)
 SLUICE_TQ_WIRE_CODEC_(ReleaseResponse)
+SLUICE_TQ_WIRE_CODEC_(RenewRequest)
+SLUICE_TQ_WIRE_CODEC_(RenewResponse)
 SLUICE_TQ_WIRE_CODEC_(ClearPartitionRequest)
 SLUICE_TQ_WIRE_CODEC_(ClearResponse)
 SLUICE_TQ_WIRE_CODEC_(ReclaimTicket)

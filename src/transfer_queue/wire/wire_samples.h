@@ -109,6 +109,11 @@ inline void MakeSample(BatchMeta* v) {
 }
 inline void MakeSample(AckRequest* v) { v->lease_id = 17; }
 inline void MakeSample(ReleaseRequest* v) { v->lease_id = 18; }
+inline void MakeSample(RenewRequest* v) {
+  v->lease_id = 19;
+  v->lease_timeout = std::chrono::milliseconds(30000);
+}
+inline void MakeSample(RenewResponse* v) { v->deadline = SampleNow() + std::chrono::milliseconds(30000); }
 inline void MakeSample(ReclaimTicket* v) {
   v->id = 3;
   v->rows = {1, 2, 3};

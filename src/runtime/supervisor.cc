@@ -70,6 +70,7 @@ Status ValidateSpec(const ChildSpec& spec) {
   if (spec.name.empty()) return Status::InvalidArgument("child spec has an empty name");
   const std::string who = "child " + Quoted(spec.name);
   if (spec.path.empty()) return Status::InvalidArgument(who + ": empty executable path");
+  if (spec.max_restarts < 0) return Status::InvalidArgument(who + ": max_restarts must be >= 0");
   if (HasNul(spec.name) || HasNul(spec.path)) return Status::InvalidArgument(who + ": NUL byte in name or path");
   for (const std::string& arg : spec.args) {
     if (HasNul(arg)) return Status::InvalidArgument(who + ": NUL byte in an argument");
@@ -170,9 +171,12 @@ int ReadExecReport(int fd) {
 
 struct Supervisor::Child {
   std::string name;
+  ChildSpec spec;  // to start it again (spec.max_restarts)
   pid_t pid = -1;
   bool exited = false;  // seen by PollExits; still a zombie until reaped
   bool reaped = false;
+  int32_t restarts = 0;
+  std::optional<Clock::time_point> restart_at;  // set while it waits to be started again
   int how = 0;   // CLD_EXITED, CLD_KILLED or CLD_DUMPED once exited
   int code = 0;  // the exit status or the signal number
 
@@ -201,6 +205,9 @@ Result<std::unique_ptr<Supervisor>> Supervisor::Create(SupervisorOptions options
     return Status::InvalidArgument("supervisor poll_interval must be 1..1000 ms, got " +
                                    std::to_string(options.poll_interval.count()) + " ms");
   }
+  if (options.restart_backoff < milliseconds::zero() || options.max_restart_backoff < options.restart_backoff) {
+    return Status::InvalidArgument("supervisor restart_backoff must be >= 0 and <= max_restart_backoff");
+  }
   return std::unique_ptr<Supervisor>(new Supervisor(options));
 }
 
@@ -216,7 +223,16 @@ Status Supervisor::Start(const ChildSpec& spec) {
   for (const Child& child : children_) {
     if (child.name == spec.name) return Status::InvalidArgument("duplicate child name " + Quoted(spec.name));
   }
+  SLUICE_ASSIGN_OR_RETURN(const pid_t pid, Spawn(spec));
+  Child child;
+  child.name = spec.name;
+  child.spec = spec;
+  child.pid = pid;
+  children_.push_back(std::move(child));
+  return Status::Ok();
+}
 
+Result<pid_t> Supervisor::Spawn(const ChildSpec& spec) {
   // Everything the child needs is built now: it must not allocate after fork.
   std::vector<std::string> arg_strings = {spec.path};
   arg_strings.insert(arg_strings.end(), spec.args.begin(), spec.args.end());
@@ -259,23 +275,66 @@ Status Supervisor::Start(const ChildSpec& spec) {
         "cannot start child " + Quoted(spec.name) + ": exec " + spec.path + ": " +
         (exec_errno < 0 ? std::string("no report from the child in time") : std::string(std::strerror(exec_errno))));
   }
-  Child child;
-  child.name = spec.name;
-  child.pid = pid;
-  children_.push_back(std::move(child));
+  return pid;
+}
+
+void Supervisor::PlanRestart(Child& child) {
+  // Its whole group goes (helpers it left), then it is reaped: its pid is free.
+  if (!child.reaped) {
+    SignalGroup(child.pid, SIGKILL);
+    ::waitpid(child.pid, nullptr, 0);
+    child.reaped = true;  // never signalled again under this pid
+  }
+  const milliseconds backoff = std::min(options_.max_restart_backoff,
+                                        options_.restart_backoff * (int64_t{1} << std::min<int32_t>(child.restarts, 20)));
+  SLUICE_LOG(WARNING) << child.Describe() << "; starting it again in " << backoff.count() << " ms (restart "
+                      << child.restarts + 1 << " of " << child.spec.max_restarts << ")";
+  child.restart_at = Clock::now() + backoff;
+  child.pid = -1;
+}
+
+Status Supervisor::RestartDue() {
+  for (Child& child : children_) {
+    if (!child.restart_at || Clock::now() < *child.restart_at) continue;
+    child.restart_at.reset();
+    ++child.restarts;
+    Result<pid_t> pid = Spawn(child.spec);
+    if (!pid.ok()) {
+      child.exited = child.reaped = true;  // nothing of it is left to stop
+      return pid.status().WithContext("restarting child " + Quoted(child.name));
+    }
+    child.pid = *pid;
+    child.exited = child.reaped = false;
+    child.how = child.code = 0;
+    SLUICE_LOG(INFO) << "child " << Quoted(child.name) << " started again (pid " << child.pid << ")";
+  }
   return Status::Ok();
 }
 
 bool Supervisor::HasExited(const std::string& name) const {
   for (const Child& child : children_) {
-    if (child.name == name) return child.exited;
+    if (child.name == name) return child.exited && !child.restart_at;
   }
   return false;
 }
 
+pid_t Supervisor::PidOf(const std::string& name) const {
+  for (const Child& child : children_) {
+    if (child.name == name) return child.restart_at || child.reaped ? -1 : child.pid;
+  }
+  return -1;
+}
+
+int32_t Supervisor::Restarts(const std::string& name) const {
+  for (const Child& child : children_) {
+    if (child.name == name) return child.restarts;
+  }
+  return 0;
+}
+
 void Supervisor::PollExits() {
   for (Child& child : children_) {
-    if (child.exited || child.reaped) continue;
+    if (child.exited || child.reaped || child.restart_at) continue;
     siginfo_t info{};
     if (::waitid(P_PID, static_cast<id_t>(child.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
       if (errno == ECHILD) {
@@ -310,10 +369,18 @@ Status Supervisor::Wait(milliseconds timeout, const std::atomic<bool>* stop, con
       return finish(Status::Aborted("stop requested; stopped all " + std::to_string(children_.size()) + " children"));
     }
     PollExits();
+    if (Status restarted = RestartDue(); !restarted.ok()) {
+      return finish(Status::Unavailable(restarted.message() + "; stopped the other children"));
+    }
     std::string running;
-    for (const Child& child : children_) {
-      if (!child.exited) {
+    for (Child& child : children_) {
+      if (child.restart_at) {
+        running += (running.empty() ? "" : ", ") + Quoted(child.name) + " (restarting)";
+      } else if (!child.exited) {
         running += (running.empty() ? "" : ", ") + Quoted(child.name);
+      } else if (!child.succeeded() && child.restarts < child.spec.max_restarts) {
+        PlanRestart(child);
+        running += (running.empty() ? "" : ", ") + Quoted(child.name) + " (restarting)";
       } else if (!child.succeeded()) {
         return finish(Status::Unavailable(child.Describe() + "; stopped the other children"));
       }

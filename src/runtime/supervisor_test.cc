@@ -115,6 +115,47 @@ TEST(SupervisorTest, AFailingChildStopsTheOthersPromptly) {
   EXPECT_EQ(supervisor->Start(Sleep("late")).code(), StatusCode::kFailedPrecondition);
 }
 
+// A child with restarts left is started again alone (its siblings keep
+// running, the same pid never signalled twice); one that keeps failing past
+// its restarts ends Wait naming it.
+TEST(SupervisorTest, AFailedChildWithRestartsLeftIsStartedAgainAlone) {
+  const std::string dir = ::testing::TempDir() + "/supervisor_restarts." + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  for (int32_t budget : {2, 1}) {
+    SCOPED_TRACE("max_restarts " + std::to_string(budget));
+    const std::string count = dir + "/count" + std::to_string(budget);
+    auto created = Supervisor::Create({.stop_grace = 200ms, .restart_backoff = 20ms, .max_restart_backoff = 40ms});
+    ASSERT_TRUE(created.ok());
+    auto supervisor = std::move(created).value();
+    ASSERT_TRUE(supervisor->Start(Sleep("trainer", "3")).ok());
+    // Fails its first two lives (killed by SIGKILL, then exit 5), then exits 0.
+    ChildSpec flaky = Shell("rollout", "echo x >> " + count + "; n=$(wc -l < " + count +
+                                           "); if [ $n -eq 1 ]; then kill -9 $$; fi; if [ $n -eq 2 ]; then exit 5; fi");
+    flaky.max_restarts = budget;
+    ASSERT_TRUE(supervisor->Start(flaky).ok());
+    const pid_t trainer = supervisor->PidOf("trainer");
+    int32_t restarts = 0;
+    const Status status = supervisor->Wait(20s, nullptr, [&] {
+      EXPECT_EQ(supervisor->PidOf("trainer"), trainer) << "the sibling was never restarted";
+      restarts = supervisor->Restarts("rollout");
+      return Status::Ok();
+    });
+    if (budget == 2) {
+      EXPECT_TRUE(status.ok()) << status.ToString();
+      EXPECT_EQ(restarts, 2);
+    } else {
+      EXPECT_EQ(status.code(), StatusCode::kUnavailable) << status.ToString();
+      EXPECT_NE(status.message().find("'rollout'"), std::string::npos) << status.ToString();
+      EXPECT_NE(status.message().find("exit status 5"), std::string::npos) << status.ToString();
+      EXPECT_TRUE(Gone(trainer));
+    }
+  }
+  std::filesystem::remove_all(dir);
+  ChildSpec bad = Sleep("bad");
+  bad.max_restarts = -1;
+  EXPECT_EQ(MakeSupervisor()->Start(bad).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(SupervisorTest, AChildKilledBySignalIsReportedWithTheSignal) {
   auto supervisor = MakeSupervisor();
   ASSERT_TRUE(supervisor->Start(Sleep("reward")).ok());

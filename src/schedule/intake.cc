@@ -15,6 +15,7 @@ Result<std::unique_ptr<PromptIntake>> PromptIntake::Create(const IntakeOptions& 
   if (o.sync_interval <= 0) return bad("sync_interval must be > 0");
   if (o.start_step < 0 || o.steps < o.start_step) return bad("need 0 <= start_step <= steps");
   if (o.engines <= 0) return bad("engines must be > 0");
+  if (o.replicas <= 0) return bad("replicas must be > 0");
   tq::StalenessOptions so;
   so.max_staleness = o.max_staleness;
   so.prompts_per_version = o.prompts_per_step * o.sync_interval;
@@ -33,13 +34,17 @@ Result<int64_t> PromptIntake::Take(int64_t slots, int64_t queued, PolicyVersion 
                                    const std::function<Result<TrainerProgress>()>& progress) {
   const int64_t P = options_.prompts_per_step, G = options_.group_size;
   // (At least one group for an engine with fewer slots than a group.)
-  const int64_t target = options_.engines > 1 ? std::max(slots, G) : 2 * slots;
-  int64_t want = std::min<int64_t>((target - queued) / G, end_cursor_ - cursor_);
-  if (options_.engines > 1) want = std::min<int64_t>(want, (P + options_.engines - 1) / options_.engines);
+  const int64_t sharers = int64_t{options_.engines} * options_.replicas;
+  const int64_t target = sharers > 1 ? std::max(slots, G) : 2 * slots;
+  // (Replicas learn where the shared stream is from `progress`.)
+  int64_t want = (target - queued) / G;
+  if (!options_.Shared()) want = std::min<int64_t>(want, end_cursor_ - cursor_);
+  if (sharers > 1) want = std::min<int64_t>(want, (P + sharers - 1) / sharers);
   if (want <= 0) return int64_t{0};
   // Bring admission up to date: progress first, then the newest version,
   // which was published before that progress.
   SLUICE_ASSIGN_OR_RETURN(const TrainerProgress now, progress());
+  if (options_.Shared()) return TakeShared(want, engine_version, now);
   const tq::AdmissionStats seen = admission_->stats();
   const PolicyVersion latest = std::max(now.latest_version, seen.trainer_version);
   const int64_t acked = now.acked_answers / G;
@@ -58,6 +63,37 @@ Result<int64_t> PromptIntake::Take(int64_t slots, int64_t queued, PolicyVersion 
   }
   cursor_ += *admitted;
   return *admitted;
+}
+
+// The staleness rule (StalenessAdmission) with the global cursor: the
+// prompt at position p past the trainer's retired prompts is trained
+// floor(p / ppv) versions after the latest, so an engine at version v may
+// start it while latest + floor(p / ppv) - v <= max_staleness.
+int64_t PromptIntake::SharedLimit(const TrainerProgress& now, PolicyVersion engine_version) const {
+  const int64_t P = options_.prompts_per_step, ppv = P * options_.sync_interval;
+  const int64_t retired = options_.start_step * P + now.acked_answers / options_.group_size;
+  const PolicyVersion latest = std::max<PolicyVersion>(now.latest_version, options_.version);
+  const int64_t versions_ahead = options_.max_staleness + engine_version - latest + 1;
+  return versions_ahead <= 0 ? retired : retired + versions_ahead * ppv;
+}
+
+Result<int64_t> PromptIntake::TakeShared(int64_t want, PolicyVersion engine_version, const TrainerProgress& now) {
+  const int64_t P = options_.prompts_per_step;
+  // Where the stream is now: the other replicas may have moved it on, and a
+  // dead one's prompts come back to it.
+  cursor_ = std::clamp(options_.start_step * P + now.taken_prompts, options_.start_step * P, end_cursor_);
+  int64_t limit = SharedLimit(now, engine_version);
+  // A waiting trainer's prompts first: nothing past them while it waits.
+  if (now.waiting) limit = std::min(limit, (options_.start_step + now.acked_answers / options_.group_size / P + 1) * P);
+  const int64_t n = std::clamp<int64_t>(std::min(want, limit - cursor_), 0, end_cursor_ - cursor_);
+  cursor_ += n;
+  return n;
+}
+
+Result<int64_t> PromptIntake::StartLimit(PolicyVersion engine_version,
+                                         const std::function<Result<TrainerProgress>()>& progress) {
+  SLUICE_ASSIGN_OR_RETURN(const TrainerProgress now, progress());
+  return SharedLimit(now, engine_version);
 }
 
 }  // namespace sluice::schedule

@@ -83,6 +83,46 @@ TEST(PromptIntakeTest, ManyEnginesOfManySlotsEachTakeTheirShare) {
   EXPECT_EQ(*(*intake)->Take(64, 2, 0, Progress(p)), 0);
 }
 
+// Two replicas, each with its own intake, share one stream: the cursor is
+// the stream's (taken_prompts), so together they admit what one intake
+// would, and a replica handed prompts past its admission (the other took
+// the ones it counted on) may start only those below StartLimit.
+TEST(PromptIntakeTest, ReplicasShareTheStreamsCursor) {
+  IntakeOptions o = Options(1);  // P = 4, G = 2: staleness 1 admits 8 prompts at version 0
+  o.replicas = 2;
+  auto a = PromptIntake::Create(o);
+  auto b = PromptIntake::Create(o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  TrainerProgress p;
+  // Each takes its share of a step (P / 2 replicas = 2) per call.
+  EXPECT_EQ(*(*a)->Take(64, 0, 0, Progress(p)), 2);
+  p.taken_prompts = 2;
+  EXPECT_EQ(*(*b)->Take(64, 0, 0, Progress(p)), 2);
+  p.taken_prompts = 6;  // a took 2 more meanwhile
+  EXPECT_EQ(*(*b)->Take(64, 0, 0, Progress(p)), 2) << "prompts 6 and 7, the last admissible";
+  p.taken_prompts = 8;
+  EXPECT_EQ(*(*a)->Take(64, 0, 0, Progress(p)), 0) << "together they hold the staleness window";
+  EXPECT_EQ(*(*b)->Take(64, 0, 0, Progress(p)), 0);
+  EXPECT_EQ(*(*a)->StartLimit(0, Progress(p)), 8);
+  // The trainer acked step 1 and published version 1: an engine at version
+  // 1 may start up to prompt 11, one still at 0 only up to 7.
+  p.acked_answers = 8;
+  p.latest_version = 1;
+  EXPECT_EQ(*(*a)->StartLimit(1, Progress(p)), 12);
+  EXPECT_EQ(*(*a)->StartLimit(0, Progress(p)), 8);
+  EXPECT_EQ(*(*a)->Take(64, 0, 1, Progress(p)), 2);
+  // A dead replica's prompt comes back to the stream (taken drops): the
+  // survivors take it although the cursor they last saw was higher.
+  p.taken_prompts = 9;
+  EXPECT_EQ(*(*b)->Take(64, 0, 1, Progress(p)), 2);
+  EXPECT_EQ((*b)->cursor(), 11);
+  // At the end of the run nothing is left to take.
+  p.taken_prompts = 40;
+  p.acked_answers = 70;
+  p.latest_version = 9;
+  EXPECT_EQ(*(*a)->Take(64, 0, 9, Progress(p)), 0);
+}
+
 TEST(PromptIntakeTest, EndsAtTheLastStepAndRefusesBadOptions) {
   IntakeOptions o = Options(100);
   o.steps = 1;
@@ -100,7 +140,8 @@ TEST(PromptIntakeTest, EndsAtTheLastStepAndRefusesBadOptions) {
   for (auto mutate : std::vector<std::function<void(IntakeOptions&)>>{
            [](IntakeOptions& x) { x.prompts_per_step = 0; }, [](IntakeOptions& x) { x.group_size = 0; },
            [](IntakeOptions& x) { x.sync_interval = 0; }, [](IntakeOptions& x) { x.max_staleness = -1; },
-           [](IntakeOptions& x) { x.start_step = 11; }, [](IntakeOptions& x) { x.engines = 0; }}) {
+           [](IntakeOptions& x) { x.start_step = 11; }, [](IntakeOptions& x) { x.engines = 0; },
+           [](IntakeOptions& x) { x.replicas = 0; }}) {
     IntakeOptions bad = Options(1);
     mutate(bad);
     EXPECT_EQ(PromptIntake::Create(bad).status().code(), StatusCode::kInvalidArgument);

@@ -46,6 +46,12 @@ struct ChildSpec {
   std::string path;                        // executable, run as is (no PATH search), e.g. /proc/self/exe
   std::vector<std::string> args;           // argv[1..]; argv[0] is `path`
   std::map<std::string, std::string> env;  // set on top of (overriding) the launcher's environment
+  // A child that fails (exits non-zero or is killed by a signal) is started
+  // again by Wait, with the same spec, up to this many times, each after a
+  // back-off (restart_backoff, doubling per restart of it, at most
+  // max_restart_backoff); the others keep running. Its process group is
+  // killed and reaped first. 0: its failure ends Wait.
+  int32_t max_restarts = 0;
 };
 
 struct SupervisorOptions {
@@ -53,6 +59,9 @@ struct SupervisorOptions {
   std::chrono::milliseconds stop_grace{5000};
   // How often Wait and StopAll look for exited children.
   std::chrono::milliseconds poll_interval{10};
+  // ChildSpec::max_restarts: the first restart's delay, and the longest.
+  std::chrono::milliseconds restart_backoff{1000};
+  std::chrono::milliseconds max_restart_backoff{30000};
 };
 
 class Supervisor {
@@ -76,10 +85,13 @@ class Supervisor {
   Status Start(const ChildSpec& spec);
 
   // Blocks until the children are done, then stops and reaps all of them
-  // (including helpers left in their process groups). Returns:
+  // (including helpers left in their process groups). A child with restarts
+  // left that fails is started again meanwhile (logged with the cause).
+  // Returns:
   //   OK                 - every child exited with status 0 (a child may exit 0
   //                        early while others still run)
-  //   Unavailable        - a child exited non-zero or was killed by a signal;
+  //   Unavailable        - a child exited non-zero or was killed by a signal
+  //                        with no restart left (or failed to start again);
   //                        the message names it, its pid and "exit status N" or
   //                        "killed by signal N (SIGNAME)"
   //   Aborted            - `*stop` became true (checked every poll_interval)
@@ -98,6 +110,12 @@ class Supervisor {
 
   // Pids of the children started and not yet reaped, in start order.
   std::vector<pid_t> pids() const;
+  // The pid of the child named `name` now (a restart gives it a new one);
+  // -1 while it waits to be started again, or for an unknown name.
+  pid_t PidOf(const std::string& name) const;
+  // How many times the child named `name` was started again (until Wait
+  // returns: then the children are gone).
+  int32_t Restarts(const std::string& name) const;
 
   // Whether the child named `name` has exited, as of Wait's latest look
   // (so, inside Wait's `watch`: an exit Wait has seen, and since a failed
@@ -110,6 +128,13 @@ class Supervisor {
   // Records the exit of every child that has exited since the last call,
   // without reaping it (its pid, and so its process group id, stays reserved).
   void PollExits();
+  // fork + exec of `spec`: the child's pid. Errors as Start.
+  Result<pid_t> Spawn(const ChildSpec& spec);
+  // A failed child with restarts left: kill and reap its group, and plan its
+  // start after the back-off. Restarts due now: start them. Errors: a start
+  // that failed.
+  void PlanRestart(Child& child);
+  Status RestartDue();
 
   SupervisorOptions options_;
   std::vector<Child> children_;

@@ -28,6 +28,16 @@ struct IntakeOptions {
   int64_t start_step = 0;        // the trainer's step at the start (a resumed run)
   int64_t steps = 1;             // the run's last step; prompts end at steps * P
   int32_t engines = 1;           // data-parallel engines sharing this intake, > 0
+  // Rollout replicas (processes, each with its own intake) taking prompts
+  // from one stream, > 0. With more than one, the stream's cursor is global:
+  // TrainerProgress::taken_prompts says where it is, and a replica may be
+  // handed prompts past what it asked admission for (another replica took
+  // the ones it counted on): StartLimit says which it may start.
+  int32_t replicas = 1;
+  // The same for one replica that may be restarted mid-run (its intake
+  // starts afresh; the stream does not).
+  bool shared = false;
+  bool Shared() const { return shared || replicas > 1; }
 };
 
 // The trainer's progress as the rollout sees it.
@@ -35,6 +45,10 @@ struct TrainerProgress {
   int64_t acked_answers = 0;         // answers of the train task acked since the run began
   PolicyVersion latest_version = 0;  // the newest version published
   bool waiting = false;              // the trainer waits for its step's groups now
+  // Shared(): prompts taken from the stream by all replicas since
+  // start_step (finished or held now; a held prompt whose lease ran out is
+  // not counted until it is taken again).
+  int64_t taken_prompts = 0;
 };
 
 class PromptIntake {
@@ -57,6 +71,12 @@ class PromptIntake {
   Result<int64_t> Take(int64_t slots, int64_t queued, PolicyVersion engine_version,
                        const std::function<Result<TrainerProgress>()>& progress);
 
+  // Shared(): prompts below this cursor may be started now by an engine
+  // generating with `engine_version` (the staleness rule with the global
+  // cursor); one taken above it waits until the trainer or the engine's
+  // weights move on. Errors: progress's.
+  Result<int64_t> StartLimit(PolicyVersion engine_version, const std::function<Result<TrainerProgress>()>& progress);
+
   // The next prompt cursor to admit; steps * P when every prompt was.
   int64_t cursor() const { return cursor_; }
   int64_t end_cursor() const { return end_cursor_; }
@@ -64,6 +84,9 @@ class PromptIntake {
 
  private:
   PromptIntake(const IntakeOptions& options, std::unique_ptr<transfer_queue::StalenessAdmission> admission);
+  // Shared(): Take and StartLimit from the trainer's progress.
+  int64_t SharedLimit(const TrainerProgress& now, PolicyVersion engine_version) const;
+  Result<int64_t> TakeShared(int64_t want, PolicyVersion engine_version, const TrainerProgress& now);
 
   const IntakeOptions options_;
   std::unique_ptr<transfer_queue::StalenessAdmission> admission_;

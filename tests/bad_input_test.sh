@@ -119,6 +119,10 @@ train-ranks-threads    | 2 | pipeline.trainer_ranks: needs pipeline.processes   
 train-ranks-command    | 2 | pipeline.trainer_command replaces that trainer       | train pipeline.mode=async pipeline.processes=true pipeline.trainer_ranks=2 pipeline.trainer_command=true
 train-ranks-range      | 2 | pipeline.trainer_ranks                               | train pipeline.mode=async pipeline.processes=true pipeline.trainer_ranks=0
 train-restarts-threads | 2 | pipeline.max_restarts: restarts Sluice's role        | train pipeline.mode=async pipeline.max_restarts=2
+train-replicas-threads | 2 | pipeline.rollout_replicas: needs pipeline.processes  | train pipeline.mode=async pipeline.rollout_replicas=2
+train-workers-threads  | 2 | pipeline.reward_workers: needs pipeline.processes    | train pipeline.mode=sync pipeline.reward_workers=3
+train-replicas-range   | 2 | pipeline.rollout_replicas                            | train pipeline.mode=async pipeline.processes=true pipeline.rollout_replicas=65
+train-worker-lease     | 2 | pipeline.worker_lease_seconds                        | train pipeline.mode=async pipeline.processes=true pipeline.worker_lease_seconds=0
 yaml-syntax            | 2 | yaml-syntax.yaml                                     | train --config=yaml-syntax.yaml
 yaml-type              | 2 | rl.steps                                             | train --config=yaml-type.yaml
 yaml-group             | 2 | rl.group_size                                        | train --config=yaml-group.yaml

@@ -154,6 +154,26 @@ expect ranks-1 0 "held-out accuracy" -- "$SLUICE" train "${ranks[@]}" run.dir="$
 expect ranks-2 0 "held-out accuracy" -- "$SLUICE" train "${ranks[@]}" run.dir="$tmp/ranks2" pipeline.trainer_ranks=2
 expect ranks-3 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/ranks3" pipeline.trainer_ranks=3 \
   trainer.mini_batches=2
+# pipeline.rollout_replicas and pipeline.reward_workers: two rollout processes sharing the prompt
+# stream and two reward processes generate and score the answers one of each does (sync mode:
+# every answer's seed follows from its prompt and index), so the run trains the same steps.
+expect replicas-2 0 "held-out accuracy" -- "$SLUICE" train "${ranks[@]}" run.dir="$tmp/replicas2" \
+  pipeline.rollout_replicas=2 pipeline.reward_workers=2 run.trace=true
+/usr/bin/python3 - "$tmp/ranks1" "$tmp/replicas2" <<'PY' && echo "ok   rollout-replicas" || { echo "FAIL rollout-replicas"; failures=$((failures + 1)); }
+import collections, json, sys
+one, two = ([json.loads(l) for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:])
+assert len(one) == len(two) == 6, (len(one), len(two))
+for a, b in zip(one, two):
+    assert a["prompts"] == b["prompts"] and a["train_tokens"] == b["train_tokens"], (a["step"], a, b)
+    for key in ("loss", "grad_norm", "entropy", "reward_mean"):
+        assert abs(a[key] - b[key]) <= 1e-5 * (1 + abs(a[key])), (a["step"], key, a[key], b[key])
+# Both replicas and both workers did part of the work (their threads are named in the trace).
+events = json.load(open(sys.argv[2] + "/trace.json"))
+threads = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+work = collections.Counter(threads.get(e["tid"], "?").split(" ")[0] for e in events
+                           if e["ph"] == "X" and e["name"] in ("write answer", "write reward"))
+assert work["rollout"] > 0 and work["rollout-1"] > 0 and work["reward"] > 0 and work["reward-1"] > 0, work
+PY
 /usr/bin/python3 - "$tmp/ranks1" "$tmp/ranks2" "$tmp/ranks3" <<'PY' && echo "ok   trainer-ranks" || { echo "FAIL trainer-ranks"; failures=$((failures + 1)); }
 import json, sys
 one, two, three = ([json.loads(l) for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:])

@@ -96,7 +96,7 @@ TraceRecorder& TraceRecorder::Global() {
 Status TraceRecorder::Start(const std::string& path, size_t max_events) {
   MutexLock lock(&mu_);
   if (file_ != nullptr) return Status::FailedPrecondition("tracing already started");
-  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::FILE* f = std::fopen(path.c_str(), "a");
   if (f == nullptr) return Status::Unavailable("cannot write the trace " + path + ": " + std::strerror(errno));
   file_ = f;
   max_events_ = max_events;

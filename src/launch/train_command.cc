@@ -179,9 +179,17 @@ ConfigSchema TrainSchema() {
   s.AddInt("pipeline.trainer_ranks", 1, 1, 256,
            "pipeline.processes: trainer processes, data parallel (gradients all-reduced over Gloo; each trains its "
            "shard of every mini-batch on pipeline.trainer_threads threads); rank 0 publishes and checkpoints");
+  s.AddInt("pipeline.rollout_replicas", 1, 1, 64,
+           "pipeline.processes: rollout processes, each with its own model copy, rollout_engines and "
+           "rollout_threads, taking prompts from one stream under one staleness bound");
+  s.AddInt("pipeline.reward_workers", 1, 1, 64, "pipeline.processes: reward processes scoring answers from the hub");
+  s.AddInt("pipeline.worker_lease_seconds", 30, 1, 86400,
+           "how long a rollout replica or reward worker holds a prompt or answer between lease renewals (every "
+           "third of it); what a dead one held goes to the others after this");
   s.AddInt("pipeline.max_restarts", 0, 0, 100,
-           "pipeline.processes: when a role process fails or dies, start all of them again from the latest "
-           "checkpoint, up to this many times (back-off 1-30 s); 0: a failure ends the run");
+           "pipeline.processes: a rollout replica or reward worker that fails or dies is started again alone, "
+           "a failing trainer rank restarts every role from the latest checkpoint; each up to this many times "
+           "(back-off 1-30 s); 0: a failure ends the run");
   s.AddInt("pipeline.rank_timeout_seconds", 600, 1, 86400,
            "trainer ranks: how long they wait for each other to meet and in each collective; a dead or "
            "unreachable rank ends the run after this");
@@ -396,6 +404,9 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.trainer_threads = static_cast<int32_t>(c.GetInt("pipeline.trainer_threads"));
   o.pipeline.rollout_engines = static_cast<int32_t>(c.GetInt("pipeline.rollout_engines"));
   o.pipeline.trainer_ranks = static_cast<int32_t>(c.GetInt("pipeline.trainer_ranks"));
+  o.pipeline.rollout_replicas = static_cast<int32_t>(c.GetInt("pipeline.rollout_replicas"));
+  o.pipeline.reward_workers = static_cast<int32_t>(c.GetInt("pipeline.reward_workers"));
+  o.pipeline.worker_lease_seconds = c.GetInt("pipeline.worker_lease_seconds");
   o.pipeline.rank_timeout_seconds = c.GetInt("pipeline.rank_timeout_seconds");
   o.pipeline.max_restarts = c.GetInt("pipeline.max_restarts");
   o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
@@ -529,6 +540,8 @@ Status RunRoleProcess(const FlagSet& flags, Config& config) {
   SLUICE_ASSIGN_OR_RETURN(c.start_version, flags.GetInt("start-version", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(c.trainer_rank, flags.GetInt("trainer-rank", 0, 255));
   SLUICE_ASSIGN_OR_RETURN(c.trainer_store, flags.GetString("trainer-store"));
+  SLUICE_ASSIGN_OR_RETURN(c.replica, flags.GetInt("replica", 0, 63));
+  SLUICE_ASSIGN_OR_RETURN(c.board_slot, flags.GetInt("board-slot", -1, 1 << 20));
   if (const char* token = std::getenv(pipeline::kHubTokenVariable); token != nullptr) c.hub_token = token;
   if (c.hub.empty() || c.weights.empty() || c.board.empty()) {
     return Status::InvalidArgument("--role needs --hub, --weights and --board (it is started by a launcher)");
@@ -614,6 +627,8 @@ Status Train(const std::vector<std::string>& args) {
   flags.Add("start-step", "0", "internal (--role): the RL step the run starts at");
   flags.Add("start-version", "0", "internal (--role): the weight version the run starts at");
   flags.Add("trainer-rank", "0", "internal (--role=trainer): this trainer rank (pipeline.trainer_ranks > 1)");
+  flags.Add("replica", "0", "internal (--role=rollout/reward): this rollout replica's or reward worker's index");
+  flags.Add("board-slot", "-1", "internal (--role): this process's slot on the role board (-1: its role's)");
   flags.Add("trainer-store", "", "internal (--role=trainer): the trainer ranks' store (HOST:PORT, or file:PATH)");
   flags.Add("trainer-ranks", "0",
             "internal (--role=trainer): the run's trainer ranks when a launcher placed them (0: the config's)");

@@ -138,6 +138,19 @@ Status RunOptions::Validate() const {
   if (pipeline.trainer_ranks > 1 && !pipeline.trainer_command.empty()) {
     return bad("pipeline.trainer_ranks", "is Sluice's trainer's; pipeline.trainer_command replaces that trainer");
   }
+  if (pipeline.rollout_replicas < 1 || pipeline.rollout_replicas > 64) {
+    return bad("pipeline.rollout_replicas", "must be in [1, 64]");
+  }
+  if (pipeline.reward_workers < 1 || pipeline.reward_workers > 64) {
+    return bad("pipeline.reward_workers", "must be in [1, 64]");
+  }
+  if ((pipeline.rollout_replicas > 1 || pipeline.reward_workers > 1) && !pipeline.processes) {
+    return bad(pipeline.rollout_replicas > 1 ? "pipeline.rollout_replicas" : "pipeline.reward_workers",
+               "needs pipeline.processes=true (each replica or worker is a process)");
+  }
+  if (pipeline.worker_lease_seconds < 1 || pipeline.worker_lease_seconds > 86400) {
+    return bad("pipeline.worker_lease_seconds", "must be in [1, 86400]");
+  }
   if (pipeline.rollout_engines < 1 || pipeline.rollout_engines > rl.rollout_slots) {
     return bad("pipeline.rollout_engines", "must be in [1, rl.rollout_slots]");
   }
@@ -188,6 +201,7 @@ ThreadBudget RunOptions::Threads(int32_t process_threads) const {
   b.roles_alternate = direct || po.mode == PipelineMode::kSync;
   const int32_t rollout_threads = !direct && po.rollout_threads > 0 ? po.rollout_threads : process_threads;
   const int32_t trainer_threads = !direct && po.trainer_threads > 0 ? po.trainer_threads : process_threads;
+  b.rollout_replicas = direct ? 1 : std::max(1, po.rollout_replicas);
   b.rollout_engines = direct ? 1 : std::max(1, po.rollout_engines);
   b.threads_per_engine = direct ? process_threads : std::max(1, rollout_threads / b.rollout_engines);
   if (po.Lending()) {
@@ -198,7 +212,7 @@ ThreadBudget RunOptions::Threads(int32_t process_threads) const {
   }
   b.threads_per_worker = b.trainer_workers + b.lent_workers > 1 ? 1 : trainer_threads;
   b.trainer_ranks = direct ? 1 : std::max(1, po.trainer_ranks);
-  const int32_t rollout = b.rollout_engines * b.threads_per_engine,
+  const int32_t rollout = b.rollout_replicas * b.rollout_engines * b.threads_per_engine,
                 trainer = b.trainer_ranks * b.trainer_workers * b.threads_per_worker;
   b.max_busy = b.roles_alternate ? std::max(rollout, trainer + b.lent_workers) : rollout + trainer;
   return b;
@@ -206,7 +220,8 @@ ThreadBudget RunOptions::Threads(int32_t process_threads) const {
 
 std::string ThreadBudget::ToString() const {
   auto n = [](int32_t k, const char* what) { return std::to_string(k) + " " + what + (k == 1 ? "" : "s"); };
-  std::string out = "rollout " + n(rollout_engines, "engine") + " x " + n(threads_per_engine, "thread") + ", trainer " +
+  std::string out = "rollout " + (rollout_replicas > 1 ? n(rollout_replicas, "replica") + " x " : "") +
+                    n(rollout_engines, "engine") + " x " + n(threads_per_engine, "thread") + ", trainer " +
                     (trainer_ranks > 1 ? n(trainer_ranks, "rank") + " x " : "") + n(trainer_workers, "worker") + " x " +
                     n(threads_per_worker, "thread");
   if (lent_workers > 0) out += " + " + n(lent_workers, "worker") + " on the rollout's cores while it idles";

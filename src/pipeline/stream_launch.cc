@@ -74,9 +74,10 @@ Result<std::string> RandomToken() {
   return out;
 }
 
-// The trace part and supervisor name of trainer rank `rank`.
-std::string TrainerRankName(int64_t rank) {
-  return rank == 0 ? PipelineRoleName(PipelineRole::kTrainer) : "trainer-" + std::to_string(rank);
+// The trace part and supervisor name of a role's process: "trainer",
+// "rollout", "reward" for the first, "trainer-1", "rollout-2", ... after.
+std::string ProcessName(PipelineRole role, int64_t index) {
+  return index == 0 ? PipelineRoleName(role) : PipelineRoleName(role) + "-" + std::to_string(index);
 }
 
 // The board segment, mapped read-write.
@@ -96,6 +97,11 @@ Result<MappedBoard> OpenBoard(const std::string& name) {
   m.segment = std::move(segment);
   return m;
 }
+
+// How long the run's hub keeps a write open before aborting it (see
+// WriteAnswerOnce in stream_roles.cc: a restarted replica or worker waits
+// that long for an answer a dead one was writing).
+constexpr std::chrono::milliseconds kOpenWriteTimeout{10000};
 
 // Hub capacity for the run: every answer that can be in flight, at its
 // longest, with room to spare.
@@ -164,35 +170,50 @@ std::string DescribeProcessState(pid_t pid) {
 class StallWatch {
  public:
   struct Role {
-    PipelineRole role;
-    pid_t pid;
-    int64_t rank = 0;  // a trainer rank above 0: its own slot on the board
+    std::string name;  // the supervisor's
+    std::string what;  // in reports: "the rollout role", "trainer rank 1", "rollout replica 2"
+    int slot;          // on the board
+    pid_t pid = -1;
+    std::chrono::steady_clock::time_point started{};
   };
-  StallWatch(const RoleBoard& board, std::vector<Role> roles, const PipelineOptions& po)
+  // `pid_of`: a role process's pid now (-1 while it waits to be restarted):
+  // a restarted one starts its watch afresh.
+  StallWatch(RoleBoard& board, std::vector<Role> roles, const PipelineOptions& po,
+             std::function<pid_t(const std::string&)> pid_of)
       : board_(board),
         roles_(std::move(roles)),
         limit_(std::chrono::seconds(po.stall_seconds)),
         stop_(po.stop_on_stall),
-        started_(std::chrono::steady_clock::now()),
-        reported_(roles_.size(), false) {}
+        pid_of_(std::move(pid_of)),
+        reported_(roles_.size(), false) {
+    for (Role& r : roles_) r.started = std::chrono::steady_clock::now();
+  }
 
   Status Check() {
-    if (limit_.count() == 0) return Status::Ok();
     const auto now = std::chrono::steady_clock::now();
+    for (Role& r : roles_) {
+      const pid_t pid = pid_of_(r.name);
+      if (pid == r.pid || pid < 0) continue;
+      // A new life: it starts again, from nothing on the board.
+      r.pid = pid;
+      r.started = now;
+      board_.heartbeat_ns[r.slot].store(0);
+      board_.activity[r.slot].store(static_cast<uint32_t>(RoleActivity::kStarting));
+      board_.activity_since_ns[r.slot].store(0);
+    }
+    if (limit_.count() == 0) return Status::Ok();
     // Each role's silence; reports of those past their limit.
     std::vector<std::pair<std::chrono::seconds, std::string>> quiet_roles;  // (quiet, report), for a stop
     bool stop_now = false;
     for (size_t i = 0; i < roles_.size(); ++i) {
       const Role& r = roles_[i];
-      const int64_t beat = r.rank > 0 ? board_.rank_heartbeat_ns[r.rank - 1].load(std::memory_order_relaxed)
-                                      : board_.heartbeat_ns[static_cast<int>(r.role)].load(std::memory_order_relaxed);
+      if (pid_of_(r.name) < 0) continue;  // waiting to be started again
+      const int64_t beat = board_.heartbeat_ns[r.slot].load(std::memory_order_relaxed);
       if (beat == RoleBoard::kRoleFinished) continue;
-      const auto last = beat == 0 ? started_ : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(beat));
+      const auto last = beat == 0 ? r.started : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(beat));
       const auto quiet = std::chrono::duration_cast<std::chrono::seconds>(now - last);
       const std::chrono::seconds limit = beat == 0 ? std::max(limit_, kStartAllowance) : limit_;
-      const std::string who =
-          (r.rank > 0 ? "trainer rank " + std::to_string(r.rank) : "the " + PipelineRoleName(r.role) + " role") +
-          " (pid " + std::to_string(r.pid) + ")";
+      const std::string who = r.what + " (pid " + std::to_string(r.pid) + ")";
       const std::string what = who + " has made no progress for " + std::to_string(quiet.count()) + " s (" +
                                (beat == 0 ? "since it started, " : "") +
                                "pipeline.stall_seconds=" + std::to_string(limit_.count()) +
@@ -224,21 +245,19 @@ class StallWatch {
  private:
   // "in 'decode step' for 312 s": what the role last marked on the board.
   std::string DescribeActivity(const Role& r, std::chrono::steady_clock::time_point now) const {
-    const int64_t since = r.rank > 0
-                              ? board_.rank_activity_since_ns[r.rank - 1].load(std::memory_order_relaxed)
-                              : board_.activity_since_ns[static_cast<int>(r.role)].load(std::memory_order_relaxed);
-    const std::string name = r.rank > 0 ? DescribeRankActivity(board_, r.rank) : DescribeRoleActivity(board_, r.role);
-    const auto from = since == 0 ? started_ : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(since));
+    const int64_t since = board_.activity_since_ns[r.slot].load(std::memory_order_relaxed);
+    const std::string name = DescribeSlotActivity(board_, r.slot);
+    const auto from = since == 0 ? r.started : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(since));
     return "in '" + name + "' for " +
            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - from).count()) + " s";
   }
 
   static constexpr std::chrono::seconds kStartAllowance{60};
-  const RoleBoard& board_;
-  const std::vector<Role> roles_;
+  RoleBoard& board_;
+  std::vector<Role> roles_;
   const std::chrono::seconds limit_;
   const bool stop_;
-  const std::chrono::steady_clock::time_point started_;
+  const std::function<pid_t(const std::string&)> pid_of_;
   std::vector<bool> reported_;
 };
 
@@ -382,16 +401,19 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   SLUICE_RETURN_IF_ERROR(s.SaveModel(init_dir.string()));
 
   // run.trace: the launcher's part (the prompt feeder); each role process
-  // writes its own, and all of them become run_dir/trace.json at the end.
+  // writes its own (a process started again appends to it), and all of them
+  // become run_dir/trace.json at the end. Parts a killed launcher left go first.
+  std::vector<std::string> trace_parts = {"launcher"};
+  for (int64_t r = 0; r < po.trainer_ranks; ++r) trace_parts.push_back(ProcessName(PipelineRole::kTrainer, r));
+  for (int64_t r = 0; r < po.rollout_replicas; ++r) trace_parts.push_back(ProcessName(PipelineRole::kRollout, r));
+  for (int64_t r = 0; r < po.reward_workers; ++r) trace_parts.push_back(ProcessName(PipelineRole::kReward, r));
+  for (const std::string& part : trace_parts) std::remove(StreamRoles::TracePart(s, part).c_str());
   SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(s, "launcher"));
   struct FinishTrace {
     const State& s;
-    ~FinishTrace() {
-      std::vector<std::string> parts = {"launcher", "rollout", "reward"};
-      for (int64_t r = 0; r < s.options.pipeline.trainer_ranks; ++r) parts.push_back(TrainerRankName(r));
-      StreamRoles::FinishTrace(s, parts);
-    }
-  } finish_trace{s};
+    const std::vector<std::string>& parts;
+    ~FinishTrace() { StreamRoles::FinishTrace(s, parts); }
+  } finish_trace{s, trace_parts};
 
   tq::ServerOptions so;
   if (!po.hub_bind.empty()) {
@@ -404,6 +426,9 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   so.controller.tasks = HubTasks();
   so.shm_bytes = HubBytes(s.options);
   so.controller.capacity_bytes = so.shm_bytes / 4 * 3;
+  // A role's write of an answer or a reward lasts milliseconds; one left
+  // open is a dead process's, and holds the answer's cells until aborted.
+  so.open_write_timeout = kOpenWriteTimeout;
   SLUICE_ASSIGN_OR_RETURN(auto server, tq::TransferQueueServer::Start(so));
   tq::TransferQueueClient local(server->controller(), server->storage());  // this process's view of the hub
   SLUICE_RETURN_IF_ERROR(CreateHubPartitions(local, s.options.rl.group_size));
@@ -510,13 +535,30 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     } end_for_ranks{rank_store.get()};
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
     std::vector<StallWatch::Role> watched;
-    std::vector<std::pair<PipelineRole, int64_t>> processes;  // role, trainer rank
-    for (int64_t r = 0; r < (external ? 1 : local_ranks); ++r) processes.emplace_back(PipelineRole::kTrainer, r);
-    processes.emplace_back(PipelineRole::kRollout, 0);
-    processes.emplace_back(PipelineRole::kReward, 0);
-    for (const auto& [role, rank] : processes) {
+    // Every process: role, index (trainer rank, rollout replica, reward
+    // worker), board slot (each role's first its own; the others numbered
+    // from 3, as far as the board has slots).
+    struct Process {
+      PipelineRole role;
+      int64_t index;
+      int slot;
+    };
+    std::vector<Process> processes;
+    int next_slot = 3;
+    auto add = [&](PipelineRole role, int64_t count) {
+      for (int64_t i = 0; i < count; ++i) {
+        processes.push_back({role, i,
+                             i == 0                          ? static_cast<int>(role)
+                             : next_slot < RoleBoard::kSlots ? next_slot++
+                                                             : -1});
+      }
+    };
+    add(PipelineRole::kTrainer, external ? 1 : local_ranks);
+    add(PipelineRole::kRollout, po.rollout_replicas);
+    add(PipelineRole::kReward, po.reward_workers);
+    for (const auto& [role, rank, slot] : processes) {
       runtime::ChildSpec spec;
-      spec.name = role == PipelineRole::kTrainer ? TrainerRankName(rank) : PipelineRoleName(role);
+      spec.name = ProcessName(role, rank);
       spec.env["OMP_WAIT_POLICY"] = "PASSIVE";
       if (!so.token.empty()) spec.env[kHubTokenVariable] = so.token;  // not on the command line (ps shows it)
       if (role == PipelineRole::kTrainer && external) {
@@ -539,16 +581,28 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       spec.args.push_back("--board=" + board_name);
       spec.args.push_back("--start-step=" + std::to_string(s.step));
       spec.args.push_back("--start-version=" + std::to_string(s.version));
-      if (!store_at.empty()) {
+      spec.args.push_back("--board-slot=" + std::to_string(slot));
+      if (role == PipelineRole::kTrainer && !store_at.empty()) {
         spec.args.push_back("--trainer-rank=" + std::to_string(rank));
         spec.args.push_back("--trainer-store=" + store_at);
         spec.args.push_back("--trainer-ranks=" + std::to_string(po.trainer_ranks));  // a launcher may have set them
       }
+      if (role != PipelineRole::kTrainer) {
+        spec.args.push_back("--replica=" + std::to_string(rank));
+        // Started again alone: the hub and the others carry on (a trainer
+        // rank's failure restarts everything from the checkpoint instead).
+        spec.max_restarts = static_cast<int32_t>(po.max_restarts);
+      }
       SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting the " + spec.name + " role"));
-      // Rank 0's heartbeat is the trainer role's; ranks above have slots of their own.
-      if (rank == 0 || rank <= RoleBoard::kWatchedRanks) watched.push_back({role, supervisor->pids().back(), rank});
+      if (slot < 0) continue;  // beyond the board: not watched
+      const std::string what =
+          role == PipelineRole::kTrainer && rank > 0                  ? "trainer rank " + std::to_string(rank)
+          : role == PipelineRole::kRollout && po.rollout_replicas > 1 ? "rollout replica " + std::to_string(rank)
+          : role == PipelineRole::kReward && po.reward_workers > 1    ? "reward worker " + std::to_string(rank)
+                                                                      : "the " + PipelineRoleName(role) + " role";
+      watched.push_back({spec.name, what, slot, supervisor->PidOf(spec.name)});
     }
-    StallWatch watch(*board, std::move(watched), po);
+    StallWatch watch(*board, std::move(watched), po, [&](const std::string& name) { return supervisor->PidOf(name); });
     // A year is "no limit" for a run; SIGINT, failures and stalls end it sooner.
     // A trainer command that exits 0 before acking every answer would leave
     // the rollout waiting for its progress: that ends the run.
@@ -628,9 +682,20 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   auto stopping = [] { return false; };  // the launcher stops a role process by signal
 
   const bool follower = c.role == PipelineRole::kTrainer && c.trainer_rank > 0;
+  const int64_t index = c.role == PipelineRole::kTrainer ? c.trainer_rank : c.replica;
+  const BoardSlot slot(c.role, c.board_slot >= 0 ? static_cast<int>(c.board_slot) : static_cast<int>(c.role));
+  if (c.role != PipelineRole::kTrainer) {
+    // Started again after the others finished the run's work (the trainer
+    // may be gone, and its weight store with it): nothing to do.
+    SLUICE_ASSIGN_OR_RETURN(const bool finished, StreamRoles::RoleDone(s, client, c.role));
+    if (finished) {
+      SLUICE_LOG(INFO) << ProcessName(c.role, index) << ": the run's work for this role is done";
+      board.Finished(slot);
+      return Status::Ok();
+    }
+  }
   if (!c.remote) {  // (another host's trace would not reach the run's directory)
-    SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(
-        s, c.role == PipelineRole::kTrainer ? TrainerRankName(c.trainer_rank) : PipelineRoleName(c.role)));
+    SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(s, ProcessName(c.role, index)));
   }
   Status done;
   switch (c.role) {
@@ -655,7 +720,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
                                           ", the launcher at " + std::to_string(c.start_step));
       }
       if (follower) {
-        done = StreamRoles::FollowTrainer(s, client, board);
+        done = StreamRoles::FollowTrainer(s, client, board, slot);
         break;
       }
       SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*s.policy));
@@ -684,17 +749,21 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       // This process serves its own copy on the rollout's device and dtype.
       std::shared_ptr<model::Transformer> served = model::CloneModel(*s.policy, s.rollout_device, s.rollout_dtype);
       SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(served, s.version, *subscriber));
-      StreamRoles::Rollout r{served, standby.get(), subscriber.get()};
+      StreamRoles::Rollout r{served, standby.get(), subscriber.get(), slot,
+                             po.rollout_replicas > 1 ? ProcessName(c.role, index) + " " : ""};
       done = StreamRoles::RunRollout(s, client, r, board, stopping);
       standby->Stop();
       break;
     }
     case PipelineRole::kReward:
-      done = StreamRoles::RunReward(s, client, board, stopping);
+      done = StreamRoles::RunReward(s, client, board, stopping, slot,
+                                    po.reward_workers > 1 ? ProcessName(c.role, index) + " " : "");
       break;
   }
-  if (!follower) board.Finished(c.role);  // the board's heartbeat is rank 0's
-  if (!done.ok()) board.stop.store(1);    // the others stop at their next check
+  board.Finished(slot);
+  // The others stop at their next check. Not for a rollout replica or reward
+  // worker the launcher may start again: its supervisor decides.
+  if (!done.ok() && (c.role == PipelineRole::kTrainer || po.max_restarts == 0)) board.stop.store(1);
   if (Status traced = TraceRecorder::Global().Finish(); !traced.ok()) {
     SLUICE_LOG(WARNING) << "run.trace: " << traced.ToString();
   }

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -146,12 +148,56 @@ std::string StepPlanKey(int64_t step) { return "step/" + std::to_string(step); }
 // The trainer as the hub sees it: the rows it has acked (its progress:
 // whole groups, each after the update that trained it) and whether it is
 // blocked waiting for rows (its demand).
-Result<tq::TaskDepth> TrainerDepth(tq::TransferQueueClient& client) {
-  SLUICE_ASSIGN_OR_RETURN(tq::ControllerStats stats, client.controller()->Stats());
-  for (const tq::TaskDepth& t : stats.tasks) {
-    if (t.task == kTrainTask) return t;
+// The hub key of answer g of prompt c (rollout rows are keyed, so an answer
+// is in the hub once however many times its prompt is generated).
+std::string AnswerKey(uint64_t c, int64_t g) { return "answer-" + std::to_string(c) + "-" + std::to_string(g); }
+
+// A write of `column` (and others) for the answer `key` that may have been
+// made already, by a process that died before its ack. AlreadyExists is
+// done only once the hub has the column committed: a dead writer's write
+// still open holds the cells until the hub aborts it (its
+// open_write_timeout, 10 s for the pipeline's: stream_launch.cc), and then the
+// write is tried again; `keep_alive` runs meanwhile (renew leases).
+Status WriteAnswerOnce(tq::TransferQueueClient& client, const std::string& key, const std::string& column,
+                       const std::function<Status()>& write, const std::function<bool()>& stopping,
+                       const std::function<Status()>& keep_alive) {
+  const auto give_up = Clock::now() + std::chrono::minutes(5);
+  for (;;) {
+    Status st = write();
+    if (st.code() != StatusCode::kAlreadyExists) return st;
+    Result<tq::KvValue> there = client.KvGet(kRolloutPartition, key, {column});
+    if (there.ok()) return Status::Ok();  // written: it stands
+    if (there.status().code() != StatusCode::kNotFound) return there.status();
+    if (stopping()) return Status::Aborted("the run was stopped");
+    SLUICE_RETURN_IF_ERROR(keep_alive());
+    if (Clock::now() >= give_up) {
+      return Status::Timeout("answer " + key + ": its " + column + " is held by another write for 5 minutes (" +
+                             st.message() + ")");
+    }
+    std::this_thread::sleep_for(milliseconds(100));
   }
-  return Status::FailedPrecondition(std::string("the hub has no task '") + kTrainTask + "'");
+}
+
+// The hub's three tasks as it sees them now (one Stats call).
+struct HubDepths {
+  tq::TaskDepth rollout, reward, train;
+};
+Result<HubDepths> ReadHubDepths(tq::TransferQueueClient& client) {
+  SLUICE_ASSIGN_OR_RETURN(tq::ControllerStats stats, client.controller()->Stats());
+  HubDepths out;
+  int found = 0;
+  for (const tq::TaskDepth& t : stats.tasks) {
+    tq::TaskDepth* into = t.task == kRolloutTask  ? &out.rollout
+                          : t.task == kRewardTask ? &out.reward
+                          : t.task == kTrainTask  ? &out.train
+                                                  : nullptr;
+    if (into != nullptr) {
+      *into = t;
+      ++found;
+    }
+  }
+  if (found != 3) return Status::FailedPrecondition("the hub lacks the run's tasks (rollout, reward, train)");
+  return out;
 }
 
 }  // namespace
@@ -196,20 +242,13 @@ const char* RoleActivityName(RoleActivity a) {
   return "unknown";
 }
 
-std::string DescribeRoleActivity(const RoleBoard& board, PipelineRole role) {
-  const int r = static_cast<int>(role);
-  const uint32_t a = board.activity[r].load(std::memory_order_relaxed);
+std::string DescribeSlotActivity(const RoleBoard& board, int slot) {
+  if (slot < 0 || slot >= RoleBoard::kSlots) return "unknown";
+  const uint32_t a = board.activity[slot].load(std::memory_order_relaxed);
   if (a >= static_cast<uint32_t>(RoleActivity::kCount)) return "unknown";
-  if (a == static_cast<uint32_t>(RoleActivity::kStarting) && board.heartbeat_ns[r].load() != 0) {
+  if (a == static_cast<uint32_t>(RoleActivity::kStarting) && board.heartbeat_ns[slot].load() != 0) {
     return "between activities";
   }
-  return RoleActivityName(static_cast<RoleActivity>(a));
-}
-
-std::string DescribeRankActivity(const RoleBoard& board, int64_t rank) {
-  if (rank < 1 || rank > RoleBoard::kWatchedRanks) return "unknown";
-  const uint32_t a = board.rank_activity[rank - 1].load(std::memory_order_relaxed);
-  if (a >= static_cast<uint32_t>(RoleActivity::kCount)) return "unknown";
   return RoleActivityName(static_cast<RoleActivity>(a));
 }
 
@@ -225,22 +264,26 @@ namespace {
 int64_t SteadyNs() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
 }  // namespace
 
-RoleDoing::RoleDoing(RoleBoard& board, PipelineRole role, RoleActivity activity, bool traced)
+RoleDoing::RoleDoing(RoleBoard& board, BoardSlot slot, RoleActivity activity, bool traced)
     : board_(board),
-      role_(static_cast<int>(role)),
+      slot_(slot),
       activity_(activity),
-      before_(board.activity[role_].exchange(static_cast<uint32_t>(activity), std::memory_order_relaxed)),
+      before_(RoleBoard::Watched(slot)
+                  ? board.activity[slot.index].exchange(static_cast<uint32_t>(activity), std::memory_order_relaxed)
+                  : 0),
       start_us_(traced && TraceRecorder::Global().enabled() ? TraceNowUs() : -1) {
-  board_.activity_since_ns[role_].store(SteadyNs(), std::memory_order_relaxed);
+  if (RoleBoard::Watched(slot_)) board_.activity_since_ns[slot_.index].store(SteadyNs(), std::memory_order_relaxed);
 }
 
 RoleDoing::~RoleDoing() {
   if (start_us_ >= 0) {
     static constexpr const char* kCategory[] = {"trainer", "rollout", "reward"};  // by PipelineRole
-    TraceRecorder::Global().Complete(RoleActivityName(activity_), kCategory[role_], start_us_, TraceNowUs());
+    TraceRecorder::Global().Complete(RoleActivityName(activity_), kCategory[static_cast<int>(slot_.role)], start_us_,
+                                     TraceNowUs());
   }
-  board_.activity[role_].store(before_, std::memory_order_relaxed);
-  board_.activity_since_ns[role_].store(SteadyNs(), std::memory_order_relaxed);
+  if (!RoleBoard::Watched(slot_)) return;
+  board_.activity[slot_.index].store(before_, std::memory_order_relaxed);
+  board_.activity_since_ns[slot_.index].store(SteadyNs(), std::memory_order_relaxed);
 }
 
 std::string StreamRoles::TracePart(const TrainingRun::State& s, const std::string& part) {
@@ -303,7 +346,7 @@ Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingR
       const std::string label = "role=\"" + PipelineRoleName(role) + "\"";
       const int64_t beat = board.heartbeat_ns[r].load();
       if (beat > 0) value("sluice_role_seconds_since_progress{" + label + "}", static_cast<double>(now - beat) / 1e9);
-      value("sluice_role_activity{" + label + ",activity=\"" + DescribeRoleActivity(board, role) + "\"}", 1);
+      value("sluice_role_activity{" + label + ",activity=\"" + DescribeSlotActivity(board, r) + "\"}", 1);
     }
     Result<tq::QueueStats> stats = hub.Stats();
     if (stats.ok()) {
@@ -356,6 +399,21 @@ Status CreateHubPartitions(tq::TransferQueueClient& client, int64_t group_size) 
   return client.CreatePartition(kRolloutPartition, static_cast<uint32_t>(group_size), {kRewardTask, kTrainTask});
 }
 
+Result<bool> StreamRoles::RoleDone(const TrainingRun::State& s, tq::TransferQueueClient& client, PipelineRole role) {
+  const RlOptions& rl = s.options.rl;
+  const uint64_t prompts = static_cast<uint64_t>((rl.steps - s.step) * rl.prompts_per_step);
+  SLUICE_ASSIGN_OR_RETURN(const HubDepths depths, ReadHubDepths(client));
+  switch (role) {
+    case PipelineRole::kRollout:
+      return depths.rollout.acked_total >= prompts;
+    case PipelineRole::kReward:
+      return depths.reward.acked_total >= prompts * static_cast<uint64_t>(rl.group_size);
+    case PipelineRole::kTrainer:
+      break;
+  }
+  return false;
+}
+
 Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
                                 const std::function<bool()>& stopping) {
   const RlOptions& rl = s.options.rl;
@@ -367,10 +425,12 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
   // prompts beyond what the trainer retired. The trainer retires only
   // prompts whose answers are all in the hub, but the rollout acks its
   // prompts a batch at a time (up to 2 x slots / G prompts), so what it has
-  // acked may trail that by a batch: one more version and one batch more are
-  // written ahead, and admitted prompts are always in the hub.
-  const uint64_t window = static_cast<uint64_t>((po.EffectiveMaxStaleness() + 2) * P * po.sync_interval +
-                                                2 * rl.rollout_slots / rl.group_size + 1);
+  // acked may trail that by a batch (a batch per replica): one more version
+  // and those batches more are written ahead, and admitted prompts are
+  // always in the hub.
+  const uint64_t window =
+      static_cast<uint64_t>((po.EffectiveMaxStaleness() + 2) * P * po.sync_interval +
+                            std::max(1, po.rollout_replicas) * (2 * rl.rollout_slots / rl.group_size + 1));
   TraceRecorder::Global().SetThreadTrack(0, "launcher");
   TraceRecorder::Global().NameThread("prompt feeder");
   for (uint64_t next = start; next < end;) {
@@ -425,6 +485,11 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   io.start_step = s.step;  // (the trainer advances s.step in threads mode)
   io.steps = rl.steps;
   io.engines = engines;
+  // Replicas share the hub's one prompt stream; so does a replica that may
+  // be started again mid-run. Then the stream's cursor is the hub's.
+  io.replicas = std::max(1, po.rollout_replicas);
+  io.shared = po.processes && po.max_restarts > 0;
+  const bool shared = io.Shared();
   SLUICE_ASSIGN_OR_RETURN(auto intake, schedule::PromptIntake::Create(io));
   Mutex mu;
   // Guarded by mu: the intake, and the prompts admitted but not yet taken
@@ -433,13 +498,19 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   // The trainer's progress, from the hub (under mu): answers acked on the
   // train task, the newest version (published before that progress), and
   // whether it waits for data now (it has taken nothing yet, or its GetMeta
-  // is blocked).
+  // is blocked); and the prompts every replica has taken from the stream,
+  // and finished (all their answers in the hub, whoever generated them).
+  uint64_t prompts_done = 0;
+  const uint64_t run_prompts = static_cast<uint64_t>(intake->end_cursor() - intake->cursor());
   auto trainer_progress = [&]() -> Result<schedule::TrainerProgress> {
-    SLUICE_ASSIGN_OR_RETURN(const tq::TaskDepth train, TrainerDepth(client));
+    SLUICE_ASSIGN_OR_RETURN(const HubDepths depths, ReadHubDepths(client));
+    const tq::TaskDepth& train = depths.train;
     schedule::TrainerProgress p;
     p.acked_answers = static_cast<int64_t>(train.acked_total);
     p.latest_version = r.weights->latest_version();
     p.waiting = train.waiting > 0 || (train.leased == 0 && train.acked_total == 0);
+    p.taken_prompts = static_cast<int64_t>(depths.rollout.acked_total + depths.rollout.leased);
+    prompts_done = depths.rollout.acked_total;
     return p;
   };
   int64_t untaken = intake->end_cursor() - intake->cursor();  // prompts not yet taken from the hub; guarded by mu
@@ -447,7 +518,10 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   take.task = kRolloutTask;
   take.columns = {column::kPrompt, column::kExample, column::kReferenceAnswer};
   take.partition = kPromptPartition;
-  take.lease_timeout = std::chrono::seconds(po.lease_seconds);
+  // Held while generating, renewed every third of it: a replica that dies
+  // leaves its prompts to the others after at most this.
+  const auto lease = std::chrono::seconds(po.worker_lease_seconds);
+  take.lease_timeout = lease;
   std::atomic<int32_t> active{0};  // engines with something to decode
   std::atomic<bool> failed{false};
   struct IdleOnExit {
@@ -456,7 +530,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   } idle_on_exit{&board};
 
   auto run_engine = [&](int32_t e) -> Status {
-    TraceThisThread(PipelineRole::kRollout, "engine " + std::to_string(e));
+    TraceThisThread(PipelineRole::kRollout, r.process + "engine " + std::to_string(e));
     if (po.rollout_threads > 0) SetIntraOpThreadsHere(std::max(1, po.rollout_threads / engines));
     rollout::EngineOptions eo;
     eo.num_slots = rl.rollout_slots / engines + (e < rl.rollout_slots % engines ? 1 : 0);
@@ -479,33 +553,89 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
     rollout::EngineStats seen;
     PolicyVersion traced_version = -1;
     // This engine's prompts in flight, as the hub gave them (what the reward
-    // needs travels on with each answer), and the leases that hold them: a
-    // lease is acked when every answer of its prompts is in the hub, so the
-    // prompts of a rollout that dies are delivered again.
+    // needs travels on with each answer), and the leases that hold them
+    // (renewed while the engine lives): a lease is acked when every answer
+    // of its prompts is in the hub, so the prompts of a rollout that dies
+    // are delivered again. A prompt delivered again while in flight here
+    // (its lease ran out) is not generated twice: its new lease is finished
+    // with the first delivery's answers.
     struct InFlight {
       int64_t example = 0;
       HostTensor reference_answer;
-      tq::LeaseId lease = 0;
+      std::vector<tq::LeaseId> leases;
       int64_t answers_left = 0;
     };
     std::map<uint64_t, InFlight> in_flight;
-    std::map<tq::LeaseId, int64_t> answers_left;  // by lease
+    std::map<tq::LeaseId, int64_t> prompts_left;  // by lease
+    // Prompts taken past what this engine may start yet (shared stream: the
+    // other replicas took the ones admission counted on), in cursor order.
+    struct Parked {
+      uint64_t cursor;
+      std::vector<model::TokenId> prompt;
+      int64_t example;
+      HostTensor reference_answer;
+      tq::LeaseId lease;
+    };
+    std::deque<Parked> parked;
+    auto renew_at = Clock::now() + lease / 3;
+    // Keep what this engine holds, every third of the lease: a lease that
+    // ran out regardless (a pause longer than the lease) is done with; its
+    // prompts went back to the stream and whoever takes them finds the
+    // answers written (its ack is refused and logged).
+    auto renew_due = [&]() -> Status {
+      if (Clock::now() < renew_at) return Status::Ok();
+      renew_at = Clock::now() + lease / 3;
+      for (const auto& [held, prompts] : prompts_left) {
+        Result<tq::RenewResponse> renewed = client.Renew(held, lease);
+        if (renewed.ok()) continue;
+        if (renewed.status().code() != StatusCode::kFailedPrecondition) return renewed.status();
+        SLUICE_LOG(WARNING) << "rollout: " << renewed.status().message();
+      }
+      return Status::Ok();
+    };
+    auto start_prompt = [&](Parked p) -> Status {
+      if (auto it = in_flight.find(p.cursor); it != in_flight.end()) {
+        it->second.leases.push_back(p.lease);
+        return Status::Ok();
+      }
+      in_flight[p.cursor] = {p.example, std::move(p.reference_answer), {p.lease}, G};
+      for (int64_t g = 0; g < G; ++g) {
+        rollout::GenerationRequest req;
+        req.id = p.cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
+        req.prompt = p.prompt;
+        req.sampling = rl.sampling;
+        req.sampling.seed = AnswerSeed(s.options.seed, P, G, p.cursor, g);
+        if (s.hooks.forced_length) req.sampling.forced_length = s.hooks.forced_length(p.cursor, g);
+        SLUICE_RETURN_IF_ERROR(engine->Submit(std::move(req)));
+      }
+      return Status::Ok();
+    };
     while (!stopping() && board.stop.load() == 0 && !failed.load()) {
-      board.Beat(PipelineRole::kRollout);
+      board.Beat(r.slot);
       busy.Set(!engine->idle());
+      SLUICE_RETURN_IF_ERROR(renew_due());
       // Keep about one batch of prompts waiting so freed slots refill at once.
       const int64_t queued = static_cast<int64_t>(engine->num_waiting()) + engine->num_running();
       std::optional<tq::BatchMeta> meta;
       std::optional<tq::BatchData> data;
       {
         MutexLock lock(&mu);
-        if (untaken == 0 && engine->idle()) return Status::Ok();  // every answer is in the hub
+        if (!shared && untaken == 0 && engine->idle()) return Status::Ok();  // every answer is in the hub
+        // Parked prompts first, as far as the engine's version allows.
+        if (!parked.empty()) {
+          SLUICE_ASSIGN_OR_RETURN(const int64_t limit, intake->StartLimit(engine->policy_version(), trainer_progress));
+          while (!parked.empty() && static_cast<int64_t>(parked.front().cursor) < limit) {
+            SLUICE_RETURN_IF_ERROR(start_prompt(std::move(parked.front())));
+            parked.pop_front();
+          }
+        }
         SLUICE_ASSIGN_OR_RETURN(const int64_t admitted,
                                 intake->Take(eo.num_slots, queued, engine->policy_version(), trainer_progress));
-        owed += admitted;
+        // Shared: what is admitted now (the count is the stream's, not ours to owe).
+        owed = shared ? admitted : owed + admitted;
         // The admitted prompts, in order, from the hub's prompt partition.
         if (owed > 0) {
-          RoleDoing doing(board, PipelineRole::kRollout, RoleActivity::kTakePrompts);
+          RoleDoing doing(board, r.slot, RoleActivity::kTakePrompts);
           take.n = static_cast<uint32_t>(owed);
           auto got = client.GetMeta(take);
           if (!got.ok() && got.status().code() != StatusCode::kTimeout) return got.status();
@@ -517,10 +647,19 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
             data = std::move(d);
           }
         }
+        // (Take asked the hub just now: an idle engine always wants prompts.)
+        if (shared && !meta && engine->idle() && parked.empty() && in_flight.empty() && prompts_done >= run_prompts) {
+          return Status::Ok();  // every answer of the run is in the hub
+        }
       }
       if (!meta && engine->idle()) {
-        RoleDoing doing(board, PipelineRole::kRollout, RoleActivity::kWaitAdmission, /*traced=*/false);
+        RoleDoing doing(board, r.slot, RoleActivity::kWaitAdmission, /*traced=*/false);
         std::this_thread::sleep_for(kIdlePoll);
+      }
+      int64_t limit = std::numeric_limits<int64_t>::max();  // shared: the cursors this engine may start now
+      if (shared && meta) {
+        MutexLock lock(&mu);
+        SLUICE_ASSIGN_OR_RETURN(limit, intake->StartLimit(engine->policy_version(), trainer_progress));
       }
       for (size_t i = 0; meta && i < meta->rows.size(); ++i) {
         const uint64_t c = static_cast<uint64_t>(meta->rows[i].tags.group_id);
@@ -530,20 +669,13 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         SLUICE_ASSIGN_OR_RETURN(const HostTensor* example, Cell(*data, column::kExample, i));
         SLUICE_ASSIGN_OR_RETURN(const int64_t index, TensorScalar<int64_t>(*example, DType::kI64, column::kExample));
         SLUICE_ASSIGN_OR_RETURN(const HostTensor* reference, Cell(*data, column::kReferenceAnswer, i));
-        if (prompt.empty() || in_flight.count(c) > 0) {
-          return Status::DataLoss("prompt row of cursor " + std::to_string(c) +
-                                  (prompt.empty() ? " has no tokens" : " delivered twice"));
-        }
-        in_flight[c] = {index, *reference, meta->lease_id, G};
-        answers_left[meta->lease_id] += G;
-        for (int64_t g = 0; g < G; ++g) {
-          rollout::GenerationRequest req;
-          req.id = c * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
-          req.prompt = prompt;
-          req.sampling = rl.sampling;
-          req.sampling.seed = AnswerSeed(s.options.seed, P, G, c, g);
-          if (s.hooks.forced_length) req.sampling.forced_length = s.hooks.forced_length(c, g);
-          SLUICE_RETURN_IF_ERROR(engine->Submit(std::move(req)));
+        if (prompt.empty()) return Status::DataLoss("prompt row of cursor " + std::to_string(c) + " has no tokens");
+        ++prompts_left[meta->lease_id];
+        Parked p{c, std::move(prompt), index, *reference, meta->lease_id};
+        if (static_cast<int64_t>(c) >= limit || !parked.empty()) {
+          parked.push_back(std::move(p));
+        } else {
+          SLUICE_RETURN_IF_ERROR(start_prompt(std::move(p)));
         }
       }
       busy.Set(!engine->idle());
@@ -557,14 +689,14 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       std::vector<rollout::GenerationResult> done;
       {
         // A step on an idle engine only runs the hook: not traced.
-        RoleDoing doing(board, PipelineRole::kRollout, RoleActivity::kDecodeStep, !engine->idle());
+        RoleDoing doing(board, r.slot, RoleActivity::kDecodeStep, !engine->idle());
         SLUICE_ASSIGN_OR_RETURN(done, engine->Step());
       }
       if (engine->policy_version() != traced_version) {  // switched weights in that step
         traced_version = engine->policy_version();
         TraceRecorder::Global().Counter("serving version", TraceNowUs(), static_cast<double>(traced_version));
       }
-      if (!engine->idle() || !done.empty()) {
+      if (!engine->idle() || !done.empty()) {  // (summed over replicas)
         board.rollout_busy_us +=
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count() / engines;
       }
@@ -577,7 +709,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         const uint64_t c = res.id / static_cast<uint64_t>(G);
         auto prompt_it = in_flight.find(c);
         if (prompt_it == in_flight.end()) return Status::Internal("answer " + std::to_string(res.id) + " of no prompt");
-        const InFlight& prompt = prompt_it->second;
+        InFlight& prompt = prompt_it->second;
         tq::RowTags tags;
         tags.group_id = static_cast<GroupId>(c);
         tags.policy_version = res.versions.empty() ? engine->policy_version() : res.versions.front();
@@ -591,14 +723,26 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         cols[column::kAnswerIndex] = {HostTensor::Copy(DType::kI32, {}, &answer_index, sizeof(answer_index))};
         cols[column::kExample] = {HostTensor::Copy(DType::kI64, {}, &prompt.example, sizeof(prompt.example))};
         cols[column::kReferenceAnswer] = {prompt.reference_answer};
-        RoleDoing doing(board, PipelineRole::kRollout, RoleActivity::kWriteAnswer);
-        SLUICE_RETURN_IF_ERROR(client.PutRows(kRolloutPartition, {tags}, cols).status());
-        // The prompt's last answer: done with it; its batch's last: ack the lease.
-        const tq::LeaseId lease = prompt.lease;
-        if (--prompt_it->second.answers_left == 0) in_flight.erase(prompt_it);
-        if (--answers_left[lease] == 0) {
-          answers_left.erase(lease);
-          SLUICE_RETURN_IF_ERROR(client.Ack(lease).status());
+        RoleDoing doing(board, r.slot, RoleActivity::kWriteAnswer);
+        // Keyed by prompt and answer, so an answer is in the hub once: a
+        // replica that died before acking its prompt may have written some
+        // of them, and the one the prompt went to next finds them there.
+        SLUICE_RETURN_IF_ERROR(WriteAnswerOnce(
+            client, AnswerKey(c, answer_index), column::kResponse,
+            [&] { return client.KvPutBatch(kRolloutPartition, {AnswerKey(c, answer_index)}, {tags}, cols); },
+            [&] { return stopping() || board.stop.load() != 0; }, renew_due));
+        // The prompt's last answer: done with it; a lease's last prompt: ack it.
+        if (--prompt.answers_left > 0) continue;
+        const std::vector<tq::LeaseId> leases = std::move(prompt.leases);
+        in_flight.erase(prompt_it);
+        for (tq::LeaseId lease : leases) {
+          if (--prompts_left[lease] > 0) continue;
+          prompts_left.erase(lease);
+          Result<tq::AckResponse> acked = client.Ack(lease);
+          if (!acked.ok() && acked.status().code() != StatusCode::kFailedPrecondition) return acked.status();
+          // A lease that ran out: its prompts were handed out again, and
+          // whoever took them finds these answers in the hub.
+          if (!acked.ok()) SLUICE_LOG(WARNING) << "rollout: " << acked.status().message();
         }
       }
     }
@@ -622,33 +766,50 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
 }
 
 Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
-                              const std::function<bool()>& stopping) {
+                              const std::function<bool()>& stopping, BoardSlot slot, const std::string& process) {
   const RlOptions& rl = s.options.rl;
   const int64_t total = (rl.steps - s.step) * rl.prompts_per_step * rl.group_size;
   std::atomic<int64_t> scored{0};
+  // Every answer of the run is scored: by this process's loops, or (reward
+  // workers, a restarted worker) by others, as the hub's reward task says.
+  std::atomic<bool> all_scored{false};
+  auto check_all_scored = [&]() -> Status {
+    SLUICE_ASSIGN_OR_RETURN(const HubDepths depths, ReadHubDepths(client));
+    if (static_cast<int64_t>(depths.reward.acked_total) >= total) all_scored.store(true);
+    return Status::Ok();
+  };
   std::atomic<bool> failed{false};
+  std::atomic<int64_t> errors_shown{0};  // of s.task's score errors, added to the board
+  const auto lease = std::chrono::seconds(s.options.pipeline.worker_lease_seconds);
   // One loop per answer the task scores at once (reward.python: its
   // workers); each leases one answer at a time.
   std::atomic<int> loop_ids{0};
   auto run_loop = [&]() -> Status {
-    TraceThisThread(PipelineRole::kReward, "scorer " + std::to_string(loop_ids.fetch_add(1)));
-    while (scored.load() < total && !stopping() && board.stop.load() == 0 && !failed.load()) {
-      board.Beat(PipelineRole::kReward);
+    TraceThisThread(PipelineRole::kReward, process + "scorer " + std::to_string(loop_ids.fetch_add(1)));
+    while (!all_scored.load() && !stopping() && board.stop.load() == 0 && !failed.load()) {
+      board.Beat(slot);
       // What it scores comes from the hub: the answer, and the reference answer
       // the rollout wrote next to it (no lookup in the dataset).
       Result<tq::BatchMeta> meta = Status::Internal("not taken");
       {
         // Mostly waiting for answers: a span only when one came.
         const int64_t t0 = TraceNowUs();
-        RoleDoing doing(board, PipelineRole::kReward, RoleActivity::kTakeAnswer, /*traced=*/false);
-        meta = client.GetMeta(kRewardTask, {column::kResponse, column::kExample, column::kReferenceAnswer}, 1,
-                              kRolloutPartition, {}, kPoll);
+        RoleDoing doing(board, slot, RoleActivity::kTakeAnswer, /*traced=*/false);
+        tq::GetMetaRequest take;
+        take.task = kRewardTask;
+        take.columns = {column::kResponse, column::kExample, column::kReferenceAnswer, column::kAnswerIndex};
+        take.n = 1;
+        take.partition = kRolloutPartition;
+        take.timeout = kPoll;
+        take.lease_timeout = lease;
+        meta = client.GetMeta(take);
         if (meta.ok()) {
           TraceRecorder::Global().Complete(RoleActivityName(RoleActivity::kTakeAnswer), "reward", t0, TraceNowUs());
         }
       }
       if (!meta.ok()) {
         if (meta.status().code() != StatusCode::kTimeout) return meta.status();
+        SLUICE_RETURN_IF_ERROR(check_all_scored());
         continue;
       }
       SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
@@ -667,20 +828,44 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
       const std::string text = model::DecodeKnown(*s.tokenizer, tokens);
       float reward = 0;
       {
-        RoleDoing doing(board, PipelineRole::kReward, RoleActivity::kScore);
+        RoleDoing doing(board, slot, RoleActivity::kScore);
         reward = static_cast<float>(s.task->Score(ex, text));
       }
-      // The count only grows; loops finishing out of order must not lower it.
+      // This process's new score errors onto the board (which reward workers
+      // share), each once: the count only grows, loops finish out of order.
       const int64_t errors = static_cast<int64_t>(s.task->score_errors());
-      for (int64_t shown = board.reward_errors.load();
-           shown < errors && !board.reward_errors.compare_exchange_weak(shown, errors);) {
+      for (int64_t shown = errors_shown.load(); shown < errors;) {
+        if (errors_shown.compare_exchange_weak(shown, errors)) {
+          board.reward_errors.fetch_add(errors - shown);
+          break;
+        }
       }
       tq::ColumnBatch cols;
       cols[column::kReward] = {HostTensor::Copy(DType::kF32, {}, &reward, sizeof(reward))};
-      RoleDoing doing(board, PipelineRole::kReward, RoleActivity::kWriteReward);
-      SLUICE_RETURN_IF_ERROR(client.PutColumns(meta->row_ids(), cols));
-      SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());
-      scored.fetch_add(1);
+      RoleDoing doing(board, slot, RoleActivity::kWriteReward);
+      // An answer whose reward is written already: a worker that died before
+      // its ack scored it (its lease ran out); the reward stands.
+      SLUICE_ASSIGN_OR_RETURN(const HostTensor* answer_index, Cell(data, column::kAnswerIndex, 0));
+      SLUICE_ASSIGN_OR_RETURN(const int32_t g, TensorScalar<int32_t>(*answer_index, DType::kI32, column::kAnswerIndex));
+      auto renew_at = Clock::now() + lease / 3;
+      SLUICE_RETURN_IF_ERROR(WriteAnswerOnce(
+          client, AnswerKey(static_cast<uint64_t>(meta->rows[0].tags.group_id), g), column::kReward,
+          [&] { return client.PutColumns(meta->row_ids(), cols); },
+          [&] { return stopping() || board.stop.load() != 0; },
+          [&]() -> Status {
+            if (Clock::now() < renew_at) return Status::Ok();
+            renew_at = Clock::now() + lease / 3;
+            Result<tq::RenewResponse> renewed = client.Renew(meta->lease_id, lease);
+            return renewed.ok() || renewed.status().code() == StatusCode::kFailedPrecondition ? Status::Ok()
+                                                                                              : renewed.status();
+          }));
+      // A lease that ran out meanwhile (a pause longer than it): the answer
+      // went back to the stream, and whoever scores it finds the reward.
+      if (Result<tq::AckResponse> acked = client.Ack(meta->lease_id); !acked.ok()) {
+        if (acked.status().code() != StatusCode::kFailedPrecondition) return acked.status();
+        SLUICE_LOG(WARNING) << "reward: " << acked.status().message();
+      }
+      if (scored.fetch_add(1) + 1 >= total) all_scored.store(true);
     }
     return Status::Ok();
   };
@@ -967,30 +1152,23 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
   return Status::Ok();
 }
 
-Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board) {
+Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
+                                  BoardSlot slot) {
   const RlOptions& rl = s.options.rl;
   trainer::DataParallelGroup& ranks = *s.data_parallel;
   const std::vector<std::string> columns = {column::kPrompt, column::kResponse, column::kLogprobs, column::kVersions};
-  // This rank's slot on the board, for the launcher's watchdog.
-  const int64_t slot = ranks.rank() - 1;
-  const bool watched = slot < RoleBoard::kWatchedRanks;
-  auto now_ns = [] { return std::chrono::steady_clock::now().time_since_epoch().count(); };
-  auto beat = [&] {
-    if (watched) board.rank_heartbeat_ns[slot].store(now_ns(), std::memory_order_relaxed);
-  };
+  // For the launcher's watchdog: beats, and what the rank is doing.
+  auto beat = [&] { board.Beat(slot); };
   auto doing = [&](RoleActivity a) {
-    if (!watched) return;
-    board.rank_activity[slot].store(static_cast<uint32_t>(a), std::memory_order_relaxed);
-    board.rank_activity_since_ns[slot].store(now_ns(), std::memory_order_relaxed);
+    if (!RoleBoard::Watched(slot)) return;
+    board.activity[slot.index].store(static_cast<uint32_t>(a), std::memory_order_relaxed);
+    board.activity_since_ns[slot.index].store(SteadyNs(), std::memory_order_relaxed);
   };
   struct Finished {
     RoleBoard& board;
-    int64_t slot;
-    bool watched;
-    ~Finished() {
-      if (watched) board.rank_heartbeat_ns[slot].store(RoleBoard::kRoleFinished);
-    }
-  } finished{board, slot, watched};
+    BoardSlot slot;
+    ~Finished() { board.Finished(slot); }
+  } finished{board, slot};
   while (s.step < rl.steps) {
     const int64_t step = s.step + 1;
     // Rank 0 may wait minutes for the step's groups: poll, watching the board.

@@ -29,6 +29,18 @@ namespace sluice::pipeline {
 
 namespace tq = transfer_queue;
 
+// A role process's place on the RoleBoard (threads mode: each role thread's):
+// its role (for the trace) and its slot. Slots 0..2 are each role's first
+// process, indexed by PipelineRole; from 3 on, the launcher numbers the
+// others (trainer ranks above 0, rollout replicas and reward workers after
+// the first). A slot outside the board is not watched.
+struct BoardSlot {
+  BoardSlot(PipelineRole r) : role(r), index(static_cast<int>(r)) {}  // NOLINT: a role's first process
+  BoardSlot(PipelineRole r, int i) : role(r), index(i) {}
+  PipelineRole role;
+  int index;
+};
+
 // What the roles tell each other besides samples and weights. Lock-free,
 // address-free atomics only, all zero at start: it lives on the stack in
 // threads mode and in a shared-memory segment the launcher creates in process
@@ -48,28 +60,28 @@ struct RoleBoard {
   // The reward role's task's score_errors() (reward.python failures), for
   // the trainer's metrics when the roles are processes.
   std::atomic<int64_t> reward_errors;
-  // For the launcher's watchdog (pipeline.stall_seconds), per role (indexed
-  // by PipelineRole): the steady clock, in ns, when the role last went round
+  // For the launcher's watchdog (pipeline.stall_seconds), per slot (see
+  // BoardSlot): the steady clock, in ns, when the process last went round
   // its loop; 0 before its first turn, kRoleFinished once it has returned.
   // The steady clock is CLOCK_MONOTONIC, one clock for every process on the
   // host.
+  static constexpr int kSlots = 128;
   static constexpr int64_t kRoleFinished = -1;
-  std::atomic<int64_t> heartbeat_ns[3];
-  void Beat(PipelineRole role) {
-    heartbeat_ns[static_cast<int>(role)].store(std::chrono::steady_clock::now().time_since_epoch().count(),
-                                               std::memory_order_relaxed);
+  std::atomic<int64_t> heartbeat_ns[kSlots];
+  static bool Watched(BoardSlot s) { return s.index >= 0 && s.index < kSlots; }
+  void Beat(BoardSlot s) {
+    if (Watched(s)) {
+      heartbeat_ns[s.index].store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                                  std::memory_order_relaxed);
+    }
   }
-  void Finished(PipelineRole role) { heartbeat_ns[static_cast<int>(role)].store(kRoleFinished); }
-  // Also for the watchdog, per role: what it is doing (a RoleActivity) and
-  // since when (steady clock ns; 0: since it started).
-  std::atomic<uint32_t> activity[3];
-  std::atomic<int64_t> activity_since_ns[3];
-  // The same for trainer ranks above 0 on this host (pipeline.trainer_ranks),
-  // indexed by rank - 1 (ranks beyond these are not watched).
-  static constexpr int kWatchedRanks = 64;
-  std::atomic<int64_t> rank_heartbeat_ns[kWatchedRanks];
-  std::atomic<uint32_t> rank_activity[kWatchedRanks];
-  std::atomic<int64_t> rank_activity_since_ns[kWatchedRanks];
+  void Finished(BoardSlot s) {
+    if (Watched(s)) heartbeat_ns[s.index].store(kRoleFinished);
+  }
+  // Also for the watchdog, per slot: what the process is doing (a
+  // RoleActivity) and since when (steady clock ns; 0: since it started).
+  std::atomic<uint32_t> activity[kSlots];
+  std::atomic<int64_t> activity_since_ns[kSlots];
   // The trainer's progress, for the live counters (run.metrics_listen).
   std::atomic<int64_t> trainer_step;
   std::atomic<int64_t> trainer_version;
@@ -101,11 +113,10 @@ enum class RoleActivity : uint32_t {
   kCount,
 };
 const char* RoleActivityName(RoleActivity a);
-// What `role` is doing as the board says: its activity's name, "starting"
-// before its first turn, "between activities" in the rest of its loop.
-std::string DescribeRoleActivity(const RoleBoard& board, PipelineRole role);
-// The same for trainer rank `rank` (> 0; its slot on the board).
-std::string DescribeRankActivity(const RoleBoard& board, int64_t rank);
+// What the process in `slot` is doing as the board says: its activity's
+// name, "starting" before its first turn, "between activities" in the rest
+// of its loop.
+std::string DescribeSlotActivity(const RoleBoard& board, int slot);
 
 // The trace track of a role (one per role, whether roles are threads or
 // processes; 0 is the launcher's), and naming the calling thread's.
@@ -118,14 +129,14 @@ void TraceThisThread(PipelineRole role, const std::string& thread_name);
 // flood the trace).
 class RoleDoing {
  public:
-  RoleDoing(RoleBoard& board, PipelineRole role, RoleActivity activity, bool traced = true);
+  RoleDoing(RoleBoard& board, BoardSlot slot, RoleActivity activity, bool traced = true);
   ~RoleDoing();
   RoleDoing(const RoleDoing&) = delete;
   RoleDoing& operator=(const RoleDoing&) = delete;
 
  private:
   RoleBoard& board_;
-  const int role_;
+  const BoardSlot slot_;
   const RoleActivity activity_;
   const uint32_t before_;
   const int64_t start_us_;  // -1: not traced
@@ -181,12 +192,19 @@ struct StreamRoles {
   static Status FeedPrompts(const TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
                             const std::function<bool()>& stopping);
 
+  // Whether the hub says every prompt of the run has its answers (rollout)
+  // or every answer its reward (reward): a replica or worker started again
+  // late has nothing left to do. False for the trainer.
+  static Result<bool> RoleDone(const TrainingRun::State& s, tq::TransferQueueClient& client, PipelineRole role);
+
   struct Rollout {
     std::shared_ptr<model::Transformer> model;  // served; refreshed through `standby`
     rollout::StandbyWeights* standby = nullptr;
     // Where the trainer's versions are read (the standby buffer fills from
     // it; admission reads its latest version).
     checkpoint_engine::WeightReader* weights = nullptr;
+    BoardSlot slot = PipelineRole::kRollout;  // this replica's
+    std::string process;                      // names its threads in the trace: "rollout-1 " (with a space)
   };
   // Takes the run's prompts from the hub (as admission allows), generates G
   // answers each and writes each finished answer to the hub; acks a batch
@@ -200,13 +218,26 @@ struct StreamRoles {
   // update that trained them is published) and its version is the newest
   // published one. Progress is read first, so a retirement is never seen
   // without the version published before it.
+  //
+  // Rollout replicas (pipeline.rollout_replicas, or one that may be
+  // restarted) share the hub's prompt stream: admission counts the prompts
+  // every replica took (the hub's rollout task), a prompt handed to this
+  // replica past what its weights may start waits here, and it ends when
+  // every prompt of the run is finished, by whichever replica. Prompts are
+  // leased for pipeline.worker_lease_seconds, renewed every third of it;
+  // answers are written keyed by prompt and answer index, so a prompt
+  // generated again after its replica died adds only the answers missing.
   static Status RunRollout(TrainingRun::State& s, tq::TransferQueueClient& client, const Rollout& r, RoleBoard& board,
                            const std::function<bool()>& stopping);
 
-  // Scores answers as they appear (task "reward"); returns after the run's
-  // last answer, or at board.stop / `stopping`.
+  // Scores answers as they appear (task "reward", each leased for
+  // pipeline.worker_lease_seconds); returns once the hub says every answer
+  // of the run is scored (by this process or other reward workers), or at
+  // board.stop / `stopping`. An answer whose reward a dead worker wrote
+  // before its ack keeps that reward.
   static Status RunReward(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
-                          const std::function<bool()>& stopping);
+                          const std::function<bool()>& stopping, BoardSlot slot = PipelineRole::kReward,
+                          const std::string& process = "");
 
   struct Trainer {
     // Where every sync_interval-th step's weights are published.
@@ -227,7 +258,7 @@ struct StreamRoles {
   // this rank's shard of those rows from the hub and takes the data-parallel
   // update with the others (s.data_parallel); publishes, logs and acks
   // nothing. Returns after rl.steps, or at board.stop.
-  static Status FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board);
+  static Status FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board, BoardSlot slot);
 
   // pipeline.trainer_command (stream_launch.cc): the run info the command
   // reads (JSON: the hub's endpoint, the weight store, the run's settings);

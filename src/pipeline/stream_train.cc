@@ -96,7 +96,10 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   SLUICE_RETURN_IF_ERROR(feeder_thread.Start([&](std::stop_token stop) {
     errors.Set(StreamRoles::FeedPrompts(s, client, board, [&] { return stop.stop_requested(); }));
   }));
-  StreamRoles::Rollout rollout_args{rollout_model, standby.get(), store.get()};
+  StreamRoles::Rollout rollout_args;
+  rollout_args.model = rollout_model;
+  rollout_args.standby = standby.get();
+  rollout_args.weights = store.get();
   SLUICE_RETURN_IF_ERROR(rollout_thread.Start([&](std::stop_token stop) {
     errors.Set(StreamRoles::RunRollout(s, client, rollout_args, board, [&] { return stop.stop_requested(); }));
   }));

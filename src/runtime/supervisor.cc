@@ -177,8 +177,8 @@ struct Supervisor::Child {
   bool reaped = false;
   int32_t restarts = 0;
   std::optional<Clock::time_point> restart_at;  // set while it waits to be started again
-  int how = 0;   // CLD_EXITED, CLD_KILLED or CLD_DUMPED once exited
-  int code = 0;  // the exit status or the signal number
+  int how = 0;                                  // CLD_EXITED, CLD_KILLED or CLD_DUMPED once exited
+  int code = 0;                                 // the exit status or the signal number
 
   bool succeeded() const { return how == CLD_EXITED && code == 0; }
   std::string Describe() const {
@@ -285,8 +285,8 @@ void Supervisor::PlanRestart(Child& child) {
     ::waitpid(child.pid, nullptr, 0);
     child.reaped = true;  // never signalled again under this pid
   }
-  const milliseconds backoff = std::min(options_.max_restart_backoff,
-                                        options_.restart_backoff * (int64_t{1} << std::min<int32_t>(child.restarts, 20)));
+  const milliseconds backoff = std::min(
+      options_.max_restart_backoff, options_.restart_backoff * (int64_t{1} << std::min<int32_t>(child.restarts, 20)));
   SLUICE_LOG(WARNING) << child.Describe() << "; starting it again in " << backoff.count() << " ms (restart "
                       << child.restarts + 1 << " of " << child.spec.max_restarts << ")";
   child.restart_at = Clock::now() + backoff;

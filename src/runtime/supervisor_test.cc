@@ -12,6 +12,8 @@
 #include <fstream>
 #include <thread>
 
+#include "sluice/common/file_util.h"
+
 namespace sluice::runtime {
 namespace {
 
@@ -150,7 +152,7 @@ TEST(SupervisorTest, AFailedChildWithRestartsLeftIsStartedAgainAlone) {
       EXPECT_TRUE(Gone(trainer));
     }
   }
-  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(RemoveTree(dir).ok());
   ChildSpec bad = Sleep("bad");
   bad.max_restarts = -1;
   EXPECT_EQ(MakeSupervisor()->Start(bad).code(), StatusCode::kInvalidArgument);

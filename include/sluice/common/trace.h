@@ -50,7 +50,8 @@ class TraceRecorder {
  public:
   static TraceRecorder& Global();
 
-  // Opens `path` (created or truncated) and starts recording. Unavailable
+  // Opens `path` (created, or appended to: a process started again adds its
+  // events after its previous life's) and starts recording. Unavailable
   // if the file cannot be opened; FailedPrecondition if already started.
   Status Start(const std::string& path, size_t max_events = size_t{1} << 20);
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }

@@ -89,6 +89,19 @@ struct PipelineOptions {
   // single-threaded engines generate ~1.6x one two-threaded engine
   // (docs/design.md, libtorch on CPU).
   int32_t rollout_engines = 1;
+  // pipeline.processes: rollout processes (replicas), each with its own copy
+  // of the model, its rollout_engines engines and rollout_threads threads,
+  // all taking prompts from the hub's one stream under one staleness bound;
+  // and reward processes (workers) scoring answers from the hub. A replica
+  // or worker that dies leaves what it held to the others when its leases
+  // run out (worker_lease_seconds); with max_restarts its supervisor starts
+  // it again.
+  int32_t rollout_replicas = 1;
+  int32_t reward_workers = 1;
+  // How long a rollout replica holds a prompt, and a reward worker an
+  // answer, without renewing the lease; live ones renew every third of it.
+  // What a dead one held goes to the others after at most this.
+  int64_t worker_lease_seconds = 30;
   // one_step_off and async with both thread counts set: the trainer computes
   // micro-batches on trainer_threads + rollout_threads single-threaded
   // workers, the rollout's only while the rollout is idle (no sequence to
@@ -130,13 +143,17 @@ struct PipelineOptions {
   // was acked and takes the latest published version as the trained model
   // (docs/python.md, "Trainers in Python").
   std::string trainer_command;
-  // pipeline.processes: when a role process fails or dies (or stalls, with
-  // stop_on_stall), stop the others and start them all again from the
-  // run's latest checkpoint, up to this many times (back-off 1, 2, 4, ...
-  // 30 s). Steps after that checkpoint are trained again, with the same
-  // prompts (each step's prompts follow from its number), so every prompt is
-  // trained once in what the run keeps. 0: a failure ends the run. Not with
-  // trainer ranks on other hosts, nor pipeline.trainer_command.
+  // pipeline.processes: restarts after a role process fails or dies. A
+  // rollout replica or reward worker is started again alone (each up to
+  // this many times, back-off 1, 2, 4, ... 30 s): the hub and the other
+  // roles carry on, and what it held is handed out again when its leases
+  // run out. A trainer rank failing (or any role stalling, with
+  // stop_on_stall) stops every role and starts them all again from the
+  // run's latest checkpoint (up to this many times): steps after that
+  // checkpoint are trained again, with the same prompts (each step's
+  // prompts follow from its number), so every prompt is trained once in
+  // what the run keeps. 0: a failure ends the run. Not with trainer ranks on
+  // other hosts, nor pipeline.trainer_command.
   int64_t max_restarts = 0;
   // pipeline.processes: trainer processes, data parallel (trainer::
   // DataParallelGroup over a rendezvous store the launcher serves on
@@ -169,15 +186,15 @@ struct PipelineOptions {
   // one_step_off or async, with both thread counts set).
   bool Lending() const {
     return lend_idle_cores && (mode == PipelineMode::kOneStepOff || mode == PipelineMode::kAsync) &&
-           rollout_threads > 0 && trainer_threads > 0 && trainer_ranks == 1;
+           rollout_threads > 0 && trainer_threads > 0 && trainer_ranks == 1 && rollout_replicas == 1;
   }
 };
 
 // The threads a run's roles compute on, as configured (0 thread counts read
 // as `process_threads`, the process's intra-op setting).
 struct ThreadBudget {
-  int32_t rollout_engines = 0, threads_per_engine = 0;
-  int32_t trainer_ranks = 1, trainer_workers = 0, threads_per_worker = 0;  // workers and threads per rank
+  int32_t rollout_replicas = 1, rollout_engines = 0, threads_per_engine = 0;  // engines per replica
+  int32_t trainer_ranks = 1, trainer_workers = 0, threads_per_worker = 0;     // workers and threads per rank
   int32_t lent_workers = 0;      // trainer workers that run only on the idle rollout's cores
   bool roles_alternate = false;  // direct and sync: rollout and trainer never compute at once
   // Most threads computing at any moment (the light reward thread aside).

@@ -31,6 +31,11 @@ struct RoleConnection {
   // and the ranks' rendezvous store ("HOST:PORT", served by the launcher).
   int64_t trainer_rank = 0;
   std::string trainer_store;
+  // Which process of its role this is: the rollout replica or reward
+  // worker index (0-based; trainer ranks use trainer_rank), and its slot on
+  // the board (-1: the role's first slot).
+  int64_t replica = 0;
+  int64_t board_slot = -1;
   // The hub's token (required when it listens beyond loopback).
   std::string hub_token;
   // A trainer rank launched on another host (torchrun, Slurm, Open MPI): no

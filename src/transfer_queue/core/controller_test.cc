@@ -493,8 +493,7 @@ TEST_F(ControllerTest, RenewMovesTheDeadline) {
   ASSERT_TRUE(by_default.ok());
   EXPECT_EQ(by_default->deadline, clock_->Now() + testing::DefaultHubOptions().controller.default_lease_timeout);
   TQ_EXPECT_ERROR(client_->Renew(again->lease_id, milliseconds(-1)), kInvalidArgument, "lease_timeout");
-  TQ_EXPECT_ERROR(client_->Renew(again->lease_id, kMaxLeaseTimeout + milliseconds(1)), kOutOfRange,
-                  "longest lease");
+  TQ_EXPECT_ERROR(client_->Renew(again->lease_id, kMaxLeaseTimeout + milliseconds(1)), kOutOfRange, "longest lease");
   TQ_ASSERT_OK(client_->Ack(again->lease_id).status());
   TQ_EXPECT_ERROR(client_->Renew(again->lease_id), kFailedPrecondition, "already acked");
   TQ_EXPECT_ERROR(client_->Renew(777), kNotFound, "never granted");

@@ -80,8 +80,7 @@ int64_t LinesIn(const fs::path& path) {
 // One run: its wall time in seconds, or an error naming what went wrong.
 Result<double> RunOnce(const std::string& sluice, const std::vector<std::string>& config, const Mode& mode,
                        int64_t steps, int64_t kill_at, const fs::path& dir) {
-  std::error_code ec;
-  fs::remove_all(dir, ec);
+  (void)RemoveTree(dir.string());
   fs::create_directories(dir);
   std::vector<std::string> args = {sluice, "train"};
   args.insert(args.end(), config.begin(), config.end());
@@ -141,7 +140,8 @@ Status Main(int argc, char** argv) {
     return Status::Ok();
   }
   SLUICE_ASSIGN_OR_RETURN(std::string sluice, flags.GetString("sluice"));
-  if (sluice.empty()) sluice = (fs::canonical("/proc/self/exe").parent_path().parent_path() / "apps" / "sluice").string();
+  if (sluice.empty())
+    sluice = (fs::canonical("/proc/self/exe").parent_path().parent_path() / "apps" / "sluice").string();
   if (!fs::exists(sluice)) return Status::NotFound("no sluice binary at " + sluice + " (pass --sluice)");
   SLUICE_ASSIGN_OR_RETURN(const int64_t repeats, flags.GetInt("repeats", 1, 20));
   SLUICE_ASSIGN_OR_RETURN(const int64_t steps, flags.GetInt("steps", 4, 10000));
@@ -149,13 +149,28 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(const std::string json, flags.GetString("json"));
 
   const int64_t lease = 5, interval = 5;
-  const std::vector<std::string> config = {
-      "model.preset=tiny", "sft.steps=0", "rl.steps=" + std::to_string(steps), "rl.prompts_per_step=4",
-      "rl.group_size=4", "rl.max_new_tokens=32", "rl.dynamic_sampling=false", "eval.size=4", "eval.max_new_tokens=8",
-      "eval.interval=0", "run.threads=1", "run.progress=off", "checkpoint.interval=" + std::to_string(interval),
-      "pipeline.mode=async", "pipeline.max_staleness=2", "pipeline.processes=true", "pipeline.rollout_threads=1",
-      "pipeline.trainer_threads=1", "pipeline.rollout_replicas=2", "pipeline.reward_workers=1",
-      "pipeline.worker_lease_seconds=" + std::to_string(lease), "pipeline.max_restarts=2"};
+  const std::vector<std::string> config = {"model.preset=tiny",
+                                           "sft.steps=0",
+                                           "rl.steps=" + std::to_string(steps),
+                                           "rl.prompts_per_step=4",
+                                           "rl.group_size=4",
+                                           "rl.max_new_tokens=32",
+                                           "rl.dynamic_sampling=false",
+                                           "eval.size=4",
+                                           "eval.max_new_tokens=8",
+                                           "eval.interval=0",
+                                           "run.threads=1",
+                                           "run.progress=off",
+                                           "checkpoint.interval=" + std::to_string(interval),
+                                           "pipeline.mode=async",
+                                           "pipeline.max_staleness=2",
+                                           "pipeline.processes=true",
+                                           "pipeline.rollout_threads=1",
+                                           "pipeline.trainer_threads=1",
+                                           "pipeline.rollout_replicas=2",
+                                           "pipeline.reward_workers=1",
+                                           "pipeline.worker_lease_seconds=" + std::to_string(lease),
+                                           "pipeline.max_restarts=2"};
   const std::vector<Mode> modes = {
       {"no kill", ""}, {"kill rollout replica 1", "rollout 1"}, {"kill trainer rank 0", "trainer 0"}};
   std::printf(

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
@@ -161,13 +160,24 @@ std::string AnswerKey(uint64_t c, int64_t g) { return "answer-" + std::to_string
 Status WriteAnswerOnce(tq::TransferQueueClient& client, const std::string& key, const std::string& column,
                        const std::function<Status()>& write, const std::function<bool()>& stopping,
                        const std::function<Status()>& keep_alive) {
-  const auto give_up = Clock::now() + std::chrono::minutes(5);
-  for (;;) {
+  const auto start = Clock::now(), give_up = start + std::chrono::minutes(5);
+  for (bool said = false;; said = true) {
     Status st = write();
-    if (st.code() != StatusCode::kAlreadyExists) return st;
+    if (st.code() != StatusCode::kAlreadyExists) {
+      if (said) {
+        SLUICE_LOG(INFO) << "answer " << key << ": written after "
+                         << std::chrono::duration<double>(Clock::now() - start).count() << " s";
+      }
+      return st;
+    }
     Result<tq::KvValue> there = client.KvGet(kRolloutPartition, key, {column});
     if (there.ok()) return Status::Ok();  // written: it stands
     if (there.status().code() != StatusCode::kNotFound) return there.status();
+    if (!said) {
+      SLUICE_LOG(INFO) << "answer " << key << ": its " << column
+                       << " is being written by another write (a dead process's?): waiting for it to commit or "
+                          "for the hub to abort it";
+    }
     if (stopping()) return Status::Aborted("the run was stopped");
     SLUICE_RETURN_IF_ERROR(keep_alive());
     if (Clock::now() >= give_up) {
@@ -568,7 +578,9 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
     std::map<uint64_t, InFlight> in_flight;
     std::map<tq::LeaseId, int64_t> prompts_left;  // by lease
     // Prompts taken past what this engine may start yet (shared stream: the
-    // other replicas took the ones admission counted on), in cursor order.
+    // other replicas took the ones admission counted on), by cursor: the
+    // lowest start first, so a prompt the trainer waits for (one a dead
+    // replica held, handed out again) never waits behind a later one.
     struct Parked {
       uint64_t cursor;
       std::vector<model::TokenId> prompt;
@@ -576,7 +588,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       HostTensor reference_answer;
       tq::LeaseId lease;
     };
-    std::deque<Parked> parked;
+    std::multimap<uint64_t, Parked> parked;
     auto renew_at = Clock::now() + lease / 3;
     // Keep what this engine holds, every third of the lease: a lease that
     // ran out regardless (a pause longer than the lease) is done with; its
@@ -610,6 +622,8 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       }
       return Status::Ok();
     };
+    auto peek_at = Clock::now();
+    bool peeking = false;  // this turn takes one prompt past admission, to look
     while (!stopping() && board.stop.load() == 0 && !failed.load()) {
       board.Beat(r.slot);
       busy.Set(!engine->idle());
@@ -624,15 +638,26 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         // Parked prompts first, as far as the engine's version allows.
         if (!parked.empty()) {
           SLUICE_ASSIGN_OR_RETURN(const int64_t limit, intake->StartLimit(engine->policy_version(), trainer_progress));
-          while (!parked.empty() && static_cast<int64_t>(parked.front().cursor) < limit) {
-            SLUICE_RETURN_IF_ERROR(start_prompt(std::move(parked.front())));
-            parked.pop_front();
+          while (!parked.empty() && static_cast<int64_t>(parked.begin()->first) < limit) {
+            SLUICE_RETURN_IF_ERROR(start_prompt(std::move(parked.begin()->second)));
+            parked.erase(parked.begin());
           }
         }
         SLUICE_ASSIGN_OR_RETURN(const int64_t admitted,
                                 intake->Take(eo.num_slots, queued, engine->policy_version(), trainer_progress));
-        // Shared: what is admitted now (the count is the stream's, not ours to owe).
+        // Shared: what is admitted now (the count is the stream's, not ours to
+        // owe). An engine with nothing to do looks at the stream's next prompt
+        // regardless (every kPoll): the stream's cursor counts the prompts
+        // taken, but prompts a dead replica held come back below it (the
+        // lowest are handed out first), and admission alone would wait for
+        // them forever. One it may not start goes straight back.
         owed = shared ? admitted : owed + admitted;
+        peeking = false;
+        if (shared && owed == 0 && engine->idle() && in_flight.empty() && Clock::now() >= peek_at) {
+          peek_at = Clock::now() + kPoll;
+          owed = 1;
+          peeking = true;
+        }
         // The admitted prompts, in order, from the hub's prompt partition.
         if (owed > 0) {
           RoleDoing doing(board, r.slot, RoleActivity::kTakePrompts);
@@ -670,10 +695,17 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         SLUICE_ASSIGN_OR_RETURN(const int64_t index, TensorScalar<int64_t>(*example, DType::kI64, column::kExample));
         SLUICE_ASSIGN_OR_RETURN(const HostTensor* reference, Cell(*data, column::kReferenceAnswer, i));
         if (prompt.empty()) return Status::DataLoss("prompt row of cursor " + std::to_string(c) + " has no tokens");
+        if (peeking && static_cast<int64_t>(c) >= limit) {  // not one this engine may start: back it goes
+          if (Result<tq::ReleaseResponse> back = client.Release(meta->lease_id);
+              !back.ok() && back.status().code() != StatusCode::kFailedPrecondition) {
+            return back.status();
+          }
+          continue;
+        }
         ++prompts_left[meta->lease_id];
         Parked p{c, std::move(prompt), index, *reference, meta->lease_id};
-        if (static_cast<int64_t>(c) >= limit || !parked.empty()) {
-          parked.push_back(std::move(p));
+        if (static_cast<int64_t>(c) >= limit) {
+          parked.emplace(c, std::move(p));
         } else {
           SLUICE_RETURN_IF_ERROR(start_prompt(std::move(p)));
         }

@@ -144,9 +144,6 @@ struct StepPlan {
 
 std::string StepPlanKey(int64_t step) { return "step/" + std::to_string(step); }
 
-// The trainer as the hub sees it: the rows it has acked (its progress:
-// whole groups, each after the update that trained it) and whether it is
-// blocked waiting for rows (its demand).
 // The hub key of answer g of prompt c (rollout rows are keyed, so an answer
 // is in the hub once however many times its prompt is generated).
 std::string AnswerKey(uint64_t c, int64_t g) { return "answer-" + std::to_string(c) + "-" + std::to_string(g); }
@@ -188,7 +185,10 @@ Status WriteAnswerOnce(tq::TransferQueueClient& client, const std::string& key, 
   }
 }
 
-// The hub's three tasks as it sees them now (one Stats call).
+// The hub's three tasks as it sees them now (one Stats call): for the
+// trainer, the rows it has acked (its progress: whole groups, each after the
+// update that trained it) and whether it is blocked waiting for rows (its
+// demand); for the rollout and reward, what their workers took and finished.
 struct HubDepths {
   tq::TaskDepth rollout, reward, train;
 };
@@ -208,6 +208,14 @@ Result<HubDepths> ReadHubDepths(tq::TransferQueueClient& client) {
   }
   if (found != 3) return Status::FailedPrecondition("the hub lacks the run's tasks (rollout, reward, train)");
   return out;
+}
+
+// Every answer of the run's `prompts` (counted from its start) is scored:
+// every prompt's answers are written (none come after) and none waits to be
+// scored. (Not a count of rewards: an answer generated again after its
+// prompt was trained is scored too.)
+bool AllScored(const HubDepths& depths, uint64_t prompts) {
+  return depths.rollout.acked_total >= prompts && depths.reward.ready == 0 && depths.reward.leased == 0;
 }
 
 }  // namespace
@@ -417,7 +425,7 @@ Result<bool> StreamRoles::RoleDone(const TrainingRun::State& s, tq::TransferQueu
     case PipelineRole::kRollout:
       return depths.rollout.acked_total >= prompts;
     case PipelineRole::kReward:
-      return depths.reward.acked_total >= prompts * static_cast<uint64_t>(rl.group_size);
+      return AllScored(depths, prompts);
     case PipelineRole::kTrainer:
       break;
   }
@@ -799,15 +807,14 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
 
 Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
                               const std::function<bool()>& stopping, BoardSlot slot, const std::string& process) {
-  const RlOptions& rl = s.options.rl;
-  const int64_t total = (rl.steps - s.step) * rl.prompts_per_step * rl.group_size;
-  std::atomic<int64_t> scored{0};
   // Every answer of the run is scored: by this process's loops, or (reward
-  // workers, a restarted worker) by others, as the hub's reward task says.
+  // workers, a restarted worker) by others, as the hub says. (The prompts
+  // are counted now: in threads mode the trainer moves s.step on.)
+  const uint64_t prompts = static_cast<uint64_t>((s.options.rl.steps - s.step) * s.options.rl.prompts_per_step);
   std::atomic<bool> all_scored{false};
   auto check_all_scored = [&]() -> Status {
     SLUICE_ASSIGN_OR_RETURN(const HubDepths depths, ReadHubDepths(client));
-    if (static_cast<int64_t>(depths.reward.acked_total) >= total) all_scored.store(true);
+    if (AllScored(depths, prompts)) all_scored.store(true);
     return Status::Ok();
   };
   std::atomic<bool> failed{false};
@@ -897,7 +904,6 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
         if (acked.status().code() != StatusCode::kFailedPrecondition) return acked.status();
         SLUICE_LOG(WARNING) << "reward: " << acked.status().message();
       }
-      if (scored.fetch_add(1) + 1 >= total) all_scored.store(true);
     }
     return Status::Ok();
   };

@@ -192,9 +192,9 @@ struct StreamRoles {
   static Status FeedPrompts(const TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
                             const std::function<bool()>& stopping);
 
-  // Whether the hub says every prompt of the run has its answers (rollout)
-  // or every answer its reward (reward): a replica or worker started again
-  // late has nothing left to do. False for the trainer.
+  // Whether the hub says every prompt of the run has its answers (rollout),
+  // or that and no answer waits to be scored (reward): a replica or worker
+  // started again late has nothing left to do. False for the trainer.
   static Result<bool> RoleDone(const TrainingRun::State& s, tq::TransferQueueClient& client, PipelineRole role);
 
   struct Rollout {

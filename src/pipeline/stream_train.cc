@@ -82,6 +82,7 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(rollout_model, s.version, *store));
 
   // run.trace: every role is a thread of this process, each on its role's track.
+  std::remove(StreamRoles::TracePart(s, "run").c_str());  // one a killed run left (StartTrace appends)
   SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(s, "run"));
   struct FinishTrace {
     const State& s;

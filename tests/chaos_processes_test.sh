@@ -8,7 +8,8 @@
 # leases run out); a trainer rank's death restarts every role from the latest
 # checkpoint. The run must finish, and the rows the trainer consumed (the
 # prompts of every step in the metrics the run keeps) must cover every prompt
-# exactly once. Bounded: at most `kills` kills (argument 2, default 4) and 240 s
+# exactly once, and no sample may lag the weights it is trained with by more than
+# pipeline.max_staleness. Bounded: at most `kills` kills (argument 2, default 4) and 240 s
 # of killing; argument 3: the run's steps (default 80).
 set -uo pipefail
 SLUICE=$1
@@ -85,5 +86,8 @@ trained=$(grep -o '"prompts":\[[0-9,]*\]' "$tmp/run/metrics.jsonl" | grep -o '[0
 [ "$trained" = "$(seq 0 $((steps * prompts - 1)) | tr '\n' ' ')" ] \
   || fail "trained prompts '$trained', want 0..$((steps * prompts - 1)) once each"
 [ "$(grep -c '"step"' "$tmp/run/metrics.jsonl")" -eq "$steps" ] || fail "not every step once in metrics.jsonl"
+# One staleness bound across the replicas, kills and restarts included (pipeline.max_staleness=2).
+stale=$(grep -o '"staleness_max":[0-9]*' "$tmp/run/metrics.jsonl" | cut -d: -f2 | sort -n | tail -1)
+[ -n "$stale" ] && [ "$stale" -le 2 ] || fail "staleness_max '$stale' > 2"
 echo "ok   chaos: $kills role processes killed ($alone started again alone, $everyone restarting every role)," \
   "every prompt trained once"

@@ -71,7 +71,10 @@ Result<int64_t> PromptIntake::Take(int64_t slots, int64_t queued, PolicyVersion 
 // start it while latest + floor(p / ppv) - v <= max_staleness.
 int64_t PromptIntake::SharedLimit(const TrainerProgress& now, PolicyVersion engine_version) const {
   const int64_t P = options_.prompts_per_step, ppv = P * options_.sync_interval;
-  const int64_t retired = options_.start_step * P + now.acked_answers / options_.group_size;
+  // The trainer acks a step's groups together, after its update: whole steps.
+  // (Rounding down also drops groups acked twice, a prompt generated again
+  // after it was trained, as long as there are fewer than P of them.)
+  const int64_t retired = options_.start_step * P + now.acked_answers / options_.group_size / P * P;
   const PolicyVersion latest = std::max<PolicyVersion>(now.latest_version, options_.version);
   const int64_t versions_ahead = options_.max_staleness + engine_version - latest + 1;
   return versions_ahead <= 0 ? retired : retired + versions_ahead * ppv;

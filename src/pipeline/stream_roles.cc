@@ -632,7 +632,19 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
     };
     auto peek_at = Clock::now();
     bool peeking = false;  // this turn takes one prompt past admission, to look
+    // The trainer's progress, asked of the hub at most once a turn (parked
+    // prompts, the intake and the prompts taken all use it; the engine's
+    // version moves only in its step, after them).
+    std::optional<schedule::TrainerProgress> progress_this_turn;
+    auto progress_now = [&]() -> Result<schedule::TrainerProgress> {
+      if (!progress_this_turn) {
+        SLUICE_ASSIGN_OR_RETURN(schedule::TrainerProgress p, trainer_progress());
+        progress_this_turn = p;
+      }
+      return *progress_this_turn;
+    };
     while (!stopping() && board.stop.load() == 0 && !failed.load()) {
+      progress_this_turn.reset();
       board.Beat(r.slot);
       busy.Set(!engine->idle());
       SLUICE_RETURN_IF_ERROR(renew_due());
@@ -645,14 +657,14 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         if (!shared && untaken == 0 && engine->idle()) return Status::Ok();  // every answer is in the hub
         // Parked prompts first, as far as the engine's version allows.
         if (!parked.empty()) {
-          SLUICE_ASSIGN_OR_RETURN(const int64_t limit, intake->StartLimit(engine->policy_version(), trainer_progress));
+          SLUICE_ASSIGN_OR_RETURN(const int64_t limit, intake->StartLimit(engine->policy_version(), progress_now));
           while (!parked.empty() && static_cast<int64_t>(parked.begin()->first) < limit) {
             SLUICE_RETURN_IF_ERROR(start_prompt(std::move(parked.begin()->second)));
             parked.erase(parked.begin());
           }
         }
         SLUICE_ASSIGN_OR_RETURN(const int64_t admitted,
-                                intake->Take(eo.num_slots, queued, engine->policy_version(), trainer_progress));
+                                intake->Take(eo.num_slots, queued, engine->policy_version(), progress_now));
         // Shared: what is admitted now (the count is the stream's, not ours to
         // owe). An engine with nothing to do looks at the stream's next prompt
         // regardless (every kPoll): the stream's cursor counts the prompts
@@ -692,7 +704,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       int64_t limit = std::numeric_limits<int64_t>::max();  // shared: the cursors this engine may start now
       if (shared && meta) {
         MutexLock lock(&mu);
-        SLUICE_ASSIGN_OR_RETURN(limit, intake->StartLimit(engine->policy_version(), trainer_progress));
+        SLUICE_ASSIGN_OR_RETURN(limit, intake->StartLimit(engine->policy_version(), progress_now));
       }
       for (size_t i = 0; meta && i < meta->rows.size(); ++i) {
         const uint64_t c = static_cast<uint64_t>(meta->rows[i].tags.group_id);

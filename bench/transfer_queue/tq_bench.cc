@@ -229,10 +229,10 @@ Status MeasureMemory(const Settings& s, Endpoints& e, Report& report) {
 Result<std::unique_ptr<RoundTripper>> MakeRoundTripper(const std::string& transport,
                                                        std::map<std::string, TransferQueueClient>& queues,
                                                        const Endpoints& e, const std::string& partition,
-                                                       uint64_t row_bytes, uint32_t batch, bool read_data) {
+                                                       uint64_t row_bytes, uint32_t batch) {
   if (transport == "memcpy") return NewMemcpyRoundTripper(row_bytes, batch);
   if (transport == "redis") return NewRedisRoundTripper(e.redis->port());
-  return NewQueueRoundTripper(queues.at(transport), partition, read_data);
+  return NewQueueRoundTripper(queues.at(transport), partition);
 }
 
 bool Available(const std::string& t, const Settings& s, const Endpoints& e,
@@ -268,7 +268,7 @@ Status MeasureRoundTrips(const Settings& s, const Endpoints& e, std::map<std::st
         Progress("round trip", t, what);
         const std::string partition = "rt-" + std::to_string(size) + "-" + std::to_string(batch);
         SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<RoundTripper> rt,
-                                MakeRoundTripper(t, queues, e, partition, size, batch, true));
+                                MakeRoundTripper(t, queues, e, partition, size, batch));
         Result<RoundTripResult> r = RunRoundTrips(*rt, size, batch, s.bounds);
         if (!r.ok()) return r.status().WithContext("round trip " + t + " " + what);
         row.result = *r;
@@ -285,7 +285,7 @@ Status MeasureMetadata(const Settings& s, const Endpoints& e, std::map<std::stri
     if (t == "memcpy" || !Available(t, s, e, queues)) continue;
     Progress("metadata", t, std::to_string(s.metadata_batch) + " rows per call");
     SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<RoundTripper> rt,
-                            MakeRoundTripper(t, queues, e, "metadata", s.metadata_row_bytes, s.metadata_batch, false));
+                            MakeRoundTripper(t, queues, e, "metadata", s.metadata_row_bytes, s.metadata_batch));
     Result<RoundTripResult> r = RunRoundTrips(*rt, s.metadata_row_bytes, s.metadata_batch, s.bounds);
     if (!r.ok()) return r.status().WithContext("metadata " + t);
     report.metadata.push_back(RoundTripRow{t, s.metadata_row_bytes, s.metadata_batch, s.metadata_batch, false, "", *r});

@@ -85,8 +85,8 @@ class MemcpyRoundTripper final : public RoundTripper {
 
 class QueueRoundTripper final : public RoundTripper {
  public:
-  QueueRoundTripper(TransferQueueClient client, std::string partition, bool read_data)
-      : client_(std::move(client)), partition_(std::move(partition)), read_data_(read_data) {}
+  QueueRoundTripper(TransferQueueClient client, std::string partition)
+      : client_(std::move(client)), partition_(std::move(partition)) {}
 
   Status Put(const std::shared_ptr<std::byte[]>& source, size_t row_bytes, uint32_t batch) override {
     SLUICE_ASSIGN_OR_RETURN(
@@ -97,23 +97,34 @@ class QueueRoundTripper final : public RoundTripper {
   }
 
   Status Get(size_t row_bytes, uint32_t batch, uint64_t first_stamp) override {
-    SLUICE_ASSIGN_OR_RETURN(BatchMeta meta, client_.GetMeta(kTask, {kColumn}, batch, partition_, {}, kGetMetaTimeout));
-    if (meta.rows.size() != batch) return Status::DataLoss("GetMeta leased " + std::to_string(meta.rows.size()));
-    if (read_data_) {
-      SLUICE_ASSIGN_OR_RETURN(BatchData data, client_.GetData(meta));
-      SLUICE_RETURN_IF_ERROR(CheckPayload(data, row_bytes, first_stamp));
+    transfer_queue::GetMetaRequest request;
+    request.task = kTask;
+    request.columns = {kColumn};
+    request.n = batch;
+    request.partition = partition_;
+    request.timeout = kGetMetaTimeout;
+    SLUICE_ASSIGN_OR_RETURN(transfer_queue::TakenBatch taken, client_.Take(request, {}, pending_ack_));
+    pending_ack_ = taken.meta.lease_id;
+    if (taken.meta.rows.size() != batch) {
+      return Status::DataLoss("Take leased " + std::to_string(taken.meta.rows.size()) + " rows");
     }
-    SLUICE_ASSIGN_OR_RETURN(AckResponse ack, client_.Ack(meta.lease_id));
-    if (ack.rows_acked != batch) return Status::DataLoss("Ack acked " + std::to_string(ack.rows_acked) + " rows");
-    return Status::Ok();
+    return CheckPayload(taken.data, row_bytes, first_stamp);
   }
 
-  Status Finish() override { return client_.ClearPartition(partition_).status(); }
+  Status Finish() override {
+    if (pending_ack_ != 0) SLUICE_RETURN_IF_ERROR(client_.Ack(pending_ack_).status());
+    pending_ack_ = 0;
+    SLUICE_ASSIGN_OR_RETURN(transfer_queue::ClearResponse cleared, client_.ClearPartition(partition_));
+    if (cleared.rows_cleared != 0) {
+      return Status::DataLoss(std::to_string(cleared.rows_cleared) + " rows were left unacked in " + partition_);
+    }
+    return Status::Ok();
+  }
 
  private:
   TransferQueueClient client_;
   std::string partition_;
-  bool read_data_;
+  transfer_queue::LeaseId pending_ack_ = 0;  // rides on the next Take
 };
 
 }  // namespace
@@ -174,10 +185,9 @@ std::unique_ptr<RoundTripper> NewMemcpyRoundTripper(size_t row_bytes, uint32_t b
   return std::make_unique<MemcpyRoundTripper>(row_bytes, batch);
 }
 
-Result<std::unique_ptr<RoundTripper>> NewQueueRoundTripper(TransferQueueClient client, std::string partition,
-                                                           bool read_data) {
+Result<std::unique_ptr<RoundTripper>> NewQueueRoundTripper(TransferQueueClient client, std::string partition) {
   SLUICE_RETURN_IF_ERROR(client.CreatePartition(partition));
-  return std::unique_ptr<RoundTripper>(new QueueRoundTripper(std::move(client), std::move(partition), read_data));
+  return std::unique_ptr<RoundTripper>(new QueueRoundTripper(std::move(client), std::move(partition)));
 }
 
 Result<std::vector<double>> MeasureQueueGetLatency(TransferQueueClient client, const std::string& partition,
@@ -194,15 +204,22 @@ Result<std::vector<double>> MeasureQueueGetLatency(TransferQueueClient client, c
   }
   std::vector<double> latencies;
   latencies.reserve(samples);
+  transfer_queue::GetMetaRequest request;
+  request.task = kTask;
+  request.columns = {kColumn};
+  request.n = 1;
+  request.partition = partition;
+  request.timeout = kGetMetaTimeout;
+  transfer_queue::LeaseId pending_ack = 0;  // rides on the next Take
   const auto start = Clock::now();
   for (int i = 0; i < samples && Seconds(Clock::now() - start) < max_seconds; ++i) {
     const auto t0 = Clock::now();
-    SLUICE_ASSIGN_OR_RETURN(BatchMeta meta, client.GetMeta(kTask, {kColumn}, 1, partition, {}, kGetMetaTimeout));
-    SLUICE_ASSIGN_OR_RETURN(BatchData data, client.GetData(meta));
-    SLUICE_RETURN_IF_ERROR(CheckPayload(data, row_bytes, static_cast<uint64_t>(i) + 1));
+    SLUICE_ASSIGN_OR_RETURN(transfer_queue::TakenBatch taken, client.Take(request, {}, pending_ack));
+    SLUICE_RETURN_IF_ERROR(CheckPayload(taken.data, row_bytes, static_cast<uint64_t>(i) + 1));
     latencies.push_back(Seconds(Clock::now() - t0));
-    SLUICE_RETURN_IF_ERROR(client.Ack(meta.lease_id).status());
+    pending_ack = taken.meta.lease_id;
   }
+  if (pending_ack != 0) SLUICE_RETURN_IF_ERROR(client.Ack(pending_ack).status());
   SLUICE_RETURN_IF_ERROR(client.ClearPartition(partition).status());
   return latencies;
 }

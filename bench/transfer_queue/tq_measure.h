@@ -73,11 +73,12 @@ Result<RoundTripResult> RunRoundTrips(RoundTripper& transport, size_t row_bytes,
 // out into a preallocated buffer (the physical limit on one host).
 std::unique_ptr<RoundTripper> NewMemcpyRoundTripper(size_t row_bytes, uint32_t batch);
 
-// The queue through `client`, in a fresh partition (cleared by Finish): put =
-// PutRows, get = GetMeta + GetData + Ack with one task, so Ack frees the rows.
-// read_data = false leaves out GetData (the metadata-only cycle).
+// The queue through `client`, in a fresh partition: put = PutRows, get =
+// Take (GetMeta + GetData in one call) carrying the ack of the previous
+// get's lease, as a consumer loop does; one task, so an ack frees the rows.
+// Finish acks the last lease and checks every row was freed.
 Result<std::unique_ptr<RoundTripper>> NewQueueRoundTripper(transfer_queue::TransferQueueClient client,
-                                                           std::string partition, bool read_data);
+                                                           std::string partition);
 
 // Get latency at batch 1: puts `samples` rows of `row_bytes` into a fresh
 // partition, then times GetMeta(n = 1) + GetData (+ stamp check) of each

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,27 @@ struct KvBatch {
   ColumnBatch columns;
 };
 
+// What a consumer takes in one step (TransferQueueClient::Take).
+struct TakenBatch {
+  BatchMeta meta;
+  BatchData data;
+};
+
+// A transport that runs a whole put or take in one round trip implements
+// this (the remote client does, see remote.h); the in-process hub needs none.
+class FusedCalls {
+ public:
+  virtual ~FusedCalls() = default;
+  // The whole write `begin` (its columns declared) with the bytes of
+  // `columns` (payload_bytes in all): BeginWrite, storing and CommitWrite,
+  // all or nothing. nullopt: this transport sends such a put in steps.
+  virtual std::optional<Result<BeginWriteResponse>> Put(const BeginWriteRequest& begin, const ColumnBatch& columns,
+                                                        uint64_t payload_bytes) = 0;
+  // TransferQueueClient::Take.
+  virtual Result<TakenBatch> Take(const GetMetaRequest& request, const std::vector<std::string>& columns,
+                                  LeaseId ack_first) = 0;
+};
+
 struct QueueStats {
   ControllerStats controller;
   std::vector<StorageStats> storage;  // one per unit
@@ -71,7 +93,9 @@ struct QueueStats {
 class TransferQueueClient {
  public:
   // Precondition: controller non-null, at least one storage unit, none null.
-  TransferQueueClient(std::shared_ptr<Controller> controller, std::vector<std::shared_ptr<StorageUnit>> storage);
+  // `fused` (optional): puts and takes in one round trip each.
+  TransferQueueClient(std::shared_ptr<Controller> controller, std::vector<std::shared_ptr<StorageUnit>> storage,
+                      std::shared_ptr<FusedCalls> fused = nullptr);
 
   // ---- setup (see Controller for errors)
   Status RegisterColumns(std::vector<ColumnSchema> columns);
@@ -105,6 +129,13 @@ class TransferQueueClient {
   // batch, duplicate column), NotFound (a row was freed or cleared; the
   // message names it).
   Result<BatchData> GetData(const BatchMeta& meta, const std::vector<std::string>& columns = {});
+  // GetMeta, then GetData of `columns` (empty: the batch's), in one step,
+  // after acking `ack_first` (0: none), typically the consumer's previous
+  // batch. Over a remote connection this is one round trip instead of three.
+  // If that ack fails nothing is taken and the error says so; if reading
+  // fails the lease is released. Errors otherwise as GetMeta and GetData.
+  Result<TakenBatch> Take(const GetMetaRequest& request, const std::vector<std::string>& columns = {},
+                          LeaseId ack_first = 0);
   // Finishes the lease, then drops the bytes of rows every task has acked.
   Result<AckResponse> Ack(LeaseId lease);
   Result<ReleaseResponse> Release(LeaseId lease);
@@ -148,6 +179,7 @@ class TransferQueueClient {
 
   const std::shared_ptr<Controller>& controller() const { return controller_; }
   const std::vector<std::shared_ptr<StorageUnit>>& storage() const { return storage_; }
+  const std::shared_ptr<FusedCalls>& fused() const { return fused_; }
 
  private:
   // Two-phase write of `columns` for the target rows of `begin` (whose
@@ -161,6 +193,7 @@ class TransferQueueClient {
 
   std::shared_ptr<Controller> controller_;
   std::vector<std::shared_ptr<StorageUnit>> storage_;
+  std::shared_ptr<FusedCalls> fused_;
 };
 
 struct HubOptions {

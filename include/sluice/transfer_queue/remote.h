@@ -32,6 +32,11 @@
 //    than the reply's transit time.
 //  * Close() on a remote controller makes later calls from this object
 //    return Aborted; it does not close the server.
+//  * One round trip per put and per take. A put (PutRows, PutColumns, KvPut,
+//    KvPutBatch) is one PutRows message carrying the bytes, except with the
+//    arena and over kFusedPutMaxBytes of payload, where the bytes go
+//    straight into the arena (three messages, one copy). Take is one
+//    TakeBatch message: the ack of the previous batch, GetMeta and the read.
 //
 // Thread safety: every object is thread-safe. Parts made by one
 // ConnectTransferQueue share a pool of ZeroMQ DEALER sockets; each call
@@ -75,7 +80,17 @@ struct RemoteOptions {
   // Same-host shared-memory data plane (see above). Only ConnectTransferQueue
   // uses it (it learns the arena from the server).
   ShmMode shm = ShmMode::kAuto;
+  // With the arena in use and a server that offers rings: requests and
+  // replies go through up to this many shared-memory rings (one per call in
+  // flight) instead of the socket. 0: always the socket.
+  uint32_t shm_rings = 8;
+  // How long a call busy-waits for its reply on a ring before sleeping.
+  std::chrono::microseconds shm_ring_spin{20};
 };
+
+// Payload bytes above which a put with the arena copies into it directly
+// (three messages) instead of sending the bytes in one message.
+inline constexpr uint64_t kFusedPutMaxBytes = 64 << 10;
 
 // A connected queue: the server's controller and each of its storage units.
 struct RemoteQueue {
@@ -85,8 +100,10 @@ struct RemoteQueue {
   bool token_required = false;
   // The arena payloads go through, empty if they travel in messages.
   std::string shm_segment;
+  // Puts and takes in one round trip each (TransferQueueClient::Take).
+  std::shared_ptr<FusedCalls> fused;
 
-  TransferQueueClient client() const { return TransferQueueClient(controller, storage); }
+  TransferQueueClient client() const { return TransferQueueClient(controller, storage, fused); }
 };
 
 // Asks the server for its layout (ServerInfo) and builds the remote parts,

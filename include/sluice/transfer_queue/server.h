@@ -28,6 +28,13 @@
 //    BeginWrite and CommitWrite) is discarded and aborted by the server, so
 //    its reservation is not leaked. Rows freed by Ack/Clear are reclaimed by
 //    the server itself (it holds both planes): replies carry no ticket.
+//  * Same-host rings (shm_bytes > 0, shm_rings > 0). A client that attached
+//    to the arena asks for a ring per connection (OpenRing over the socket)
+//    and then sends its requests through it: each ring has its own server
+//    thread, which runs every call itself (blocking ones included), so a
+//    call costs no socket and no thread hop. The ring is checked like the
+//    socket (shm_ring.h): garbage or a client dying mid-request ends that
+//    ring only. The ring's thread ends when its client closes it or dies.
 //  * Shared memory (shm_bytes > 0). Every cell lives in one arena segment,
 //    /sluice.tq.<pid>-<start>.<n>, created at start (sweeping arenas of dead
 //    servers) and unlinked at Stop; clients hold no segments of their own,
@@ -87,6 +94,17 @@ struct ServerOptions {
   // A write that finds the arena full waits this long for room, then fails
   // with ResourceExhausted. Keep it under the clients' rpc_timeout.
   std::chrono::milliseconds shm_alloc_timeout{5000};
+  // Same-host request path (with an arena only): client connections served
+  // through a shared-memory ring each, by a thread of their own, instead of
+  // the socket (0: none; clients then use the socket). Beyond this many,
+  // clients fall back to the socket.
+  uint32_t shm_rings = 64;
+  // Bytes per direction of one ring (4 KiB..1 GiB, a multiple of 64); larger
+  // messages cross it in chunks. Two of these per ring are reserved in /dev/shm.
+  uint64_t shm_ring_bytes = 256 << 10;
+  // How long a ring thread busy-waits for the next request before sleeping
+  // (latency against CPU: a sleeping thread takes a futex wake-up, a few us).
+  std::chrono::microseconds shm_ring_spin{50};
 };
 
 // Requests seen by the server since it started.
@@ -97,6 +115,7 @@ struct ServerCounters {
   uint64_t unauthenticated = 0;  // refused: missing or wrong token
   uint64_t busy = 0;             // refused: worker queue or blocking calls full
   uint64_t writes_expired = 0;   // open writes aborted by the server
+  uint64_t rings_open = 0;       // same-host shared-memory rings served now
 };
 
 class TransferQueueServer {

@@ -24,8 +24,9 @@ std::string JoinNames(const std::vector<std::string>& names) {
 }  // namespace
 
 TransferQueueClient::TransferQueueClient(std::shared_ptr<Controller> controller,
-                                         std::vector<std::shared_ptr<StorageUnit>> storage)
-    : controller_(std::move(controller)), storage_(std::move(storage)) {
+                                         std::vector<std::shared_ptr<StorageUnit>> storage,
+                                         std::shared_ptr<FusedCalls> fused)
+    : controller_(std::move(controller)), storage_(std::move(storage)), fused_(std::move(fused)) {
   SLUICE_CHECK(controller_ != nullptr) << "TransferQueueClient needs a controller";
   SLUICE_CHECK(!storage_.empty()) << "TransferQueueClient needs at least one storage unit";
   for (const auto& unit : storage_) SLUICE_CHECK(unit != nullptr) << "null storage unit";
@@ -78,6 +79,7 @@ Result<std::vector<RowId>> TransferQueueClient::PutRows(std::string partition, s
 
 Result<std::vector<RowId>> TransferQueueClient::Write(BeginWriteRequest begin, const ColumnBatch& columns,
                                                       size_t num_rows) {
+  uint64_t payload_bytes = 0;
   for (const auto& [name, tensors] : columns) {
     if (tensors.size() != num_rows) {
       return Status::InvalidArgument("column " + Quoted(name) + " has " + std::to_string(tensors.size()) +
@@ -85,8 +87,18 @@ Result<std::vector<RowId>> TransferQueueClient::Write(BeginWriteRequest begin, c
     }
     ColumnWriteMeta meta{name, {}};
     meta.rows.reserve(tensors.size());
-    for (const HostTensor& t : tensors) meta.rows.push_back(TensorMeta{t.dtype, t.shape, t.nbytes});
+    for (const HostTensor& t : tensors) {
+      meta.rows.push_back(TensorMeta{t.dtype, t.shape, t.nbytes});
+      payload_bytes += t.nbytes;
+    }
     begin.columns.push_back(std::move(meta));
+  }
+  if (fused_) {
+    // One round trip where the transport can (all or nothing there too).
+    if (std::optional<Result<BeginWriteResponse>> done = fused_->Put(begin, columns, payload_bytes)) {
+      SLUICE_ASSIGN_OR_RETURN(BeginWriteResponse written, std::move(*done));
+      return std::move(written.rows);
+    }
   }
   // Phase one: validation and reservation; nothing is stored yet.
   SLUICE_ASSIGN_OR_RETURN(BeginWriteResponse write, controller_->BeginWrite(begin));
@@ -199,6 +211,31 @@ Status TransferQueueClient::Reclaim(const ReclaimTicket& ticket) {
     if (!shards[u].rows.empty()) SLUICE_RETURN_IF_ERROR(storage_[u]->FreeRows(shards[u]));
   }
   return controller_->FinishReclaim(FinishReclaimRequest{ticket.id});
+}
+
+Result<TakenBatch> TransferQueueClient::Take(const GetMetaRequest& request, const std::vector<std::string>& columns,
+                                             LeaseId ack_first) {
+  std::set<std::string_view> seen;
+  for (const std::string& c : columns) {
+    if (!seen.insert(c).second) return Status::InvalidArgument("Take: column " + Quoted(c) + " is listed twice");
+  }
+  if (fused_) return fused_->Take(request, columns, ack_first);
+  if (ack_first != 0) {
+    Result<AckResponse> acked = Ack(ack_first);
+    if (!acked.ok()) {
+      return acked.status().WithContext("ack of lease " + std::to_string(ack_first) +
+                                        " before the take (nothing taken)");
+    }
+  }
+  TakenBatch out;
+  SLUICE_ASSIGN_OR_RETURN(out.meta, controller_->GetMeta(request));
+  Result<BatchData> data = GetData(out.meta, columns);
+  if (!data.ok()) {
+    (void)controller_->Release(ReleaseRequest{out.meta.lease_id});
+    return data.status();
+  }
+  out.data = std::move(data).value();
+  return out;
 }
 
 Result<AckResponse> TransferQueueClient::Ack(LeaseId lease) {

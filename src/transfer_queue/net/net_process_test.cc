@@ -520,7 +520,9 @@ std::vector<std::byte> ToBytes(const wire::Message& m) { return {m.data.get(), m
 // legitimately change state, so the malformed-input test does not send it.
 bool DecodesAsRequest(const std::vector<std::byte>& bytes, const wire::WireLimits& limits) {
   using wire::Empty;
+  using wire::PutRequest;
   using wire::ShmWriteRequest;
+  using wire::TakeRequest;
   Result<wire::Header> h = wire::DecodeHeader(bytes, limits);
   if (!h.ok() || h->is_reply()) return false;
   std::string token;

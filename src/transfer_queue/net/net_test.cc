@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "net/net_test_util.h"
+#include "net/rpc_channel.h"
 #include "sluice/common/file_util.h"
 #include "sluice/transfer_queue/remote.h"
 #include "sluice/transfer_queue/server.h"
@@ -324,6 +325,106 @@ TEST(NetServerTest, ClientLimitsRiseToTheServers) {
   ASSERT_TRUE(unit.ok());
   StorageWriteRequest write{1, {{0, "prompt", I64(big)}}};
   TQ_EXPECT_ERROR((*unit)->Write(write), kOutOfRange, "exceeds max_message_bytes 4096");
+}
+
+// PutRows and TakeBatch, over messages and over the arena: one request per
+// put and per take, the same rows and bytes as the calls in steps, the ack
+// riding on the next take, and their failures leaving nothing behind.
+TEST(NetServerTest, PutsAndTakesInOneRoundTrip) {
+  for (const bool shm : {false, true}) {
+    SCOPED_TRACE(shm ? "shm" : "messages");
+    ServerOptions o = DefaultServerOptions();
+    if (shm) o.shm_bytes = 64 << 20;
+    std::unique_ptr<TransferQueueServer> server = StartServer(o);
+    ASSERT_NE(server, nullptr);
+    RemoteOptions ro;
+    ro.shm = shm ? ShmMode::kRequired : ShmMode::kOff;
+    RemoteQueue queue = Connect(*server, ro);
+    TransferQueueClient client = queue.client();
+    ASSERT_NE(client.fused(), nullptr);
+    TQ_ASSERT_OK(client.CreatePartition("p"));
+    auto requests = [&] { return server->counters().requests; };
+
+    uint64_t before = requests();
+    ColumnBatch put;
+    for (int i = 0; i < 4; ++i) {
+      put["prompt"].push_back(I64({i, i + 1}));
+      put["reward"].push_back(testing::F32Scalar(0.5f * i));
+    }
+    Result<std::vector<RowId>> rows = client.PutRows("p", {Tags(), Tags(), Tags(), Tags()}, put);
+    ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+    EXPECT_EQ(requests() - before, 1u) << "a small put is one PutRows request";
+
+    GetMetaRequest get;
+    get.task = "train";
+    get.columns = {"prompt", "reward"};
+    get.n = 2;
+    get.partition = "p";
+    get.timeout = 1s;
+    before = requests();
+    Result<TakenBatch> first = client.Take(get, {"reward", "prompt"});
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    EXPECT_EQ(requests() - before, 1u) << "a take is one TakeBatch request";
+    ASSERT_EQ(first->meta.rows.size(), 2u);
+    EXPECT_EQ(first->data.rows, first->meta.row_ids());
+    for (size_t i = 0; i < 2; ++i) {
+      const int64_t v = testing::ToI64(first->data.columns.at("prompt")[i])[0];
+      EXPECT_EQ(testing::ToI64(first->data.columns.at("prompt")[i]), (std::vector<int64_t>{v, v + 1}));
+      EXPECT_EQ(testing::ToF32(first->data.columns.at("reward")[i]), 0.5f * static_cast<float>(v));
+    }
+    // The next take acks the first batch: its rows are freed by the train
+    // task's ack only once "reward" acks too, so count leases instead.
+    Result<TakenBatch> second = client.Take(get, {}, first->meta.lease_id);
+    ASSERT_TRUE(second.ok()) << second.status().ToString();
+    EXPECT_EQ(second->data.columns.size(), 2u);
+    Result<QueueStats> stats = client.Stats();
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(stats->controller.leases_acked, 1u);
+    EXPECT_EQ(stats->controller.active_leases, 1u);
+
+    // A failed ack takes nothing: the rows stay for the next take.
+    TQ_ASSERT_OK(client.Release(second->meta.lease_id).status());
+    TQ_EXPECT_ERROR(client.Take(get, {}, first->meta.lease_id), kFailedPrecondition, "nothing taken");
+    // A column outside the batch: refused, and the lease given back at once.
+    TQ_EXPECT_ERROR(client.Take(get, {"mask"}), kInvalidArgument, "'mask' is not in the batch");
+    TQ_EXPECT_ERROR(client.Take(get, {"prompt", "prompt"}), kInvalidArgument, "listed twice");
+    get.timeout = 0ms;
+    Result<TakenBatch> third = client.Take(get);
+    ASSERT_TRUE(third.ok()) << third.status().ToString();
+    EXPECT_EQ(third->meta.rows.size(), 2u);
+    TQ_ASSERT_OK(client.Ack(third->meta.lease_id).status());
+
+    // A put that fails at the server rolls back: nothing becomes visible.
+    ColumnBatch bad;
+    bad["reward"].push_back(I64({1}));  // reward is F32
+    TQ_EXPECT_ERROR(client.PutRows("p", {Tags()}, bad), kInvalidArgument, "");
+    // So does a PutRows whose bytes are not what it declares (a raw client).
+    Result<std::shared_ptr<internal::RpcChannel>> raw = internal::RpcChannel::Create(server->endpoint(), {});
+    ASSERT_TRUE(raw.ok());
+    wire::PutRequest lying;
+    lying.begin.partition = "p";
+    lying.begin.target = WriteTarget::kNewRows;
+    lying.begin.new_rows = {Tags()};
+    lying.begin.columns = {ColumnWriteMeta{"prompt", {TensorMeta{DType::kI64, {1}, 8}}}};
+    TQ_EXPECT_ERROR((*raw)->Call<BeginWriteResponse>(wire::MessageType::kPutRows, 0, lying, 0ms), kInvalidArgument,
+                    "data for 0 columns");
+    lying.data = {{I64({1, 2})}};
+    TQ_EXPECT_ERROR((*raw)->Call<BeginWriteResponse>(wire::MessageType::kPutRows, 0, lying, 0ms), kInvalidArgument,
+                    "rolled back");
+    stats = client.Stats();
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(stats->controller.open_writes, 0u);
+    EXPECT_EQ(stats->controller.rows, 4u);
+
+    // With the arena, a big put copies into it directly (several requests).
+    if (shm) {
+      before = requests();
+      ColumnBatch big;
+      big["prompt"].push_back(I64(std::vector<int64_t>(kFusedPutMaxBytes / 8 + 1, 7)));
+      ASSERT_TRUE(client.PutRows("p", {Tags()}, big).ok());
+      EXPECT_GT(requests() - before, 1u);
+    }
+  }
 }
 
 TEST(NetServerTest, ClosedRemoteControllerIsAborted) {

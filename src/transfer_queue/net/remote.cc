@@ -161,6 +161,70 @@ class RemoteStorageUnit final : public StorageUnit {
   std::shared_ptr<internal::ShmArenaClient> arena_;  // null: payloads in messages
 };
 
+// PutRows and TakeBatch: a put or a take in one round trip.
+class RemoteFusedCalls final : public FusedCalls {
+ public:
+  RemoteFusedCalls(std::shared_ptr<RpcChannel> channel, std::shared_ptr<internal::ShmArenaClient> arena)
+      : channel_(std::move(channel)), arena_(std::move(arena)) {}
+
+  std::optional<Result<BeginWriteResponse>> Put(const BeginWriteRequest& begin, const ColumnBatch& columns,
+                                                uint64_t payload_bytes) override {
+    if (arena_ && payload_bytes > kFusedPutMaxBytes) return std::nullopt;  // one copy, into the arena
+    wire::PutRequest request;
+    request.begin = begin;
+    request.data.reserve(begin.columns.size());
+    for (const ColumnWriteMeta& column : begin.columns) request.data.push_back(columns.at(column.column));
+    return channel_->Call<BeginWriteResponse>(MessageType::kPutRows, 0, request, Blocking(begin.wait));
+  }
+
+  Result<TakenBatch> Take(const GetMetaRequest& get, const std::vector<std::string>& columns,
+                          LeaseId ack_first) override {
+    wire::TakeRequest request{ack_first, get, columns, arena_ != nullptr};
+    // Pinned before the request: the cells named in the reply are not reused
+    // while the views below are held.
+    std::shared_ptr<const void> pin = arena_ ? arena_->Pin() : nullptr;
+    SLUICE_ASSIGN_OR_RETURN(
+        wire::TakeReply reply,
+        channel_->Call<wire::TakeReply>(MessageType::kTakeBatch, 0, request, std::max(get.timeout, milliseconds(0))));
+    const std::string what = "TakeBatch reply";
+    const std::vector<std::string>& names = columns.empty() ? reply.meta.columns : columns;
+    const size_t rows = reply.meta.rows.size();
+    const size_t got = reply.in_place ? reply.cells.size() : reply.data.size();
+    if (reply.in_place != request.in_place || got != names.size()) {
+      return Status::DataLoss(what + " has " + std::to_string(got) + " columns " +
+                              (reply.in_place ? "in place" : "of bytes") + ", asked for " +
+                              std::to_string(names.size()) + (request.in_place ? " in place" : " of bytes"));
+    }
+    TakenBatch out;
+    out.data.rows = reply.meta.row_ids();
+    for (size_t c = 0; c < names.size(); ++c) {
+      std::vector<HostTensor>& dest = out.data.columns[names[c]];
+      const size_t n = reply.in_place ? reply.cells[c].size() : reply.data[c].size();
+      if (n != rows) {
+        return Status::DataLoss(what + ": column '" + names[c] + "' has " + std::to_string(n) + " rows, the batch " +
+                                std::to_string(rows));
+      }
+      if (!reply.in_place) {
+        dest = std::move(reply.data[c]);
+        continue;
+      }
+      dest.reserve(rows);
+      for (const wire::ShmCell& cell : reply.cells[c]) {
+        SLUICE_RETURN_IF_ERROR(internal::ValidateTensorBytes(cell.meta, channel_->limits().max_tensor_bytes, what));
+        SLUICE_ASSIGN_OR_RETURN(HostTensor view,
+                                arena_->View(cell.offset, cell.meta.dtype, cell.meta.shape, cell.meta.nbytes, pin));
+        dest.push_back(std::move(view));
+      }
+    }
+    out.meta = std::move(reply.meta);
+    return out;
+  }
+
+ private:
+  std::shared_ptr<RpcChannel> channel_;
+  std::shared_ptr<internal::ShmArenaClient> arena_;  // null: bytes in messages
+};
+
 // The arena named by the server, as options.shm says: null to send payloads
 // in messages.
 Result<std::shared_ptr<internal::ShmArenaClient>> AttachArena(const std::string& endpoint, const wire::ServerInfo& info,
@@ -208,11 +272,14 @@ Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOpti
   }
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<internal::ShmArenaClient> arena, AttachArena(endpoint, *info, shm_mode));
   channel->RaiseLimits(*info);
+  // Same host (the arena opened) and the server serves rings: requests skip the socket.
+  if (arena && info->shm_rings > 0) channel->EnableRings();
   RemoteQueue queue;
   if (arena) queue.shm_segment = arena->name();
   queue.endpoint = endpoint;
   queue.token_required = info->token_required;
   queue.controller = std::make_shared<RemoteController>(channel);
+  queue.fused = std::make_shared<RemoteFusedCalls>(channel, arena);
   for (uint32_t u = 0; u < info->storage_units; ++u) {
     queue.storage.push_back(std::make_shared<RemoteStorageUnit>(channel, u, arena));
   }

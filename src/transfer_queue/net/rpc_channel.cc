@@ -58,6 +58,7 @@ RpcChannel::RpcChannel(std::string endpoint, RemoteOptions options)
 RpcChannel::~RpcChannel() {
   MutexLock lock(&mu_);
   idle_.clear();  // sockets (linger 0) close before the context
+  idle_rings_.clear();
 }
 
 Result<std::shared_ptr<RpcChannel>> RpcChannel::Create(std::string endpoint, RemoteOptions options) {
@@ -74,6 +75,9 @@ Result<std::shared_ptr<RpcChannel>> RpcChannel::Create(std::string endpoint, Rem
     return Status::InvalidArgument("RemoteOptions.max_message_bytes must be in [4096, 2^63)");
   }
   if (options.max_batch_rows == 0) return Status::InvalidArgument("RemoteOptions.max_batch_rows must be > 0");
+  if (options.shm_ring_spin.count() < 0 || options.shm_ring_spin > std::chrono::seconds(1)) {
+    return Status::InvalidArgument("RemoteOptions.shm_ring_spin must be in 0..1 s");
+  }
   return std::shared_ptr<RpcChannel>(new RpcChannel(std::move(endpoint), std::move(options)));
 }
 
@@ -84,6 +88,88 @@ void RpcChannel::RaiseLimits(const wire::ServerInfo& info) {
   limits_.max_tensor_bytes = std::max(limits_.max_tensor_bytes, info.max_tensor_bytes);
   // Idle sockets carry the old ZMQ_MAXMSGSIZE: new ones get the new limit.
   idle_.clear();
+}
+
+void RpcChannel::EnableRings() {
+  MutexLock lock(&mu_);
+  rings_enabled_ = options_.shm_rings > 0;
+}
+
+uint32_t RpcChannel::rings_open() const {
+  MutexLock lock(&mu_);
+  return rings_open_;
+}
+
+std::unique_ptr<ShmRingClientEnd> RpcChannel::CheckoutRing() {
+  {
+    MutexLock lock(&mu_);
+    if (!rings_enabled_) return nullptr;
+    if (!idle_rings_.empty()) {
+      std::unique_ptr<ShmRingClientEnd> ring = std::move(idle_rings_.back());
+      idle_rings_.pop_back();
+      return ring;
+    }
+    if (rings_open_ >= options_.shm_rings || Steady::now() < rings_retry_after_) return nullptr;
+    ++rings_open_;  // reserved while it opens
+  }
+  Result<wire::RingInfo> info = Call<wire::RingInfo>(wire::MessageType::kOpenRing, 0, wire::Empty{}, {});
+  Result<std::unique_ptr<ShmRingClientEnd>> ring = info.ok() ? ShmRingClientEnd::Open(info->name, info->capacity)
+                                                             : Result<std::unique_ptr<ShmRingClientEnd>>(info.status());
+  if (ring.ok()) return std::move(*ring);
+  SLUICE_LOG(DEBUG) << "TransferQueue " << endpoint_ << ": no shared-memory ring (" << ring.status().ToString()
+                    << "); this call uses the socket";
+  MutexLock lock(&mu_);
+  --rings_open_;
+  // The server's rings are all taken (or refused): ask again later, not per call.
+  rings_retry_after_ = Steady::now() + std::chrono::seconds(1);
+  return nullptr;
+}
+
+void RpcChannel::CheckinRing(std::unique_ptr<ShmRingClientEnd> ring) {
+  MutexLock lock(&mu_);
+  idle_rings_.push_back(std::move(ring));
+}
+
+void RpcChannel::DropRing(std::unique_ptr<ShmRingClientEnd> ring) {
+  ring.reset();  // the server's thread for it ends
+  MutexLock lock(&mu_);
+  --rings_open_;
+}
+
+Result<RpcChannel::Received> RpcChannel::RingRoundTrip(std::unique_ptr<ShmRingClientEnd> ring, wire::MessageType type,
+                                                       uint64_t id, const wire::Message& request,
+                                                       std::chrono::milliseconds timeout,
+                                                       const wire::WireLimits& limits) {
+  const std::string what = wire::MessageTypeName(type) + " request";
+  Result<RingMessage> reply =
+      ring->Call(request.bytes(), limits.max_message_bytes, Steady::now() + timeout, RingSpin{options_.shm_ring_spin});
+  if (!reply.ok()) {
+    DropRing(std::move(ring));
+    if (reply.status().code() == StatusCode::kTimeout) {
+      return Status::Unavailable("no reply to " + what + " from " + endpoint_ + " within " +
+                                 std::to_string(timeout.count()) +
+                                 " ms (the server is down, unreachable or overloaded)");
+    }
+    if (reply.status().code() == StatusCode::kAborted) {
+      return Status::Unavailable(what + " to " + endpoint_ + " failed: " + reply.status().message());
+    }
+    return reply.status().WithContext("malformed reply to " + what + " from " + endpoint_);
+  }
+  const std::span<const std::byte> bytes = reply->bytes();
+  Result<wire::Header> header = wire::DecodeHeader(bytes, limits);
+  Status bad = Status::Ok();
+  if (!header.ok()) {
+    bad = header.status();
+  } else if (!header->is_reply() || header->request_id != id || header->type != type) {
+    bad = Status::DataLoss("it is a " + wire::Describe(*header) + " for request " + std::to_string(header->request_id) +
+                           ", not the reply to request " + std::to_string(id));
+  }
+  if (!bad.ok()) {
+    DropRing(std::move(ring));
+    return bad.WithContext("malformed reply to " + what + " from " + endpoint_);
+  }
+  CheckinRing(std::move(ring));
+  return Received{reply->data, bytes, *header};
 }
 
 wire::WireLimits RpcChannel::limits() const {
@@ -124,6 +210,11 @@ Result<RpcChannel::Received> RpcChannel::RoundTrip(wire::MessageType type, uint6
                               std::to_string(limits.max_message_bytes) + "; send fewer or smaller rows per call");
   }
   const std::chrono::milliseconds timeout = AddTimeouts(options_.rpc_timeout, blocking);
+  if (type != wire::MessageType::kOpenRing) {
+    if (std::unique_ptr<ShmRingClientEnd> ring = CheckoutRing()) {
+      return RingRoundTrip(std::move(ring), type, id, request, timeout, limits);
+    }
+  }
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<zmq::socket_t> socket, Checkout());
   try {
     const size_t size = request.size;
@@ -162,7 +253,7 @@ Result<RpcChannel::Received> RpcChannel::RoundTrip(wire::MessageType type, uint6
                                 wire::Describe(*header));
       }
       Checkin(std::move(socket));
-      return Received{std::move(reply), *header};
+      return Received{reply, bytes, *header};
     }
   } catch (const zmq::error_t& e) {
     return Status::Unavailable(what + " to " + endpoint_ + " failed: " + e.what());

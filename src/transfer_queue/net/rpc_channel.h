@@ -6,8 +6,14 @@
 // socket whose call timed out or saw a malformed reply is closed instead:
 // a late reply can never be read as the answer to a later call.
 //
-// Thread safety: Call may run on any number of threads at once; sockets
-// never cross threads while in use (the pool mutex hands them over).
+// With rings enabled (EnableRings: a client on the server's host), a call
+// checks out a shared-memory ring instead (shm_ring.h), opening one through
+// the socket when none is idle and fewer than RemoteOptions::shm_rings are
+// open; a ring that failed is dropped like a socket. When the server has no
+// ring to spare, calls use the socket and rings are asked for again later.
+//
+// Thread safety: Call may run on any number of threads at once; sockets and
+// rings never cross threads while in use (the pool mutex hands them over).
 #ifndef SLUICE_SRC_TRANSFER_QUEUE_RPC_CHANNEL_H_
 #define SLUICE_SRC_TRANSFER_QUEUE_RPC_CHANNEL_H_
 
@@ -18,6 +24,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "net/shm_ring.h"
 #include "sluice/common/mutex.h"
 #include "sluice/common/status.h"
 #include "sluice/transfer_queue/remote.h"
@@ -48,23 +55,28 @@ class RpcChannel {
     const uint64_t id = next_request_id_.fetch_add(1);
     wire::Message message = wire::EncodeRequest(type, target, id, options_.token, request);
     SLUICE_ASSIGN_OR_RETURN(Received reply, RoundTrip(type, id, std::move(message), blocking, limits));
-    const std::span<const std::byte> bytes(static_cast<const std::byte*>(reply.message->data()), reply.message->size());
-    if (reply.header.is_error()) return wire::DecodeErrorReply(bytes, reply.header, limits);
+    if (reply.header.is_error()) return wire::DecodeErrorReply(reply.bytes, reply.header, limits);
     Reply out{};
     Status decoded =
-        wire::DecodeReply(bytes, reply.header, limits, reply.message, std::chrono::steady_clock::now(), &out);
+        wire::DecodeReply(reply.bytes, reply.header, limits, reply.owner, std::chrono::steady_clock::now(), &out);
     if (!decoded.ok()) return decoded.WithContext("malformed reply from " + endpoint_);
     return out;
   }
 
   // Raises the reply limits to the server's (ServerInfo), never lowers them.
   void RaiseLimits(const wire::ServerInfo& info);
+  // Sends calls through shared-memory rings from now on (up to
+  // RemoteOptions::shm_rings of them). Only for a server on this host.
+  void EnableRings();
+  // Rings open now (idle or in a call).
+  uint32_t rings_open() const;
   wire::WireLimits limits() const;
   const std::string& endpoint() const { return endpoint_; }
 
  private:
   struct Received {
-    std::shared_ptr<zmq::message_t> message;
+    std::shared_ptr<const void> owner;  // keeps `bytes` alive
+    std::span<const std::byte> bytes;
     wire::Header header;
   };
   RpcChannel(std::string endpoint, RemoteOptions options);
@@ -72,6 +84,13 @@ class RpcChannel {
                              std::chrono::milliseconds blocking, const wire::WireLimits& limits);
   Result<std::unique_ptr<zmq::socket_t>> Checkout();
   void Checkin(std::unique_ptr<zmq::socket_t> socket);
+  Result<Received> RingRoundTrip(std::unique_ptr<ShmRingClientEnd> ring, wire::MessageType type, uint64_t id,
+                                 const wire::Message& request, std::chrono::milliseconds timeout,
+                                 const wire::WireLimits& limits);
+  // An idle ring, or a new one; null when the call should use a socket.
+  std::unique_ptr<ShmRingClientEnd> CheckoutRing();
+  void CheckinRing(std::unique_ptr<ShmRingClientEnd> ring);
+  void DropRing(std::unique_ptr<ShmRingClientEnd> ring);
 
   const std::string endpoint_;
   const RemoteOptions options_;
@@ -80,6 +99,10 @@ class RpcChannel {
   mutable Mutex mu_;
   wire::WireLimits limits_ SLUICE_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<zmq::socket_t>> idle_ SLUICE_GUARDED_BY(mu_);
+  bool rings_enabled_ SLUICE_GUARDED_BY(mu_) = false;
+  uint32_t rings_open_ SLUICE_GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point rings_retry_after_ SLUICE_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<ShmRingClientEnd>> idle_rings_ SLUICE_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::transfer_queue::internal

@@ -38,7 +38,8 @@ bool MayBlock(wire::MessageType type) {
   // Storage writes may wait for room in the shared-memory arena.
   return type == wire::MessageType::kGetMeta || type == wire::MessageType::kCreateRows ||
          type == wire::MessageType::kBeginWrite || type == wire::MessageType::kStorageWrite ||
-         type == wire::MessageType::kShmStorageWrite;
+         type == wire::MessageType::kShmStorageWrite || type == wire::MessageType::kPutRows ||
+         type == wire::MessageType::kTakeBatch;
 }
 
 // Requests answered on the I/O thread itself, without the hop to a worker
@@ -101,6 +102,15 @@ Status ValidateOptions(const ServerOptions& o) {
     return bad("shm_max_readers is " + std::to_string(o.shm_max_readers) + ", must be in 1..65536");
   }
   if (o.shm_alloc_timeout.count() < 0) return bad("shm_alloc_timeout is negative");
+  if (o.shm_rings > 4096) return bad("shm_rings is " + std::to_string(o.shm_rings) + ", must be at most 4096");
+  if (o.shm_rings > 0 && (o.shm_ring_bytes < internal::kRingMinCapacity ||
+                          o.shm_ring_bytes > internal::kRingMaxCapacity || o.shm_ring_bytes % 64 != 0)) {
+    return bad("shm_ring_bytes is " + std::to_string(o.shm_ring_bytes) + ", must be a multiple of 64 in " +
+               std::to_string(internal::kRingMinCapacity) + ".." + std::to_string(internal::kRingMaxCapacity));
+  }
+  if (o.shm_ring_spin.count() < 0 || o.shm_ring_spin > std::chrono::seconds(1)) {
+    return bad("shm_ring_spin must be in 0..1 s");
+  }
   return Status::Ok();
 }
 
@@ -181,6 +191,7 @@ void TransferQueueServer::Impl::Stop() {
   if (controller_) controller_->Close();
   if (blocking_pool_) blocking_pool_->Stop();
   if (quick_pool_) quick_pool_->Stop();
+  StopRings();
   io_thread_.Stop();  // sends the replies still queued, then exits
   router_.reset();
   context_.close();
@@ -200,6 +211,7 @@ wire::ServerInfo TransferQueueServer::Impl::Info() const {
   if (arena_) {
     info.shm_segment = arena_->name();
     info.shm_data_bytes = arena_->data_bytes();
+    info.shm_rings = options_.shm_rings;
   }
   return info;
 }
@@ -260,8 +272,7 @@ void TransferQueueServer::Impl::ReceiveBatch() {
   }
 }
 
-void TransferQueueServer::Impl::Reject(const zmq::message_t& identity, std::span<const std::byte> bytes,
-                                       const Status& status) {
+wire::Message TransferQueueServer::Impl::Reject(std::span<const std::byte> bytes, const Status& status) {
   counters_.malformed.fetch_add(1);
   SLUICE_LOG(DEBUG) << "TransferQueue server: refused a message: " << status.ToString();
   // Echo the type and request id when the header got that far.
@@ -273,47 +284,56 @@ void TransferQueueServer::Impl::Reject(const zmq::message_t& identity, std::span
     request_id = wire::LoadU64(bytes.data() + 16);
   }
   counters_.error_replies.fetch_add(1);
-  SendNow(identity, wire::EncodeErrorReply(type, request_id, status));
+  return wire::EncodeErrorReply(type, request_id, status);
+}
+
+std::optional<wire::Message> TransferQueueServer::Impl::Admit(std::span<const std::byte> bytes, size_t frames,
+                                                              wire::Header* header) {
+  if (frames != 1) {
+    return Reject(bytes, Status::InvalidArgument("expected one frame per message, got " + std::to_string(frames)));
+  }
+  Result<wire::Header> decoded = wire::DecodeHeader(bytes, limits_);
+  if (!decoded.ok()) return Reject(bytes, decoded.status());
+  if (decoded->is_reply()) {
+    return Reject(bytes, Status::InvalidArgument(wire::Describe(*decoded) + " sent to the server"));
+  }
+  if (wire::IsStorageMessage(decoded->type) && decoded->target >= units_.size()) {
+    return Reject(
+        bytes, Status::InvalidArgument(wire::Describe(*decoded) + ": storage unit " + std::to_string(decoded->target) +
+                                       " does not exist (the server has " + std::to_string(units_.size()) + ")"));
+  }
+  if (!options_.token.empty()) {
+    Result<std::string> token = wire::DecodeRequestToken(bytes, *decoded, limits_);
+    if (!token.ok()) return Reject(bytes, token.status());
+    if (!TokensEqual(options_.token, *token)) {
+      counters_.unauthenticated.fetch_add(1);
+      counters_.error_replies.fetch_add(1);
+      return wire::EncodeErrorReply(
+          decoded->type, decoded->request_id,
+          Status::FailedPrecondition("authentication failed: this TransferQueue server requires a token and the "
+                                     "request's token is " +
+                                     std::string(token->empty() ? "missing" : "wrong")));
+    }
+  }
+  *header = *decoded;
+  return std::nullopt;
 }
 
 void TransferQueueServer::Impl::HandleFrame(zmq::message_t identity, std::shared_ptr<zmq::message_t> payload,
                                             size_t frames) {
   const std::span<const std::byte> bytes(static_cast<const std::byte*>(payload->data()), payload->size());
-  if (frames != 1) {
-    return Reject(identity, bytes,
-                  Status::InvalidArgument("expected one frame per message, got " + std::to_string(frames)));
+  wire::Header header;
+  if (std::optional<wire::Message> refused = Admit(bytes, frames, &header)) {
+    SendNow(identity, std::move(*refused));
+    return;
   }
-  Result<wire::Header> header = wire::DecodeHeader(bytes, limits_);
-  if (!header.ok()) return Reject(identity, bytes, header.status());
-  if (header->is_reply()) {
-    return Reject(identity, bytes, Status::InvalidArgument(wire::Describe(*header) + " sent to the server"));
-  }
-  if (wire::IsStorageMessage(header->type) && header->target >= units_.size()) {
-    return Reject(identity, bytes,
-                  Status::InvalidArgument(wire::Describe(*header) + ": storage unit " + std::to_string(header->target) +
-                                          " does not exist (the server has " + std::to_string(units_.size()) + ")"));
-  }
-  if (!options_.token.empty()) {
-    Result<std::string> token = wire::DecodeRequestToken(bytes, *header, limits_);
-    if (!token.ok()) return Reject(identity, bytes, token.status());
-    if (!TokensEqual(options_.token, *token)) {
-      counters_.unauthenticated.fetch_add(1);
-      counters_.error_replies.fetch_add(1);
-      SendNow(identity, wire::EncodeErrorReply(
-                            header->type, header->request_id,
-                            Status::FailedPrecondition("authentication failed: this TransferQueue server requires a "
-                                                       "token and the request's token is " +
-                                                       std::string(token->empty() ? "missing" : "wrong"))));
-      return;
-    }
-  }
-  if (ServedInline(header->type) && bytes.size() <= kInlineMaxBytes) {
-    Job job{std::move(identity), std::move(payload), *header};
+  if (ServedInline(header.type) && bytes.size() <= kInlineMaxBytes) {
+    Job job{std::move(identity), std::move(payload), bytes, header};
     SendNow(job.identity, Execute(job));
     return;
   }
-  const bool blocking = MayBlock(header->type);
-  auto job = std::make_shared<Job>(Job{std::move(identity), std::move(payload), *header});
+  const bool blocking = MayBlock(header.type);
+  auto job = std::make_shared<Job>(Job{std::move(identity), std::move(payload), bytes, header});
   // Blocking calls are counted here, and uncounted before the reply is
   // posted, so a client that sends its next call on receiving a reply always
   // finds the slot free again.
@@ -399,8 +419,11 @@ Result<std::unique_ptr<TransferQueueServer>> TransferQueueServer::Start(ServerOp
 
 ServerCounters TransferQueueServer::Impl::counters() const {
   const Counters& c = counters_;
-  return ServerCounters{c.requests.load(),        c.error_replies.load(), c.malformed.load(),
-                        c.unauthenticated.load(), c.busy.load(),          c.writes_expired.load()};
+  ServerCounters out{c.requests.load(),        c.error_replies.load(), c.malformed.load(),
+                     c.unauthenticated.load(), c.busy.load(),          c.writes_expired.load()};
+  MutexLock lock(&rings_mu_);
+  for (const auto& ring : rings_) out.rings_open += ring->done.load() ? 0 : 1;
+  return out;
 }
 
 const std::string& TransferQueueServer::endpoint() const { return impl_->endpoint(); }

@@ -5,6 +5,8 @@
 //  * writes are tracked in OpenWrites: storage writes must match a declared
 //    cell, AbortWrite discards the write's bytes itself, remote Discard only
 //    touches open writes, remote FreeRows is refused (see server.h).
+#include <algorithm>
+
 #include "net/server_impl.h"
 #include "sluice/common/logging.h"
 
@@ -35,7 +37,7 @@ wire::Message TransferQueueServer::Impl::Serve(const Job& job, Fn&& fn) {
   Req request{};
   std::string token;
   // Tensors decode as views into the received frame (the storage unit copies them).
-  Status decoded = wire::DecodeRequest(job.bytes(), job.header, limits_, job.payload, Steady::now(), &token, &request);
+  Status decoded = wire::DecodeRequest(job.bytes(), job.header, limits_, job.owner, Steady::now(), &token, &request);
   if (!decoded.ok()) {
     counters_.malformed.fetch_add(1);
     SLUICE_LOG(DEBUG) << "TransferQueue server: malformed request: " << decoded.ToString();
@@ -131,6 +133,120 @@ Result<wire::ShmReadReply> TransferQueueServer::Impl::ShmRead(const StorageReadR
   return reply;
 }
 
+Result<BeginWriteResponse> TransferQueueServer::Impl::Put(const wire::PutRequest& r) {
+  const BeginWriteRequest& begin = r.begin;
+  if (r.data.size() != begin.columns.size()) {
+    return Status::InvalidArgument("PutRows: data for " + std::to_string(r.data.size()) +
+                                   " columns, the write declares " + std::to_string(begin.columns.size()));
+  }
+  for (size_t c = 0; c < r.data.size(); ++c) {
+    if (r.data[c].size() != begin.columns[c].rows.size()) {
+      return Status::InvalidArgument("PutRows: column '" + begin.columns[c].column + "' has " +
+                                     std::to_string(r.data[c].size()) + " tensors, the write declares " +
+                                     std::to_string(begin.columns[c].rows.size()));
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(BeginWriteResponse write, controller_->BeginWrite(begin));
+  const Steady::time_point now = Steady::now();
+  open_writes_->Add(write.write_id, begin, write.rows, now);
+  const uint32_t n = static_cast<uint32_t>(units_.size());
+  std::vector<StorageWriteRequest> shards(n);
+  for (auto& shard : shards) shard.write_id = write.write_id;
+  Status done = Status::Ok();
+  for (size_t c = 0; c < r.data.size() && done.ok(); ++c) {
+    if (r.data[c].size() != write.rows.size()) {
+      done = Status::InvalidArgument("PutRows: " + std::to_string(r.data[c].size()) + " tensors for " +
+                                     std::to_string(write.rows.size()) + " rows");
+      break;
+    }
+    for (size_t i = 0; i < write.rows.size(); ++i) {
+      shards[StorageUnitFor(write.rows[i], n)].items.push_back(
+          StorageItem{write.rows[i], begin.columns[c].column, r.data[c][i]});
+    }
+  }
+  // The open write checks each cell against the declared one, as for a
+  // client's StorageWrite; the units copy the bytes (into the arena if any).
+  for (uint32_t u = 0; u < n && done.ok(); ++u) {
+    if (shards[u].items.empty()) continue;
+    done = open_writes_->Store(
+        shards[u], u, [&] { return units_[u]->Write(shards[u]); }, now);
+  }
+  if (done.ok()) {
+    done = open_writes_->Commit(
+        write.write_id, [&] { return controller_->CommitWrite(CommitWriteRequest{write.write_id}); }, now);
+  }
+  if (done.ok()) return write;
+  Status aborted = open_writes_->Abort(write.write_id, [&](const internal::WriteCells* cells) {
+    if (cells != nullptr) DiscardCells(*cells);
+    return controller_->AbortWrite(AbortWriteRequest{write.write_id});
+  });
+  if (!aborted.ok())
+    SLUICE_LOG(ERROR) << "TransferQueue server: abort of write " << write.write_id << ": " << aborted.ToString();
+  return done.WithContext("write " + std::to_string(write.write_id) + " rolled back");
+}
+
+Result<wire::TakeReply> TransferQueueServer::Impl::Take(const wire::TakeRequest& r) {
+  if (r.in_place && !arena_) return NoArena();
+  if (r.ack != 0) {
+    Result<AckResponse> acked = controller_->Ack(AckRequest{r.ack});
+    if (!acked.ok()) {
+      return acked.status().WithContext("ack of lease " + std::to_string(r.ack) + " before the take (nothing taken)");
+    }
+    ReclaimNow(&acked->reclaim);
+  }
+  wire::TakeReply reply;
+  SLUICE_ASSIGN_OR_RETURN(reply.meta, controller_->GetMeta(r.get));
+  // Whatever goes wrong from here, the rows go back to the queue.
+  auto give_back = [&](const Status& why) {
+    (void)controller_->Release(ReleaseRequest{reply.meta.lease_id});
+    return why.WithContext("TakeBatch (lease " + std::to_string(reply.meta.lease_id) + " released)");
+  };
+  const std::vector<std::string>& columns = r.columns.empty() ? reply.meta.columns : r.columns;
+  for (size_t c = 0; c < columns.size(); ++c) {
+    if (std::find(reply.meta.columns.begin(), reply.meta.columns.end(), columns[c]) == reply.meta.columns.end()) {
+      return give_back(Status::InvalidArgument("column '" + columns[c] + "' is not in the batch"));
+    }
+    if (std::find(columns.begin(), columns.begin() + c, columns[c]) != columns.begin() + c) {
+      return give_back(Status::InvalidArgument("column '" + columns[c] + "' is listed twice"));
+    }
+  }
+  const uint32_t n = static_cast<uint32_t>(units_.size());
+  const size_t rows = reply.meta.rows.size();
+  std::vector<StorageReadRequest> shards(n);
+  std::vector<std::vector<size_t>> positions(n);
+  for (size_t i = 0; i < rows; ++i) {
+    const uint32_t u = StorageUnitFor(reply.meta.rows[i].id, n);
+    shards[u].rows.push_back(reply.meta.rows[i].id);
+    positions[u].push_back(i);
+  }
+  reply.in_place = r.in_place;
+  if (r.in_place) {
+    reply.cells.assign(columns.size(), std::vector<wire::ShmCell>(rows));
+  } else {
+    reply.data.assign(columns.size(), std::vector<HostTensor>(rows));
+  }
+  for (uint32_t u = 0; u < n; ++u) {
+    if (shards[u].rows.empty()) continue;
+    shards[u].columns = columns;
+    if (r.in_place) {
+      Result<wire::ShmReadReply> read = ShmRead(shards[u], u);
+      if (!read.ok()) return give_back(read.status());
+      for (size_t c = 0; c < columns.size(); ++c) {
+        for (size_t j = 0; j < positions[u].size(); ++j) reply.cells[c][positions[u][j]] = read->cells[c][j];
+      }
+    } else {
+      Result<StorageReadResponse> read = units_[u]->Read(shards[u]);
+      if (!read.ok()) return give_back(read.status());
+      for (size_t c = 0; c < columns.size(); ++c) {
+        for (size_t j = 0; j < positions[u].size(); ++j) {
+          reply.data[c][positions[u][j]] = std::move(read->tensors[c][j]);
+        }
+      }
+    }
+  }
+  return reply;
+}
+
 wire::Message TransferQueueServer::Impl::Execute(const Job& job) {
   Controller& c = *controller_;
   StorageUnit* unit = wire::IsStorageMessage(job.header.type) ? units_[job.header.target].get() : nullptr;
@@ -138,6 +254,8 @@ wire::Message TransferQueueServer::Impl::Execute(const Job& job) {
   switch (job.header.type) {
     case MessageType::kServerInfo:
       return Serve<wire::Empty>(job, [&](const wire::Empty&) { return Result<wire::ServerInfo>(Info()); });
+    case MessageType::kOpenRing:
+      return Serve<wire::Empty>(job, [&](const wire::Empty&) { return OpenRing(); });
     case MessageType::kRegisterColumns:
       return Serve<RegisterColumnsRequest>(job, [&](const auto& r) { return c.RegisterColumns(r); });
     case MessageType::kRegisterTask:
@@ -185,6 +303,10 @@ wire::Message TransferQueueServer::Impl::Execute(const Job& job) {
         if (cleared.ok()) ReclaimNow(&cleared->reclaim);
         return cleared;
       });
+    case MessageType::kPutRows:
+      return Serve<wire::PutRequest>(job, [&](const wire::PutRequest& r) { return Put(r); });
+    case MessageType::kTakeBatch:
+      return Serve<wire::TakeRequest>(job, [&](const wire::TakeRequest& r) { return Take(r); });
     case MessageType::kKvLookup:
       return Serve<KvLookupRequest>(job, [&](const auto& r) { return c.KvLookup(r); });
     case MessageType::kKvList:

@@ -155,6 +155,10 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
   fs.Add("shm-bytes", "0",
          "shared-memory arena for same-host clients, which then write and read payloads in place (0 = none); "
          "must exceed --capacity-bytes");
+  fs.Add("shm-rings", "64",
+         "same-host clients served through a shared-memory ring each instead of the socket (with --shm-bytes; "
+         "0 = none)");
+  fs.Add("shm-ring-bytes", "256K", "bytes per direction of one ring (4K..1G, a multiple of 64)");
   fs.Add("capacity-rows", "1048576", "rows alive at once");
   fs.Add("storage-units", "2", "storage units (rows are sharded row % N)");
   fs.Add("columns", "", "columns to register: name:DTYPE:SHAPE,... e.g. prompt:I64:*,reward:F32:,mask:U8:4x2");
@@ -199,6 +203,14 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
     return Status::InvalidArgument("--capacity-bytes " + capacity_bytes + " exceeds --shm-bytes " + shm_bytes +
                                    ": every stored payload lives in the arena, which needs room beyond the capacity "
                                    "for views readers still hold");
+  }
+  SLUICE_ASSIGN_OR_RETURN(int64_t rings, fs.GetInt("shm-rings", 0, 4096));
+  o.shm_rings = static_cast<uint32_t>(rings);
+  SLUICE_ASSIGN_OR_RETURN(std::string ring_bytes, fs.GetString("shm-ring-bytes"));
+  SLUICE_ASSIGN_OR_RETURN(o.shm_ring_bytes, ParseByteSize("--shm-ring-bytes", ring_bytes));
+  if (o.shm_ring_bytes < internal::kRingMinCapacity || o.shm_ring_bytes > internal::kRingMaxCapacity ||
+      o.shm_ring_bytes % 64 != 0) {
+    return Status::InvalidArgument("--shm-ring-bytes " + ring_bytes + " must be a multiple of 64 in 4K..1G");
   }
   SLUICE_ASSIGN_OR_RETURN(int64_t rows, fs.GetInt("capacity-rows", 1, int64_t{1} << 40));
   o.controller.capacity_rows = static_cast<uint64_t>(rows);

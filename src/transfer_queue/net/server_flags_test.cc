@@ -37,10 +37,27 @@ TEST(ServerFlagsTest, ByteSizes) {
 }
 
 TEST(ServerFlagsTest, FlagsMapToOptions) {
-  Result<ServerFlags> f =
-      ParseServerFlags({"--bind", "tcp://127.0.0.1:5555", "--capacity-bytes=1G", "--capacity-rows", "1000",
-                        "--storage-units", "4", "--columns", "prompt:I64:*", "--tasks", "reward,train",
-                        "--lease-timeout-ms", "5000", "--max-tensor-bytes", "1M", "--workers", "2"});
+  Result<ServerFlags> f = ParseServerFlags({"--bind",
+                                            "tcp://127.0.0.1:5555",
+                                            "--capacity-bytes=1G",
+                                            "--capacity-rows",
+                                            "1000",
+                                            "--storage-units",
+                                            "4",
+                                            "--columns",
+                                            "prompt:I64:*",
+                                            "--tasks",
+                                            "reward,train",
+                                            "--lease-timeout-ms",
+                                            "5000",
+                                            "--max-tensor-bytes",
+                                            "1M",
+                                            "--workers",
+                                            "2",
+                                            "--shm-rings",
+                                            "3",
+                                            "--shm-ring-bytes",
+                                            "64K"});
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   const ServerOptions& o = f->options;
   EXPECT_EQ(o.bind, "tcp://127.0.0.1:5555");
@@ -51,6 +68,8 @@ TEST(ServerFlagsTest, FlagsMapToOptions) {
   EXPECT_EQ(o.controller.default_lease_timeout, std::chrono::milliseconds(5000));
   EXPECT_EQ(o.max_message_bytes, (uint64_t{1} << 20) + (uint64_t{1} << 20));
   EXPECT_EQ(o.workers, 2u);
+  EXPECT_EQ(o.shm_rings, 3u);
+  EXPECT_EQ(o.shm_ring_bytes, 64u << 10);
   EXPECT_TRUE(o.token.empty());
   EXPECT_TRUE(ParseServerFlags({"--help"})->help);
 }
@@ -71,6 +90,8 @@ TEST(ServerFlagsTest, BadFlagsAreNamed) {
                   "--max-message-bytes");
   TQ_EXPECT_ERROR(ParseServerFlags({"--token-file", "/nonexistent/token"}), kInvalidArgument, "cannot read");
   TQ_EXPECT_ERROR(ParseServerFlags({"extra"}), kInvalidArgument, "unexpected argument 'extra'");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--shm-rings", "5000"}), kInvalidArgument, "shm-rings");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--shm-ring-bytes", "100"}), kInvalidArgument, "--shm-ring-bytes 100");
 }
 
 TEST(ServerFlagsTest, LocalhostIsLoopback) {

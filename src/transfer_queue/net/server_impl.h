@@ -3,6 +3,7 @@
 //                       header, token, routing to a pool), replies
 //   server_dispatch.cc  running a decoded request against the controller and
 //                       the storage units
+//   server_ring.cc      same-host clients' shared-memory rings, one thread each
 //
 // Threads: one I/O thread owns the ROUTER socket and is the only one to
 // touch it. Workers never see the socket: they post replies to outbox_ and
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +26,7 @@
 
 #include "net/open_writes.h"
 #include "net/shm_arena.h"
+#include "net/shm_ring.h"
 #include "net/worker_pool.h"
 #include "sluice/common/background_thread.h"
 #include "sluice/common/mutex.h"
@@ -46,14 +49,21 @@ class TransferQueueServer::Impl {
   const std::vector<std::shared_ptr<StorageUnit>>& storage() const { return units_; }
 
  private:
-  // One received request, handed from the I/O thread to a worker.
+  // One received request, handed from the I/O thread to a worker (or run
+  // by a ring's thread: no identity then).
   struct Job {
     zmq::message_t identity;
-    std::shared_ptr<zmq::message_t> payload;
+    std::shared_ptr<const void> owner;  // keeps `data` alive
+    std::span<const std::byte> data;
     wire::Header header;
-    std::span<const std::byte> bytes() const {
-      return {static_cast<const std::byte*>(payload->data()), payload->size()};
-    }
+    std::span<const std::byte> bytes() const { return data; }
+  };
+  // A same-host client's ring and the thread serving it.
+  struct RingConnection {
+    std::unique_ptr<internal::ShmRingServerEnd> ring;
+    std::atomic<bool> stop{false};
+    std::atomic<bool> done{false};
+    BackgroundThread thread{"tq-ring"};
   };
 
   // ---- server.cc (I/O thread)
@@ -66,8 +76,12 @@ class TransferQueueServer::Impl {
   // A worker's reply: queued for the I/O thread, which is woken.
   void Post(zmq::message_t identity, wire::Message reply);
   void Wake();
-  // Refuses a frame at the door with an error reply (counted as malformed).
-  void Reject(const zmq::message_t& identity, std::span<const std::byte> bytes, const Status& status);
+  // The front door's checks (framing, header, target, token), cheapest
+  // first: nullopt and *header filled if the request may run, else the
+  // error reply to send.
+  std::optional<wire::Message> Admit(std::span<const std::byte> bytes, size_t frames, wire::Header* header);
+  // An error reply refusing a frame at the door (counted as malformed).
+  wire::Message Reject(std::span<const std::byte> bytes, const Status& status);
   // Refuses a well-formed request for lack of capacity (ResourceExhausted).
   void Busy(const Job& job, const std::string& why);
 
@@ -85,9 +99,20 @@ class TransferQueueServer::Impl {
   // leaves *ticket empty (replies carry no ticket).
   void ReclaimNow(ReclaimTicket* ticket);
   wire::ServerInfo Info() const;
+
+  // ---- server_ring.cc
+  Result<wire::RingInfo> OpenRing();
+  void RingLoop(RingConnection* connection, std::stop_token stop);
+  // Joins the threads of rings that ended.
+  void ReapRingsLocked() SLUICE_REQUIRES(rings_mu_);
+  void StopRings();
   // The shared-memory data plane (null arena_: FailedPrecondition).
   Result<wire::ShmWriteReply> ShmWrite(const wire::ShmWriteRequest& request, uint32_t unit);
   Result<wire::ShmReadReply> ShmRead(const StorageReadRequest& request, uint32_t unit);
+  // One-round-trip calls (PutRows, TakeBatch): what the client would do in
+  // steps, done here against the controller and the units directly.
+  Result<BeginWriteResponse> Put(const wire::PutRequest& request);
+  Result<wire::TakeReply> Take(const wire::TakeRequest& request);
 
   // Set by Init, read-only afterwards.
   ServerOptions options_;
@@ -117,6 +142,9 @@ class TransferQueueServer::Impl {
   std::unique_ptr<internal::WorkerPool> blocking_pool_;
   std::atomic<uint32_t> blocking_in_flight_{0};  // admitted blocking calls not yet answered
   BackgroundThread io_thread_{"tq-server-io"};
+  mutable Mutex rings_mu_;
+  std::vector<std::unique_ptr<RingConnection>> rings_ SLUICE_GUARDED_BY(rings_mu_);
+  bool rings_closed_ SLUICE_GUARDED_BY(rings_mu_) = false;
   bool stopped_ = false;  // owner thread only
 };
 

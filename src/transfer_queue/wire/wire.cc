@@ -376,6 +376,16 @@ void Encode(WireWriter& w, const ServerInfo& v) {
   w.Bool(v.token_required);
   w.String(v.shm_segment);
   w.U64(v.shm_data_bytes);
+  w.U32(v.shm_rings);
+}
+
+void Encode(WireWriter& w, const RingInfo& v) {
+  w.String(v.name);
+  w.U64(v.capacity);
+}
+void Decode(WireReader& r, RingInfo* out) {
+  out->name = r.String("name", kMaxNameBytes);
+  out->capacity = r.U64("capacity");
 }
 void Decode(WireReader& r, ServerInfo* out) {
   out->protocol_version = r.U16("protocol_version");
@@ -386,6 +396,7 @@ void Decode(WireReader& r, ServerInfo* out) {
   out->token_required = r.Bool("token_required");
   out->shm_segment = r.String("shm_segment", kMaxNameBytes);
   out->shm_data_bytes = r.U64("shm_data_bytes");
+  out->shm_rings = r.U32("shm_rings");
 }
 
 void Encode(WireWriter& w, const ColumnSchema& v) {
@@ -776,18 +787,38 @@ void Decode(WireReader& r, StorageReadRequest* out) {
   out->columns = DecodeStrings(r, "columns", kMaxColumns, kMaxNameBytes);
 }
 
-void Encode(WireWriter& w, const StorageReadResponse& v) {
-  w.Count(v.tensors.size());
-  for (const auto& column : v.tensors) EncodeList(w, column);
+namespace {
+// Tensors by column, then row: [column][row].
+void EncodeColumns(WireWriter& w, const std::vector<std::vector<HostTensor>>& v) {
+  w.Count(v.size());
+  for (const auto& column : v) EncodeList(w, column);
 }
-void Decode(WireReader& r, StorageReadResponse* out) {
-  const size_t columns = r.Count("tensors", kMaxColumns, 4);
-  out->tensors.clear();
-  out->tensors.reserve(columns);
+std::vector<std::vector<HostTensor>> DecodeColumns(WireReader& r, const char* what, const char* rows_what) {
+  const size_t columns = r.Count(what, kMaxColumns, 4);
+  std::vector<std::vector<HostTensor>> out;
+  out.reserve(columns);
   for (size_t c = 0; c < columns && r.ok(); ++c) {
-    out->tensors.push_back(DecodeList<HostTensor>(r, "tensors.rows", r.limits().max_batch_rows, kMinTensorMeta));
+    out.push_back(DecodeList<HostTensor>(r, rows_what, r.limits().max_batch_rows, kMinTensorMeta));
   }
+  return out;
 }
+void EncodeCells(WireWriter& w, const std::vector<std::vector<ShmCell>>& v) {
+  w.Count(v.size());
+  for (const auto& column : v) EncodeList(w, column);
+}
+std::vector<std::vector<ShmCell>> DecodeCells(WireReader& r) {
+  const size_t columns = r.Count("cells", kMaxColumns, 4);
+  std::vector<std::vector<ShmCell>> out;
+  out.reserve(columns);
+  for (size_t c = 0; c < columns && r.ok(); ++c) {
+    out.push_back(DecodeList<ShmCell>(r, "cells.rows", r.limits().max_batch_rows, 8 + kMinTensorMeta));
+  }
+  return out;
+}
+}  // namespace
+
+void Encode(WireWriter& w, const StorageReadResponse& v) { EncodeColumns(w, v.tensors); }
+void Decode(WireReader& r, StorageReadResponse* out) { out->tensors = DecodeColumns(r, "tensors", "tensors.rows"); }
 
 void Encode(WireWriter& w, const StorageDiscardRequest& v) {
   EncodeRowIds(w, v.rows);
@@ -858,16 +889,47 @@ void Decode(WireReader& r, ShmWriteReply* out) {
   for (size_t i = 0; i < n && r.ok(); ++i) out->offsets.push_back(r.U64("offsets"));
 }
 
-void Encode(WireWriter& w, const ShmReadReply& v) {
-  w.Count(v.cells.size());
-  for (const auto& column : v.cells) EncodeList(w, column);
+void Encode(WireWriter& w, const ShmReadReply& v) { EncodeCells(w, v.cells); }
+void Decode(WireReader& r, ShmReadReply* out) { out->cells = DecodeCells(r); }
+
+void Encode(WireWriter& w, const PutRequest& v) {
+  Encode(w, v.begin);
+  EncodeColumns(w, v.data);
 }
-void Decode(WireReader& r, ShmReadReply* out) {
-  const size_t columns = r.Count("cells", kMaxColumns, 4);
-  out->cells.clear();
-  out->cells.reserve(columns);
-  for (size_t c = 0; c < columns && r.ok(); ++c) {
-    out->cells.push_back(DecodeList<ShmCell>(r, "cells.rows", r.limits().max_batch_rows, 8 + kMinTensorMeta));
+void Decode(WireReader& r, PutRequest* out) {
+  Decode(r, &out->begin);
+  out->data = DecodeColumns(r, "data", "data.rows");
+}
+
+void Encode(WireWriter& w, const TakeRequest& v) {
+  w.U64(v.ack);
+  Encode(w, v.get);
+  EncodeStrings(w, v.columns);
+  w.Bool(v.in_place);
+}
+void Decode(WireReader& r, TakeRequest* out) {
+  out->ack = r.U64("ack");
+  Decode(r, &out->get);
+  out->columns = DecodeStrings(r, "columns", kMaxColumns, kMaxNameBytes);
+  out->in_place = r.Bool("in_place");
+}
+
+void Encode(WireWriter& w, const TakeReply& v) {
+  Encode(w, v.meta);
+  w.Bool(v.in_place);
+  if (v.in_place) {
+    EncodeCells(w, v.cells);
+  } else {
+    EncodeColumns(w, v.data);
+  }
+}
+void Decode(WireReader& r, TakeReply* out) {
+  Decode(r, &out->meta);
+  out->in_place = r.Bool("in_place");
+  if (out->in_place) {
+    out->cells = DecodeCells(r);
+  } else {
+    out->data = DecodeColumns(r, "data", "data.rows");
   }
 }
 

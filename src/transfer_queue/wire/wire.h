@@ -45,7 +45,9 @@ namespace sluice::transfer_queue::wire {
 
 inline constexpr uint32_t kMagic = 0x51544C53;  // bytes 'S' 'L' 'T' 'Q'
 // 2: ServerInfo names the shared-memory arena; ShmStorageWrite/ShmStorageRead.
-inline constexpr uint16_t kProtocolVersion = 3;
+// 4: OpenRing (same-host shared-memory rings); ServerInfo.shm_rings; PutRows
+//    and TakeBatch (a put or a take in one round trip).
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kHeaderBytes = 32;
 inline constexpr uint16_t kFlagReply = 1;
 inline constexpr uint16_t kFlagError = 2;
@@ -68,6 +70,14 @@ struct ServerInfo {
   // The server's shared-memory arena (shm_arena.h), empty if it has none.
   std::string shm_segment;
   uint64_t shm_data_bytes = 0;
+  // Shared-memory rings the server serves at once (shm_ring.h); 0: none.
+  uint32_t shm_rings = 0;
+};
+
+// Reply to OpenRing: the ring segment made for this client (shm_ring.h).
+struct RingInfo {
+  std::string name;
+  uint64_t capacity = 0;  // bytes per direction
 };
 
 // Shared-memory data plane (same-host clients). A cell's bytes live in the
@@ -95,11 +105,38 @@ struct ShmReadReply {
   std::vector<std::vector<ShmCell>> cells;
 };
 
+// A whole write in one round trip: BeginWrite, the bytes, CommitWrite.
+// data[c][i] is the tensor of begin.columns[c].rows[i] (same dtype, shape
+// and nbytes). Reply: the BeginWriteResponse of the committed write.
+struct PutRequest {
+  BeginWriteRequest begin;
+  std::vector<std::vector<HostTensor>> data;
+};
+// A take in one round trip: Ack of lease `ack` (0: none; if it fails nothing
+// is taken), GetMeta, and a read of `columns` of the leased rows (empty: the
+// batch's columns). in_place: the reply names arena cells (the client pinned
+// the arena before sending) instead of carrying the bytes.
+struct TakeRequest {
+  LeaseId ack = 0;
+  GetMetaRequest get;
+  std::vector<std::string> columns;
+  bool in_place = false;
+};
+// data[c][i] / cells[c][i]: column c of meta.rows[i], in the order of
+// `columns` as asked (or the batch's).
+struct TakeReply {
+  BatchMeta meta;
+  bool in_place = false;
+  std::vector<std::vector<HostTensor>> data;  // !in_place
+  std::vector<std::vector<ShmCell>> cells;    // in_place
+};
+
 using KvEntries = std::vector<KvEntry>;
 
 // Every message: X(name, type number, request body, reply body).
 #define SLUICE_TQ_WIRE_MESSAGES(X)                                        \
   X(ServerInfo, 1, Empty, ServerInfo)                                     \
+  X(OpenRing, 2, Empty, RingInfo)                                         \
   X(RegisterColumns, 16, RegisterColumnsRequest, Empty)                   \
   X(RegisterTask, 17, RegisterTaskRequest, Empty)                         \
   X(Describe, 18, Empty, DescribeResponse)                                \
@@ -118,6 +155,8 @@ using KvEntries = std::vector<KvEntry>;
   X(FinishReclaim, 31, FinishReclaimRequest, Empty)                       \
   X(Stats, 32, Empty, ControllerStats)                                    \
   X(Renew, 33, RenewRequest, RenewResponse)                               \
+  X(PutRows, 34, PutRequest, BeginWriteResponse)                          \
+  X(TakeBatch, 35, TakeRequest, TakeReply)                                \
   X(StorageWrite, 64, StorageWriteRequest, Empty)                         \
   X(StorageRead, 65, StorageReadRequest, StorageReadResponse)             \
   X(StorageDiscard, 66, StorageDiscardRequest, Empty)                     \
@@ -186,6 +225,7 @@ struct Message {
   void Decode(WireReader& r, T* out);
 SLUICE_TQ_WIRE_CODEC_(Empty)
 SLUICE_TQ_WIRE_CODEC_(ServerInfo)
+SLUICE_TQ_WIRE_CODEC_(RingInfo)
 SLUICE_TQ_WIRE_CODEC_(ColumnSchema)
 SLUICE_TQ_WIRE_CODEC_(TensorMeta)
 SLUICE_TQ_WIRE_CODEC_(RowTags)
@@ -230,6 +270,9 @@ SLUICE_TQ_WIRE_CODEC_(StorageStats)
 SLUICE_TQ_WIRE_CODEC_(ShmWriteRequest)
 SLUICE_TQ_WIRE_CODEC_(ShmWriteReply)
 SLUICE_TQ_WIRE_CODEC_(ShmReadReply)
+SLUICE_TQ_WIRE_CODEC_(PutRequest)
+SLUICE_TQ_WIRE_CODEC_(TakeRequest)
+SLUICE_TQ_WIRE_CODEC_(TakeReply)
 #undef SLUICE_TQ_WIRE_CODEC_
 
 // A size hint for the writer (payload bytes dominate storage messages).
@@ -239,12 +282,19 @@ inline size_t EncodedSizeHint(const StorageWriteRequest& v) {
     n += 64 + item.column.size() + 8 * item.tensor.shape.size() + item.tensor.nbytes;
   return n;
 }
-inline size_t EncodedSizeHint(const StorageReadResponse& v) {
+inline size_t EncodedSizeHint(const std::vector<std::vector<HostTensor>>& columns) {
   size_t n = 64;
-  for (const auto& column : v.tensors) {
+  for (const auto& column : columns) {
     for (const HostTensor& t : column) n += 48 + 8 * t.shape.size() + t.nbytes;
   }
   return n;
+}
+inline size_t EncodedSizeHint(const StorageReadResponse& v) { return EncodedSizeHint(v.tensors); }
+inline size_t EncodedSizeHint(const PutRequest& v) {
+  return 256 + 64 * v.begin.new_rows.size() + EncodedSizeHint(v.data);
+}
+inline size_t EncodedSizeHint(const TakeReply& v) {
+  return 256 + 96 * v.meta.rows.size() + EncodedSizeHint(v.data) + 48 * v.meta.rows.size() * v.cells.size();
 }
 template <typename T>
 size_t EncodedSizeHint(const T&) {

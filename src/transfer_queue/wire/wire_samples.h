@@ -40,6 +40,11 @@ inline void MakeSample(ServerInfo* v) {
   v->token_required = true;
   v->shm_segment = "/sluice.tq.123-456.0";
   v->shm_data_bytes = 1 << 20;
+  v->shm_rings = 64;
+}
+inline void MakeSample(RingInfo* v) {
+  v->name = "/sluice.tqring.123-456.7";
+  v->capacity = 1 << 18;
 }
 inline void MakeSample(RegisterColumnsRequest* v) {
   v->columns = {{"prompt", DType::kI64, {kRaggedDim}}, {"reward", DType::kF32, {}}, {"mask", DType::kU8, {4, 2}}};
@@ -206,6 +211,22 @@ inline void MakeSample(ShmWriteReply* v) { v->offsets = {0, 64, uint64_t{1} << 4
 inline void MakeSample(ShmReadReply* v) {
   v->cells = {{ShmCell{128, TensorMeta{DType::kI64, {3}, 24}}, ShmCell{192, TensorMeta{DType::kI64, {0}, 0}}},
               {ShmCell{256, TensorMeta{DType::kU8, {2}, 2}}}};
+}
+
+inline void MakeSample(PutRequest* v) {
+  MakeSample(&v->begin);
+  v->data = {{SampleTensor(1, 3), SampleTensor(2, 0)}, {SampleTensor(3, 1)}};
+}
+inline void MakeSample(TakeRequest* v) {
+  v->ack = 91;
+  MakeSample(&v->get);
+  v->columns = {"response"};
+  v->in_place = true;
+}
+inline void MakeSample(TakeReply* v) {
+  MakeSample(&v->meta);
+  v->in_place = true;
+  v->cells = {{ShmCell{64, TensorMeta{DType::kI64, {3}, 24}}}, {ShmCell{0, TensorMeta{DType::kU8, {0}, 0}}}};
 }
 
 template <typename T>

@@ -70,12 +70,16 @@ TQ_TIED_EQ_(StorageFreeRequest, v.rows)
 namespace wire {
 inline bool operator==(const Empty&, const Empty&) { return true; }
 TQ_TIED_EQ_(ServerInfo, v.protocol_version, v.storage_units, v.max_message_bytes, v.max_batch_rows, v.max_tensor_bytes,
-            v.token_required, v.shm_segment, v.shm_data_bytes)
+            v.token_required, v.shm_segment, v.shm_data_bytes, v.shm_rings)
+TQ_TIED_EQ_(RingInfo, v.name, v.capacity)
 TQ_TIED_EQ_(ShmCell, v.offset, v.meta)
 TQ_TIED_EQ_(ShmWriteItem, v.row, v.column, v.meta)
 TQ_TIED_EQ_(ShmWriteRequest, v.write_id, v.items)
 TQ_TIED_EQ_(ShmWriteReply, v.offsets)
 TQ_TIED_EQ_(ShmReadReply, v.cells)
+TQ_TIED_EQ_(PutRequest, v.begin, v.data)
+TQ_TIED_EQ_(TakeRequest, v.ack, v.get, v.columns, v.in_place)
+TQ_TIED_EQ_(TakeReply, v.meta, v.in_place, v.data, v.cells)
 }  // namespace wire
 #undef TQ_TIED_EQ_
 }  // namespace sluice::transfer_queue

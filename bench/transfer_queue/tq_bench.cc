@@ -54,6 +54,7 @@ struct Settings {
   std::vector<uint64_t> sizes;
   std::vector<uint32_t> batches;
   std::set<std::string> transports;
+  std::set<std::string> sections;
   uint64_t max_batch_bytes = 0;
   std::string json_path;
   uint64_t metadata_row_bytes = 8;
@@ -84,6 +85,15 @@ Result<Settings> ParseSettings(const runtime::FlagSet& flags) {
       return Status::InvalidArgument("--transports: unknown '" + t + "' (inproc, tcp, shm, redis, memcpy)");
     }
     s.transports.insert(t);
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::string sections, flags.GetString("sections"));
+  Result<std::vector<std::string>> section_names = SplitList(sections);
+  if (!section_names.ok()) return section_names.status().WithContext("--sections");
+  for (const std::string& n : *section_names) {
+    if (n != "roundtrip" && n != "metadata" && n != "latency" && n != "memory") {
+      return Status::InvalidArgument("--sections: unknown '" + n + "' (roundtrip, metadata, latency, memory)");
+    }
+    s.sections.insert(n);
   }
   SLUICE_ASSIGN_OR_RETURN(std::string sizes, flags.GetString("sizes"));
   if (sizes.empty()) sizes = s.quick ? "64,4K,256K" : "64,4K,256K,16M";
@@ -134,8 +144,9 @@ RemoteOptions RemoteFor(const std::string& transport) {
   return options;
 }
 
-// Capacity of the server for sections 1-3: it holds one round trip's batch
-// at a time (or the latency section's rows), twice over for slack.
+// Capacity of the server for sections 1-3: it holds two round trips'
+// batches at a time (the ack of one rides on the next take), or the latency
+// section's rows, with one batch more for slack.
 uint64_t DataCapacity(const Settings& s) {
   uint64_t largest = s.latency_row_bytes * static_cast<uint64_t>(s.latency_samples);
   for (uint64_t size : s.sizes) {
@@ -143,7 +154,7 @@ uint64_t DataCapacity(const Settings& s) {
       largest = std::max(largest, std::min(size * batch, std::max(size, s.max_batch_bytes)));
     }
   }
-  return std::max<uint64_t>(2 * largest, uint64_t{64} << 20);
+  return std::max<uint64_t>(3 * largest, uint64_t{64} << 20);
 }
 
 // Peak memory a round trip needs, as multiples of the batch's bytes (all
@@ -323,7 +334,7 @@ Status Run(const Settings& s) {
   report.max_batch_bytes = s.max_batch_bytes;
 
   Endpoints endpoints = StartChildren(s, report);  // before any ZeroMQ context or thread
-  SLUICE_RETURN_IF_ERROR(MeasureMemory(s, endpoints, report));
+  if (s.sections.count("memory")) SLUICE_RETURN_IF_ERROR(MeasureMemory(s, endpoints, report));
 
   std::map<std::string, TransferQueueClient> queues;
   std::unique_ptr<transfer_queue::TransferQueueHub> hub;
@@ -338,9 +349,9 @@ Status Run(const Settings& s) {
   }
   for (auto& [t, client] : queues) SLUICE_RETURN_IF_ERROR(SetUpQueue(client).WithContext(t + " setup"));
 
-  SLUICE_RETURN_IF_ERROR(MeasureRoundTrips(s, endpoints, queues, report));
-  SLUICE_RETURN_IF_ERROR(MeasureMetadata(s, endpoints, queues, report));
-  SLUICE_RETURN_IF_ERROR(MeasureLatency(s, endpoints, queues, report));
+  if (s.sections.count("roundtrip")) SLUICE_RETURN_IF_ERROR(MeasureRoundTrips(s, endpoints, queues, report));
+  if (s.sections.count("metadata")) SLUICE_RETURN_IF_ERROR(MeasureMetadata(s, endpoints, queues, report));
+  if (s.sections.count("latency")) SLUICE_RETURN_IF_ERROR(MeasureLatency(s, endpoints, queues, report));
 
   queues.clear();
   for (auto& [t, server] : endpoints.servers) {
@@ -372,6 +383,7 @@ int main(int argc, char** argv) {
   flags.Add("transports", "inproc,tcp,shm,redis,memcpy", "which transports and baselines to run");
   flags.Add("sizes", "", "row sizes, binary units (default 64,4K,256K,16M; --quick 64,4K,256K)");
   flags.Add("batches", "1,256", "rows per round trip");
+  flags.Add("sections", "roundtrip,metadata,latency,memory", "which parts to run (e.g. to profile one)");
   flags.Add("max-batch-mb", "256", "cap on the bytes of one round trip's batch; larger batches are shrunk");
   flags.Add("json", "", "also write the results as JSON to this path");
   std::vector<std::string> args(argv + 1, argv + argc);

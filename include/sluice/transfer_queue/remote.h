@@ -38,11 +38,17 @@
 //    straight into the arena (three messages, one copy). Take is one
 //    TakeBatch message: the ack of the previous batch, GetMeta and the read.
 //
+//  * Paths. Each call takes the fastest one free: a shared-memory ring
+//    (same host, with the arena; shm_rings), else a direct TCP connection
+//    (direct_connections, when the server listens for them), else a ZeroMQ
+//    DEALER socket. The same messages and errors on every path.
+//
 // Thread safety: every object is thread-safe. Parts made by one
-// ConnectTransferQueue share a pool of ZeroMQ DEALER sockets; each call
-// checks one out for its request and reply (one request in flight per
-// socket), so concurrent calls from many threads run in parallel and never
-// share a socket. A socket whose call timed out is closed, not reused.
+// ConnectTransferQueue share pools of rings, direct connections and ZeroMQ
+// DEALER sockets; each call checks one out for its request and reply (one
+// request in flight on each), so concurrent calls from many threads run in
+// parallel and never share one. One whose call timed out is closed, not
+// reused.
 #ifndef SLUICE_TRANSFER_QUEUE_REMOTE_H_
 #define SLUICE_TRANSFER_QUEUE_REMOTE_H_
 
@@ -86,6 +92,11 @@ struct RemoteOptions {
   uint32_t shm_rings = 8;
   // How long a call busy-waits for its reply on a ring before sleeping.
   std::chrono::microseconds shm_ring_spin{20};
+  // With a server that takes direct connections (ServerOptions::
+  // direct_connections): calls not on a ring go through up to this many
+  // plain TCP connections (one per call in flight) instead of ZeroMQ.
+  // 0: always ZeroMQ.
+  uint32_t direct_connections = 8;
 };
 
 // Payload bytes above which a put with the arena copies into it directly

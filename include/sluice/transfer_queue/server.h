@@ -28,6 +28,13 @@
 //    BeginWrite and CommitWrite) is discarded and aborted by the server, so
 //    its reservation is not leaked. Rows freed by Ack/Clear are reclaimed by
 //    the server itself (it holds both planes): replies carry no ticket.
+//  * Direct connections (direct_connections > 0, an IPv4 tcp:// bind). A
+//    second listener on the bind's address, a free port, takes plain TCP
+//    connections: each gets a thread that reads length-prefixed wire
+//    messages, puts them through the same door (token included) and runs
+//    them itself. A connection whose first message does not come within 10 s,
+//    or is refused at the door, is closed; a frame over max_message_bytes
+//    closes it before anything is allocated.
 //  * Same-host rings (shm_bytes > 0, shm_rings > 0). A client that attached
 //    to the arena asks for a ring per connection (OpenRing over the socket)
 //    and then sends its requests through it: each ring has its own server
@@ -105,6 +112,12 @@ struct ServerOptions {
   // How long a ring thread busy-waits for the next request before sleeping
   // (latency against CPU: a sleeping thread takes a futex wake-up, a few us).
   std::chrono::microseconds shm_ring_spin{50};
+  // Direct connections (tcp:// binds on an IPv4 address): clients served over
+  // a plain TCP connection each, by a thread of their own, with
+  // length-prefixed wire messages, instead of through ZeroMQ's queues and
+  // threads. The listener takes a free port on the bind's address
+  // (ServerInfo.direct_port). Beyond this many, clients use ZeroMQ. 0: none.
+  uint32_t direct_connections = 64;
 };
 
 // Requests seen by the server since it started.
@@ -116,6 +129,7 @@ struct ServerCounters {
   uint64_t busy = 0;             // refused: worker queue or blocking calls full
   uint64_t writes_expired = 0;   // open writes aborted by the server
   uint64_t rings_open = 0;       // same-host shared-memory rings served now
+  uint64_t direct_open = 0;      // direct TCP connections served now
 };
 
 class TransferQueueServer {

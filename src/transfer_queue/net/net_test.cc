@@ -147,7 +147,10 @@ TEST(NetServerTest, TooManyBlockingCallsIsResourceExhausted) {
   o.max_blocking_calls = 1;
   std::unique_ptr<TransferQueueServer> server = StartServer(o);
   ASSERT_NE(server, nullptr);
-  TransferQueueClient client = Connect(*server).client();
+  // Through ZeroMQ: a direct connection has a thread of its own instead.
+  RemoteOptions zmq_only;
+  zmq_only.direct_connections = 0;
+  TransferQueueClient client = Connect(*server, zmq_only).client();
   TQ_ASSERT_OK(client.CreatePartition("p"));
   std::thread waiter([&] { TQ_EXPECT_ERROR(client.GetMeta("train", {"prompt"}, 1, "p", {}, 2500ms), kTimeout, ""); });
   while (server->controller()->Stats()->waiting_consumers < 1) std::this_thread::sleep_for(1ms);
@@ -425,6 +428,122 @@ TEST(NetServerTest, PutsAndTakesInOneRoundTrip) {
       EXPECT_GT(requests() - before, 1u);
     }
   }
+}
+
+// Direct TCP connections: used by default, bounded (the rest go through
+// ZeroMQ), and a trust boundary like the ZeroMQ socket.
+TEST(NetServerTest, DirectConnectionsCarryCallsAndFallBackToZeroMq) {
+  ServerOptions o = DefaultServerOptions();
+  o.direct_connections = 2;
+  std::unique_ptr<TransferQueueServer> server = StartServer(o);
+  ASSERT_NE(server, nullptr);
+  {
+    RemoteQueue queue = Connect(*server);
+    TransferQueueClient client = queue.client();
+    TQ_ASSERT_OK(client.CreatePartition("p"));
+    EXPECT_EQ(server->counters().direct_open, 1u);
+    std::vector<std::thread> threads;
+    std::atomic<int> ok{0};
+    for (int t = 0; t < 5; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 30; ++i) {
+          ColumnBatch put;
+          put["prompt"].push_back(I64({t, i}));
+          Result<std::vector<RowId>> rows = client.PutRows("p", {Tags()}, put);
+          ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+          GetMetaRequest get;
+          get.task = "train";
+          get.columns = {"prompt"};
+          get.n = 1;
+          get.partition = "p";
+          get.timeout = 5s;
+          Result<TakenBatch> taken = client.Take(get);
+          ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+          TQ_ASSERT_OK(client.Ack(taken->meta.lease_id).status());
+          ok.fetch_add(1);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(ok.load(), 150);
+    EXPECT_EQ(server->counters().direct_open, 2u);  // the others went through ZeroMQ
+  }
+  // The client is gone: its connections' threads end.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (server->counters().direct_open > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(server->counters().direct_open, 0u);
+}
+
+TEST(NetServerTest, DirectConnectionsRefuseGarbageAndStrangers) {
+  ServerOptions o = DefaultServerOptions();
+  o.token = "secret";
+  std::unique_ptr<TransferQueueServer> server = StartServer(o);
+  ASSERT_NE(server, nullptr);
+  Result<RemoteQueue> good = ConnectTransferQueue(server->endpoint(), RemoteOptions{.token = "secret"});
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  TQ_ASSERT_OK(good->client().CreatePartition("p"));
+  // The wrong token over a direct connection: refused, and that connection closed.
+  Result<RemoteQueue> stranger = ConnectTransferQueue(server->endpoint(), RemoteOptions{.token = "guess"});
+  TQ_EXPECT_ERROR(stranger, kFailedPrecondition, "authentication failed");
+
+  Result<wire::ServerInfo> info = (*internal::RpcChannel::Create(server->endpoint(), {.token = "secret"}))
+                                      ->Call<wire::ServerInfo>(wire::MessageType::kServerInfo, 0, wire::Empty{}, 0ms);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_GT(info->direct_port, 0u);
+  auto raw = [&]() -> net::UniqueFd {
+    Result<net::UniqueFd> fd =
+        net::ConnectTcp("127.0.0.1", static_cast<uint16_t>(info->direct_port), std::chrono::steady_clock::now() + 5s);
+    EXPECT_TRUE(fd.ok()) << fd.status().ToString();
+    uint64_t greeting = 0;
+    EXPECT_TRUE(net::RecvAll(fd->get(), &greeting, 8, std::chrono::steady_clock::now() + 5s).ok());
+    EXPECT_EQ(greeting, internal::kDirectAccepted);
+    return std::move(*fd);
+  };
+  auto closed_by_server = [](int fd) {
+    char byte;
+    return !net::RecvAll(fd, &byte, 1, std::chrono::steady_clock::now() + 5s).ok();
+  };
+  const uint64_t malformed = server->counters().malformed;
+  {
+    // A frame longer than max_message_bytes: closed before anything is allocated.
+    net::UniqueFd fd = raw();
+    const uint64_t huge = uint64_t{1} << 40;
+    TQ_ASSERT_OK(net::SendAll(fd.get(), &huge, 8, std::chrono::steady_clock::now() + 5s));
+    EXPECT_TRUE(closed_by_server(fd.get()));
+  }
+  {
+    // Garbage of a plausible length: an error reply, then the connection is closed.
+    net::UniqueFd fd = raw();
+    std::vector<std::byte> junk(64, std::byte{0x5a});
+    const uint64_t n = junk.size();
+    TQ_ASSERT_OK(net::SendAllParts(fd.get(), &n, 8, junk.data(), n, std::chrono::steady_clock::now() + 5s));
+    uint64_t reply = 0;
+    TQ_ASSERT_OK(net::RecvAll(fd.get(), &reply, 8, std::chrono::steady_clock::now() + 5s));
+    std::vector<std::byte> body(reply);
+    TQ_ASSERT_OK(net::RecvAll(fd.get(), body.data(), reply, std::chrono::steady_clock::now() + 5s));
+    Result<wire::Header> h = wire::DecodeHeader(body, wire::WireLimits{});
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_TRUE(h->is_error());
+    EXPECT_TRUE(closed_by_server(fd.get()));
+  }
+  {
+    // Half a frame, then the client goes away: its thread ends.
+    net::UniqueFd fd = raw();
+    const uint64_t n = 1000;
+    TQ_ASSERT_OK(net::SendAllParts(fd.get(), &n, 8, "partial", 7, std::chrono::steady_clock::now() + 5s));
+  }
+  EXPECT_GE(server->counters().malformed, malformed + 2);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (server->counters().direct_open > 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(server->counters().direct_open, 1u);  // the good client's
+  // Nothing reached the queue; the good client still works.
+  Result<QueueStats> stats = good->client().Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->controller.rows, 0u);
 }
 
 TEST(NetServerTest, ClosedRemoteControllerIsAborted) {

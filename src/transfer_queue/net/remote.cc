@@ -274,6 +274,9 @@ Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOpti
   channel->RaiseLimits(*info);
   // Same host (the arena opened) and the server serves rings: requests skip the socket.
   if (arena && info->shm_rings > 0) channel->EnableRings();
+  if (info->direct_port > 0 && info->direct_port <= 65535) {
+    channel->EnableDirect(static_cast<uint16_t>(info->direct_port));
+  }
   RemoteQueue queue;
   if (arena) queue.shm_segment = arena->name();
   queue.endpoint = endpoint;

@@ -59,6 +59,7 @@ RpcChannel::~RpcChannel() {
   MutexLock lock(&mu_);
   idle_.clear();  // sockets (linger 0) close before the context
   idle_rings_.clear();
+  idle_direct_.clear();
 }
 
 Result<std::shared_ptr<RpcChannel>> RpcChannel::Create(std::string endpoint, RemoteOptions options) {
@@ -172,6 +173,109 @@ Result<RpcChannel::Received> RpcChannel::RingRoundTrip(std::unique_ptr<ShmRingCl
   return Received{reply->data, bytes, *header};
 }
 
+void RpcChannel::EnableDirect(uint16_t port) {
+  MutexLock lock(&mu_);
+  if (options_.direct_connections > 0) direct_port_ = port;
+}
+
+uint32_t RpcChannel::direct_open() const {
+  MutexLock lock(&mu_);
+  return direct_open_;
+}
+
+net::UniqueFd RpcChannel::CheckoutDirect() {
+  uint16_t port = 0;
+  {
+    MutexLock lock(&mu_);
+    if (direct_port_ == 0) return net::UniqueFd();
+    if (!idle_direct_.empty()) {
+      net::UniqueFd fd = std::move(idle_direct_.back());
+      idle_direct_.pop_back();
+      return fd;
+    }
+    if (direct_open_ >= options_.direct_connections || Steady::now() < direct_retry_after_) return net::UniqueFd();
+    ++direct_open_;  // reserved while it connects
+    port = direct_port_;
+  }
+  const Steady::time_point deadline =
+      Steady::now() + std::min<std::chrono::milliseconds>(options_.rpc_timeout, std::chrono::seconds(2));
+  const std::string host = endpoint_.substr(6, endpoint_.rfind(':') - 6);
+  Result<net::UniqueFd> fd = net::ConnectTcp(host, port, deadline);
+  uint64_t greeting = 0;
+  Status ready = fd.ok() ? net::RecvAll(fd->get(), &greeting, sizeof(greeting), deadline) : fd.status();
+  if (ready.ok() && greeting != kDirectAccepted) {
+    ready = Status::ResourceExhausted(greeting == kDirectRefused ? "every direct connection is taken"
+                                                                 : "not a TransferQueue direct listener");
+  }
+  if (ready.ok()) return std::move(*fd);
+  SLUICE_LOG(DEBUG) << "TransferQueue " << endpoint_ << ": no direct connection (" << ready.ToString()
+                    << "); this call uses ZeroMQ";
+  MutexLock lock(&mu_);
+  --direct_open_;
+  direct_retry_after_ = Steady::now() + std::chrono::seconds(1);
+  return net::UniqueFd();
+}
+
+void RpcChannel::CheckinDirect(net::UniqueFd connection) {
+  MutexLock lock(&mu_);
+  idle_direct_.push_back(std::move(connection));
+}
+
+void RpcChannel::DropDirect(net::UniqueFd connection) {
+  connection.Reset();
+  MutexLock lock(&mu_);
+  --direct_open_;
+}
+
+Result<RpcChannel::Received> RpcChannel::DirectRoundTrip(net::UniqueFd connection, wire::MessageType type, uint64_t id,
+                                                         const wire::Message& request,
+                                                         std::chrono::milliseconds timeout,
+                                                         const wire::WireLimits& limits) {
+  const std::string what = wire::MessageTypeName(type) + " request";
+  const Steady::time_point deadline = Steady::now() + timeout;
+  auto failed = [&](const Status& why) {
+    DropDirect(std::move(connection));
+    if (why.code() == StatusCode::kTimeout) {
+      return Status::Unavailable("no reply to " + what + " from " + endpoint_ + " within " +
+                                 std::to_string(timeout.count()) +
+                                 " ms (the server is down, unreachable or overloaded)");
+    }
+    return Status::Unavailable(what + " to " + endpoint_ + " failed: " + why.message());
+  };
+  const uint64_t size = request.size;
+  if (Status sent =
+          net::SendAllParts(connection.get(), &size, sizeof(size), request.data.get(), request.size, deadline);
+      !sent.ok()) {
+    return failed(sent);
+  }
+  uint64_t reply_size = 0;
+  if (Status got = net::RecvAll(connection.get(), &reply_size, sizeof(reply_size), deadline); !got.ok()) {
+    return failed(got);
+  }
+  if (reply_size < wire::kHeaderBytes || reply_size > limits.max_message_bytes) {
+    DropDirect(std::move(connection));
+    return Status::DataLoss("malformed reply to " + what + " from " + endpoint_ + ": a frame of " +
+                            std::to_string(reply_size) + " bytes");
+  }
+  std::shared_ptr<std::byte[]> bytes(new std::byte[reply_size]);
+  if (Status got = net::RecvAll(connection.get(), bytes.get(), reply_size, deadline); !got.ok()) return failed(got);
+  const std::span<const std::byte> view(bytes.get(), reply_size);
+  Result<wire::Header> header = wire::DecodeHeader(view, limits);
+  Status bad = Status::Ok();
+  if (!header.ok()) {
+    bad = header.status();
+  } else if (!header->is_reply() || header->request_id != id || header->type != type) {
+    bad = Status::DataLoss("it is a " + wire::Describe(*header) + " for request " + std::to_string(header->request_id) +
+                           ", not the reply to request " + std::to_string(id));
+  }
+  if (!bad.ok()) {
+    DropDirect(std::move(connection));
+    return bad.WithContext("malformed reply to " + what + " from " + endpoint_);
+  }
+  CheckinDirect(std::move(connection));
+  return Received{bytes, view, *header};
+}
+
 wire::WireLimits RpcChannel::limits() const {
   MutexLock lock(&mu_);
   return limits_;
@@ -213,6 +317,9 @@ Result<RpcChannel::Received> RpcChannel::RoundTrip(wire::MessageType type, uint6
   if (type != wire::MessageType::kOpenRing) {
     if (std::unique_ptr<ShmRingClientEnd> ring = CheckoutRing()) {
       return RingRoundTrip(std::move(ring), type, id, request, timeout, limits);
+    }
+    if (net::UniqueFd direct = CheckoutDirect(); direct.valid()) {
+      return DirectRoundTrip(std::move(direct), type, id, request, timeout, limits);
     }
   }
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<zmq::socket_t> socket, Checkout());

@@ -6,6 +6,12 @@
 // socket whose call timed out or saw a malformed reply is closed instead:
 // a late reply can never be read as the answer to a later call.
 //
+// With direct connections enabled (EnableDirect: the server listens for
+// them), a call checks out a plain TCP connection instead of a socket,
+// opening one when none is idle and fewer than
+// RemoteOptions::direct_connections are open (kDirectRefused, or no
+// connection: the call uses ZeroMQ, and connecting is tried again later).
+//
 // With rings enabled (EnableRings: a client on the server's host), a call
 // checks out a shared-memory ring instead (shm_ring.h), opening one through
 // the socket when none is idle and fewer than RemoteOptions::shm_rings are
@@ -26,11 +32,17 @@
 
 #include "net/shm_ring.h"
 #include "sluice/common/mutex.h"
+#include "sluice/common/socket_util.h"
 #include "sluice/common/status.h"
 #include "sluice/transfer_queue/remote.h"
 #include "wire/wire.h"
 
 namespace sluice::transfer_queue::internal {
+
+// A direct connection's greeting (server_direct.cc): "SLTQDIR1" when the
+// server took it, "SLTQDIR0" when every connection is taken.
+inline constexpr uint64_t kDirectAccepted = 0x315249445154'4c53ULL;
+inline constexpr uint64_t kDirectRefused = 0x305249445154'4c53ULL;
 
 // InvalidArgument unless `endpoint` is tcp://HOST:PORT or ipc://PATH.
 Status ValidateEndpoint(const std::string& endpoint);
@@ -70,6 +82,10 @@ class RpcChannel {
   void EnableRings();
   // Rings open now (idle or in a call).
   uint32_t rings_open() const;
+  // Sends calls through direct TCP connections to `port` on the endpoint's
+  // host from now on (up to RemoteOptions::direct_connections).
+  void EnableDirect(uint16_t port);
+  uint32_t direct_open() const;
   wire::WireLimits limits() const;
   const std::string& endpoint() const { return endpoint_; }
 
@@ -91,6 +107,13 @@ class RpcChannel {
   std::unique_ptr<ShmRingClientEnd> CheckoutRing();
   void CheckinRing(std::unique_ptr<ShmRingClientEnd> ring);
   void DropRing(std::unique_ptr<ShmRingClientEnd> ring);
+  Result<Received> DirectRoundTrip(net::UniqueFd connection, wire::MessageType type, uint64_t id,
+                                   const wire::Message& request, std::chrono::milliseconds timeout,
+                                   const wire::WireLimits& limits);
+  // An idle direct connection, or a new one; invalid when the call should use ZeroMQ.
+  net::UniqueFd CheckoutDirect();
+  void CheckinDirect(net::UniqueFd connection);
+  void DropDirect(net::UniqueFd connection);
 
   const std::string endpoint_;
   const RemoteOptions options_;
@@ -103,6 +126,10 @@ class RpcChannel {
   uint32_t rings_open_ SLUICE_GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point rings_retry_after_ SLUICE_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<ShmRingClientEnd>> idle_rings_ SLUICE_GUARDED_BY(mu_);
+  uint16_t direct_port_ SLUICE_GUARDED_BY(mu_) = 0;  // 0: not enabled
+  uint32_t direct_open_ SLUICE_GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point direct_retry_after_ SLUICE_GUARDED_BY(mu_);
+  std::vector<net::UniqueFd> idle_direct_ SLUICE_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::transfer_queue::internal

@@ -108,6 +108,9 @@ Status ValidateOptions(const ServerOptions& o) {
     return bad("shm_ring_bytes is " + std::to_string(o.shm_ring_bytes) + ", must be a multiple of 64 in " +
                std::to_string(internal::kRingMinCapacity) + ".." + std::to_string(internal::kRingMaxCapacity));
   }
+  if (o.direct_connections > 4096) {
+    return bad("direct_connections is " + std::to_string(o.direct_connections) + ", must be at most 4096");
+  }
   if (o.shm_ring_spin.count() < 0 || o.shm_ring_spin > std::chrono::seconds(1)) {
     return bad("shm_ring_spin must be in 0..1 s");
   }
@@ -181,6 +184,7 @@ Status TransferQueueServer::Impl::Init() {
       std::make_unique<internal::WorkerPool>("tq-block", 0, options_.max_blocking_calls, options_.max_blocking_calls);
   SLUICE_RETURN_IF_ERROR(quick_pool_->Start());
   SLUICE_RETURN_IF_ERROR(blocking_pool_->Start());
+  SLUICE_RETURN_IF_ERROR(StartDirect().WithContext("starting the direct TCP listener"));
   return io_thread_.Start([this](std::stop_token stop) { IoLoop(stop); });
 }
 
@@ -192,6 +196,7 @@ void TransferQueueServer::Impl::Stop() {
   if (blocking_pool_) blocking_pool_->Stop();
   if (quick_pool_) quick_pool_->Stop();
   StopRings();
+  StopDirect();
   io_thread_.Stop();  // sends the replies still queued, then exits
   router_.reset();
   context_.close();
@@ -213,6 +218,7 @@ wire::ServerInfo TransferQueueServer::Impl::Info() const {
     info.shm_data_bytes = arena_->data_bytes();
     info.shm_rings = options_.shm_rings;
   }
+  info.direct_port = direct_port_;
   return info;
 }
 
@@ -319,6 +325,17 @@ std::optional<wire::Message> TransferQueueServer::Impl::Admit(std::span<const st
   return std::nullopt;
 }
 
+wire::Message TransferQueueServer::Impl::Answer(std::shared_ptr<const void> owner, std::span<const std::byte> bytes,
+                                                bool* admitted) {
+  wire::Header header;
+  if (std::optional<wire::Message> refused = Admit(bytes, 1, &header)) {
+    *admitted = false;
+    return std::move(*refused);
+  }
+  *admitted = true;
+  return Execute(Job{zmq::message_t(), std::move(owner), bytes, header});
+}
+
 void TransferQueueServer::Impl::HandleFrame(zmq::message_t identity, std::shared_ptr<zmq::message_t> payload,
                                             size_t frames) {
   const std::span<const std::byte> bytes(static_cast<const std::byte*>(payload->data()), payload->size());
@@ -421,8 +438,12 @@ ServerCounters TransferQueueServer::Impl::counters() const {
   const Counters& c = counters_;
   ServerCounters out{c.requests.load(),        c.error_replies.load(), c.malformed.load(),
                      c.unauthenticated.load(), c.busy.load(),          c.writes_expired.load()};
-  MutexLock lock(&rings_mu_);
-  for (const auto& ring : rings_) out.rings_open += ring->done.load() ? 0 : 1;
+  {
+    MutexLock lock(&rings_mu_);
+    for (const auto& ring : rings_) out.rings_open += ring->done.load() ? 0 : 1;
+  }
+  MutexLock lock(&direct_mu_);
+  for (const auto& c : direct_) out.direct_open += c->done.load() ? 0 : 1;
   return out;
 }
 

@@ -159,6 +159,9 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
          "same-host clients served through a shared-memory ring each instead of the socket (with --shm-bytes; "
          "0 = none)");
   fs.Add("shm-ring-bytes", "256K", "bytes per direction of one ring (4K..1G, a multiple of 64)");
+  fs.Add("direct-connections", "64",
+         "clients served over a plain TCP connection each (tcp:// IPv4 binds; a second port on the same address) "
+         "instead of ZeroMQ; 0 = none");
   fs.Add("capacity-rows", "1048576", "rows alive at once");
   fs.Add("storage-units", "2", "storage units (rows are sharded row % N)");
   fs.Add("columns", "", "columns to register: name:DTYPE:SHAPE,... e.g. prompt:I64:*,reward:F32:,mask:U8:4x2");
@@ -204,6 +207,8 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
                                    ": every stored payload lives in the arena, which needs room beyond the capacity "
                                    "for views readers still hold");
   }
+  SLUICE_ASSIGN_OR_RETURN(int64_t direct, fs.GetInt("direct-connections", 0, 4096));
+  o.direct_connections = static_cast<uint32_t>(direct);
   SLUICE_ASSIGN_OR_RETURN(int64_t rings, fs.GetInt("shm-rings", 0, 4096));
   o.shm_rings = static_cast<uint32_t>(rings);
   SLUICE_ASSIGN_OR_RETURN(std::string ring_bytes, fs.GetString("shm-ring-bytes"));

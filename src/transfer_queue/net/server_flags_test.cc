@@ -57,7 +57,9 @@ TEST(ServerFlagsTest, FlagsMapToOptions) {
                                             "--shm-rings",
                                             "3",
                                             "--shm-ring-bytes",
-                                            "64K"});
+                                            "64K",
+                                            "--direct-connections",
+                                            "0"});
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   const ServerOptions& o = f->options;
   EXPECT_EQ(o.bind, "tcp://127.0.0.1:5555");
@@ -70,6 +72,7 @@ TEST(ServerFlagsTest, FlagsMapToOptions) {
   EXPECT_EQ(o.workers, 2u);
   EXPECT_EQ(o.shm_rings, 3u);
   EXPECT_EQ(o.shm_ring_bytes, 64u << 10);
+  EXPECT_EQ(o.direct_connections, 0u);
   EXPECT_TRUE(o.token.empty());
   EXPECT_TRUE(ParseServerFlags({"--help"})->help);
 }

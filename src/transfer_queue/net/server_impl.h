@@ -4,6 +4,7 @@
 //   server_dispatch.cc  running a decoded request against the controller and
 //                       the storage units
 //   server_ring.cc      same-host clients' shared-memory rings, one thread each
+//   server_direct.cc    direct TCP connections, one thread each
 //
 // Threads: one I/O thread owns the ROUTER socket and is the only one to
 // touch it. Workers never see the socket: they post replies to outbox_ and
@@ -30,6 +31,7 @@
 #include "net/worker_pool.h"
 #include "sluice/common/background_thread.h"
 #include "sluice/common/mutex.h"
+#include "sluice/common/socket_util.h"
 #include "sluice/transfer_queue/server.h"
 #include "wire/wire.h"
 
@@ -57,6 +59,12 @@ class TransferQueueServer::Impl {
     std::span<const std::byte> data;
     wire::Header header;
     std::span<const std::byte> bytes() const { return data; }
+  };
+  // A direct TCP connection and the thread serving it.
+  struct DirectConnection {
+    net::UniqueFd fd;
+    std::atomic<bool> done{false};
+    BackgroundThread thread{"tq-direct"};
   };
   // A same-host client's ring and the thread serving it.
   struct RingConnection {
@@ -100,6 +108,16 @@ class TransferQueueServer::Impl {
   void ReclaimNow(ReclaimTicket* ticket);
   wire::ServerInfo Info() const;
 
+  // Runs one request read from a ring or a direct connection (its own
+  // thread, no hop): the door, then Execute. *admitted: it passed the door.
+  wire::Message Answer(std::shared_ptr<const void> owner, std::span<const std::byte> bytes, bool* admitted);
+
+  // ---- server_direct.cc
+  Status StartDirect();
+  void AcceptLoop(std::stop_token stop);
+  void DirectLoop(DirectConnection* connection, std::stop_token stop);
+  void StopDirect();
+
   // ---- server_ring.cc
   Result<wire::RingInfo> OpenRing();
   void RingLoop(RingConnection* connection, std::stop_token stop);
@@ -142,6 +160,11 @@ class TransferQueueServer::Impl {
   std::unique_ptr<internal::WorkerPool> blocking_pool_;
   std::atomic<uint32_t> blocking_in_flight_{0};  // admitted blocking calls not yet answered
   BackgroundThread io_thread_{"tq-server-io"};
+  net::UniqueFd direct_listener_;
+  uint16_t direct_port_ = 0;  // 0: no direct connections
+  BackgroundThread direct_acceptor_{"tq-direct-acc"};
+  mutable Mutex direct_mu_;
+  std::vector<std::unique_ptr<DirectConnection>> direct_ SLUICE_GUARDED_BY(direct_mu_);
   mutable Mutex rings_mu_;
   std::vector<std::unique_ptr<RingConnection>> rings_ SLUICE_GUARDED_BY(rings_mu_);
   bool rings_closed_ SLUICE_GUARDED_BY(rings_mu_) = false;

@@ -53,11 +53,9 @@ void TransferQueueServer::Impl::RingLoop(RingConnection* connection, std::stop_t
       }
       break;
     }
-    const std::span<const std::byte> bytes = request->bytes();
-    wire::Header header;
-    std::optional<wire::Message> reply = Admit(bytes, 1, &header);
-    if (!reply) reply = Execute(Job{zmq::message_t(), request->data, bytes, header});
-    if (!ring.Send(reply->bytes(), spin, connection->stop).ok()) break;
+    bool admitted = false;
+    const wire::Message reply = Answer(request->data, request->bytes(), &admitted);
+    if (!ring.Send(reply.bytes(), spin, connection->stop).ok()) break;
   }
   ring.Close();
   connection->done.store(true);

@@ -63,13 +63,16 @@ inline void CpuRelax() {
 #endif
 }
 
-// Waits until `word` differs from `old`. `check` runs before each sleep
-// (at most every kSleepSlice) and ends the wait when it returns other than
-// kNone; so does `deadline` (kIdle).
+// Waits until `word` differs from `old`. `check(slow)` runs before each
+// sleep (at most every kSleepSlice) and ends the wait when it returns other
+// than kNone; so does `deadline` (kIdle). `slow` is true once the wait has
+// lasted a sleep slice: only then are the costly checks (peer liveness,
+// a syscall or a /proc read) worth making.
 template <typename Check>
 RingEnd WaitChange(const std::atomic<uint32_t>& word, uint32_t old, std::atomic<uint32_t>& sleeps,
                    Steady::time_point deadline, const RingSpin& spin, Check&& check) {
-  const Steady::time_point spin_end = Steady::now() + spin.spin;
+  const Steady::time_point start = Steady::now();
+  const Steady::time_point spin_end = start + spin.spin;
   for (uint32_t i = 1;; ++i) {
     if (word.load(std::memory_order_acquire) != old) return RingEnd::kNone;
     if ((i & 15) != 0) {
@@ -78,7 +81,7 @@ RingEnd WaitChange(const std::atomic<uint32_t>& word, uint32_t old, std::atomic<
     }
     const Steady::time_point now = Steady::now();
     if (now < spin_end) continue;
-    if (RingEnd end = check(); end != RingEnd::kNone) return end;
+    if (RingEnd end = check(now - start >= kSleepSlice); end != RingEnd::kNone) return end;
     if (now >= deadline) return RingEnd::kIdle;
     // Dekker with the writer: it stores the word, then reads `sleeps`.
     sleeps.store(1, std::memory_order_seq_cst);
@@ -245,24 +248,24 @@ bool ShmRingServerEnd::ClientGone() {
 Result<RingMessage> ShmRingServerEnd::Receive(uint64_t max_bytes, Steady::time_point deadline, const RingSpin& spin,
                                               const std::atomic<bool>& stop, RingEnd* end) {
   const Steady::time_point attach_by = Steady::now() + kRingAttachTimeout;
-  auto check = [&]() -> RingEnd {
+  auto check = [&](bool slow) -> RingEnd {
     if (stop.load(std::memory_order_relaxed) || header_->closed.load(std::memory_order_relaxed) != 0) {
       return RingEnd::kClosed;
     }
     // Attached from the first chunk on: the client locks before it sends.
     attached_ = attached_ || request_seen_ != 0 || header_->request.seq.load(std::memory_order_acquire) != 0;
     if (!attached_) return Steady::now() > attach_by ? RingEnd::kPeerGone : RingEnd::kNone;
-    return ClientGone() ? RingEnd::kPeerGone : RingEnd::kNone;
+    return slow && ClientGone() ? RingEnd::kPeerGone : RingEnd::kNone;
   };
   return ReadMessage(header_->request, request_area_, capacity_, &request_seen_, max_bytes, deadline, spin, check, end);
 }
 
 Status ShmRingServerEnd::Send(std::span<const std::byte> reply, const RingSpin& spin, const std::atomic<bool>& stop) {
-  auto check = [&]() -> RingEnd {
+  auto check = [&](bool slow) -> RingEnd {
     if (stop.load(std::memory_order_relaxed) || header_->closed.load(std::memory_order_relaxed) != 0) {
       return RingEnd::kClosed;
     }
-    return ClientGone() ? RingEnd::kPeerGone : RingEnd::kNone;
+    return slow && ClientGone() ? RingEnd::kPeerGone : RingEnd::kNone;
   };
   return WriteMessage(header_->reply, reply_area_, capacity_, &reply_seq_, reply, Steady::time_point::max(), spin,
                       check);
@@ -362,9 +365,9 @@ Result<RingMessage> ShmRingClientEnd::Call(std::span<const std::byte> request, u
                                            Steady::time_point deadline, const RingSpin& spin) {
   if (broken_) return Status::FailedPrecondition("this ring failed before and is unusable");
   broken_ = true;  // until the call succeeds
-  auto check = [&]() -> RingEnd {
+  auto check = [&](bool slow) -> RingEnd {
     if (header_->closed.load(std::memory_order_relaxed) != 0) return RingEnd::kClosed;
-    return ServerGone() ? RingEnd::kPeerGone : RingEnd::kNone;
+    return slow && ServerGone() ? RingEnd::kPeerGone : RingEnd::kNone;
   };
   Status sent = WriteMessage(header_->request, request_area_, capacity_, &request_seq_, request, deadline, spin, check);
   if (!sent.ok()) return sent;

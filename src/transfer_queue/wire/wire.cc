@@ -377,6 +377,7 @@ void Encode(WireWriter& w, const ServerInfo& v) {
   w.String(v.shm_segment);
   w.U64(v.shm_data_bytes);
   w.U32(v.shm_rings);
+  w.U32(v.direct_port);
 }
 
 void Encode(WireWriter& w, const RingInfo& v) {
@@ -397,6 +398,7 @@ void Decode(WireReader& r, ServerInfo* out) {
   out->shm_segment = r.String("shm_segment", kMaxNameBytes);
   out->shm_data_bytes = r.U64("shm_data_bytes");
   out->shm_rings = r.U32("shm_rings");
+  out->direct_port = r.U32("direct_port");
 }
 
 void Encode(WireWriter& w, const ColumnSchema& v) {

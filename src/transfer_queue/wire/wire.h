@@ -45,8 +45,9 @@ namespace sluice::transfer_queue::wire {
 
 inline constexpr uint32_t kMagic = 0x51544C53;  // bytes 'S' 'L' 'T' 'Q'
 // 2: ServerInfo names the shared-memory arena; ShmStorageWrite/ShmStorageRead.
-// 4: OpenRing (same-host shared-memory rings); ServerInfo.shm_rings; PutRows
-//    and TakeBatch (a put or a take in one round trip).
+// 4: OpenRing (same-host shared-memory rings); ServerInfo.shm_rings and
+//    direct_port (direct TCP connections); PutRows and TakeBatch (a put or
+//    a take in one round trip).
 inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kHeaderBytes = 32;
 inline constexpr uint16_t kFlagReply = 1;
@@ -72,6 +73,9 @@ struct ServerInfo {
   uint64_t shm_data_bytes = 0;
   // Shared-memory rings the server serves at once (shm_ring.h); 0: none.
   uint32_t shm_rings = 0;
+  // The port of the server's direct TCP listener (same address as the
+  // ZeroMQ endpoint; length-prefixed messages); 0: none.
+  uint32_t direct_port = 0;
 };
 
 // Reply to OpenRing: the ring segment made for this client (shm_ring.h).

@@ -41,6 +41,7 @@ inline void MakeSample(ServerInfo* v) {
   v->shm_segment = "/sluice.tq.123-456.0";
   v->shm_data_bytes = 1 << 20;
   v->shm_rings = 64;
+  v->direct_port = 40001;
 }
 inline void MakeSample(RingInfo* v) {
   v->name = "/sluice.tqring.123-456.7";

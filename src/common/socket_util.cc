@@ -1,4 +1,4 @@
-#include "socket_util.h"
+#include "sluice/common/socket_util.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -7,13 +7,15 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <thread>
 
-namespace sluice::checkpoint_engine::internal {
+namespace sluice::net {
 namespace {
 
 std::string Errno(int err) { return std::string(std::strerror(err)); }
@@ -141,16 +143,36 @@ Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline dea
 }
 
 Status SendAll(int fd, const void* data, size_t n, Deadline deadline) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    SLUICE_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, "send"));
-    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  return SendAllParts(fd, data, n, nullptr, 0, deadline);
+}
+
+Status SendAllParts(int fd, const void* a, size_t na, const void* b, size_t nb, Deadline deadline) {
+  iovec parts[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};
+  size_t first = 0;  // the first part with bytes left
+  size_t left = na + nb;
+  while (left > 0) {
+    while (parts[first].iov_len == 0) ++first;
+    // Try first, wait only when the socket's buffer is full.
+    msghdr msg{};
+    msg.msg_iov = parts + first;
+    msg.msg_iovlen = 2 - first;
+    const ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        SLUICE_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, "send"));
+        continue;
+      }
       return Status::Unavailable("send: " + Errno(errno));
     }
-    p += w;
-    n -= static_cast<size_t>(w);
+    size_t sent = static_cast<size_t>(w);
+    left -= sent;
+    for (size_t i = first; i < 2 && sent > 0; ++i) {
+      const size_t taken = std::min(sent, parts[i].iov_len);
+      parts[i].iov_base = static_cast<char*>(parts[i].iov_base) + taken;
+      parts[i].iov_len -= taken;
+      sent -= taken;
+    }
   }
   return Status::Ok();
 }
@@ -158,11 +180,15 @@ Status SendAll(int fd, const void* data, size_t n, Deadline deadline) {
 Status RecvAll(int fd, void* data, size_t n, Deadline deadline) {
   auto* p = static_cast<char*>(data);
   while (n > 0) {
-    SLUICE_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, "receive"));
+    // Try first, wait only when nothing has arrived yet.
     const ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
     if (r == 0) return Status::Unavailable("the peer closed the connection");
     if (r < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        SLUICE_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, "receive"));
+        continue;
+      }
       return Status::Unavailable("recv: " + Errno(errno));
     }
     p += r;
@@ -171,4 +197,4 @@ Status RecvAll(int fd, void* data, size_t n, Deadline deadline) {
   return Status::Ok();
 }
 
-}  // namespace sluice::checkpoint_engine::internal
+}  // namespace sluice::net

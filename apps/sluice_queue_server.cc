@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sluice/common/logging.h"
+#include "sluice/runtime/process.h"
 #include "sluice/transfer_queue/server.h"
 #include "sluice/transfer_queue/server_flags.h"
 
@@ -44,6 +45,9 @@ int main(int argc, char** argv) {
     std::fputs(flags->usage.c_str(), stdout);
     return 0;
   }
+  // As the launcher does: freed message buffers stay in the heap instead of
+  // going back to the kernel, so the next message does not fault pages in.
+  sluice::runtime::TuneAllocator();
   if (!flags->token_file.empty()) {
     struct stat st {};
     if (stat(flags->token_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {

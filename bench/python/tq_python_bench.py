@@ -4,8 +4,8 @@
 
 1. Round trips of 4 KiB rows, batch 1 and 256, over the shared-memory arena
    and over loopback TCP: one round trip is put (new rows), get_meta (lease),
-   get_data, ack, as tq_bench's C++ round trip is (PutRows, GetMeta, GetData,
-   Ack). The C++ figures come from tq_bench (same build) run between the
+   get_data, ack, as tq_bench's C++ round trip is with --get=steps (PutRows,
+   GetMeta, GetData, Ack). The C++ figures come from tq_bench (same build) run between the
    Python repeats; the Python ones from a sluice_queue_server started here.
    Each side has one client thread; the servers run in their own processes.
    Printed: median seconds per round trip over the repeats, rows/s, and
@@ -94,7 +94,8 @@ def cpp_round_trips(tq_bench: str, repeats_seen: dict) -> None:
     """One tq_bench run (one repeat): its median seconds per round trip per (transport, batch)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [tq_bench, "--transports=" + ",".join(TRANSPORTS), "--sizes=4K",
-               "--batches=" + ",".join(map(str, BATCHES)), "--repeats=1", f"--json={out.name}"]
+               "--batches=" + ",".join(map(str, BATCHES)), "--repeats=1", "--get=steps", "--sections=roundtrip",
+               f"--json={out.name}"]
         run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
         if run.returncode != 0:
             sys.exit(f"tq_bench failed ({run.returncode}):\n{run.stdout.decode(errors='replace')[-3000:]}")

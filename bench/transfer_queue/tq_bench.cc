@@ -55,6 +55,7 @@ struct Settings {
   std::vector<uint32_t> batches;
   std::set<std::string> transports;
   std::set<std::string> sections;
+  bool steps = false;  // get = GetMeta + GetData + Ack instead of Take
   uint64_t max_batch_bytes = 0;
   std::string json_path;
   uint64_t metadata_row_bytes = 8;
@@ -95,6 +96,9 @@ Result<Settings> ParseSettings(const runtime::FlagSet& flags) {
     }
     s.sections.insert(n);
   }
+  SLUICE_ASSIGN_OR_RETURN(std::string get, flags.GetString("get"));
+  if (get != "take" && get != "steps") return Status::InvalidArgument("--get: '" + get + "' is not take or steps");
+  s.steps = get == "steps";
   SLUICE_ASSIGN_OR_RETURN(std::string sizes, flags.GetString("sizes"));
   if (sizes.empty()) sizes = s.quick ? "64,4K,256K" : "64,4K,256K,16M";
   Result<std::vector<std::string>> size_items = SplitList(sizes);
@@ -240,10 +244,10 @@ Status MeasureMemory(const Settings& s, Endpoints& e, Report& report) {
 Result<std::unique_ptr<RoundTripper>> MakeRoundTripper(const std::string& transport,
                                                        std::map<std::string, TransferQueueClient>& queues,
                                                        const Endpoints& e, const std::string& partition,
-                                                       uint64_t row_bytes, uint32_t batch) {
+                                                       uint64_t row_bytes, uint32_t batch, bool steps) {
   if (transport == "memcpy") return NewMemcpyRoundTripper(row_bytes, batch);
   if (transport == "redis") return NewRedisRoundTripper(e.redis->port());
-  return NewQueueRoundTripper(queues.at(transport), partition);
+  return NewQueueRoundTripper(queues.at(transport), partition, steps);
 }
 
 bool Available(const std::string& t, const Settings& s, const Endpoints& e,
@@ -279,7 +283,7 @@ Status MeasureRoundTrips(const Settings& s, const Endpoints& e, std::map<std::st
         Progress("round trip", t, what);
         const std::string partition = "rt-" + std::to_string(size) + "-" + std::to_string(batch);
         SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<RoundTripper> rt,
-                                MakeRoundTripper(t, queues, e, partition, size, batch));
+                                MakeRoundTripper(t, queues, e, partition, size, batch, s.steps));
         Result<RoundTripResult> r = RunRoundTrips(*rt, size, batch, s.bounds);
         if (!r.ok()) return r.status().WithContext("round trip " + t + " " + what);
         row.result = *r;
@@ -295,8 +299,9 @@ Status MeasureMetadata(const Settings& s, const Endpoints& e, std::map<std::stri
   for (const std::string& t : kTransports) {
     if (t == "memcpy" || !Available(t, s, e, queues)) continue;
     Progress("metadata", t, std::to_string(s.metadata_batch) + " rows per call");
-    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<RoundTripper> rt,
-                            MakeRoundTripper(t, queues, e, "metadata", s.metadata_row_bytes, s.metadata_batch));
+    SLUICE_ASSIGN_OR_RETURN(
+        std::unique_ptr<RoundTripper> rt,
+        MakeRoundTripper(t, queues, e, "metadata", s.metadata_row_bytes, s.metadata_batch, s.steps));
     Result<RoundTripResult> r = RunRoundTrips(*rt, s.metadata_row_bytes, s.metadata_batch, s.bounds);
     if (!r.ok()) return r.status().WithContext("metadata " + t);
     report.metadata.push_back(RoundTripRow{t, s.metadata_row_bytes, s.metadata_batch, s.metadata_batch, false, "", *r});
@@ -330,6 +335,7 @@ Status Run(const Settings& s) {
   const auto start = Clock::now();
   Report report;
   report.quick = s.quick;
+  report.steps = s.steps;
   report.bounds = s.bounds;
   report.max_batch_bytes = s.max_batch_bytes;
 
@@ -384,6 +390,8 @@ int main(int argc, char** argv) {
   flags.Add("sizes", "", "row sizes, binary units (default 64,4K,256K,16M; --quick 64,4K,256K)");
   flags.Add("batches", "1,256", "rows per round trip");
   flags.Add("sections", "roundtrip,metadata,latency,memory", "which parts to run (e.g. to profile one)");
+  flags.Add("get", "take",
+            "the queue's get: take (one Take carrying the previous ack) or steps (GetMeta, GetData, Ack)");
   flags.Add("max-batch-mb", "256", "cap on the bytes of one round trip's batch; larger batches are shrunk");
   flags.Add("json", "", "also write the results as JSON to this path");
   std::vector<std::string> args(argv + 1, argv + argc);

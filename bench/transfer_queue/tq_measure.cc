@@ -85,8 +85,8 @@ class MemcpyRoundTripper final : public RoundTripper {
 
 class QueueRoundTripper final : public RoundTripper {
  public:
-  QueueRoundTripper(TransferQueueClient client, std::string partition)
-      : client_(std::move(client)), partition_(std::move(partition)) {}
+  QueueRoundTripper(TransferQueueClient client, std::string partition, bool steps)
+      : client_(std::move(client)), partition_(std::move(partition)), steps_(steps) {}
 
   Status Put(const std::shared_ptr<std::byte[]>& source, size_t row_bytes, uint32_t batch) override {
     SLUICE_ASSIGN_OR_RETURN(
@@ -103,6 +103,15 @@ class QueueRoundTripper final : public RoundTripper {
     request.n = batch;
     request.partition = partition_;
     request.timeout = kGetMetaTimeout;
+    if (steps_) {
+      SLUICE_ASSIGN_OR_RETURN(BatchMeta meta, client_.GetMeta(request));
+      if (meta.rows.size() != batch) return Status::DataLoss("GetMeta leased " + std::to_string(meta.rows.size()));
+      SLUICE_ASSIGN_OR_RETURN(BatchData data, client_.GetData(meta));
+      SLUICE_RETURN_IF_ERROR(CheckPayload(data, row_bytes, first_stamp));
+      SLUICE_ASSIGN_OR_RETURN(AckResponse ack, client_.Ack(meta.lease_id));
+      if (ack.rows_acked != batch) return Status::DataLoss("Ack acked " + std::to_string(ack.rows_acked) + " rows");
+      return Status::Ok();
+    }
     SLUICE_ASSIGN_OR_RETURN(transfer_queue::TakenBatch taken, client_.Take(request, {}, pending_ack_));
     pending_ack_ = taken.meta.lease_id;
     if (taken.meta.rows.size() != batch) {
@@ -124,10 +133,82 @@ class QueueRoundTripper final : public RoundTripper {
  private:
   TransferQueueClient client_;
   std::string partition_;
+  bool steps_;
   transfer_queue::LeaseId pending_ack_ = 0;  // rides on the next Take
 };
 
+class QueueProducerImpl final : public QueueProducer {
+ public:
+  QueueProducerImpl(TransferQueueClient client, std::string partition)
+      : client_(std::move(client)), partition_(std::move(partition)) {}
+  Status Put(const std::byte* rows, size_t row_bytes, uint32_t batch) override {
+    transfer_queue::ColumnBatch columns;
+    std::vector<HostTensor>& payload = columns[kColumn];
+    payload.reserve(batch);
+    for (uint32_t i = 0; i < batch; ++i) {
+      HostTensor t;
+      t.dtype = DType::kU8;
+      t.shape = {static_cast<int64_t>(row_bytes)};
+      t.data = rows + i * row_bytes;
+      t.nbytes = row_bytes;
+      payload.push_back(std::move(t));
+    }
+    // Waits (bounded) while the queue is at capacity: producers cannot run
+    // away from consumers.
+    return client_
+        .PutRows(partition_, std::vector<RowTags>(batch), columns, transfer_queue::CapacityWait{true, kGetMetaTimeout})
+        .status();
+  }
+
+ private:
+  TransferQueueClient client_;
+  std::string partition_;
+};
+
+class QueueConsumerImpl final : public QueueConsumer {
+ public:
+  QueueConsumerImpl(TransferQueueClient client, std::string partition) : client_(std::move(client)) {
+    request_.task = kTask;
+    request_.columns = {kColumn};
+    request_.partition = std::move(partition);
+    request_.timeout = std::chrono::milliseconds(100);
+  }
+  Result<uint32_t> Take(uint32_t batch, size_t row_bytes) override {
+    request_.n = batch;
+    Result<transfer_queue::TakenBatch> taken = client_.Take(request_, {}, pending_ack_);
+    pending_ack_ = 0;
+    if (!taken.ok()) {
+      if (taken.status().code() == StatusCode::kTimeout) return 0u;
+      return taken.status();
+    }
+    pending_ack_ = taken->meta.lease_id;
+    for (const HostTensor& t : taken->data.columns.at(kColumn)) {
+      if (t.nbytes != row_bytes || !RowHasStamp(t.data, row_bytes, LoadStamp(t.data))) {
+        return Status::DataLoss("Take returned a row of the wrong size or with torn stamps");
+      }
+    }
+    return static_cast<uint32_t>(taken->meta.rows.size());
+  }
+  Status Finish() override {
+    if (pending_ack_ == 0) return Status::Ok();
+    const transfer_queue::LeaseId lease = std::exchange(pending_ack_, 0);
+    return client_.Ack(lease).status();
+  }
+
+ private:
+  TransferQueueClient client_;
+  transfer_queue::GetMetaRequest request_;
+  transfer_queue::LeaseId pending_ack_ = 0;
+};
+
 }  // namespace
+
+std::unique_ptr<QueueProducer> NewQueueProducer(TransferQueueClient client, std::string partition) {
+  return std::make_unique<QueueProducerImpl>(std::move(client), std::move(partition));
+}
+std::unique_ptr<QueueConsumer> NewQueueConsumer(TransferQueueClient client, std::string partition) {
+  return std::make_unique<QueueConsumerImpl>(std::move(client), std::move(partition));
+}
 
 Status SetUpQueue(TransferQueueClient& client) {
   SLUICE_RETURN_IF_ERROR(client.RegisterColumns({{kColumn, DType::kU8, {transfer_queue::kRaggedDim}}}));
@@ -185,9 +266,10 @@ std::unique_ptr<RoundTripper> NewMemcpyRoundTripper(size_t row_bytes, uint32_t b
   return std::make_unique<MemcpyRoundTripper>(row_bytes, batch);
 }
 
-Result<std::unique_ptr<RoundTripper>> NewQueueRoundTripper(TransferQueueClient client, std::string partition) {
+Result<std::unique_ptr<RoundTripper>> NewQueueRoundTripper(TransferQueueClient client, std::string partition,
+                                                           bool steps) {
   SLUICE_RETURN_IF_ERROR(client.CreatePartition(partition));
-  return std::unique_ptr<RoundTripper>(new QueueRoundTripper(std::move(client), std::move(partition)));
+  return std::unique_ptr<RoundTripper>(new QueueRoundTripper(std::move(client), std::move(partition), steps));
 }
 
 Result<std::vector<double>> MeasureQueueGetLatency(TransferQueueClient client, const std::string& partition,

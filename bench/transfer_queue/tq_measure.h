@@ -42,6 +42,31 @@ class RoundTripper {
   virtual Status Finish() { return Status::Ok(); }
 };
 
+// The two sides of a work queue, for the ceiling benchmark (tq_ceiling.cc):
+// producers put batches of stamped rows, consumers take them and ack them.
+class QueueProducer {
+ public:
+  virtual ~QueueProducer() = default;
+  // Stores `batch` rows; row i is rows[i * row_bytes, (i + 1) * row_bytes).
+  virtual Status Put(const std::byte* rows, size_t row_bytes, uint32_t batch) = 0;
+};
+class QueueConsumer {
+ public:
+  virtual ~QueueConsumer() = default;
+  // Takes up to `batch` rows, waiting up to ~100 ms for some; acks the rows
+  // of the previous Take on the way. The rows taken (0: none came), each
+  // checked to be `row_bytes` long with matching stamps at both ends
+  // (DataLoss otherwise).
+  virtual Result<uint32_t> Take(uint32_t batch, size_t row_bytes) = 0;
+  // Acks the last Take's rows.
+  virtual Status Finish() = 0;
+};
+
+// The queue through `client`: PutRows into `partition`; Take (ack riding)
+// of kTask. The partition must exist.
+std::unique_ptr<QueueProducer> NewQueueProducer(transfer_queue::TransferQueueClient client, std::string partition);
+std::unique_ptr<QueueConsumer> NewQueueConsumer(transfer_queue::TransferQueueClient client, std::string partition);
+
 // How long one measurement runs: each repeat iterates until it has run
 // `seconds_per_repeat` or done `max_iterations`, whichever comes first
 // (always at least once).
@@ -76,9 +101,11 @@ std::unique_ptr<RoundTripper> NewMemcpyRoundTripper(size_t row_bytes, uint32_t b
 // The queue through `client`, in a fresh partition: put = PutRows, get =
 // Take (GetMeta + GetData in one call) carrying the ack of the previous
 // get's lease, as a consumer loop does; one task, so an ack frees the rows.
-// Finish acks the last lease and checks every row was freed.
+// Finish acks the last lease and checks every row was freed. With `steps`,
+// get = GetMeta + GetData + Ack instead, three calls (as a client without
+// Take, e.g. the Python one's get_meta, get_data, ack, makes them).
 Result<std::unique_ptr<RoundTripper>> NewQueueRoundTripper(transfer_queue::TransferQueueClient client,
-                                                           std::string partition);
+                                                           std::string partition, bool steps = false);
 
 // Get latency at batch 1: puts `samples` rows of `row_bytes` into a fresh
 // partition, then times GetMeta(n = 1) + GetData (+ stamp check) of each

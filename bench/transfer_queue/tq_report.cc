@@ -153,9 +153,15 @@ std::string Mib(double bytes) {
 }
 
 void PrintRoundTrips(const Report& report) {
+  if (report.steps) {
+    std::printf("\n1. Put+Get round trips. Queue: put = PutRows, get = GetMeta + GetData + Ack (--get=steps).");
+  } else {
+    std::printf(
+        "\n1. Put+Get round trips. Queue: put = PutRows, get = Take (GetMeta + GetData) carrying the Ack of the"
+        " previous get\n   (one U8 tensor per row; over tcp and shm each is one request).");
+  }
   std::printf(
-      "\n1. Put+Get round trips. Queue: put = PutRows, get = Take (GetMeta + GetData) carrying the Ack of the"
-      " previous get\n   (one U8 tensor per row; over tcp and shm each is one request).\n   Redis: pipelined SETs, "
+      "\n   Redis: pipelined SETs, "
       "then GETs + one DEL. memcpy: copy in, then copy out.\n"
       "   GB/s = rows x row bytes / (put + get). inproc and shm gets return views, not copies, so they may"
       " beat memcpy.\n   Times in us per round trip, median of %d [min..max].\n",

@@ -43,6 +43,7 @@ struct MemoryRow {
 
 struct Report {
   bool quick = false;
+  bool steps = false;  // the queue's get was GetMeta + GetData + Ack (--get=steps)
   LoopBounds bounds;
   uint64_t max_batch_bytes = 0;
   std::vector<std::string> notes;  // skipped transports, capped batches

@@ -78,6 +78,12 @@ void StampRow(std::byte* row, size_t row_bytes, uint64_t stamp) {
   std::memcpy(row + row_bytes - sizeof(stamp), &stamp, sizeof(stamp));
 }
 
+uint64_t LoadStamp(const std::byte* row) {
+  uint64_t stamp = 0;
+  std::memcpy(&stamp, row, sizeof(stamp));
+  return stamp;
+}
+
 bool RowHasStamp(const std::byte* row, size_t row_bytes, uint64_t stamp) {
   uint64_t head = 0, tail = 0;
   std::memcpy(&head, row, sizeof(head));

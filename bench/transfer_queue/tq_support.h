@@ -42,6 +42,8 @@ Result<std::vector<std::string>> SplitList(const std::string& text);
 inline constexpr size_t kMinRowBytes = 8;
 void StampRow(std::byte* row, size_t row_bytes, uint64_t stamp);
 bool RowHasStamp(const std::byte* row, size_t row_bytes, uint64_t stamp);
+// The stamp in a row's first 8 bytes.
+uint64_t LoadStamp(const std::byte* row);
 
 // A buffer of `n` bytes with every page touched (no page faults inside a
 // timed region), shared so HostTensors can keep it alive.

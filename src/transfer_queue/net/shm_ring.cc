@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "sluice/common/logging.h"
@@ -54,6 +55,8 @@ constexpr char kPrefix[] = "sluice";
 constexpr char kKind[] = "tqring";
 // The longest a side sleeps before looking at its peer's liveness again.
 constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+// How long a wait spins on the CPU alone before it yields between checks.
+constexpr auto kPureSpin = std::chrono::microseconds(10);
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -80,7 +83,13 @@ RingEnd WaitChange(const std::atomic<uint32_t>& word, uint32_t old, std::atomic<
       continue;
     }
     const Steady::time_point now = Steady::now();
-    if (now < spin_end) continue;
+    if (now < spin_end) {
+      // Past the first microseconds, spin by yielding: when the cores are
+      // oversubscribed (more callers and ring threads than cores), a spinning
+      // thread must not keep its peer from running.
+      if (now - start > kPureSpin) std::this_thread::yield();
+      continue;
+    }
     if (RingEnd end = check(now - start >= kSleepSlice); end != RingEnd::kNone) return end;
     if (now >= deadline) return RingEnd::kIdle;
     // Dekker with the writer: it stores the word, then reads `sleeps`.

@@ -158,7 +158,8 @@ Result<CreateRowsResponse> InProcessController::CreateRows(const CreateRowsReque
   std::vector<NewRow> specs(request.rows.size());
   std::set<std::string_view> keys;
   for (size_t i = 0; i < specs.size(); ++i) {
-    SLUICE_RETURN_IF_ERROR(ValidateTags(request.rows[i], what + ", row " + std::to_string(i)));
+    SLUICE_RETURN_IF_ERROR(
+        PrefixWhere(ValidateTags(request.rows[i], ""), [&] { return what + ", row " + std::to_string(i); }));
     specs[i].tags = request.rows[i];
     if (!request.keys.empty()) {
       SLUICE_RETURN_IF_ERROR(ValidateName("key", request.keys[i]));
@@ -233,10 +234,12 @@ Result<BeginWriteResponse> InProcessController::BeginWrite(const BeginWriteReque
     return Status::InvalidArgument(what + ": nothing to write (no columns, no tag patches)");
   }
   for (size_t i = 0; i < request.patches.size(); ++i) {
-    SLUICE_RETURN_IF_ERROR(ValidatePatch(request.patches[i], what + ", patch " + std::to_string(i)));
+    SLUICE_RETURN_IF_ERROR(
+        PrefixWhere(ValidatePatch(request.patches[i], ""), [&] { return what + ", patch " + std::to_string(i); }));
   }
   for (size_t i = 0; i < request.new_rows.size(); ++i) {
-    SLUICE_RETURN_IF_ERROR(ValidateTags(request.new_rows[i], what + ", new row " + std::to_string(i)));
+    SLUICE_RETURN_IF_ERROR(
+        PrefixWhere(ValidateTags(request.new_rows[i], ""), [&] { return what + ", new row " + std::to_string(i); }));
   }
   std::set<std::string_view> keys;
   for (const std::string& key : request.keys) {
@@ -268,11 +271,14 @@ Result<BeginWriteResponse> InProcessController::BeginWrite(const BeginWriteReque
   for (const ColumnWriteMeta& column : request.columns) {
     const ColumnSchema& schema = columns_.find(column.column)->second.schema;
     for (size_t i = 0; i < n; ++i) {
-      std::string where = what + ", column " + Quoted(column.column) + ", row " +
-                          (request.target == WriteTarget::kExistingRows ? std::to_string(request.rows[i])
-                           : request.target == WriteTarget::kKeys       ? "with key " + Quoted(request.keys[i])
-                                                                        : "#" + std::to_string(i));
-      SLUICE_RETURN_IF_ERROR(ValidateTensorMeta(schema, column.rows[i], options_.max_tensor_bytes, where));
+      auto where = [&] {
+        return what + ", column " + Quoted(column.column) + ", row " +
+               (request.target == WriteTarget::kExistingRows ? std::to_string(request.rows[i])
+                : request.target == WriteTarget::kKeys       ? "with key " + Quoted(request.keys[i])
+                                                             : "#" + std::to_string(i));
+      };
+      SLUICE_RETURN_IF_ERROR(
+          PrefixWhere(ValidateTensorMeta(schema, column.rows[i], options_.max_tensor_bytes, ""), where));
       row_bytes[i] += column.rows[i].nbytes;
       total += column.rows[i].nbytes;
     }

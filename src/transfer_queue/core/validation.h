@@ -28,6 +28,15 @@ Status ValidateTensorMeta(const ColumnSchema& schema, const TensorMeta& meta, ui
 // nbytes agrees with dtype and shape (no schema involved).
 Status ValidateTensorBytes(const TensorMeta& meta, uint64_t max_tensor_bytes, std::string_view where);
 Status ValidateTags(const RowTags& tags, std::string_view where);
+
+// For the validators above called per row with an empty `where`: on failure
+// only, prefixes the message with the context `where()` builds, so a valid
+// batch of many rows builds no message at all.
+template <typename Where>
+Status PrefixWhere(Status status, Where&& where) {
+  if (status.ok()) return status;
+  return Status(status.code(), where() + status.message());
+}
 Status ValidatePatch(const RowTagPatch& patch, std::string_view where);
 Status ValidateTimeout(std::chrono::milliseconds timeout, std::string_view what);
 // now + timeout on the steady clock, saturated instead of overflowing for

@@ -55,6 +55,8 @@ constexpr char kPrefix[] = "sluice";
 constexpr char kKind[] = "tqring";
 // The longest a side sleeps before looking at its peer's liveness again.
 constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+// Receive buffers up to this size are kept for the next message.
+constexpr size_t kScratchMaxBytes = 1 << 20;
 // How long a wait spins on the CPU alone before it yields between checks.
 constexpr auto kPureSpin = std::chrono::microseconds(10);
 
@@ -104,10 +106,25 @@ RingEnd WaitChange(const std::atomic<uint32_t>& word, uint32_t old, std::atomic<
 // Copies one message out of `lane` (see shm_ring.h). `seen` is the reader's
 // last seq. The first chunk must come by `deadline`; later ones may take as
 // long as `check` allows.
+// A buffer of at least n bytes: `scratch` again when nothing else holds it
+// any more (the last message's views are gone) and it is large enough, so a
+// stream of messages does not allocate (and free) one buffer each.
+std::shared_ptr<std::byte[]> BufferFor(size_t n, RingScratch* scratch) {
+  if (scratch->buffer != nullptr && scratch->buffer.use_count() == 1 && scratch->capacity >= n) return scratch->buffer;
+  const size_t capacity = std::max<size_t>(n, 4096);
+  std::shared_ptr<std::byte[]> fresh(new std::byte[capacity]);
+  // Kept for reuse only while small: a rare big message does not stay allocated.
+  if (capacity <= kScratchMaxBytes) {
+    scratch->buffer = fresh;
+    scratch->capacity = capacity;
+  }
+  return fresh;
+}
+
 template <typename Check>
 Result<RingMessage> ReadMessage(RingLane& lane, const std::byte* area, uint64_t capacity, uint32_t* seen,
-                                uint64_t max_bytes, Steady::time_point deadline, const RingSpin& spin, Check&& check,
-                                RingEnd* end) {
+                                RingScratch* scratch, uint64_t max_bytes, Steady::time_point deadline,
+                                const RingSpin& spin, Check&& check, RingEnd* end) {
   std::vector<std::byte> gathered;
   for (bool first = true;; first = false) {
     const RingEnd waited =
@@ -139,7 +156,7 @@ Result<RingMessage> ReadMessage(RingLane& lane, const std::byte* area, uint64_t 
     RingMessage out;
     if (first && last == 1) {
       // The usual case: one chunk, copied once.
-      out.data = std::shared_ptr<std::byte[]>(new std::byte[std::max<uint64_t>(n, 1)]);
+      out.data = BufferFor(n, scratch);
       std::memcpy(out.data.get(), area, n);
       out.size = n;
     } else {
@@ -150,7 +167,7 @@ Result<RingMessage> ReadMessage(RingLane& lane, const std::byte* area, uint64_t 
     if (lane.writer_sleeps.load(std::memory_order_seq_cst) != 0) ShmFutexWakeAll(&lane.taken);
     if (last == 0) continue;
     if (out.data == nullptr) {
-      out.data = std::shared_ptr<std::byte[]>(new std::byte[std::max<size_t>(gathered.size(), 1)]);
+      out.data = BufferFor(gathered.size(), scratch);
       std::memcpy(out.data.get(), gathered.data(), gathered.size());
       out.size = gathered.size();
     }
@@ -266,7 +283,8 @@ Result<RingMessage> ShmRingServerEnd::Receive(uint64_t max_bytes, Steady::time_p
     if (!attached_) return Steady::now() > attach_by ? RingEnd::kPeerGone : RingEnd::kNone;
     return slow && ClientGone() ? RingEnd::kPeerGone : RingEnd::kNone;
   };
-  return ReadMessage(header_->request, request_area_, capacity_, &request_seen_, max_bytes, deadline, spin, check, end);
+  return ReadMessage(header_->request, request_area_, capacity_, &request_seen_, &scratch_, max_bytes, deadline, spin,
+                     check, end);
 }
 
 Status ShmRingServerEnd::Send(std::span<const std::byte> reply, const RingSpin& spin, const std::atomic<bool>& stop) {
@@ -381,8 +399,8 @@ Result<RingMessage> ShmRingClientEnd::Call(std::span<const std::byte> request, u
   Status sent = WriteMessage(header_->request, request_area_, capacity_, &request_seq_, request, deadline, spin, check);
   if (!sent.ok()) return sent;
   RingEnd end = RingEnd::kNone;
-  Result<RingMessage> reply =
-      ReadMessage(header_->reply, reply_area_, capacity_, &reply_seen_, max_reply_bytes, deadline, spin, check, &end);
+  Result<RingMessage> reply = ReadMessage(header_->reply, reply_area_, capacity_, &reply_seen_, &scratch_,
+                                          max_reply_bytes, deadline, spin, check, &end);
   if (!reply.ok()) {
     if (end == RingEnd::kIdle) return Status::Timeout("no reply on the ring in time");
     if (end == RingEnd::kClosed) return Status::Aborted("the server closed the ring");

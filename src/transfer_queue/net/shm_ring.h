@@ -77,6 +77,12 @@ struct RingMessage {
   std::span<const std::byte> bytes() const { return {data.get(), size}; }
 };
 
+// A receive buffer a ring end reuses while no message view holds it.
+struct RingScratch {
+  std::shared_ptr<std::byte[]> buffer;
+  size_t capacity = 0;
+};
+
 // Why a wait on a ring ended without a message.
 enum class RingEnd : uint8_t {
   kNone,      // not ended (a message or an error)
@@ -124,6 +130,7 @@ class ShmRingServerEnd {
   std::byte* reply_area_ = nullptr;
   uint32_t request_seen_ = 0;  // the last request seq read
   uint32_t reply_seq_ = 0;     // the last reply seq written
+  RingScratch scratch_;
   bool attached_ = false;
   bool unlinked_ = false;
 };
@@ -169,6 +176,7 @@ class ShmRingClientEnd {
   std::byte* reply_area_ = nullptr;
   uint32_t request_seq_ = 0;  // the last request seq written
   uint32_t reply_seen_ = 0;   // the last reply seq read
+  RingScratch scratch_;
   bool broken_ = false;
 };
 

@@ -23,6 +23,18 @@ std::chrono::milliseconds AddTimeouts(std::chrono::milliseconds a, std::chrono::
 
 void FreeMessage(void* data, void* /*hint*/) { delete[] static_cast<std::byte*>(data); }
 
+// The header of the reply to request `id` of `type` on a ring or a direct
+// connection, where nothing else can arrive: anything else is DataLoss.
+Result<wire::Header> ReplyHeader(std::span<const std::byte> bytes, wire::MessageType type, uint64_t id,
+                                 const wire::WireLimits& limits) {
+  SLUICE_ASSIGN_OR_RETURN(wire::Header header, wire::DecodeHeader(bytes, limits));
+  if (!header.is_reply() || header.request_id != id || header.type != type) {
+    return Status::DataLoss("it is a " + wire::Describe(header) + " for request " + std::to_string(header.request_id) +
+                            ", not the reply to request " + std::to_string(id));
+  }
+  return header;
+}
+
 }  // namespace
 
 Status ValidateEndpoint(const std::string& endpoint) {
@@ -157,17 +169,10 @@ Result<RpcChannel::Received> RpcChannel::RingRoundTrip(std::unique_ptr<ShmRingCl
     return reply.status().WithContext("malformed reply to " + what + " from " + endpoint_);
   }
   const std::span<const std::byte> bytes = reply->bytes();
-  Result<wire::Header> header = wire::DecodeHeader(bytes, limits);
-  Status bad = Status::Ok();
+  Result<wire::Header> header = ReplyHeader(bytes, type, id, limits);
   if (!header.ok()) {
-    bad = header.status();
-  } else if (!header->is_reply() || header->request_id != id || header->type != type) {
-    bad = Status::DataLoss("it is a " + wire::Describe(*header) + " for request " + std::to_string(header->request_id) +
-                           ", not the reply to request " + std::to_string(id));
-  }
-  if (!bad.ok()) {
     DropRing(std::move(ring));
-    return bad.WithContext("malformed reply to " + what + " from " + endpoint_);
+    return header.status().WithContext("malformed reply to " + what + " from " + endpoint_);
   }
   CheckinRing(std::move(ring));
   return Received{reply->data, bytes, *header};
@@ -260,17 +265,10 @@ Result<RpcChannel::Received> RpcChannel::DirectRoundTrip(net::UniqueFd connectio
   std::shared_ptr<std::byte[]> bytes(new std::byte[reply_size]);
   if (Status got = net::RecvAll(connection.get(), bytes.get(), reply_size, deadline); !got.ok()) return failed(got);
   const std::span<const std::byte> view(bytes.get(), reply_size);
-  Result<wire::Header> header = wire::DecodeHeader(view, limits);
-  Status bad = Status::Ok();
+  Result<wire::Header> header = ReplyHeader(view, type, id, limits);
   if (!header.ok()) {
-    bad = header.status();
-  } else if (!header->is_reply() || header->request_id != id || header->type != type) {
-    bad = Status::DataLoss("it is a " + wire::Describe(*header) + " for request " + std::to_string(header->request_id) +
-                           ", not the reply to request " + std::to_string(id));
-  }
-  if (!bad.ok()) {
     DropDirect(std::move(connection));
-    return bad.WithContext("malformed reply to " + what + " from " + endpoint_);
+    return header.status().WithContext("malformed reply to " + what + " from " + endpoint_);
   }
   CheckinDirect(std::move(connection));
   return Received{bytes, view, *header};

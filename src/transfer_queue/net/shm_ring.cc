@@ -103,9 +103,6 @@ RingEnd WaitChange(const std::atomic<uint32_t>& word, uint32_t old, std::atomic<
   }
 }
 
-// Copies one message out of `lane` (see shm_ring.h). `seen` is the reader's
-// last seq. The first chunk must come by `deadline`; later ones may take as
-// long as `check` allows.
 // A buffer of at least n bytes: `scratch` again when nothing else holds it
 // any more (the last message's views are gone) and it is large enough, so a
 // stream of messages does not allocate (and free) one buffer each.
@@ -121,14 +118,18 @@ std::shared_ptr<std::byte[]> BufferFor(size_t n, RingScratch* scratch) {
   return fresh;
 }
 
+// Copies one message out of `lane` (see shm_ring.h). `seen` is the reader's
+// last seq. The first chunk must come by `deadline`; later ones by
+// `rest_deadline` (the server: as long as `check` allows; a client: its
+// call's deadline).
 template <typename Check>
 Result<RingMessage> ReadMessage(RingLane& lane, const std::byte* area, uint64_t capacity, uint32_t* seen,
                                 RingScratch* scratch, uint64_t max_bytes, Steady::time_point deadline,
-                                const RingSpin& spin, Check&& check, RingEnd* end) {
+                                Steady::time_point rest_deadline, const RingSpin& spin, Check&& check, RingEnd* end) {
   std::vector<std::byte> gathered;
   for (bool first = true;; first = false) {
     const RingEnd waited =
-        WaitChange(lane.seq, *seen, lane.reader_sleeps, first ? deadline : Steady::time_point::max(), spin, check);
+        WaitChange(lane.seq, *seen, lane.reader_sleeps, first ? deadline : rest_deadline, spin, check);
     if (waited != RingEnd::kNone) {
       if (end != nullptr) *end = waited;
       switch (waited) {
@@ -225,7 +226,8 @@ uint64_t SegmentBytes(uint64_t capacity) { return kRingHeaderBytes + 2 * capacit
 
 // ------------------------------------------------------------------ server
 
-Result<std::unique_ptr<ShmRingServerEnd>> ShmRingServerEnd::Create(uint64_t capacity) {
+Result<std::unique_ptr<ShmRingServerEnd>> ShmRingServerEnd::Create(uint64_t capacity,
+                                                                   std::chrono::milliseconds attach_timeout) {
   if (capacity < kRingMinCapacity || capacity > kRingMaxCapacity || capacity % 64 != 0) {
     return Status::InvalidArgument("shared-memory ring capacity " + std::to_string(capacity) +
                                    " must be a multiple of 64 in " + std::to_string(kRingMinCapacity) + ".." +
@@ -245,6 +247,7 @@ Result<std::unique_ptr<ShmRingServerEnd>> ShmRingServerEnd::Create(uint64_t capa
     return Status::Unavailable("cannot open shared-memory ring " + name + " for its lock: " + why);
   }
   std::unique_ptr<ShmRingServerEnd> ring(new ShmRingServerEnd(std::move(segment), fd, capacity));
+  ring->attach_by_ = Steady::now() + attach_timeout;
   RingHeader* h = ring->header_;
   h->protocol = kRingProtocol;
   h->capacity = capacity;
@@ -273,18 +276,17 @@ bool ShmRingServerEnd::ClientGone() {
 
 Result<RingMessage> ShmRingServerEnd::Receive(uint64_t max_bytes, Steady::time_point deadline, const RingSpin& spin,
                                               const std::atomic<bool>& stop, RingEnd* end) {
-  const Steady::time_point attach_by = Steady::now() + kRingAttachTimeout;
   auto check = [&](bool slow) -> RingEnd {
     if (stop.load(std::memory_order_relaxed) || header_->closed.load(std::memory_order_relaxed) != 0) {
       return RingEnd::kClosed;
     }
     // Attached from the first chunk on: the client locks before it sends.
     attached_ = attached_ || request_seen_ != 0 || header_->request.seq.load(std::memory_order_acquire) != 0;
-    if (!attached_) return Steady::now() > attach_by ? RingEnd::kPeerGone : RingEnd::kNone;
+    if (!attached_) return Steady::now() > attach_by_ ? RingEnd::kPeerGone : RingEnd::kNone;
     return slow && ClientGone() ? RingEnd::kPeerGone : RingEnd::kNone;
   };
-  return ReadMessage(header_->request, request_area_, capacity_, &request_seen_, &scratch_, max_bytes, deadline, spin,
-                     check, end);
+  return ReadMessage(header_->request, request_area_, capacity_, &request_seen_, &scratch_, max_bytes, deadline,
+                     Steady::time_point::max(), spin, check, end);
 }
 
 Status ShmRingServerEnd::Send(std::span<const std::byte> reply, const RingSpin& spin, const std::atomic<bool>& stop) {
@@ -400,7 +402,7 @@ Result<RingMessage> ShmRingClientEnd::Call(std::span<const std::byte> request, u
   if (!sent.ok()) return sent;
   RingEnd end = RingEnd::kNone;
   Result<RingMessage> reply = ReadMessage(header_->reply, reply_area_, capacity_, &reply_seen_, &scratch_,
-                                          max_reply_bytes, deadline, spin, check, &end);
+                                          max_reply_bytes, deadline, deadline, spin, check, &end);
   if (!reply.ok()) {
     if (end == RingEnd::kIdle) return Status::Timeout("no reply on the ring in time");
     if (end == RingEnd::kClosed) return Status::Aborted("the server closed the ring");

@@ -95,7 +95,9 @@ class ShmRingServerEnd {
  public:
   // Sweeps rings of dead servers (first call only), then creates a segment
   // with `capacity` bytes per direction (kRingMinCapacity..kRingMaxCapacity).
-  static Result<std::unique_ptr<ShmRingServerEnd>> Create(uint64_t capacity);
+  // A client that has not sent anything within `attach_timeout` counts as gone.
+  static Result<std::unique_ptr<ShmRingServerEnd>> Create(
+      uint64_t capacity, std::chrono::milliseconds attach_timeout = kRingAttachTimeout);
   ~ShmRingServerEnd();  // unlinks the name if the client has not, unmaps
   ShmRingServerEnd(const ShmRingServerEnd&) = delete;
   ShmRingServerEnd& operator=(const ShmRingServerEnd&) = delete;
@@ -131,6 +133,7 @@ class ShmRingServerEnd {
   uint32_t request_seen_ = 0;  // the last request seq read
   uint32_t reply_seq_ = 0;     // the last reply seq written
   RingScratch scratch_;
+  std::chrono::steady_clock::time_point attach_by_;
   bool attached_ = false;
   bool unlinked_ = false;
 };

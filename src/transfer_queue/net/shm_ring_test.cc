@@ -72,6 +72,21 @@ TEST(ShmRingTest, MessagesOfAnySizeCrossInChunks) {
   echo.join();
 }
 
+TEST(ShmRingTest, AClientThatNeverAttachesCountsAsGone) {
+  Result<std::unique_ptr<ShmRingServerEnd>> server = ShmRingServerEnd::Create(4096, 300ms);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::atomic<bool> stop{false};
+  const Steady::time_point start = Steady::now();
+  RingEnd end = RingEnd::kNone;
+  // Waited for in slices, as the server's ring thread does: the attach
+  // deadline is the ring's, not each wait's.
+  for (int i = 0; i < 20 && end != RingEnd::kPeerGone; ++i) {
+    (void)(*server)->Receive(1 << 20, Steady::now() + 100ms, RingSpin{}, stop, &end);
+  }
+  EXPECT_EQ(end, RingEnd::kPeerGone);
+  EXPECT_LT(Steady::now() - start, 1500ms);
+}
+
 TEST(ShmRingTest, BadCapacitiesAndForeignSegmentsAreRefused) {
   TQ_EXPECT_ERROR(ShmRingServerEnd::Create(100), kInvalidArgument, "capacity 100");
   TQ_EXPECT_ERROR(ShmRingServerEnd::Create(4096 + 1), kInvalidArgument, "multiple of 64");

@@ -25,8 +25,9 @@ namespace {
 // it returns at once unless something is wrong.
 constexpr std::chrono::milliseconds kGetMetaTimeout{5000};
 
-// Row i of `source` as a tensor of the payload column (a view; PutRows copies).
-ColumnBatch PayloadColumn(const std::shared_ptr<std::byte[]>& source, size_t row_bytes, uint32_t batch) {
+// Row i of `rows` as a tensor of the payload column (a view, kept alive by
+// `owner` if any; PutRows copies).
+ColumnBatch PayloadColumn(const std::byte* rows, std::shared_ptr<const void> owner, size_t row_bytes, uint32_t batch) {
   ColumnBatch columns;
   std::vector<HostTensor>& tensors = columns[kColumn];
   tensors.reserve(batch);
@@ -34,8 +35,8 @@ ColumnBatch PayloadColumn(const std::shared_ptr<std::byte[]>& source, size_t row
     HostTensor t;
     t.dtype = DType::kU8;
     t.shape = {static_cast<int64_t>(row_bytes)};
-    t.owner = source;
-    t.data = source.get() + i * row_bytes;
+    t.owner = owner;
+    t.data = rows + i * row_bytes;
     t.nbytes = row_bytes;
     tensors.push_back(std::move(t));
   }
@@ -89,9 +90,9 @@ class QueueRoundTripper final : public RoundTripper {
       : client_(std::move(client)), partition_(std::move(partition)), steps_(steps) {}
 
   Status Put(const std::shared_ptr<std::byte[]>& source, size_t row_bytes, uint32_t batch) override {
-    SLUICE_ASSIGN_OR_RETURN(
-        std::vector<transfer_queue::RowId> rows,
-        client_.PutRows(partition_, std::vector<RowTags>(batch), PayloadColumn(source, row_bytes, batch)));
+    SLUICE_ASSIGN_OR_RETURN(std::vector<transfer_queue::RowId> rows,
+                            client_.PutRows(partition_, std::vector<RowTags>(batch),
+                                            PayloadColumn(source.get(), source, row_bytes, batch)));
     if (rows.size() != batch) return Status::DataLoss("PutRows created " + std::to_string(rows.size()) + " rows");
     return Status::Ok();
   }
@@ -142,17 +143,7 @@ class QueueProducerImpl final : public QueueProducer {
   QueueProducerImpl(TransferQueueClient client, std::string partition)
       : client_(std::move(client)), partition_(std::move(partition)) {}
   Status Put(const std::byte* rows, size_t row_bytes, uint32_t batch) override {
-    transfer_queue::ColumnBatch columns;
-    std::vector<HostTensor>& payload = columns[kColumn];
-    payload.reserve(batch);
-    for (uint32_t i = 0; i < batch; ++i) {
-      HostTensor t;
-      t.dtype = DType::kU8;
-      t.shape = {static_cast<int64_t>(row_bytes)};
-      t.data = rows + i * row_bytes;
-      t.nbytes = row_bytes;
-      payload.push_back(std::move(t));
-    }
+    const ColumnBatch columns = PayloadColumn(rows, nullptr, row_bytes, batch);
     // Waits (bounded) while the queue is at capacity: producers cannot run
     // away from consumers.
     return client_
@@ -281,7 +272,7 @@ Result<std::vector<double>> MeasureQueueGetLatency(TransferQueueClient client, c
     const uint32_t n = static_cast<uint32_t>(std::min<int>(kPutBatch, samples - done));
     for (uint32_t i = 0; i < n; ++i) StampRow(source.get() + i * row_bytes, row_bytes, done + i + 1);
     SLUICE_RETURN_IF_ERROR(
-        client.PutRows(partition, std::vector<RowTags>(n), PayloadColumn(source, row_bytes, n)).status());
+        client.PutRows(partition, std::vector<RowTags>(n), PayloadColumn(source.get(), source, row_bytes, n)).status());
     done += static_cast<int>(n);
   }
   std::vector<double> latencies;
@@ -332,8 +323,8 @@ Result<BackpressureResult> MeasureBackpressure(TransferQueueClient client, pid_t
       while (!stop.load()) {
         for (uint32_t i = 0; i < per_call; ++i) StampRow(source.get() + i * row_bytes, row_bytes, next + i);
         Status s = client
-                       .PutRows(partition, std::vector<RowTags>(per_call), PayloadColumn(source, row_bytes, per_call),
-                                CapacityWait{true, kPoll})
+                       .PutRows(partition, std::vector<RowTags>(per_call),
+                                PayloadColumn(source.get(), source, row_bytes, per_call), CapacityWait{true, kPoll})
                        .status();
         if (s.code() == StatusCode::kTimeout) {
           waits.fetch_add(1);

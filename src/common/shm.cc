@@ -284,6 +284,23 @@ Result<char> ReadProcessState(int32_t pid) {
   return stat.state;
 }
 
+std::string OwnerNameComponent(const ProcessIdentity& id) {
+  return std::to_string(id.pid) + "-" + std::to_string(id.start_time);
+}
+
+std::vector<std::string> UnlinkSegmentsOfDeadOwners(std::initializer_list<std::string_view> components) {
+  std::vector<std::string> removed;
+  Result<std::vector<std::string>> names = ListShmSegments(components);
+  if (!names.ok()) return removed;
+  const std::string prefix = ShmSegmentName(components) + ".";
+  for (const std::string& name : *names) {
+    const std::optional<ProcessIdentity> owner = OwnerNamedIn(std::string_view(name).substr(prefix.size()));
+    if (!owner || IsProcessAlive(*owner)) continue;
+    if (SharedMemorySegment::Unlink(name).ok()) removed.push_back(name);
+  }
+  return removed;
+}
+
 std::optional<ProcessIdentity> OwnerNamedIn(std::string_view text) {
   const size_t dash = text.find('-');
   if (dash == std::string_view::npos || dash == 0) return std::nullopt;

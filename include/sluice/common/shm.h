@@ -165,6 +165,11 @@ bool IsProcessAlive(const ProcessIdentity& id);
 // '.'. The owner named at the start of `text`, or nullopt when it names none.
 // Lets a later process tell a dead owner's segments and remove them.
 std::optional<ProcessIdentity> OwnerNamedIn(std::string_view text);
+// "<pid>-<start_time>": the name component OwnerNamedIn reads back.
+std::string OwnerNameComponent(const ProcessIdentity& id);
+// Unlinks every segment under ShmSegmentName(components) + "." whose name
+// starts with an owner (OwnerNameComponent) that is dead; the names removed.
+std::vector<std::string> UnlinkSegmentsOfDeadOwners(std::initializer_list<std::string_view> components);
 
 // ------------------------------------------------------------ robust mutex
 

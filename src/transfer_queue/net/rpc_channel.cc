@@ -70,8 +70,8 @@ RpcChannel::RpcChannel(std::string endpoint, RemoteOptions options)
 RpcChannel::~RpcChannel() {
   MutexLock lock(&mu_);
   idle_.clear();  // sockets (linger 0) close before the context
-  idle_rings_.clear();
-  idle_direct_.clear();
+  rings_.idle.clear();
+  direct_.idle.clear();
 }
 
 Result<std::shared_ptr<RpcChannel>> RpcChannel::Create(std::string endpoint, RemoteOptions options) {
@@ -110,20 +110,16 @@ void RpcChannel::EnableRings() {
 
 uint32_t RpcChannel::rings_open() const {
   MutexLock lock(&mu_);
-  return rings_open_;
+  return rings_.open;
 }
 
 std::unique_ptr<ShmRingClientEnd> RpcChannel::CheckoutRing() {
   {
     MutexLock lock(&mu_);
     if (!rings_enabled_) return nullptr;
-    if (!idle_rings_.empty()) {
-      std::unique_ptr<ShmRingClientEnd> ring = std::move(idle_rings_.back());
-      idle_rings_.pop_back();
-      return ring;
-    }
-    if (rings_open_ >= options_.shm_rings || Steady::now() < rings_retry_after_) return nullptr;
-    ++rings_open_;  // reserved while it opens
+    std::unique_ptr<ShmRingClientEnd> idle;
+    const auto taken = rings_.Take(options_.shm_rings, &idle);
+    if (taken != HandlePool<std::unique_ptr<ShmRingClientEnd>>::Taken::kOpenOne) return idle;
   }
   Result<wire::RingInfo> info = Call<wire::RingInfo>(wire::MessageType::kOpenRing, 0, wire::Empty{}, {});
   Result<std::unique_ptr<ShmRingClientEnd>> ring = info.ok() ? ShmRingClientEnd::Open(info->name, info->capacity)
@@ -132,21 +128,19 @@ std::unique_ptr<ShmRingClientEnd> RpcChannel::CheckoutRing() {
   SLUICE_LOG(DEBUG) << "TransferQueue " << endpoint_ << ": no shared-memory ring (" << ring.status().ToString()
                     << "); this call uses the socket";
   MutexLock lock(&mu_);
-  --rings_open_;
-  // The server's rings are all taken (or refused): ask again later, not per call.
-  rings_retry_after_ = Steady::now() + std::chrono::seconds(1);
+  rings_.Refused();  // the server's rings are all taken (or refused)
   return nullptr;
 }
 
 void RpcChannel::CheckinRing(std::unique_ptr<ShmRingClientEnd> ring) {
   MutexLock lock(&mu_);
-  idle_rings_.push_back(std::move(ring));
+  rings_.idle.push_back(std::move(ring));
 }
 
 void RpcChannel::DropRing(std::unique_ptr<ShmRingClientEnd> ring) {
   ring.reset();  // the server's thread for it ends
   MutexLock lock(&mu_);
-  --rings_open_;
+  --rings_.open;
 }
 
 Result<RpcChannel::Received> RpcChannel::RingRoundTrip(std::unique_ptr<ShmRingClientEnd> ring, wire::MessageType type,
@@ -185,7 +179,7 @@ void RpcChannel::EnableDirect(uint16_t port) {
 
 uint32_t RpcChannel::direct_open() const {
   MutexLock lock(&mu_);
-  return direct_open_;
+  return direct_.open;
 }
 
 net::UniqueFd RpcChannel::CheckoutDirect() {
@@ -193,13 +187,8 @@ net::UniqueFd RpcChannel::CheckoutDirect() {
   {
     MutexLock lock(&mu_);
     if (direct_port_ == 0) return net::UniqueFd();
-    if (!idle_direct_.empty()) {
-      net::UniqueFd fd = std::move(idle_direct_.back());
-      idle_direct_.pop_back();
-      return fd;
-    }
-    if (direct_open_ >= options_.direct_connections || Steady::now() < direct_retry_after_) return net::UniqueFd();
-    ++direct_open_;  // reserved while it connects
+    net::UniqueFd idle;
+    if (direct_.Take(options_.direct_connections, &idle) != HandlePool<net::UniqueFd>::Taken::kOpenOne) return idle;
     port = direct_port_;
   }
   const Steady::time_point deadline =
@@ -216,20 +205,19 @@ net::UniqueFd RpcChannel::CheckoutDirect() {
   SLUICE_LOG(DEBUG) << "TransferQueue " << endpoint_ << ": no direct connection (" << ready.ToString()
                     << "); this call uses ZeroMQ";
   MutexLock lock(&mu_);
-  --direct_open_;
-  direct_retry_after_ = Steady::now() + std::chrono::seconds(1);
+  direct_.Refused();
   return net::UniqueFd();
 }
 
 void RpcChannel::CheckinDirect(net::UniqueFd connection) {
   MutexLock lock(&mu_);
-  idle_direct_.push_back(std::move(connection));
+  direct_.idle.push_back(std::move(connection));
 }
 
 void RpcChannel::DropDirect(net::UniqueFd connection) {
   connection.Reset();
   MutexLock lock(&mu_);
-  --direct_open_;
+  --direct_.open;
 }
 
 Result<RpcChannel::Received> RpcChannel::DirectRoundTrip(net::UniqueFd connection, wire::MessageType type, uint64_t id,

@@ -47,6 +47,34 @@ inline constexpr uint64_t kDirectRefused = 0x305249445154'4c53ULL;
 // InvalidArgument unless `endpoint` is tcp://HOST:PORT or ipc://PATH.
 Status ValidateEndpoint(const std::string& endpoint);
 
+// Idle handles of one kind (rings, direct connections) and how many are
+// open. The owner locks around every use.
+template <typename T>
+struct HandlePool {
+  std::vector<T> idle;
+  uint32_t open = 0;
+  // After a refusal, opening another waits until then (not tried per call).
+  std::chrono::steady_clock::time_point retry_after;
+
+  enum class Taken { kIdle, kOpenOne, kNone };
+  // An idle handle into *out (kIdle); or kOpenOne: the caller may open a new
+  // one, counted open meanwhile (Refused() if that fails); else kNone.
+  Taken Take(uint32_t max_open, T* out) {
+    if (!idle.empty()) {
+      *out = std::move(idle.back());
+      idle.pop_back();
+      return Taken::kIdle;
+    }
+    if (open >= max_open || std::chrono::steady_clock::now() < retry_after) return Taken::kNone;
+    ++open;
+    return Taken::kOpenOne;
+  }
+  void Refused() {
+    --open;
+    retry_after = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  }
+};
+
 class RpcChannel {
  public:
   // InvalidArgument for a bad endpoint or options. Connects lazily.
@@ -123,13 +151,9 @@ class RpcChannel {
   wire::WireLimits limits_ SLUICE_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<zmq::socket_t>> idle_ SLUICE_GUARDED_BY(mu_);
   bool rings_enabled_ SLUICE_GUARDED_BY(mu_) = false;
-  uint32_t rings_open_ SLUICE_GUARDED_BY(mu_) = 0;
-  std::chrono::steady_clock::time_point rings_retry_after_ SLUICE_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<ShmRingClientEnd>> idle_rings_ SLUICE_GUARDED_BY(mu_);
+  HandlePool<std::unique_ptr<ShmRingClientEnd>> rings_ SLUICE_GUARDED_BY(mu_);
   uint16_t direct_port_ SLUICE_GUARDED_BY(mu_) = 0;  // 0: not enabled
-  uint32_t direct_open_ SLUICE_GUARDED_BY(mu_) = 0;
-  std::chrono::steady_clock::time_point direct_retry_after_ SLUICE_GUARDED_BY(mu_);
-  std::vector<net::UniqueFd> idle_direct_ SLUICE_GUARDED_BY(mu_);
+  HandlePool<net::UniqueFd> direct_ SLUICE_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::transfer_queue::internal

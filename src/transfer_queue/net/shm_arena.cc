@@ -67,24 +67,10 @@ HostTensor ViewAt(std::byte* data, DType dtype, std::vector<int64_t> shape, uint
   return t;
 }
 
-// "<pid>-<start>" of this process: the name component that says who owns an arena.
-std::string OwnerComponent(const ProcessIdentity& id) {
-  return std::to_string(id.pid) + "-" + std::to_string(id.start_time);
-}
-
 // Unlinks arenas whose creator is dead (a server that crashed).
 void SweepDeadArenas() {
-  Result<std::vector<std::string>> names = ListShmSegments({kPrefix, kKind});
-  if (!names.ok()) return;
-  const std::string prefix = ShmSegmentName({kPrefix, kKind}) + ".";
-  for (const std::string& name : *names) {
-    const std::optional<ProcessIdentity> found = OwnerNamedIn(std::string_view(name).substr(prefix.size()));
-    if (!found) continue;
-    const ProcessIdentity owner = *found;
-    if (IsProcessAlive(owner)) continue;
-    if (SharedMemorySegment::Unlink(name).ok()) {
-      SLUICE_LOG(INFO) << "TransferQueue: removed shared-memory arena " << name << " of dead process " << owner.pid;
-    }
+  for (const std::string& name : UnlinkSegmentsOfDeadOwners({kPrefix, kKind})) {
+    SLUICE_LOG(INFO) << "TransferQueue: removed shared-memory arena " << name << " of a dead process";
   }
 }
 
@@ -104,7 +90,7 @@ Result<std::shared_ptr<ShmArena>> ShmArena::Create(const Options& options) {
   SweepDeadArenas();
   static std::atomic<uint64_t> counter{0};
   const std::string name =
-      ShmSegmentName({kPrefix, kKind, OwnerComponent(CurrentProcess()), std::to_string(counter.fetch_add(1))});
+      ShmSegmentName({kPrefix, kKind, OwnerNameComponent(CurrentProcess()), std::to_string(counter.fetch_add(1))});
   const uint64_t slots_offset = AlignUp(sizeof(ArenaHeader), 64);
   const uint64_t data_offset = AlignUp(slots_offset + sizeof(ArenaSlot) * options.max_readers, 4096);
   const uint64_t data_bytes = AlignUp(options.data_bytes, kArenaAlignment);

@@ -205,20 +205,8 @@ Status WriteMessage(RingLane& lane, std::byte* area, uint64_t capacity, uint32_t
   return Status::Ok();
 }
 
-std::string OwnerComponent(const ProcessIdentity& id) {
-  return std::to_string(id.pid) + "-" + std::to_string(id.start_time);
-}
-
 // Unlinks rings whose server is dead (it crashed before its clients attached).
-void SweepDeadRings() {
-  Result<std::vector<std::string>> names = ListShmSegments({kPrefix, kKind});
-  if (!names.ok()) return;
-  const std::string prefix = ShmSegmentName({kPrefix, kKind}) + ".";
-  for (const std::string& name : *names) {
-    const std::optional<ProcessIdentity> owner = OwnerNamedIn(std::string_view(name).substr(prefix.size()));
-    if (owner && !IsProcessAlive(*owner)) (void)SharedMemorySegment::Unlink(name);
-  }
-}
+void SweepDeadRings() { (void)UnlinkSegmentsOfDeadOwners({kPrefix, kKind}); }
 
 uint64_t SegmentBytes(uint64_t capacity) { return kRingHeaderBytes + 2 * capacity; }
 
@@ -237,7 +225,7 @@ Result<std::unique_ptr<ShmRingServerEnd>> ShmRingServerEnd::Create(uint64_t capa
   std::call_once(swept, SweepDeadRings);
   static std::atomic<uint64_t> counter{0};
   const std::string name =
-      ShmSegmentName({kPrefix, kKind, OwnerComponent(CurrentProcess()), std::to_string(counter.fetch_add(1))});
+      ShmSegmentName({kPrefix, kKind, OwnerNameComponent(CurrentProcess()), std::to_string(counter.fetch_add(1))});
   SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment segment,
                           SharedMemorySegment::Create(name, SegmentBytes(capacity), /*reserve=*/true));
   const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);

@@ -35,6 +35,14 @@
 // the estimate of the work's cost least inflated by noise, and the lowest,
 // so every "of bound" figure is the smallest the measurements allow; every
 // run is checked against it.
+//
+// --processes runs each streaming mode's roles as processes (the pipeline's
+// process mode: this program is the launcher and hub, and re-executes itself
+// as each role with --role-mode/--role-hub/--role-run-dir and the launcher's
+// connection flags). --hub-paths=fast,socket then runs every mode twice,
+// interleaved: the roles calling the hub through its fast paths (shared-memory
+// rings) and through its ZeroMQ socket alone (pipeline.hub_fast_paths), and
+// prints the ratio of the two walls.
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -44,7 +52,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,7 +84,9 @@ namespace rollout = sluice::rollout;
 using Clock = std::chrono::steady_clock;
 
 struct ModeResult {
-  std::string name;
+  std::string name;          // the pipeline mode
+  std::string hub;           // --processes: "fast" or "socket" (pipeline.hub_fast_paths); "" with threads
+  std::string label;         // how the row is printed: the mode, and the hub paths when several are compared
   std::string budget;        // the mode's threads, as configured
   size_t repetition = 0;     // which interleaved round it ran in
   double wall = 0;           // RL wall seconds (excluding the final evaluation)
@@ -85,16 +97,44 @@ struct ModeResult {
   double rollout_busy = 0;   // fraction of wall the rollout engine had sequences running
   double occupancy = 0;      // mean share of the engine's slots decoding per decode step
   double staleness = 0;      // mean per sample
+  int64_t hub_requests = 0, ring_requests = 0;  // --processes: the roles' calls to the hub
 };
 
-Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name, const std::string& dir,
-                           const pipeline::RunOptions& base, const pipeline::RunHooks& hooks,
+// The step records of a run whose trainer was a process of its own: its
+// metrics.jsonl (the launcher's history holds none), the fields read here.
+Result<std::vector<pipeline::StepRecord>> StepsFromMetrics(const std::string& run_dir) {
+  const std::string path = run_dir + "/metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot read " + path);
+  std::vector<pipeline::StepRecord> steps;
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return Status::DataLoss(path + ": a line is not a JSON object");
+    pipeline::StepRecord r;
+    try {
+      r.samples_trained = j.at("samples_trained").get<int64_t>();
+      r.generated_tokens = j.at("generated_tokens").get<int64_t>();
+      r.train_seconds = j.at("train_seconds").get<double>();
+      r.wait_seconds = j.at("wait_seconds").get<double>();
+      r.staleness_mean = j.at("staleness_mean").get<double>();
+      r.elapsed_seconds = j.at("elapsed_seconds").get<double>();
+    } catch (const nlohmann::json::exception& e) {
+      return Status::DataLoss(path + ": " + e.what());
+    }
+    steps.push_back(r);
+  }
+  if (steps.empty()) return Status::DataLoss(path + " holds no step");
+  return steps;
+}
+
+// Runs `o` (its mode, run directory and placement set) and measures it.
+Result<ModeResult> RunMode(const pipeline::RunOptions& o, const pipeline::RunHooks& hooks,
                            const model::ModelConfig& config, std::shared_ptr<const sluice::reward::Task> task,
                            int32_t cores) {
   torch::set_num_threads(cores);  // the loop's roles set their own from here
-  pipeline::RunOptions o = base;
-  o.pipeline.mode = mode;
-  o.run_dir = base.run_dir + "/" + dir;
+  const pipeline::PipelineMode mode = o.pipeline.mode;
+  const std::string name = pipeline::PipelineModeName(mode);
   const pipeline::ThreadBudget budget = o.Threads(cores);
   if (budget.max_busy > cores) {
     return Status::Internal(name + " would run " + std::to_string(budget.max_busy) + " busy threads on " +
@@ -108,15 +148,19 @@ Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name,
   ModeResult r;
   r.name = name;
   r.budget = budget.ToString();
+  std::vector<pipeline::StepRecord> history = loop->history();
+  if (o.pipeline.processes) {
+    SLUICE_ASSIGN_OR_RETURN(history, StepsFromMetrics(o.run_dir));
+  }
   double waits = 0, stale = 0;
-  for (const auto& rec : loop->history()) {
+  for (const auto& rec : history) {
     r.samples += static_cast<double>(rec.samples_trained);
     r.tokens += static_cast<double>(rec.generated_tokens);
     r.train_seconds += rec.train_seconds;
     waits += rec.wait_seconds;
     stale += rec.staleness_mean;
   }
-  const auto& last = loop->history().back();
+  const auto& last = history.back();
   // Wall time up to the end of the last step, before its evaluation.
   r.wall = last.elapsed_seconds > 0 ? last.elapsed_seconds : total;
   if (mode == pipeline::PipelineMode::kDirect) {
@@ -125,9 +169,22 @@ Result<ModeResult> RunMode(pipeline::PipelineMode mode, const std::string& name,
     r.trainer_idle = waits / r.wall;
     r.rollout_busy = loop->stream_summary().rollout_busy_seconds / r.wall;
     r.occupancy = loop->stream_summary().rollout_occupancy;
+    r.hub_requests = loop->stream_summary().hub_requests;
+    r.ring_requests = loop->stream_summary().hub_ring_requests;
   }
-  r.staleness = stale / static_cast<double>(loop->history().size());
+  r.staleness = stale / static_cast<double>(history.size());
   return r;
+}
+
+// "a,b,c" -> {a, b, c}.
+std::vector<std::string> SplitList(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos <= list.size();) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    out.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
 }
 
 // The bound's two parts in core-seconds, measured alone on one thread (see
@@ -283,7 +340,7 @@ Status PrintSimulated(const std::string& profile_path, const std::vector<ModeRes
                     s.trainer_compute_s, bound.train, s.rollout_compute_s, bound.decode);
       costs = line;
     }
-    std::printf("%-13s %11.1f %12.1f %+8.0f%%", r.name.c_str(), r.wall, s.wall_s, 100 * (s.wall_s / r.wall - 1));
+    std::printf("%-13s %11.1f %12.1f %+8.0f%%", r.label.c_str(), r.wall, s.wall_s, 100 * (s.wall_s / r.wall - 1));
     if (measured_sync > 0) {
       std::printf(" %13.2fx %14.2fx", measured_sync / r.wall, simulated_sync / s.wall_s);
     } else {
@@ -331,6 +388,18 @@ Status Main(int argc, char** argv) {
   flags.Add("json", "", "also write results as JSON to this path");
   flags.Add("profile", "",
             "a cost profile (sluice calibrate) of this model: also print the simulator's prediction for every mode");
+  flags.Add("processes", "false",
+            "run each mode's roles as processes (pipeline.processes; the streaming modes only), this program the "
+            "launcher",
+            /*is_bool=*/true);
+  flags.Add("hub-paths", "fast",
+            "--processes: how the roles call the hub, comma-separated: fast (shared-memory rings), socket (ZeroMQ "
+            "alone); each mode runs with each");
+  // This program as one role of a --processes run (set by the launcher side).
+  flags.Add("role-mode", "", "internal (--role): the mode of the run");
+  flags.Add("role-hub", "", "internal (--role): the run's hub paths");
+  flags.Add("role-run-dir", "", "internal (--role): the run's directory");
+  pipeline::AddRoleFlags(flags);
   flags.Add("run-dir", "",
             "keep each run's directory (metrics.jsonl, timeline) under this path (default: a temporary one, removed)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(argv + 1, argv + argc)));
@@ -406,6 +475,48 @@ Status Main(int argc, char** argv) {
   base.devices.trainer = device.str();
   base.devices.rollout = device.str();
   SLUICE_ASSIGN_OR_RETURN(auto corr, sluice::trainer::ParseOffPolicyCorrection(correction));
+  SLUICE_ASSIGN_OR_RETURN(bool processes, flags.GetBool("processes"));
+  SLUICE_ASSIGN_OR_RETURN(std::string hub_paths, flags.GetString("hub-paths"));
+  const std::vector<std::string> hubs = SplitList(hub_paths);
+  for (const std::string& hub : hubs) {
+    if (hub != "fast" && hub != "socket") {
+      return Status::InvalidArgument("--hub-paths: '" + hub + "' is not one of {fast, socket}");
+    }
+  }
+  if (!processes && hub_paths != "fast") {
+    return Status::InvalidArgument("--hub-paths needs --processes (roles as threads share one in-process hub)");
+  }
+  // A mode's options as this run places its roles: the same in the launcher
+  // and in each role process.
+  auto options_for = [&](pipeline::PipelineMode mode, const std::string& hub,
+                         const std::string& run_dir) -> pipeline::RunOptions {
+    pipeline::RunOptions o = ModeOptions(base, mode, corr, lend, order, threads, rollout_threads, sync_dp);
+    o.run_dir = run_dir;
+    if (processes) {
+      o.pipeline.processes = true;
+      o.pipeline.hub_fast_paths = hub == "fast";
+      o.pipeline.role_command = {std::filesystem::read_symlink("/proc/self/exe").string()};
+      o.pipeline.role_command.insert(o.pipeline.role_command.end(), argv + 1, argv + argc);
+      for (const std::string& a :
+           {"--role-mode=" + pipeline::PipelineModeName(mode), "--role-hub=" + hub, "--role-run-dir=" + run_dir}) {
+        o.pipeline.role_command.push_back(a);
+      }
+    }
+    return o;
+  };
+
+  // Started by a --processes launcher as one role of one mode's run.
+  SLUICE_ASSIGN_OR_RETURN(std::optional<pipeline::RoleConnection> role, pipeline::RoleFromFlags(flags));
+  if (role) {
+    SLUICE_ASSIGN_OR_RETURN(std::string role_mode, flags.GetString("role-mode"));
+    SLUICE_ASSIGN_OR_RETURN(std::string role_hub, flags.GetString("role-hub"));
+    SLUICE_ASSIGN_OR_RETURN(std::string role_run_dir, flags.GetString("role-run-dir"));
+    SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(role_mode));
+    const pipeline::RunOptions o = options_for(mode, role_hub, role_run_dir);
+    auto policy = std::make_shared<model::Transformer>(config, o.seed);
+    SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, task, o, hooks));
+    return loop->RunRole(*role, [](const std::string&, int64_t, int64_t, const pipeline::StepRecord*) {});
+  }
 
   std::fprintf(stderr,
                "%s (%.1fM params): %lld steps x %lld prompts x %lld answers, %lld tokens (median %lld, longest %d), "
@@ -415,26 +526,42 @@ Status Main(int argc, char** argv) {
                static_cast<long long>(median), longest, static_cast<long long>(slots), static_cast<long long>(threads),
                device.str().c_str());
 
-  std::vector<std::string> names;
-  for (size_t pos = 0; pos <= modes.size();) {
-    const size_t comma = std::min(modes.find(',', pos), modes.size());
-    names.push_back(modes.substr(pos, comma - pos));
-    pos = comma + 1;
+  // Each mode with each hub setting (one, "", without --processes).
+  struct Variant {
+    pipeline::PipelineMode mode;
+    std::string hub, label;
+  };
+  std::vector<Variant> variants;
+  for (const std::string& name : SplitList(modes)) {
+    SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(name));
+    if (processes && mode == pipeline::PipelineMode::kDirect) {
+      return Status::InvalidArgument("--processes: direct has no roles to run as processes (--modes)");
+    }
+    for (const std::string& hub : hubs) {
+      variants.push_back({mode, processes ? hub : "", hubs.size() > 1 ? name + "/" + hub : name});
+    }
   }
-  // Every mode `repeat` times, interleaved, so a slow spell of a shared
-  // machine falls on all modes alike; per mode, the run of median wall time.
-  std::vector<std::vector<ModeResult>> mode_runs_all(names.size());
+  // Every variant `repeat` times, interleaved, so a slow spell of a shared
+  // machine falls on all alike; per variant, the run of median wall time.
+  std::vector<std::vector<ModeResult>> mode_runs_all(variants.size());
   std::vector<double> bound_runs, bound_train, bound_decode;
   for (int64_t rep = 0; rep < repeat; ++rep) {
-    for (size_t m = 0; m < names.size(); ++m) {
-      const std::string& name = names[m];
-      SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(name));
-      const pipeline::RunOptions o = ModeOptions(base, mode, corr, lend, order, threads, rollout_threads, sync_dp);
-      SLUICE_ASSIGN_OR_RETURN(
-          ModeResult r, RunMode(mode, name, repeat > 1 ? name + "-" + std::to_string(rep + 1) : name, o, hooks, config,
-                                task, static_cast<int32_t>(threads)));
-      std::fprintf(stderr, "  %-12s %.1f s, %.1f samples/s; %s\n", name.c_str(), r.wall, r.samples / r.wall,
+    for (size_t m = 0; m < variants.size(); ++m) {
+      const Variant& v = variants[m];
+      std::string dir = v.label;
+      std::replace(dir.begin(), dir.end(), '/', '-');
+      if (repeat > 1) dir += "-" + std::to_string(rep + 1);
+      const pipeline::RunOptions o = options_for(v.mode, v.hub, base.run_dir + "/" + dir);
+      SLUICE_ASSIGN_OR_RETURN(ModeResult r, RunMode(o, hooks, config, task, static_cast<int32_t>(threads)));
+      r.hub = v.hub;
+      r.label = v.label;
+      std::fprintf(stderr, "  %-19s %.1f s, %.1f samples/s; %s", v.label.c_str(), r.wall, r.samples / r.wall,
                    r.budget.c_str());
+      if (processes) {
+        std::fprintf(stderr, "; hub: %lld requests, %lld through rings", static_cast<long long>(r.hub_requests),
+                     static_cast<long long>(r.ring_requests));
+      }
+      std::fprintf(stderr, "\n");
       r.repetition = static_cast<size_t>(rep);
       mode_runs_all[m].push_back(r);
     }
@@ -472,17 +599,21 @@ Status Main(int argc, char** argv) {
       preset.c_str(), static_cast<long long>(steps), static_cast<long long>(prompts), static_cast<long long>(group),
       tail > 1 ? "long-tail" : "uniform", static_cast<long long>(median), longest, static_cast<long long>(threads),
       device.str().c_str());
+  if (processes) {
+    std::printf("roles as processes (this program the launcher and hub); hub paths: %s\n",
+                hubs.size() > 1     ? "each mode with fast (shared-memory rings) and socket (ZeroMQ alone)"
+                : hubs[0] == "fast" ? "fast (shared-memory rings)"
+                                    : "socket (ZeroMQ alone)");
+  }
   if (repeat > 1) {
     std::printf("(%lld runs of each mode, interleaved; each row is a mode's median run, wall min..max after it)\n",
                 static_cast<long long>(repeat));
   }
-  std::printf("%-13s %9s %11s %10s %13s %13s %10s %10s %9s\n", "mode", "wall s", "samples/s", "tokens/s",
+  std::printf("%-19s %9s %11s %10s %13s %13s %10s %10s %9s\n", "mode", "wall s", "samples/s", "tokens/s",
               "trainer idle", "rollout busy", "occupancy", "staleness", "of bound");
-  const ModeResult* sync = nullptr;
   std::string json = "[";
   for (const auto& r : results) {
-    if (r.name == "sync") sync = &r;
-    std::printf("%-13s %9.1f %11.2f %10.0f %12.0f%% %12.0f%% %9.0f%% %10.2f", r.name.c_str(), r.wall,
+    std::printf("%-19s %9.1f %11.2f %10.0f %12.0f%% %12.0f%% %9.0f%% %10.2f", r.label.c_str(), r.wall,
                 r.samples / r.wall, r.tokens / r.wall, 100 * r.trainer_idle, 100 * r.rollout_busy, 100 * r.occupancy,
                 r.staleness);
     if (measure_bound) {
@@ -493,12 +624,15 @@ Status Main(int argc, char** argv) {
     const sluice::bench::Stats& ws = wall_stats[static_cast<size_t>(&r - results.data())];
     if (repeat > 1) std::printf("   %.1f..%.1f s", ws.min, ws.max);
     std::printf("\n");
-    json +=
-        std::string(json.size() > 1 ? "," : "") + "{\"mode\":\"" + r.name +
-        "\",\"wall_seconds\":" + std::to_string(r.wall) + ",\"samples_per_s\":" + std::to_string(r.samples / r.wall) +
-        ",\"tokens_per_s\":" + std::to_string(r.tokens / r.wall) +
-        ",\"trainer_idle\":" + std::to_string(r.trainer_idle) + ",\"rollout_busy\":" + std::to_string(r.rollout_busy) +
-        ",\"occupancy\":" + std::to_string(r.occupancy) + ",\"staleness\":" + std::to_string(r.staleness) + "}";
+    json += std::string(json.size() > 1 ? "," : "") + "{\"mode\":\"" + r.name +
+            "\",\"processes\":" + (processes ? "true" : "false") + ",\"hub\":\"" + r.hub +
+            "\",\"wall_seconds\":" + std::to_string(r.wall) +
+            ",\"samples_per_s\":" + std::to_string(r.samples / r.wall) +
+            ",\"tokens_per_s\":" + std::to_string(r.tokens / r.wall) +
+            ",\"trainer_idle\":" + std::to_string(r.trainer_idle) +
+            ",\"rollout_busy\":" + std::to_string(r.rollout_busy) + ",\"occupancy\":" + std::to_string(r.occupancy) +
+            ",\"staleness\":" + std::to_string(r.staleness) + ",\"hub_requests\":" + std::to_string(r.hub_requests) +
+            ",\"ring_requests\":" + std::to_string(r.ring_requests) + "}";
   }
   json += "]\n";
   if (!measure_bound)
@@ -520,15 +654,32 @@ Status Main(int argc, char** argv) {
       if (measure_bound && r.wall < ideal) {
         std::printf(
             "WARNING: %s run %zu finished in %.1f s, under the bound of %.1f s: the bound is wrong, not the mode\n",
-            r.name.c_str(), r.repetition + 1, r.wall, ideal);
+            r.label.c_str(), r.repetition + 1, r.wall, ideal);
       }
     }
   }
   std::printf("threads (budget %lld cores):\n", static_cast<long long>(threads));
-  for (const auto& r : results) std::printf("  %-12s %s\n", r.name.c_str(), r.budget.c_str());
-  if (sync) {
+  for (const auto& r : results) std::printf("  %-19s %s\n", r.label.c_str(), r.budget.c_str());
+  if (processes) {
+    std::printf("the roles' requests to the hub (each row's run):\n");
     for (const auto& r : results) {
-      if (&r != sync) std::printf("%s/sync throughput: %.2fx\n", r.name.c_str(), sync->wall / r.wall);
+      std::printf("  %-19s %lld, %lld through shared-memory rings, %.0f per second\n", r.label.c_str(),
+                  static_cast<long long>(r.hub_requests), static_cast<long long>(r.ring_requests),
+                  static_cast<double>(r.hub_requests) / r.wall);
+    }
+  }
+  // Each mode against sync with the same hub paths; each mode's fast paths
+  // against its socket run.
+  for (const auto& r : results) {
+    for (const auto& other : results) {
+      if (other.name == "sync" && r.name != "sync" && other.hub == r.hub) {
+        std::printf("%s/sync throughput%s: %.2fx\n", r.name.c_str(),
+                    hubs.size() > 1 ? (" (hub paths " + r.hub + ")").c_str() : "", other.wall / r.wall);
+      }
+      if (other.name == r.name && r.hub == "fast" && other.hub == "socket") {
+        std::printf("%s: the hub's fast paths against its socket alone: %.2fx (wall %.1f s against %.1f s)\n",
+                    r.name.c_str(), other.wall / r.wall, r.wall, other.wall);
+      }
     }
   }
   if (!profile_path.empty()) {

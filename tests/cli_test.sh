@@ -7,12 +7,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
 
-expect() {  # expect NAME WANT_RC NEEDLE -- command...
+expect() {  # expect NAME WANT_RC NEEDLE -- command...   (the output is kept in $tmp/NAME.out)
   local name=$1 want=$2 needle=$3
   shift 4
   local out rc
   out=$("$@" 2>&1)
   rc=$?
+  printf '%s\n' "$out" > "$tmp/$name.out"
   if [ "$rc" -ne "$want" ] || ! grep -qF -- "$needle" <<<"$out"; then
     echo "FAIL $name: rc=$rc (want $want), output lacks '$needle':"
     echo "$out" | tail -5
@@ -124,6 +125,9 @@ proc=(model.preset=tiny sft.steps=0 rl.steps=6 rl.prompts_per_step=3 rl.group_si
       pipeline.mode=async pipeline.max_staleness=2 pipeline.processes=true pipeline.rollout_threads=1
       pipeline.trainer_threads=1)
 expect processes 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/proc" run.trace=true
+# The roles call the hub through its shared-memory rings (pipeline.hub_fast_paths, on by default).
+grep -qE 'requests from the roles, [1-9][0-9]* through shared-memory rings' "$tmp/processes.out" &&
+  echo "ok   hub-fast-paths" || { echo "FAIL hub-fast-paths: $(grep 'requests from the roles' "$tmp/processes.out")"; failures=$((failures + 1)); }
 # run.trace: the launcher's and every role's timeline in one trace-event file, each role on its own
 # track whether roles are processes or threads, the per-process parts merged and removed.
 expect threads-trace 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/thr" run.trace=true \
@@ -150,7 +154,9 @@ stale=$(grep -o '"staleness_max":[0-9]*' "$tmp/proc/metrics.jsonl" | cut -d: -f2
 # the same samples, so the same losses and gradient norms within float rounding); three ranks in
 # async mode (one rank's shard of a mini-batch can be empty) train every prompt once.
 ranks=("${proc[@]}" pipeline.mode=sync trainer.mini_batches=2 trainer.lr=1e-3 reward.python="$rewards:length_score")
-expect ranks-1 0 "held-out accuracy" -- "$SLUICE" train "${ranks[@]}" run.dir="$tmp/ranks1"
+# (One rank with the hub's fast paths off: every call through its ZeroMQ socket, the same steps.)
+expect ranks-1 0 "requests from the roles, 0 through shared-memory rings, 0 through direct TCP connections" -- \
+  "$SLUICE" train "${ranks[@]}" run.dir="$tmp/ranks1" pipeline.hub_fast_paths=false
 expect ranks-2 0 "held-out accuracy" -- "$SLUICE" train "${ranks[@]}" run.dir="$tmp/ranks2" pipeline.trainer_ranks=2
 expect ranks-3 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/ranks3" pipeline.trainer_ranks=3 \
   trainer.mini_batches=2
@@ -259,7 +265,16 @@ import re, sys, urllib.request
 text = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
 values = dict(re.findall(r'^(sluice_[a-z_]+(?:\{[^}]*\})?) (\S+)$', text, re.M))
 assert float(values['sluice_trainer_step']) >= 1, text
-assert float(values['sluice_role_seconds_since_progress{role="rollout"}']) >= 5, text
+assert float(values['sluice_role_seconds_since_progress{role="rollout",index="0"}']) >= 5, text
+assert float(values['sluice_role_seconds_since_progress{role="reward",index="0"}']) < 5, text
+assert float(values['sluice_hub_requests_total{path="ring"}']) > 0, text
+# Each family's samples follow its own HELP and TYPE lines (the exposition format).
+family = None
+for line in text.splitlines():
+    if line.startswith('# TYPE '):
+        family = line.split()[2]
+    elif not line.startswith('#'):
+        assert line.split('{')[0].split(' ')[0] == family, (line, family)
 assert float(values['sluice_hub_acked_rows_total{task="train"}']) >= 1, text
 assert float(values['sluice_rollout_tokens_total']) > 0, text
 PY

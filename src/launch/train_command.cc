@@ -204,6 +204,9 @@ ConfigSchema TrainSchema() {
   s.AddInt("pipeline.stall_seconds", 300, 0, 604800,
            "pipeline.processes: report a role that makes no progress for this long (no decode step, hub poll or "
            "training step), naming it and its process state; 0: never");
+  s.AddBool("pipeline.hub_fast_paths", true,
+            "pipeline.processes: role processes call the hub through shared-memory rings (same host) or direct TCP "
+            "connections; false: every call through its ZeroMQ socket (slower; for comparison)");
   s.AddBool("pipeline.stop_on_stall", false,
             "pipeline.processes: stop the run with an error when a role stalls (pipeline.stall_seconds), instead "
             "of only reporting it");
@@ -413,6 +416,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.lease_seconds = c.GetInt("pipeline.lease_seconds");
   o.pipeline.stall_seconds = c.GetInt("pipeline.stall_seconds");
   o.pipeline.stop_on_stall = c.GetBool("pipeline.stop_on_stall");
+  o.pipeline.hub_fast_paths = c.GetBool("pipeline.hub_fast_paths");
   o.pipeline.train_order = c.GetString("pipeline.train_order") == "prompt" ? pipeline::TrainOrder::kPrompt
                                                                            : pipeline::TrainOrder::kCompletion;
   o.pipeline.processes = c.GetBool("pipeline.processes");
@@ -529,26 +533,10 @@ Result<std::vector<std::string>> RoleCommand(const std::string& run_dir) {
 }
 
 // In a role process (started by a launcher with --role): runs that role.
-Status RunRoleProcess(const FlagSet& flags, Config& config) {
-  pipeline::RoleConnection c;
-  SLUICE_ASSIGN_OR_RETURN(std::string role, flags.GetString("role"));
-  SLUICE_ASSIGN_OR_RETURN(c.role, pipeline::ParsePipelineRole(role));
-  SLUICE_ASSIGN_OR_RETURN(c.hub, flags.GetString("hub"));
-  SLUICE_ASSIGN_OR_RETURN(c.weights, flags.GetString("weights"));
-  SLUICE_ASSIGN_OR_RETURN(c.board, flags.GetString("board"));
-  SLUICE_ASSIGN_OR_RETURN(c.start_step, flags.GetInt("start-step", 0, INT64_MAX));
-  SLUICE_ASSIGN_OR_RETURN(c.start_version, flags.GetInt("start-version", 0, INT64_MAX));
-  SLUICE_ASSIGN_OR_RETURN(c.trainer_rank, flags.GetInt("trainer-rank", 0, 255));
-  SLUICE_ASSIGN_OR_RETURN(c.trainer_store, flags.GetString("trainer-store"));
-  SLUICE_ASSIGN_OR_RETURN(c.replica, flags.GetInt("replica", 0, 63));
-  SLUICE_ASSIGN_OR_RETURN(c.board_slot, flags.GetInt("board-slot", -1, 1 << 20));
-  if (const char* token = std::getenv(pipeline::kHubTokenVariable); token != nullptr) c.hub_token = token;
-  if (c.hub.empty() || c.weights.empty() || c.board.empty()) {
-    return Status::InvalidArgument("--role needs --hub, --weights and --board (it is started by a launcher)");
-  }
+Status RunRoleProcess(const pipeline::RoleConnection& c, Config& config) {
+  const std::string role = pipeline::PipelineRoleName(c.role);
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
-  SLUICE_ASSIGN_OR_RETURN(const int64_t ranks, flags.GetInt("trainer-ranks", 0, 256));
-  if (ranks > 0) options.pipeline.trainer_ranks = static_cast<int32_t>(ranks);
+  if (c.trainer_ranks > 0) options.pipeline.trainer_ranks = static_cast<int32_t>(c.trainer_ranks);
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
   SetIntraOpThreads(config.GetInt("run.threads"));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
@@ -620,18 +608,7 @@ Status Train(const std::vector<std::string>& args) {
   flags.Add("config", "", "YAML config file (keys: `sluice train --help-config`)");
   flags.Add("help-config", "false", "print every config key with its default and exit", /*is_bool=*/true);
   // Set by a launcher (pipeline.processes) on the role processes it starts.
-  flags.Add("role", "", "internal: run one role (trainer, rollout, reward) of a launcher's run");
-  flags.Add("hub", "", "internal (--role): the run's TransferQueue endpoint");
-  flags.Add("weights", "", "internal (--role): the run's weight store");
-  flags.Add("board", "", "internal (--role): the run's role board segment");
-  flags.Add("start-step", "0", "internal (--role): the RL step the run starts at");
-  flags.Add("start-version", "0", "internal (--role): the weight version the run starts at");
-  flags.Add("trainer-rank", "0", "internal (--role=trainer): this trainer rank (pipeline.trainer_ranks > 1)");
-  flags.Add("replica", "0", "internal (--role=rollout/reward): this rollout replica's or reward worker's index");
-  flags.Add("board-slot", "-1", "internal (--role): this process's slot on the role board (-1: its role's)");
-  flags.Add("trainer-store", "", "internal (--role=trainer): the trainer ranks' store (HOST:PORT, or file:PATH)");
-  flags.Add("trainer-ranks", "0",
-            "internal (--role=trainer): the run's trainer ranks when a launcher placed them (0: the config's)");
+  pipeline::AddRoleFlags(flags);
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   ConfigSchema schema = TrainSchema();
   if (flags.help_requested()) {
@@ -645,8 +622,8 @@ Status Train(const std::vector<std::string>& args) {
   }
   SLUICE_ASSIGN_OR_RETURN(std::string config_path, flags.GetString("config"));
   SLUICE_ASSIGN_OR_RETURN(Config config, Config::Load(schema, config_path, flags.positional()));
-  SLUICE_ASSIGN_OR_RETURN(std::string role, flags.GetString("role"));
-  if (!role.empty()) return RunRoleProcess(flags, config);
+  SLUICE_ASSIGN_OR_RETURN(std::optional<pipeline::RoleConnection> role, pipeline::RoleFromFlags(flags));
+  if (role) return RunRoleProcess(*role, config);
   SLUICE_ASSIGN_OR_RETURN(runtime::ProcessPlacement placement, runtime::PlacementFromEnvironment(std::getenv));
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
   if (placement.world_size > 1) {

@@ -1,10 +1,12 @@
 #include "sluice/pipeline/options.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "sluice/common/metrics_server.h"
 #include "sluice/model/device.h"
 #include "sluice/pipeline/roles.h"
+#include "sluice/runtime/flags.h"
 
 namespace sluice::pipeline {
 
@@ -234,6 +236,43 @@ Result<PipelineRole> ParsePipelineRole(const std::string& name) {
   if (name == "rollout") return PipelineRole::kRollout;
   if (name == "reward") return PipelineRole::kReward;
   return Status::InvalidArgument("pipeline role '" + name + "' is not one of {trainer, rollout, reward}");
+}
+
+void AddRoleFlags(runtime::FlagSet& flags) {
+  flags.Add("role", "", "internal: run one role (trainer, rollout, reward) of a launcher's run");
+  flags.Add("hub", "", "internal (--role): the run's TransferQueue endpoint");
+  flags.Add("weights", "", "internal (--role): the run's weight store");
+  flags.Add("board", "", "internal (--role): the run's role board segment");
+  flags.Add("start-step", "0", "internal (--role): the RL step the run starts at");
+  flags.Add("start-version", "0", "internal (--role): the weight version the run starts at");
+  flags.Add("trainer-rank", "0", "internal (--role=trainer): this trainer rank (pipeline.trainer_ranks > 1)");
+  flags.Add("replica", "0", "internal (--role=rollout/reward): this rollout replica's or reward worker's index");
+  flags.Add("board-slot", "-1", "internal (--role): this process's slot on the role board (-1: its role's)");
+  flags.Add("trainer-store", "", "internal (--role=trainer): the trainer ranks' store (HOST:PORT, or file:PATH)");
+  flags.Add("trainer-ranks", "0",
+            "internal (--role=trainer): the run's trainer ranks when a launcher placed them (0: the config's)");
+}
+
+Result<std::optional<RoleConnection>> RoleFromFlags(const runtime::FlagSet& flags) {
+  SLUICE_ASSIGN_OR_RETURN(const std::string role, flags.GetString("role"));
+  if (role.empty()) return std::optional<RoleConnection>();
+  RoleConnection c;
+  SLUICE_ASSIGN_OR_RETURN(c.role, ParsePipelineRole(role));
+  SLUICE_ASSIGN_OR_RETURN(c.hub, flags.GetString("hub"));
+  SLUICE_ASSIGN_OR_RETURN(c.weights, flags.GetString("weights"));
+  SLUICE_ASSIGN_OR_RETURN(c.board, flags.GetString("board"));
+  SLUICE_ASSIGN_OR_RETURN(c.start_step, flags.GetInt("start-step", 0, INT64_MAX));
+  SLUICE_ASSIGN_OR_RETURN(c.start_version, flags.GetInt("start-version", 0, INT64_MAX));
+  SLUICE_ASSIGN_OR_RETURN(c.trainer_rank, flags.GetInt("trainer-rank", 0, 255));
+  SLUICE_ASSIGN_OR_RETURN(c.trainer_store, flags.GetString("trainer-store"));
+  SLUICE_ASSIGN_OR_RETURN(c.replica, flags.GetInt("replica", 0, 63));
+  SLUICE_ASSIGN_OR_RETURN(c.board_slot, flags.GetInt("board-slot", -1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(c.trainer_ranks, flags.GetInt("trainer-ranks", 0, 256));
+  if (const char* token = std::getenv(kHubTokenVariable); token != nullptr) c.hub_token = token;
+  if (c.hub.empty() || c.weights.empty() || c.board.empty()) {
+    return Status::InvalidArgument("--role needs --hub, --weights and --board (it is started by a launcher)");
+  }
+  return std::optional<RoleConnection>(std::move(c));
 }
 
 std::string PipelineRoleName(PipelineRole role) {

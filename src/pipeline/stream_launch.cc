@@ -438,8 +438,14 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   auto* board = reinterpret_cast<RoleBoard*>(board_segment.data());  // zero-filled: every counter 0
   board->trainer_step.store(s.step);
   board->trainer_version.store(s.version);
+  // pipeline.trainer_command replaces the trainer process with a user's; the
+  // trainer ranks this launcher starts (the others were launched elsewhere).
+  const bool external = !po.trainer_command.empty();
+  const int64_t local_ranks = po.local_trainer_ranks > 0 ? po.local_trainer_ranks : po.trainer_ranks;
+  const std::vector<BoardProcess> processes =
+      BoardProcesses(external ? 1 : local_ranks, po.rollout_replicas, po.reward_workers);
   // Stopped before the board and the hub go (it reads both).
-  Result<std::unique_ptr<MetricsServer>> serving = StreamRoles::ServeMetrics(s, *board, local);
+  Result<std::unique_ptr<MetricsServer>> serving = StreamRoles::ServeMetrics(s, *board, local, processes, server.get());
   if (!serving.ok()) {
     board_segment.Reset();
     (void)SharedMemorySegment::Unlink(board_name);
@@ -461,7 +467,6 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     // the starting version and keeps a reader on it (so the store outlives
     // the command's publisher and the result can be read), then hands the
     // publisher's place to the command.
-    const bool external = !po.trainer_command.empty();
     std::unique_ptr<ce::ShmSubscriber> store_reader;
     std::string info_path;
     if (external) {
@@ -493,7 +498,6 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     std::unique_ptr<trainer::DataParallelStore> rank_store;
     std::string store_at;
     const std::chrono::seconds rank_timeout(po.rank_timeout_seconds);
-    const int64_t local_ranks = po.local_trainer_ranks > 0 ? po.local_trainer_ranks : po.trainer_ranks;
     struct RemoveFile {
       fs::path path;
       ~RemoveFile() {
@@ -536,27 +540,6 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     } end_for_ranks{rank_store.get()};
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
     std::vector<StallWatch::Role> watched;
-    // Every process: role, index (trainer rank, rollout replica, reward
-    // worker), board slot (each role's first its own; the others numbered
-    // from 3, as far as the board has slots).
-    struct Process {
-      PipelineRole role;
-      int64_t index;
-      int slot;
-    };
-    std::vector<Process> processes;
-    int next_slot = 3;
-    auto add = [&](PipelineRole role, int64_t count) {
-      for (int64_t i = 0; i < count; ++i) {
-        processes.push_back({role, i,
-                             i == 0                          ? static_cast<int>(role)
-                             : next_slot < RoleBoard::kSlots ? next_slot++
-                                                             : -1});
-      }
-    };
-    add(PipelineRole::kTrainer, external ? 1 : local_ranks);
-    add(PipelineRole::kRollout, po.rollout_replicas);
-    add(PipelineRole::kReward, po.reward_workers);
     for (const auto& [role, rank, slot] : processes) {
       runtime::ChildSpec spec;
       spec.name = ProcessName(role, rank);
@@ -634,6 +617,13 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   // A feeding error is the cause when there is one (the roles it stopped fail after it).
   if (!fed.ok()) result = fed.WithContext("feeding prompts");
   s.stream_stats = board->Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
+  const tq::ServerCounters hub = server->counters();
+  s.stream_stats.hub_requests = static_cast<int64_t>(hub.requests);
+  s.stream_stats.hub_ring_requests = static_cast<int64_t>(hub.ring_requests);
+  s.stream_stats.hub_direct_requests = static_cast<int64_t>(hub.direct_requests);
+  SLUICE_LOG(INFO) << "hub: " << hub.requests << " requests from the roles, " << hub.ring_requests
+                   << " through shared-memory rings, " << hub.direct_requests << " through direct TCP connections"
+                   << (po.hub_fast_paths ? "" : " (pipeline.hub_fast_paths off)");
   metrics_server.reset();
   // Cleanup, whatever happened: the roles are gone (reaped), so nothing is in use.
   server->Stop();
@@ -678,6 +668,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   tq::RemoteOptions ro;
   ro.token = c.hub_token;
   ro.shm = c.remote ? tq::ShmMode::kOff : tq::ShmMode::kAuto;
+  if (!s.options.pipeline.hub_fast_paths) ro.shm_rings = 0, ro.direct_connections = 0;
   SLUICE_ASSIGN_OR_RETURN(tq::RemoteQueue queue, tq::ConnectTransferQueue(c.hub, ro));
   tq::TransferQueueClient client = queue.client();
   auto stopping = [] { return false; };  // the launcher stops a role process by signal

@@ -331,10 +331,26 @@ void StreamRoles::FinishTrace(const TrainingRun::State& s, const std::vector<std
   SLUICE_LOG(INFO) << "trace: " << out << " (" << *events << " events; open it in ui.perfetto.dev)";
 }
 
+std::vector<BoardProcess> BoardProcesses(int64_t trainers, int64_t rollout_replicas, int64_t reward_workers) {
+  std::vector<BoardProcess> out;
+  int next_slot = 3;
+  auto add = [&](PipelineRole role, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      out.push_back({role, i, i == 0 ? static_cast<int>(role) : next_slot < RoleBoard::kSlots ? next_slot++ : -1});
+    }
+  };
+  add(PipelineRole::kTrainer, trainers);
+  add(PipelineRole::kRollout, rollout_replicas);
+  add(PipelineRole::kReward, reward_workers);
+  return out;
+}
+
 Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingRun::State& s, const RoleBoard& board,
-                                                                 tq::TransferQueueClient& hub) {
+                                                                 tq::TransferQueueClient& hub,
+                                                                 std::vector<BoardProcess> processes,
+                                                                 const tq::TransferQueueServer* hub_server) {
   if (s.options.metrics_listen.empty()) return std::unique_ptr<MetricsServer>();
-  auto render = [&board, &hub]() {
+  auto render = [&board, &hub, processes = std::move(processes), hub_server]() {
     std::string out;
     auto metric = [&out](const char* name, const char* type, const char* help) {
       out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
@@ -356,15 +372,29 @@ Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingR
     value("sluice_rollout_idle", static_cast<double>(board.rollout_idle.load()));
     metric("sluice_reward_errors_total", "counter", "answers a reward.python function failed on");
     value("sluice_reward_errors_total", static_cast<double>(board.reward_errors.load()));
-    metric("sluice_role_seconds_since_progress", "gauge", "since the role last went round its loop");
-    metric("sluice_role_activity", "gauge", "1 for what the role is doing now");
+    // Per role process (trainer rank, rollout replica, reward worker).
+    auto label = [](const BoardProcess& p) {
+      return "role=\"" + PipelineRoleName(p.role) + "\",index=\"" + std::to_string(p.index) + "\"";
+    };
     const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-    for (PipelineRole role : {PipelineRole::kTrainer, PipelineRole::kRollout, PipelineRole::kReward}) {
-      const int r = static_cast<int>(role);
-      const std::string label = "role=\"" + PipelineRoleName(role) + "\"";
-      const int64_t beat = board.heartbeat_ns[r].load();
-      if (beat > 0) value("sluice_role_seconds_since_progress{" + label + "}", static_cast<double>(now - beat) / 1e9);
-      value("sluice_role_activity{" + label + ",activity=\"" + DescribeSlotActivity(board, r) + "\"}", 1);
+    metric("sluice_role_seconds_since_progress", "gauge", "since the role's process last went round its loop");
+    for (const BoardProcess& p : processes) {
+      const int64_t beat = p.slot >= 0 ? board.heartbeat_ns[p.slot].load() : 0;
+      if (beat > 0)
+        value("sluice_role_seconds_since_progress{" + label(p) + "}", static_cast<double>(now - beat) / 1e9);
+    }
+    metric("sluice_role_activity", "gauge", "1 for what the role's process is doing now");
+    for (const BoardProcess& p : processes) {
+      if (p.slot >= 0)
+        value("sluice_role_activity{" + label(p) + ",activity=\"" + DescribeSlotActivity(board, p.slot) + "\"}", 1);
+    }
+    if (hub_server != nullptr) {
+      const tq::ServerCounters c = hub_server->counters();
+      metric("sluice_hub_requests_total", "counter", "the role processes' requests to the hub, by the path they took");
+      value("sluice_hub_requests_total{path=\"ring\"}", static_cast<double>(c.ring_requests));
+      value("sluice_hub_requests_total{path=\"direct\"}", static_cast<double>(c.direct_requests));
+      value("sluice_hub_requests_total{path=\"socket\"}",
+            static_cast<double>(c.requests - c.ring_requests - c.direct_requests));
     }
     Result<tq::QueueStats> stats = hub.Stats();
     if (stats.ok()) {

@@ -23,6 +23,7 @@
 #include "sluice/common/metrics_server.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/transfer_queue/client.h"
+#include "sluice/transfer_queue/server.h"
 #include "sluice/transfer_queue/staleness.h"
 
 namespace sluice::pipeline {
@@ -40,6 +41,17 @@ struct BoardSlot {
   PipelineRole role;
   int index;
 };
+
+// One process of a role (or the role's thread) and its board slot.
+struct BoardProcess {
+  PipelineRole role;
+  int64_t index;  // trainer rank, rollout replica or reward worker
+  int slot;       // -1: beyond the board (not watched)
+};
+// A run's role processes in start order (trainer ranks, rollout replicas,
+// reward workers) with their slots: each role's first its own, the others
+// numbered from 3 as far as the board has slots.
+std::vector<BoardProcess> BoardProcesses(int64_t trainers, int64_t rollout_replicas, int64_t reward_workers);
 
 // What the roles tell each other besides samples and weights. Lock-free,
 // address-free atomics only, all zero at start: it lives on the stack in
@@ -279,10 +291,14 @@ struct StreamRoles {
   static Status StartTrace(const TrainingRun::State& s, const std::string& part);
   static void FinishTrace(const TrainingRun::State& s, const std::vector<std::string>& parts);
 
-  // run.metrics_listen: serves the run's live counters (the board's and the
-  // hub's) until destroyed; null when not asked for.
+  // run.metrics_listen: serves the run's live counters (the board's, per
+  // role process in `processes`, and the hub's; with `hub_server`, the
+  // requests the role processes made, by path) until destroyed; null when
+  // not asked for.
   static Result<std::unique_ptr<MetricsServer>> ServeMetrics(const TrainingRun::State& s, const RoleBoard& board,
-                                                             tq::TransferQueueClient& hub);
+                                                             tq::TransferQueueClient& hub,
+                                                             std::vector<BoardProcess> processes,
+                                                             const tq::TransferQueueServer* hub_server);
   static Status AdoptExternalResult(TrainingRun::State& s, tq::TransferQueueClient& hub,
                                     checkpoint_engine::WeightReader& weights);
 };

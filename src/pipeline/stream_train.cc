@@ -91,7 +91,8 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   RoleBoard board{};
   board.trainer_step.store(s.step);
   board.trainer_version.store(s.version);
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics_server, StreamRoles::ServeMetrics(s, board, client));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics_server,
+                          StreamRoles::ServeMetrics(s, board, client, BoardProcesses(1, 1, 1), nullptr));
   ErrorSlot errors;
   BackgroundThread feeder_thread("prompts"), rollout_thread("rollout"), reward_thread("reward");
   SLUICE_RETURN_IF_ERROR(feeder_thread.Start([&](std::stop_token stop) {

@@ -87,6 +87,9 @@ struct StreamSummary {
   double rollout_busy_seconds = 0;  // rollout steps with sequences running
   int64_t rollout_tokens = 0;       // tokens generated (including ones never trained)
   double rollout_occupancy = 0;     // mean share of the engine's slots decoding per decode step
+  // pipeline.processes: the role processes' calls to the hub, and how many
+  // of them came through its fast paths (shared-memory rings, direct TCP).
+  int64_t hub_requests = 0, hub_ring_requests = 0, hub_direct_requests = 0;
 };
 
 // Progress of a run: `phase` is "sft" or "rl", `record` the step's (may be null).

@@ -125,6 +125,11 @@ struct PipelineOptions {
   // with an error. 0: no watchdog.
   int64_t stall_seconds = 300;
   bool stop_on_stall = false;
+  // pipeline.processes: role processes on the hub's host call it through
+  // shared-memory rings, others through direct TCP connections (the
+  // TransferQueue's fast paths); false: every call through the hub's ZeroMQ
+  // socket, as before they existed (pipeline_bench compares the two).
+  bool hub_fast_paths = true;
   // Streaming modes: run the trainer, rollout and reward roles each as its
   // own OS process (hub and weights over shared memory), started and
   // supervised by this process, instead of as threads of it. Needs

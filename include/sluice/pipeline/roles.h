@@ -5,9 +5,14 @@
 #define SLUICE_PIPELINE_ROLES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "sluice/common/status.h"
+
+namespace sluice::runtime {
+class FlagSet;
+}
 
 namespace sluice::pipeline {
 
@@ -42,7 +47,18 @@ struct RoleConnection {
   // role board or shared memory there; the hub over TCP, and the run's end
   // from the ranks' store.
   bool remote = false;
+  // The run's trainer ranks when a launcher (torchrun, Slurm, Open MPI)
+  // placed them; 0: the config's pipeline.trainer_ranks.
+  int64_t trainer_ranks = 0;
 };
+
+// The flags a launcher appends to pipeline.role_command (--role, --hub,
+// --weights, --board, ...): a program that starts as a role declares them
+// with AddRoleFlags and reads them with RoleFromFlags (nullopt without
+// --role; the hub token from kHubTokenVariable). Errors: InvalidArgument
+// (an unknown role, connection flags missing, values out of range).
+void AddRoleFlags(runtime::FlagSet& flags);
+Result<std::optional<RoleConnection>> RoleFromFlags(const runtime::FlagSet& flags);
 
 }  // namespace sluice::pipeline
 

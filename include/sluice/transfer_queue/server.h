@@ -130,6 +130,8 @@ struct ServerCounters {
   uint64_t writes_expired = 0;   // open writes aborted by the server
   uint64_t rings_open = 0;       // same-host shared-memory rings served now
   uint64_t direct_open = 0;      // direct TCP connections served now
+  uint64_t ring_requests = 0;    // requests that came through a shared-memory ring (part of the above)
+  uint64_t direct_requests = 0;  // requests that came through a direct TCP connection
 };
 
 class TransferQueueServer {

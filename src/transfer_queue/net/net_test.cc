@@ -467,6 +467,10 @@ TEST(NetServerTest, DirectConnectionsCarryCallsAndFallBackToZeroMq) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(ok.load(), 150);
     EXPECT_EQ(server->counters().direct_open, 2u);  // the others went through ZeroMQ
+    const ServerCounters counters = server->counters();
+    EXPECT_GT(counters.direct_requests, 0u);  // counted among all requests
+    EXPECT_LE(counters.direct_requests, counters.requests);
+    EXPECT_EQ(counters.ring_requests, 0u);
   }
   // The client is gone: its connections' threads end.
   const auto deadline = std::chrono::steady_clock::now() + 5s;

@@ -438,6 +438,8 @@ ServerCounters TransferQueueServer::Impl::counters() const {
   const Counters& c = counters_;
   ServerCounters out{c.requests.load(),        c.error_replies.load(), c.malformed.load(),
                      c.unauthenticated.load(), c.busy.load(),          c.writes_expired.load()};
+  out.ring_requests = c.ring_requests.load();
+  out.direct_requests = c.direct_requests.load();
   {
     MutexLock lock(&rings_mu_);
     for (const auto& ring : rings_) out.rings_open += ring->done.load() ? 0 : 1;

@@ -116,6 +116,7 @@ void TransferQueueServer::Impl::DirectLoop(DirectConnection* connection, std::st
     if (!net::RecvAll(fd, bytes.get(), size, FrameDeadline(size)).ok()) break;
     bool admitted = false;
     const wire::Message reply = Answer(bytes, {bytes.get(), size}, &admitted);
+    if (admitted) counters_.direct_requests.fetch_add(1, std::memory_order_relaxed);
     const uint64_t reply_size = reply.size;
     if (!net::SendAllParts(fd, &reply_size, sizeof(reply_size), reply.data.get(), reply.size, FrameDeadline(reply.size))
              .ok()) {

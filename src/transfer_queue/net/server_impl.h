@@ -149,6 +149,8 @@ class TransferQueueServer::Impl {
     std::atomic<uint64_t> unauthenticated{0};
     std::atomic<uint64_t> busy{0};
     std::atomic<uint64_t> writes_expired{0};
+    std::atomic<uint64_t> ring_requests{0};
+    std::atomic<uint64_t> direct_requests{0};
   } counters_;
 
   zmq::context_t context_;

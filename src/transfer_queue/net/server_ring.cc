@@ -55,6 +55,7 @@ void TransferQueueServer::Impl::RingLoop(RingConnection* connection, std::stop_t
     }
     bool admitted = false;
     const wire::Message reply = Answer(request->data, request->bytes(), &admitted);
+    if (admitted) counters_.ring_requests.fetch_add(1, std::memory_order_relaxed);
     if (!ring.Send(reply.bytes(), spin, connection->stop).ok()) break;
   }
   ring.Close();

@@ -189,6 +189,13 @@ TEST(ShmRingTest, ClientsUseRingsAndFallBackToTheSocketWhenTheyRunOut) {
     TQ_ASSERT_OK(client.CreatePartition("p"));
     RoundTrip(client, "p", 3, 1000);
     EXPECT_EQ((*server)->counters().rings_open, 1u);
+    const ServerCounters a = (*server)->counters();
+    EXPECT_GE(a.ring_requests, 2u);  // the put and the take, at least
+    RoundTrip(client, "p", 3, 2000);
+    // Every request of this one-threaded client now comes through its ring.
+    const ServerCounters b = (*server)->counters();
+    EXPECT_GT(b.requests, a.requests);
+    EXPECT_EQ(b.ring_requests - a.ring_requests, b.requests - a.requests);
     // Six threads at once, two rings: the others go through the socket.
     std::vector<std::thread> threads;
     for (int t = 0; t < 6; ++t) {

@@ -157,7 +157,8 @@ ranks=("${proc[@]}" pipeline.mode=sync trainer.mini_batches=2 trainer.lr=1e-3 re
 # (One rank with the hub's fast paths off: every call through its ZeroMQ socket, the same steps.)
 expect ranks-1 0 "requests from the roles, 0 through shared-memory rings, 0 through direct TCP connections" -- \
   "$SLUICE" train "${ranks[@]}" run.dir="$tmp/ranks1" pipeline.hub_fast_paths=false
-expect ranks-2 0 "held-out accuracy" -- "$SLUICE" train "${ranks[@]}" run.dir="$tmp/ranks2" pipeline.trainer_ranks=2
+expect ranks-2 0 "held-out accuracy" -- "$SLUICE" train "${ranks[@]}" run.dir="$tmp/ranks2" pipeline.trainer_ranks=2 \
+  run.trace=true
 expect ranks-3 0 "held-out accuracy" -- "$SLUICE" train "${proc[@]}" run.dir="$tmp/ranks3" pipeline.trainer_ranks=3 \
   trainer.mini_batches=2
 # pipeline.rollout_replicas and pipeline.reward_workers: two rollout processes sharing the prompt
@@ -197,6 +198,13 @@ assert "Trainer ranks: update seconds" in open(sys.argv[2] + "/report.html").rea
 assert all("rank_tokens" not in a for a in one)
 trained = sorted(p for r in three for p in r["prompts"])
 assert trained == list(range(18)), trained
+# Rank 1 has its own row on the trainer's track of the trace, with its steps' spans.
+events = json.load(open(sys.argv[2] + "/trace.json"))
+threads = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+rank1 = [e for e in events if e["ph"] == "X" and threads.get(e["tid"]) == "trainer rank 1"]
+assert sum(e["name"] == "train step" for e in rank1) == 6, [e["name"] for e in rank1]
+assert {e["name"] for e in rank1} >= {"wait for step plan", "read shard", "train step"}, rank1
+assert {e["pid"] for e in rank1} == {1}, rank1  # the trainer's track
 PY
 # reward.python with the roles as processes: the reward role scores with the function, and workers
 # start only in the processes that score (the launcher's and the trainer's evaluations, the reward

@@ -1237,13 +1237,10 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
   const RlOptions& rl = s.options.rl;
   trainer::DataParallelGroup& ranks = *s.data_parallel;
   const std::vector<std::string> columns = {column::kPrompt, column::kResponse, column::kLogprobs, column::kVersions};
-  // For the launcher's watchdog: beats, and what the rank is doing.
+  // For the launcher's watchdog: beats, and what the rank is doing (RoleDoing,
+  // also the rank's spans in the run's trace, a row of the trainer's track).
   auto beat = [&] { board.Beat(slot); };
-  auto doing = [&](RoleActivity a) {
-    if (!RoleBoard::Watched(slot)) return;
-    board.activity[slot.index].store(static_cast<uint32_t>(a), std::memory_order_relaxed);
-    board.activity_since_ns[slot.index].store(SteadyNs(), std::memory_order_relaxed);
-  };
+  TraceThisThread(PipelineRole::kTrainer, "trainer rank " + std::to_string(ranks.rank()));
   struct Finished {
     RoleBoard& board;
     BoardSlot slot;
@@ -1253,14 +1250,16 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
     const int64_t step = s.step + 1;
     // Rank 0 may wait minutes for the step's groups: poll, watching the board.
     Result<std::string> bytes = Status::Timeout("");
-    doing(RoleActivity::kWaitForPlan);
-    while (bytes.status().code() == StatusCode::kTimeout) {
-      beat();
-      if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
-      if (ranks.GetShared(kRanksEndedKey, std::chrono::milliseconds(0)).ok()) {
-        return Status::Aborted("the run ended before step " + std::to_string(step) + " (rank 0's launcher says)");
+    {
+      RoleDoing waiting(board, slot, RoleActivity::kWaitForPlan);
+      while (bytes.status().code() == StatusCode::kTimeout) {
+        beat();
+        if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
+        if (ranks.GetShared(kRanksEndedKey, std::chrono::milliseconds(0)).ok()) {
+          return Status::Aborted("the run ended before step " + std::to_string(step) + " (rank 0's launcher says)");
+        }
+        bytes = ranks.GetShared(StepPlanKey(step), std::chrono::seconds(1));
       }
-      bytes = ranks.GetShared(StepPlanKey(step), std::chrono::seconds(1));
     }
     SLUICE_RETURN_IF_ERROR(bytes.status());
     SLUICE_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Decode(*bytes, step));
@@ -1281,16 +1280,18 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
     }
     for (size_t i : shard) mine.rows.push_back({plan.entries[i].row, {}});
     beat();
-    doing(RoleActivity::kReadShard);
     if (!shard.empty()) {
+      RoleDoing reading(board, slot, RoleActivity::kReadShard);
       SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(mine));
       for (size_t j = 0; j < shard.size(); ++j) SLUICE_RETURN_IF_ERROR(ReadAnswerTokens(data, j, &samples[shard[j]]));
     }
     StepRecord rec;  // the metrics are rank 0's to write
     rec.step = step;
     beat();
-    doing(RoleActivity::kTrainStep);
-    SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
+    {
+      RoleDoing training(board, slot, RoleActivity::kTrainStep);
+      SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
+    }
     beat();
     ++s.step;
   }

@@ -1,7 +1,7 @@
 // What a dead process costs a run (pipeline.max_restarts): the same
 // process-mode async run, interleaved, with no kill, with one rollout
-// replica SIGKILLed (started again alone; its prompts come back when their
-// leases run out) and with trainer rank 0 SIGKILLed (every role started
+// replica SIGKILLed (started again alone; the launcher releases the leases
+// it held at once) and with trainer rank 0 SIGKILLed (every role started
 // again from the latest checkpoint). Every run gets the same config, cores
 // and work; the table gives each mode's wall time (median, min-max) and the
 // seconds lost per kill against the no-kill runs of the same invocation.

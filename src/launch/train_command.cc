@@ -185,7 +185,8 @@ ConfigSchema TrainSchema() {
   s.AddInt("pipeline.reward_workers", 1, 1, 64, "pipeline.processes: reward processes scoring answers from the hub");
   s.AddInt("pipeline.worker_lease_seconds", 30, 1, 86400,
            "how long a rollout replica or reward worker holds a prompt or answer between lease renewals (every "
-           "third of it); what a dead one held goes to the others after this");
+           "third of it); what a dead one held goes to the others when the launcher sees it die, or after this "
+           "when it hangs");
   s.AddInt("pipeline.max_restarts", 0, 0, 100,
            "pipeline.processes: a rollout replica or reward worker that fails or dies is started again alone, "
            "a failing trainer rank restarts every role from the latest checkpoint; each up to this many times "

@@ -87,6 +87,11 @@ struct TrainingRun::State {
   double elapsed_total = 0;      // elapsed_offset + this process's training time so far
   std::vector<StepRecord> history;
   StreamSummary stream_stats;
+  // A role process started by a launcher: who holds the hub leases it takes
+  // ("<process name>/<pid>"), so that the launcher can release them at once
+  // when it sees the process die (tq::Controller::ReleaseHolder). Empty
+  // otherwise.
+  std::string lease_holder;
 
   std::vector<model::TokenId> EncodePrompt(const std::string& text) const {
     return pipeline::EncodePrompt(*tokenizer, text, prompt_format);

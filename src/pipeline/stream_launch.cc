@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -80,6 +81,10 @@ Result<std::string> RandomToken() {
 std::string ProcessName(PipelineRole role, int64_t index) {
   return index == 0 ? PipelineRoleName(role) : PipelineRoleName(role) + "-" + std::to_string(index);
 }
+
+// Who holds the hub leases a role process takes (GetMetaRequest::holder):
+// its name and pid, so a restarted process's are not its predecessor's.
+std::string LeaseHolder(const std::string& process_name, pid_t pid) { return process_name + "/" + std::to_string(pid); }
 
 // The board segment, mapped read-write.
 struct MappedBoard {
@@ -587,12 +592,36 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       watched.push_back({spec.name, what, slot, supervisor->PidOf(spec.name)});
     }
     StallWatch watch(*board, std::move(watched), po, [&](const std::string& name) { return supervisor->PidOf(name); });
+    // A rollout replica or reward worker that died: its hub leases go back
+    // to the others at once, not when they run out (worker_lease_seconds).
+    std::map<std::string, pid_t> holders;  // process name -> the pid last seen
+    for (const auto& [role, rank, slot] : processes) {
+      if (role != PipelineRole::kTrainer) holders[ProcessName(role, rank)] = supervisor->PidOf(ProcessName(role, rank));
+    }
+    auto release_dead = [&] {
+      for (auto& [name, pid] : holders) {
+        const pid_t now = supervisor->PidOf(name);
+        if (now == pid) continue;
+        if (pid > 0) {
+          Result<tq::ReleaseHolderResponse> released = server->controller()->ReleaseHolder({LeaseHolder(name, pid)});
+          if (!released.ok()) {
+            SLUICE_LOG(WARNING) << name << " (pid " << pid
+                                << ") is gone; releasing its hub leases: " << released.status().ToString();
+          } else if (released->leases_released > 0) {
+            SLUICE_LOG(WARNING) << name << " (pid " << pid << ") is gone: released its " << released->leases_released
+                                << " hub lease(s), " << released->rows_returned << " row(s) ready again";
+          }
+        }
+        pid = now;
+      }
+    };
     // A year is "no limit" for a run; SIGINT, failures and stalls end it sooner.
     // A trainer command that exits 0 before acking every answer would leave
     // the rollout waiting for its progress: that ends the run.
     bool checked_exit = false;
     auto next_refusal_check = std::chrono::steady_clock::now();
     auto check = [&]() -> Status {
+      release_dead();
       // A trainer rank launched elsewhere that refused the run (once a second).
       if (rank_store && local_ranks < po.trainer_ranks && std::chrono::steady_clock::now() >= next_refusal_check) {
         next_refusal_check = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -730,6 +759,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       break;
     }
     case PipelineRole::kRollout: {
+      s.lease_holder = LeaseHolder(ProcessName(c.role, index), ::getpid());
       SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*s.policy));
       ce::ShmSubscriberOptions sub_options;
       sub_options.store_name = c.weights;
@@ -748,6 +778,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       break;
     }
     case PipelineRole::kReward:
+      s.lease_holder = LeaseHolder(ProcessName(c.role, index), ::getpid());
       done = StreamRoles::RunReward(s, client, board, stopping, slot,
                                     po.reward_workers > 1 ? ProcessName(c.role, index) + " " : "");
       break;

@@ -570,6 +570,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   // leaves its prompts to the others after at most this.
   const auto lease = std::chrono::seconds(po.worker_lease_seconds);
   take.lease_timeout = lease;
+  take.holder = s.lease_holder;
   std::atomic<int32_t> active{0};  // engines with something to decode
   std::atomic<bool> failed{false};
   struct IdleOnExit {
@@ -883,6 +884,7 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
         take.partition = kRolloutPartition;
         take.timeout = kPoll;
         take.lease_timeout = lease;
+        take.holder = s.lease_holder;
         meta = client.GetMeta(take);
         if (meta.ok()) {
           TraceRecorder::Global().Complete(RoleActivityName(RoleActivity::kTakeAnswer), "reward", t0, TraceNowUs());

@@ -93,14 +93,15 @@ struct PipelineOptions {
   // of the model, its rollout_engines engines and rollout_threads threads,
   // all taking prompts from the hub's one stream under one staleness bound;
   // and reward processes (workers) scoring answers from the hub. A replica
-  // or worker that dies leaves what it held to the others when its leases
-  // run out (worker_lease_seconds); with max_restarts its supervisor starts
-  // it again.
+  // or worker that dies leaves what it held to the others: the launcher
+  // releases its leases as soon as it sees the process gone (else they run
+  // out, worker_lease_seconds); with max_restarts it starts it again.
   int32_t rollout_replicas = 1;
   int32_t reward_workers = 1;
   // How long a rollout replica holds a prompt, and a reward worker an
   // answer, without renewing the lease; live ones renew every third of it.
-  // What a dead one held goes to the others after at most this.
+  // What a dead one held goes to the others when the launcher sees it die,
+  // or after at most this (a process that hangs without dying).
   int64_t worker_lease_seconds = 30;
   // one_step_off and async with both thread counts set: the trainer computes
   // micro-batches on trainer_threads + rollout_threads single-threaded
@@ -151,8 +152,8 @@ struct PipelineOptions {
   // pipeline.processes: restarts after a role process fails or dies. A
   // rollout replica or reward worker is started again alone (each up to
   // this many times, back-off 1, 2, 4, ... 30 s): the hub and the other
-  // roles carry on, and what it held is handed out again when its leases
-  // run out. A trainer rank failing (or any role stalling, with
+  // roles carry on, and what it held is handed out again at once (its
+  // leases released by the launcher). A trainer rank failing (or any role stalling, with
   // stop_on_stall) stops every role and starts them all again from the
   // run's latest checkpoint (up to this many times): steps after that
   // checkpoint are trained again, with the same prompts (each step's

@@ -196,6 +196,10 @@ struct GetMetaRequest {
   // Lease duration; 0 = ControllerOptions::default_lease_timeout. At most
   // kMaxLeaseTimeout.
   std::chrono::milliseconds lease_timeout{0};
+  // Who holds the lease (e.g. a process's name and pid), at most
+  // kMaxNameBytes; empty: nobody in particular. ReleaseHolder ends every
+  // lease of a holder at once, when whoever runs the hub learns it is gone.
+  std::string holder;
 };
 
 struct AckRequest {
@@ -203,6 +207,9 @@ struct AckRequest {
 };
 struct ReleaseRequest {
   LeaseId lease_id = 0;
+};
+struct ReleaseHolderRequest {
+  std::string holder;  // not empty
 };
 struct RenewRequest {
   LeaseId lease_id = 0;
@@ -241,6 +248,12 @@ struct AckResponse {
 };
 
 struct ReleaseResponse {
+  uint64_t rows_returned = 0;
+  uint64_t rows_cleared = 0;
+};
+
+struct ReleaseHolderResponse {
+  uint64_t leases_released = 0;
   uint64_t rows_returned = 0;
   uint64_t rows_cleared = 0;
 };
@@ -331,6 +344,15 @@ class Controller {
   // InvalidArgument (negative lease_timeout) and OutOfRange (above
   // kMaxLeaseTimeout).
   virtual Result<RenewResponse> Renew(const RenewRequest& request) = 0;
+  // Releases every active lease granted with GetMetaRequest::holder ==
+  // request.holder (their rows ready again now; a later Ack or Release of
+  // one is FailedPrecondition "released"): for the process that runs the
+  // hub, when it knows a consumer died. None: zero counts. InvalidArgument
+  // (empty holder). The in-process controller only (others: Unimplemented).
+  virtual Result<ReleaseHolderResponse> ReleaseHolder(const ReleaseHolderRequest& request) {
+    return Status::Unimplemented("ReleaseHolder of '" + request.holder +
+                                 "': only the hub's own process releases leases by holder");
+  }
 
   // Frees every row of the partition and removes it. NotFound if unknown.
   virtual Result<ClearResponse> ClearPartition(const ClearPartitionRequest& request) = 0;

@@ -75,6 +75,10 @@ Result<BatchMeta> InProcessController::GetMeta(const GetMetaRequest& request) {
                                    " > max_policy_version " + std::to_string(policy.max_policy_version));
   }
   if (policy.dp_ranks == 0) return Status::InvalidArgument(what + ": dp_ranks must be >= 1");
+  if (request.holder.size() > kMaxNameBytes) {
+    return Status::InvalidArgument(what + ": holder is " + std::to_string(request.holder.size()) + " bytes, at most " +
+                                   std::to_string(kMaxNameBytes) + " allowed");
+  }
 
   MutexLock lock(&mu_);
   SLUICE_RETURN_IF_ERROR(CheckOpenLocked());
@@ -180,7 +184,7 @@ Result<BatchMeta> InProcessController::GetMeta(const GetMetaRequest& request) {
   const auto lease_timeout = request.lease_timeout.count() > 0 ? request.lease_timeout : options_.default_lease_timeout;
   std::vector<RowId> ids;
   for (Row* row : rows) ids.push_back(row->id);
-  const LeaseRecord& lease = leases_.Grant(task, tasks_[task], ids, now, now + lease_timeout);
+  const LeaseRecord& lease = leases_.Grant(task, tasks_[task], ids, request.holder, now, now + lease_timeout);
   MutateRowsLocked(rows, [&](Row& row) SLUICE_REQUIRES(mu_) {
     CountRowLocked(row, -1);
     row.slot(task) = TaskSlot{Consumption::kLeased, lease.id};
@@ -256,6 +260,26 @@ Result<ReleaseResponse> InProcessController::Release(const ReleaseRequest& reque
   counters_.rows_redelivered += returned;
   SignalReadyLocked();
   return ReleaseResponse{returned, cleared};
+}
+
+Result<ReleaseHolderResponse> InProcessController::ReleaseHolder(const ReleaseHolderRequest& request) {
+  if (request.holder.empty()) return Status::InvalidArgument("ReleaseHolder: the holder is empty");
+  MutexLock lock(&mu_);
+  SLUICE_RETURN_IF_ERROR(CheckOpenLocked());
+  ExpireLocked();
+  const Clock::TimePoint now = clock_->Now();
+  ReleaseHolderResponse out;
+  for (LeaseId id : leases_.HeldBy(request.holder)) {
+    const LeaseRecord lease = leases_.End(id, LeaseEnd::kReleased, now);
+    auto [returned, cleared] = ReturnRowsLocked(lease);
+    ++out.leases_released;
+    out.rows_returned += returned;
+    out.rows_cleared += cleared;
+  }
+  counters_.leases_released += out.leases_released;
+  counters_.rows_redelivered += out.rows_returned;
+  if (out.leases_released > 0) SignalReadyLocked();
+  return out;
 }
 
 Result<RenewResponse> InProcessController::Renew(const RenewRequest& request) {

@@ -235,7 +235,7 @@ TEST_F(ControllerTest, ConcurrentWritesOfTheSameCellAreRefused) {
 TEST_F(ControllerTest, GetMetaValidation) {
   Put({Tags(), Tags()});
   auto get = [&](GetMetaRequest r) { return client_->GetMeta(r); };
-  GetMetaRequest ok{"train", {"response"}, 1, "p", {}, milliseconds(0), milliseconds(0)};
+  GetMetaRequest ok{"train", {"response"}, 1, "p", {}, milliseconds(0), milliseconds(0), ""};
   auto with = [&](auto fn) {
     GetMetaRequest r = ok;
     fn(r);
@@ -438,7 +438,7 @@ TEST_F(ControllerTest, TagPatchesApplyAtCommitAndMoveRowsBetweenVersions) {
 
 TEST_F(ControllerTest, ExpiredLeaseReturnsRowsAndRefusesTheLateAck) {
   Put({Tags(), Tags()});
-  GetMetaRequest request{"train", {"prompt"}, 2, "p", {}, milliseconds(0), milliseconds(500)};
+  GetMetaRequest request{"train", {"prompt"}, 2, "p", {}, milliseconds(0), milliseconds(500), ""};
   auto meta = client_->GetMeta(request);
   ASSERT_TRUE(meta.ok());
   EXPECT_EQ(meta->deadline, clock_->Now() + milliseconds(500));
@@ -465,11 +465,53 @@ TEST_F(ControllerTest, ExpiredLeaseReturnsRowsAndRefusesTheLateAck) {
   EXPECT_EQ(stats->tasks[1].leased, 0u);
 }
 
+// A holder known to be gone: every lease it holds ends at once (its rows
+// ready for others now, not at the deadline), nobody else's.
+TEST_F(ControllerTest, ReleaseHolderEndsOnlyThatHoldersLeasesAtOnce) {
+  Put({Tags(), Tags(), Tags(), Tags()});
+  GetMetaRequest request{"train", {"prompt"}, 1, "p", {}, milliseconds(0), milliseconds(60000), "rollout-1/100"};
+  auto first = client_->GetMeta(request);
+  auto second = client_->GetMeta(request);
+  request.holder = "rollout/200";
+  auto other = client_->GetMeta(request);
+  request.holder = "";
+  auto anonymous = client_->GetMeta(request);
+  ASSERT_TRUE(first.ok() && second.ok() && other.ok() && anonymous.ok());
+  TQ_EXPECT_ERROR(client_->GetMeta(request), kTimeout, "only 0 of 1");
+
+  auto released = controller().ReleaseHolder({"rollout-1/100"});
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->leases_released, 2u);
+  EXPECT_EQ(released->rows_returned, 2u);
+  EXPECT_EQ(released->rows_cleared, 0u);
+  // Their rows are ready again now, well before the 60 s deadline.
+  request.n = 2;
+  auto again = client_->GetMeta(request);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  std::vector<RowId> want = {first->row_ids()[0], second->row_ids()[0]};
+  std::vector<RowId> got = again->row_ids();
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want);
+  TQ_EXPECT_ERROR(client_->Ack(first->lease_id), kFailedPrecondition, "released");
+  // The other holders' leases stand; a second release finds nothing.
+  TQ_ASSERT_OK(client_->Ack(other->lease_id).status());
+  TQ_ASSERT_OK(client_->Ack(anonymous->lease_id).status());
+  released = controller().ReleaseHolder({"rollout-1/100"});
+  ASSERT_TRUE(released.ok());
+  EXPECT_EQ(released->leases_released, 0u);
+  EXPECT_EQ(controller().Stats()->leases_released, 2u);
+  // Bad input: an empty holder, one longer than a name may be.
+  TQ_EXPECT_ERROR(controller().ReleaseHolder({""}), kInvalidArgument, "holder is empty");
+  request.holder = std::string(kMaxNameBytes + 1, 'h');
+  TQ_EXPECT_ERROR(client_->GetMeta(request), kInvalidArgument, "holder is 257 bytes");
+}
+
 // A renewed lease lives past its first deadline; one that is no longer
 // renewed expires at the last deadline it was given.
 TEST_F(ControllerTest, RenewMovesTheDeadline) {
   Put({Tags()});
-  GetMetaRequest request{"train", {"prompt"}, 1, "p", {}, milliseconds(0), milliseconds(500)};
+  GetMetaRequest request{"train", {"prompt"}, 1, "p", {}, milliseconds(0), milliseconds(500), ""};
   auto meta = client_->GetMeta(request);
   ASSERT_TRUE(meta.ok());
   for (int i = 0; i < 3; ++i) {
@@ -530,7 +572,7 @@ TEST(ControllerRealClockTest, BlockedGetMetaWakesAtTheLeaseDeadline) {
   TQ_ASSERT_OK(client.CreatePartition("p"));
   ColumnBatch columns{{"prompt", {I64({1}), I64({2})}}};
   ASSERT_TRUE(client.PutRows("p", {Tags(), Tags()}, columns).ok());
-  GetMetaRequest request{"train", {"prompt"}, 2, "p", {}, milliseconds(0), milliseconds(40)};
+  GetMetaRequest request{"train", {"prompt"}, 2, "p", {}, milliseconds(0), milliseconds(40), ""};
   auto dead = client.GetMeta(request);  // this consumer "dies": never acks
   ASSERT_TRUE(dead.ok());
   request.timeout = milliseconds(5000);

@@ -118,6 +118,7 @@ class InProcessController final : public Controller {
   Result<AckResponse> Ack(const AckRequest& request) override;
   Result<ReleaseResponse> Release(const ReleaseRequest& request) override;
   Result<RenewResponse> Renew(const RenewRequest& request) override;
+  Result<ReleaseHolderResponse> ReleaseHolder(const ReleaseHolderRequest& request) override;
   Result<ClearResponse> ClearPartition(const ClearPartitionRequest& request) override;
   Result<std::vector<KvEntry>> KvLookup(const KvLookupRequest& request) override;
   Result<std::vector<KvEntry>> KvList(const KvListRequest& request) override;

@@ -1,5 +1,6 @@
 #include "core/lease_table.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/validation.h"
@@ -23,13 +24,14 @@ std::string AgoString(Clock::TimePoint then, Clock::TimePoint now) {
 
 }  // namespace
 
-const LeaseRecord& LeaseTable::Grant(uint32_t task, std::string task_name, std::vector<RowId> rows,
+const LeaseRecord& LeaseTable::Grant(uint32_t task, std::string task_name, std::vector<RowId> rows, std::string holder,
                                      Clock::TimePoint now, Clock::TimePoint deadline) {
   LeaseRecord record;
   record.id = next_id_++;
   record.task = task;
   record.task_name = std::move(task_name);
   record.rows = std::move(rows);
+  record.holder = std::move(holder);
   record.granted = now;
   record.deadline = deadline;
   by_deadline_.emplace(deadline, record.id);
@@ -41,6 +43,15 @@ const LeaseRecord& LeaseTable::Grant(uint32_t task, std::string task_name, std::
 const LeaseRecord* LeaseTable::Find(LeaseId id) const {
   auto it = active_.find(id);
   return it == active_.end() ? nullptr : &it->second;
+}
+
+std::vector<LeaseId> LeaseTable::HeldBy(std::string_view holder) const {
+  std::vector<LeaseId> out;
+  for (const auto& [id, lease] : active_) {
+    if (lease.holder == holder) out.push_back(id);
+  }
+  std::sort(out.begin(), out.end());  // ids grow with every grant
+  return out;
 }
 
 const LeaseRecord& LeaseTable::SetDeadline(LeaseId id, Clock::TimePoint deadline) {

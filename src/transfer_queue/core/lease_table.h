@@ -28,6 +28,7 @@ struct LeaseRecord {
   uint32_t task = 0;
   std::string task_name;
   std::vector<RowId> rows;
+  std::string holder;  // GetMetaRequest::holder
   Clock::TimePoint granted;
   Clock::TimePoint deadline;
 };
@@ -39,10 +40,12 @@ class LeaseTable {
   explicit LeaseTable(size_t history) : history_(history) {}
 
   // Registers a new lease; ids start at 1 and are never reused.
-  const LeaseRecord& Grant(uint32_t task, std::string task_name, std::vector<RowId> rows, Clock::TimePoint now,
-                           Clock::TimePoint deadline);
+  const LeaseRecord& Grant(uint32_t task, std::string task_name, std::vector<RowId> rows, std::string holder,
+                           Clock::TimePoint now, Clock::TimePoint deadline);
   // Null if `id` is not active.
   const LeaseRecord* Find(LeaseId id) const;
+  // The active leases of `holder`, in grant order.
+  std::vector<LeaseId> HeldBy(std::string_view holder) const;
   // Moves an active lease's deadline. Precondition: active.
   const LeaseRecord& SetDeadline(LeaseId id, Clock::TimePoint deadline);
   // Removes an active lease and remembers how it ended. Precondition: active.

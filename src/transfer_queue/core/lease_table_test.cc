@@ -10,9 +10,9 @@ using std::chrono::milliseconds;
 TEST(LeaseTableTest, GrantsUniqueIdsAndExpiresInDeadlineOrder) {
   LeaseTable table(16);
   const Clock::TimePoint t0{std::chrono::hours(1)};
-  const LeaseId a = table.Grant(0, "train", {1, 2}, t0, t0 + milliseconds(30)).id;
-  const LeaseId b = table.Grant(0, "train", {3}, t0, t0 + milliseconds(10)).id;
-  const LeaseId c = table.Grant(1, "reward", {4}, t0, t0 + milliseconds(20)).id;
+  const LeaseId a = table.Grant(0, "train", {1, 2}, "", t0, t0 + milliseconds(30)).id;
+  const LeaseId b = table.Grant(0, "train", {3}, "", t0, t0 + milliseconds(10)).id;
+  const LeaseId c = table.Grant(1, "reward", {4}, "", t0, t0 + milliseconds(20)).id;
   EXPECT_EQ(a, 1u);
   EXPECT_EQ(b, 2u);
   EXPECT_EQ(c, 3u);
@@ -31,9 +31,9 @@ TEST(LeaseTableTest, GrantsUniqueIdsAndExpiresInDeadlineOrder) {
 TEST(LeaseTableTest, ExplainsWhyALeaseIsNotActive) {
   LeaseTable table(16);
   const Clock::TimePoint t0{std::chrono::hours(1)};
-  const LeaseId acked = table.Grant(0, "train", {1}, t0, t0 + milliseconds(50)).id;
-  const LeaseId released = table.Grant(0, "train", {2}, t0, t0 + milliseconds(50)).id;
-  const LeaseId expired = table.Grant(0, "train", {3}, t0, t0 + milliseconds(5)).id;
+  const LeaseId acked = table.Grant(0, "train", {1}, "", t0, t0 + milliseconds(50)).id;
+  const LeaseId released = table.Grant(0, "train", {2}, "", t0, t0 + milliseconds(50)).id;
+  const LeaseId expired = table.Grant(0, "train", {3}, "", t0, t0 + milliseconds(5)).id;
   table.End(acked, LeaseEnd::kAcked, t0);
   table.End(released, LeaseEnd::kReleased, t0);
   ASSERT_EQ(table.TakeExpired(t0 + milliseconds(6)).size(), 1u);
@@ -57,7 +57,7 @@ TEST(LeaseTableTest, HistoryIsBounded) {
   LeaseTable table(2);
   const Clock::TimePoint t0{std::chrono::hours(1)};
   for (int i = 0; i < 3; ++i) {
-    const LeaseId id = table.Grant(0, "t", {RowId(i)}, t0, t0 + milliseconds(1)).id;
+    const LeaseId id = table.Grant(0, "t", {RowId(i)}, "", t0, t0 + milliseconds(1)).id;
     table.End(id, LeaseEnd::kAcked, t0);
   }
   EXPECT_EQ(table.NotActive(1, "ack", t0).code(), StatusCode::kNotFound) << "forgotten";

@@ -604,6 +604,7 @@ void Encode(WireWriter& w, const GetMetaRequest& v) {
   Encode(w, v.policy);
   EncodeMillis(w, v.timeout);
   EncodeMillis(w, v.lease_timeout);
+  w.String(v.holder);
 }
 void Decode(WireReader& r, GetMetaRequest* out) {
   out->task = r.String("task", kMaxNameBytes);
@@ -613,6 +614,7 @@ void Decode(WireReader& r, GetMetaRequest* out) {
   Decode(r, &out->policy);
   out->timeout = DecodeMillis(r, "timeout_ms");
   out->lease_timeout = DecodeMillis(r, "lease_timeout_ms");
+  out->holder = r.String("holder", kMaxNameBytes);
 }
 
 // A deadline travels as the time left on the sender's clock, clamped.

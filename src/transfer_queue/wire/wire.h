@@ -48,7 +48,7 @@ inline constexpr uint32_t kMagic = 0x51544C53;  // bytes 'S' 'L' 'T' 'Q'
 // 4: OpenRing (same-host shared-memory rings); ServerInfo.shm_rings and
 //    direct_port (direct TCP connections); PutRows and TakeBatch (a put or
 //    a take in one round trip).
-inline constexpr uint16_t kProtocolVersion = 4;
+inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr size_t kHeaderBytes = 32;
 inline constexpr uint16_t kFlagReply = 1;
 inline constexpr uint16_t kFlagError = 2;

@@ -102,6 +102,7 @@ inline void MakeSample(GetMetaRequest* v) {
   v->policy.dp_ranks = 2;
   v->timeout = std::chrono::milliseconds(300);
   v->lease_timeout = std::chrono::milliseconds(60000);
+  v->holder = "rollout-1/4242";
 }
 inline void MakeSample(BatchMeta* v) {
   v->lease_id = 17;

@@ -46,7 +46,7 @@ TQ_TIED_EQ_(BeginWriteRequest, v.partition, v.target, v.rows, v.new_rows, v.keys
 TQ_TIED_EQ_(BeginWriteResponse, v.write_id, v.rows, v.reserved_bytes)
 TQ_TIED_EQ_(CommitWriteRequest, v.write_id)
 TQ_TIED_EQ_(AbortWriteRequest, v.write_id)
-TQ_TIED_EQ_(GetMetaRequest, v.task, v.columns, v.n, v.partition, v.policy, v.timeout, v.lease_timeout)
+TQ_TIED_EQ_(GetMetaRequest, v.task, v.columns, v.n, v.partition, v.policy, v.timeout, v.lease_timeout, v.holder)
 TQ_TIED_EQ_(AckRequest, v.lease_id)
 TQ_TIED_EQ_(ReleaseRequest, v.lease_id)
 TQ_TIED_EQ_(RenewRequest, v.lease_id, v.lease_timeout)

@@ -180,6 +180,15 @@ threads = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["
 work = collections.Counter(threads.get(e["tid"], "?").split(" ")[0] for e in events
                            if e["ph"] == "X" and e["name"] in ("write answer", "write reward"))
 assert work["rollout"] > 0 and work["rollout-1"] > 0 and work["reward"] > 0 and work["reward-1"] > 0, work
+# Each step's line says what each replica generated (adding up to the step's rollout_tokens), and the
+# report draws it.
+for b in two:
+    assert len(b["replica_tokens"]) == len(b["replica_busy"]) == 2, b
+    assert sum(b["replica_tokens"]) == b["rollout_tokens"], b
+    assert all(0 <= x <= 1 for x in b["replica_busy"]), b
+assert all(sum(b["replica_tokens"][k] for b in two) > 0 for k in (0, 1)), [b["replica_tokens"] for b in two]
+assert all("replica_tokens" not in a for a in one)
+assert "Rollout replicas: tokens generated per step" in open(sys.argv[2] + "/report.html").read()
 PY
 /usr/bin/python3 - "$tmp/ranks1" "$tmp/ranks2" "$tmp/ranks3" <<'PY' && echo "ok   trainer-ranks" || { echo "FAIL trainer-ranks"; failures=$((failures + 1)); }
 import json, sys

@@ -273,6 +273,21 @@ Result<std::string> RenderRunReport(const std::string& run_dir) {
     if (!ranks.empty()) {
       html << Chart("Trainer ranks: update seconds (dashed: in collectives)", "seconds", ranks);
     }
+    // pipeline.rollout_replicas > 1: what each replica generated per step.
+    std::vector<Series> replicas;
+    for (const json& r : rows) {
+      if (!r.contains("replica_tokens") || !r["replica_tokens"].is_array()) continue;
+      const json& tokens = r["replica_tokens"];
+      for (size_t k = 0; k < tokens.size() && k < 6; ++k) {
+        if (!tokens[k].is_number()) continue;
+        if (replicas.size() < k + 1) {
+          replicas.resize(k + 1);
+          replicas[k] = Series{"", "replica " + std::to_string(k), kRankColors[k], {}};
+        }
+        replicas[k].points.emplace_back(r["step"].get<double>(), tokens[k].get<double>());
+      }
+    }
+    if (!replicas.empty()) html << Chart("Rollout replicas: tokens generated per step", "tokens", replicas);
     html << Bars("Staleness histogram (all steps)", "share of trained samples", "weight versions behind the trainer",
                  hist);
   }

@@ -54,6 +54,7 @@ std::string StepRecord::ToJson() const {
               {"rank_collective_seconds", rank_collective_seconds},
               {"rank_tokens", rank_tokens}});
   }
+  if (!replica_tokens.empty()) j.update({{"replica_tokens", replica_tokens}, {"replica_busy", replica_busy}});
   if (!staleness_hist.empty()) {
     j.update({{"rollout_tokens", rollout_tokens},
               {"rollout_busy", rollout_busy},

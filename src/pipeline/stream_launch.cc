@@ -771,8 +771,8 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       // This process serves its own copy on the rollout's device and dtype.
       std::shared_ptr<model::Transformer> served = model::CloneModel(*s.policy, s.rollout_device, s.rollout_dtype);
       SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(served, s.version, *subscriber));
-      StreamRoles::Rollout r{served, standby.get(), subscriber.get(), slot,
-                             po.rollout_replicas > 1 ? ProcessName(c.role, index) + " " : ""};
+      StreamRoles::Rollout r{served, standby.get(), subscriber.get(),
+                             slot,   index,         po.rollout_replicas > 1 ? ProcessName(c.role, index) + " " : ""};
       done = StreamRoles::RunRollout(s, client, r, board, stopping);
       standby->Stop();
       break;

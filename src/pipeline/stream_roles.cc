@@ -780,8 +780,10 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         TraceRecorder::Global().Counter("serving version", TraceNowUs(), static_cast<double>(traced_version));
       }
       if (!engine->idle() || !done.empty()) {  // (summed over replicas)
-        board.rollout_busy_us +=
+        const int64_t busy_us =
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count() / engines;
+        board.rollout_busy_us += busy_us;
+        board.replica_busy_us[r.replica] += busy_us;
       }
       const rollout::EngineStats& now = engine->stats();
       board.rollout_slot_steps += (now.decode_steps - seen.decode_steps) * eo.num_slots;
@@ -789,6 +791,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       seen = now;
       for (auto& res : done) {
         board.rollout_tokens += static_cast<int64_t>(res.tokens.size());
+        board.replica_tokens[r.replica] += static_cast<int64_t>(res.tokens.size());
         const uint64_t c = res.id / static_cast<uint64_t>(G);
         auto prompt_it = in_flight.find(c);
         if (prompt_it == in_flight.end()) return Status::Internal("answer " + std::to_string(res.id) + " of no prompt");
@@ -1003,6 +1006,14 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
   const auto run_start = Clock::now();
   auto interval_start = run_start;
   int64_t busy_us_before = board.rollout_busy_us.load(), tokens_before = board.rollout_tokens.load();
+  // Per replica, with several (the step records' replica_tokens, replica_busy).
+  const int64_t replicas =
+      po.rollout_replicas > 1 ? std::min<int64_t>(po.rollout_replicas, RoleBoard::kMaxReplicas) : 0;
+  std::vector<int64_t> replica_busy_before(replicas), replica_tokens_before(replicas);
+  for (int64_t k = 0; k < replicas; ++k) {
+    replica_busy_before[k] = board.replica_busy_us[k].load();
+    replica_tokens_before[k] = board.replica_tokens[k].load();
+  }
   SLUICE_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::Open(s.options.run_dir));
   const std::vector<std::string> columns = {column::kPrompt,   column::kResponse,    column::kLogprobs,
                                             column::kVersions, column::kAnswerIndex, column::kReward};
@@ -1214,6 +1225,14 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     const int64_t busy_us = board.rollout_busy_us.load(), produced = board.rollout_tokens.load();
     rec.rollout_tokens = produced - tokens_before;
     rec.rollout_busy = std::min(1.0, static_cast<double>(busy_us - busy_us_before) / 1e6 / interval);
+    for (int64_t k = 0; k < replicas; ++k) {
+      const int64_t replica_busy = board.replica_busy_us[k].load(), replica_tokens = board.replica_tokens[k].load();
+      rec.replica_tokens.push_back(replica_tokens - replica_tokens_before[k]);
+      rec.replica_busy.push_back(
+          std::min(1.0, static_cast<double>(replica_busy - replica_busy_before[k]) / 1e6 / interval));
+      replica_busy_before[k] = replica_busy;
+      replica_tokens_before[k] = replica_tokens;
+    }
     rec.trainer_busy = std::min(1.0, rec.train_seconds / interval);
     rec.gen_seconds = interval;
     busy_us_before = busy_us;

@@ -58,10 +58,14 @@ std::vector<BoardProcess> BoardProcesses(int64_t trainers, int64_t rollout_repli
 // threads mode and in a shared-memory segment the launcher creates in process
 // mode.
 struct RoleBoard {
-  std::atomic<uint32_t> rollout_idle;              // 1 while the rollout has nothing to decode
-  std::atomic<uint32_t> stop;                      // 1: every role stops at its next check
-  std::atomic<int64_t> rollout_busy_us;            // decoding time so far
-  std::atomic<int64_t> rollout_tokens;             // tokens generated so far (trained or not)
+  std::atomic<uint32_t> rollout_idle;    // 1 while the rollout has nothing to decode
+  std::atomic<uint32_t> stop;            // 1: every role stops at its next check
+  std::atomic<int64_t> rollout_busy_us;  // decoding time so far
+  std::atomic<int64_t> rollout_tokens;   // tokens generated so far (trained or not)
+  // The same two per rollout replica (pipeline.rollout_replicas), by index.
+  static constexpr int kMaxReplicas = 64;
+  std::atomic<int64_t> replica_busy_us[kMaxReplicas];
+  std::atomic<int64_t> replica_tokens[kMaxReplicas];
   std::atomic<int64_t> rollout_slot_steps;         // sum over the engines' decode steps of their slots
   std::atomic<int64_t> rollout_active_slot_steps;  // ... and of the sequences running (EngineStats)
   // Trainer workers running on the rollout's lent cores now. A lent worker
@@ -216,6 +220,7 @@ struct StreamRoles {
     // it; admission reads its latest version).
     checkpoint_engine::WeightReader* weights = nullptr;
     BoardSlot slot = PipelineRole::kRollout;  // this replica's
+    int64_t replica = 0;                      // its index (pipeline.rollout_replicas)
     std::string process;                      // names its threads in the trace: "rollout-1 " (with a space)
   };
   // Takes the run's prompts from the hub (as admission allows), generates G

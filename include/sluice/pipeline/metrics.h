@@ -76,6 +76,11 @@ struct StepRecord {
   // of its shard.
   std::vector<double> rank_train_seconds, rank_collective_seconds;
   std::vector<int64_t> rank_tokens;
+  // pipeline.rollout_replicas > 1, one entry per replica: the tokens it
+  // generated over the step's interval (they add up to rollout_tokens) and
+  // the share of the interval it decoded.
+  std::vector<int64_t> replica_tokens;
+  std::vector<double> replica_busy;
   bool has_eval = false;
   EvalResult eval;
   std::string ToJson() const;

@@ -62,6 +62,15 @@ expect train 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tm
   && [ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 2 ] || { echo "FAIL train outputs missing"; failures=$((failures + 1)); }
 expect resume 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/run" run.resume=true rl.steps=3
 [ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 3 ] || { echo "FAIL resume did not continue at step 3"; failures=$((failures + 1)); }
+# A torchrun --max-restarts attempt (the same command again) takes up the failed attempt's run, or
+# starts it over in place when it left no checkpoint.
+cp -r "$tmp/run" "$tmp/attempt" && mkdir "$tmp/attempt0" && cp "$tmp/run/config.yaml" "$tmp/attempt0/"
+expect torchrun-restart 0 "torchrun restart 1: resuming from the run's latest checkpoint" -- \
+  env RANK=0 WORLD_SIZE=1 TORCHELASTIC_RESTART_COUNT=1 "$SLUICE" train "${small[@]}" run.dir="$tmp/attempt" rl.steps=4
+[ "$(wc -l < "$tmp/attempt/metrics.jsonl")" -eq 4 ] || { echo "FAIL torchrun-restart did not continue at step 4"; failures=$((failures + 1)); }
+expect torchrun-restart-early 0 "torchrun restart 2: no checkpoint yet, starting over" -- \
+  env RANK=0 WORLD_SIZE=1 TORCHELASTIC_RESTART_COUNT=2 "$SLUICE" train "${small[@]}" run.dir="$tmp/attempt0"
+[ "$(wc -l < "$tmp/attempt0/metrics.jsonl")" -eq 2 ] || { echo "FAIL torchrun-restart-early"; failures=$((failures + 1)); }
 # A run directory is never reused by accident: a rerun is refused and leaves the run as it was;
 # resuming needs a run to resume; overwriting replaces the earlier run's files only.
 expect rerun-refused 1 "run.overwrite=true" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/run"
@@ -358,6 +367,8 @@ expect torchrun-ranks-disagree 2 "pipeline.trainer_ranks=3, but launched as rank
   env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
   "$SLUICE" train run.dir="$tmp/ranked" pipeline.mode=async pipeline.processes=true pipeline.trainer_ranks=3
 expect slurm-bad-rank 2 "SLURM_PROCID='x'" -- env SLURM_PROCID=x SLURM_NTASKS=2 "$SLUICE" train run.dir="$tmp/ranked"
+expect torchrun-bad-attempt 2 "TORCHELASTIC_RESTART_COUNT='x'" -- \
+  env RANK=0 WORLD_SIZE=1 TORCHELASTIC_RESTART_COUNT=x "$SLUICE" train run.dir="$tmp/ranked"
 # A Qwen3-architecture model with that tokenizer: generate encodes and decodes with it.
 expect init-qwen3 0 "wrote tiny model" -- "$SLUICE" init --preset tiny --model-type qwen3 --tokenizer "$qwen" --out "$tmp/q3"
 grep -q '"model_type": "qwen3"' "$tmp/q3/config.json" && [ -f "$tmp/q3/tokenizer.json" ] \

@@ -597,6 +597,9 @@ Status PlaceTrainerRanks(const runtime::ProcessPlacement& p, const Config& confi
   po.local_trainer_ranks = 1;
   po.trainer_store = ip + ":" + std::to_string(p.master_port);
   po.trainer_store_external = p.store_served_by_launcher;
+  // torchrun's agent store lives across --max-restarts attempts: each
+  // attempt's ranks meet in a namespace of their own.
+  po.trainer_store_prefix = "sluice/attempt-" + std::to_string(p.restart_count);
   po.hub_bind = ip.rfind("127.", 0) == 0 ? "" : "tcp://" + ip + ":0";
   char digest[17];  // of the config as every rank read it
   std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(Fnv1a(config.ToYaml())));
@@ -651,7 +654,22 @@ Status Train(const std::vector<std::string>& args) {
   SetIntraOpThreads(config.GetInt("run.threads"));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
-  SLUICE_RETURN_IF_ERROR(PrepareRunDir(options.run_dir, options.resume, config.GetBool("run.overwrite")));
+  bool overwrite = config.GetBool("run.overwrite");
+  if (placement.restart_count > 0 && !options.resume) {
+    // torchrun --max-restarts started this command again after a failure:
+    // take up the failed attempt's run (its latest checkpoint), or, with
+    // none yet, start it over in place.
+    std::error_code ec;
+    if (fs::exists(fs::path(options.run_dir) / "checkpoints" / "latest", ec)) {
+      options.resume = true;
+      overwrite = false;
+    } else {
+      overwrite = true;
+    }
+    std::fprintf(stderr, "sluice train: torchrun restart %lld: %s\n", static_cast<long long>(placement.restart_count),
+                 options.resume ? "resuming from the run's latest checkpoint" : "no checkpoint yet, starting over");
+  }
+  SLUICE_RETURN_IF_ERROR(PrepareRunDir(options.run_dir, options.resume, overwrite));
   std::fprintf(
       stderr, "sluice train: task %s, %.2fM-parameter model, %lld RL steps x %lld prompts x %lld answers, run dir %s\n",
       task->name().c_str(), policy->config().NumParameters() / 1e6, static_cast<long long>(options.rl.steps),

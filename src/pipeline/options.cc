@@ -249,6 +249,7 @@ void AddRoleFlags(runtime::FlagSet& flags) {
   flags.Add("replica", "0", "internal (--role=rollout/reward): this rollout replica's or reward worker's index");
   flags.Add("board-slot", "-1", "internal (--role): this process's slot on the role board (-1: its role's)");
   flags.Add("trainer-store", "", "internal (--role=trainer): the trainer ranks' store (HOST:PORT, or file:PATH)");
+  flags.Add("trainer-store-prefix", "", "internal (--role=trainer): where the ranks' keys live in that store");
   flags.Add("trainer-ranks", "0",
             "internal (--role=trainer): the run's trainer ranks when a launcher placed them (0: the config's)");
 }
@@ -265,6 +266,7 @@ Result<std::optional<RoleConnection>> RoleFromFlags(const runtime::FlagSet& flag
   SLUICE_ASSIGN_OR_RETURN(c.start_version, flags.GetInt("start-version", 0, INT64_MAX));
   SLUICE_ASSIGN_OR_RETURN(c.trainer_rank, flags.GetInt("trainer-rank", 0, 255));
   SLUICE_ASSIGN_OR_RETURN(c.trainer_store, flags.GetString("trainer-store"));
+  SLUICE_ASSIGN_OR_RETURN(c.trainer_store_prefix, flags.GetString("trainer-store-prefix"));
   SLUICE_ASSIGN_OR_RETURN(c.replica, flags.GetInt("replica", 0, 63));
   SLUICE_ASSIGN_OR_RETURN(c.board_slot, flags.GetInt("board-slot", -1, 1 << 20));
   SLUICE_ASSIGN_OR_RETURN(c.trainer_ranks, flags.GetInt("trainer-ranks", 0, 256));

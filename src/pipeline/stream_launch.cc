@@ -82,6 +82,12 @@ std::string ProcessName(PipelineRole role, int64_t index) {
   return index == 0 ? PipelineRoleName(role) : PipelineRoleName(role) + "-" + std::to_string(index);
 }
 
+// Where the trainer ranks' keys live in their store (a torchrun restart
+// attempt's own namespace when a launcher placed the ranks).
+std::string StoreKeys(const PipelineOptions& po) {
+  return po.trainer_store_prefix.empty() ? trainer::DataParallelOptions{}.key_prefix : po.trainer_store_prefix;
+}
+
 // Who holds the hub leases a role process takes (GetMetaRequest::holder):
 // its name and pid, so a restarted process's are not its predecessor's.
 std::string LeaseHolder(const std::string& process_name, pid_t pid) { return process_name + "/" + std::to_string(pid); }
@@ -522,9 +528,10 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         SLUICE_RETURN_IF_ERROR(ParseListenAddress(po.trainer_store, &host, &port).WithContext("the ranks' store"));
       }
       if (po.trainer_store_external) {
-        SLUICE_ASSIGN_OR_RETURN(rank_store, trainer::DataParallelStore::Connect(host, port, rank_timeout));
+        SLUICE_ASSIGN_OR_RETURN(rank_store,
+                                trainer::DataParallelStore::Connect(host, port, rank_timeout, StoreKeys(po)));
       } else {
-        SLUICE_ASSIGN_OR_RETURN(rank_store, trainer::DataParallelStore::Serve(host, port, rank_timeout));
+        SLUICE_ASSIGN_OR_RETURN(rank_store, trainer::DataParallelStore::Serve(host, port, rank_timeout, StoreKeys(po)));
       }
       store_at = host + ":" + std::to_string(rank_store->port());
       if (local_ranks < po.trainer_ranks) {
@@ -574,6 +581,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       if (role == PipelineRole::kTrainer && !store_at.empty()) {
         spec.args.push_back("--trainer-rank=" + std::to_string(rank));
         spec.args.push_back("--trainer-store=" + store_at);
+        spec.args.push_back("--trainer-store-prefix=" + StoreKeys(po));
         spec.args.push_back("--trainer-ranks=" + std::to_string(po.trainer_ranks));  // a launcher may have set them
       }
       if (role != PipelineRole::kTrainer) {
@@ -727,6 +735,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
         dp.world_size = po.trainer_ranks;
         dp.store_served_by_launcher = true;
         dp.timeout = std::chrono::seconds(po.rank_timeout_seconds);
+        if (!c.trainer_store_prefix.empty()) dp.key_prefix = c.trainer_store_prefix;
         if (Status parsed = dp.SetStore(c.trainer_store); !parsed.ok()) {
           return Status::InvalidArgument("pipeline.trainer_ranks > 1: --trainer-store: " + parsed.message());
         }
@@ -800,7 +809,7 @@ Status TrainingRun::RunLaunchedTrainerRank(const std::string& store, int64_t ran
   std::string host;
   int port = 0;
   SLUICE_RETURN_IF_ERROR(ParseListenAddress(store, &host, &port).WithContext(who + ": the ranks' store"));
-  SLUICE_ASSIGN_OR_RETURN(auto client, trainer::DataParallelStore::Connect(host, port, wait));
+  SLUICE_ASSIGN_OR_RETURN(auto client, trainer::DataParallelStore::Connect(host, port, wait, StoreKeys(po)));
   Result<std::string> text = client->GetShared(kRanksRunInfoKey, wait);
   if (!text.ok()) {
     return Status::Unavailable(who + ": rank 0's `sluice train` published no run in the store at " + store +
@@ -829,6 +838,7 @@ Status TrainingRun::RunLaunchedTrainerRank(const std::string& store, int64_t ran
   c.start_version = info["start_version"].get<int64_t>();
   c.trainer_rank = rank;
   c.trainer_store = store;
+  c.trainer_store_prefix = StoreKeys(po);
   c.remote = true;
   return RunRole(c, nullptr);
 }

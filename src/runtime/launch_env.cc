@@ -103,6 +103,7 @@ Result<ProcessPlacement> FromTorchrun(const Getenv& getenv) {
   SLUICE_ASSIGN_OR_RETURN(p.node_rank, CountOr(getenv, "GROUP_RANK", 0));
   const char* agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
   p.store_served_by_launcher = agent_store != nullptr && std::string_view(agent_store) == "True";
+  SLUICE_ASSIGN_OR_RETURN(p.restart_count, CountOr(getenv, "TORCHELASTIC_RESTART_COUNT", 0));
   if (p.world_size > 1 && getenv("MASTER_ADDR") == nullptr) {
     return Status::InvalidArgument("RANK and WORLD_SIZE are set but MASTER_ADDR is not: torchrun sets them together");
   }
@@ -171,7 +172,7 @@ std::string ProcessPlacement::ToString() const {
   return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " (local " +
          std::to_string(local_rank) + " of " + std::to_string(local_world_size) + ", node " +
          std::to_string(node_rank) + "), rendezvous at " + master_addr + ":" + std::to_string(master_port) + ", from " +
-         launcher;
+         launcher + (restart_count > 0 ? " (restart " + std::to_string(restart_count) + ")" : "");
 }
 
 Result<ProcessPlacement> PlacementFromEnvironment(const std::function<const char*(const char*)>& getenv) {

@@ -51,6 +51,12 @@ TEST(LaunchEnvTest, TorchrunVariables) {
   EXPECT_EQ(p->master_addr, "node0");
   EXPECT_EQ(p->master_port, 29600);
   EXPECT_EQ(p->ToString(), "rank 5 of 8 (local 1 of 4, node 1), rendezvous at node0:29600, from torchrun");
+  EXPECT_EQ(p->restart_count, 0);
+  // A --max-restarts attempt says which it is.
+  p = From({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RESTART_COUNT", "2"}});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->restart_count, 2);
+  EXPECT_NE(p->ToString().find("from torchrun (restart 2)"), std::string::npos) << p->ToString();
 }
 
 TEST(LaunchEnvTest, SlurmVariablesAndTheFirstHostAsRendezvous) {
@@ -109,6 +115,7 @@ TEST(LaunchEnvTest, BadValuesAreRefusedNamingTheVariable) {
   ExpectRefused(with("MASTER_PORT", "70000"), "MASTER_PORT=70000 is not a port");
   ExpectRefused(with("LOCAL_RANK", "3"), "local rank 3");
   ExpectRefused(with("RANK", "99999999999"), "RANK='99999999999'");
+  ExpectRefused(with("TORCHELASTIC_RESTART_COUNT", "x"), "TORCHELASTIC_RESTART_COUNT='x' is not a whole number");
   ExpectRefused({{"RANK", "0"}}, "RANK is set but WORLD_SIZE is not");
   ExpectRefused({{"RANK", "0"}, {"WORLD_SIZE", "2"}}, "MASTER_ADDR is not");
   ExpectRefused({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NODELIST", "n[1-"}}, "'[' without ']'");

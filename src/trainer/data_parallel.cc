@@ -95,7 +95,10 @@ Result<std::string> WaitForKey(c10d::Store& store, const std::string& key, std::
   return std::string(value.begin(), value.end());
 }
 
-constexpr char kSharedPrefix[] = "sluice/shared";
+// Under DataParallelOptions::key_prefix: the group's collectives' keys and
+// the shared values.
+constexpr char kGroupKeys[] = "/trainer";
+constexpr char kSharedKeys[] = "/shared";
 
 }  // namespace
 
@@ -110,6 +113,7 @@ Status DataParallelOptions::SetStore(const std::string& spec) {
 }
 
 Status DataParallelOptions::Validate() const {
+  if (key_prefix.empty()) return Status::InvalidArgument("data-parallel key_prefix is empty");
   if (world_size < 1) return Status::InvalidArgument("data-parallel world size must be >= 1");
   if (rank < 0 || rank >= world_size) {
     return Status::InvalidArgument("data-parallel rank " + std::to_string(rank) + " is outside 0.." +
@@ -171,8 +175,8 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Connect(const Data
     auto options = c10d::ProcessGroupGloo::Options::create(o.timeout);
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(bind));
     options->threads = 2;
-    auto store = c10::make_intrusive<c10d::PrefixStore>("sluice/trainer", impl->store);
-    impl->shared = c10::make_intrusive<c10d::PrefixStore>(kSharedPrefix, impl->store);
+    auto store = c10::make_intrusive<c10d::PrefixStore>(o.key_prefix + kGroupKeys, impl->store);
+    impl->shared = c10::make_intrusive<c10d::PrefixStore>(o.key_prefix + kSharedKeys, impl->store);
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(o.rank),
                                                               static_cast<int>(o.world_size), options);
   } catch (const std::exception& e) {
@@ -327,7 +331,8 @@ int DataParallelStore::port() const { return impl_->store->getPort(); }
 namespace {
 
 Result<std::unique_ptr<DataParallelStore::Impl>> OpenStore(const std::string& host, int port, bool serve,
-                                                           std::chrono::milliseconds timeout) {
+                                                           std::chrono::milliseconds timeout,
+                                                           const std::string& key_prefix) {
   const std::string where = host + ":" + std::to_string(port);
   if (port < (serve ? 0 : 1) || port > 65535) {
     return Status::InvalidArgument("rendezvous port " + std::to_string(port) + " is outside " + (serve ? "0" : "1") +
@@ -341,7 +346,7 @@ Result<std::unique_ptr<DataParallelStore::Impl>> OpenStore(const std::string& ho
     o.waitWorkers = false;
     o.timeout = timeout;
     impl->store = c10::make_intrusive<c10d::TCPStore>(host, o);
-    impl->shared = c10::make_intrusive<c10d::PrefixStore>(kSharedPrefix, impl->store);
+    impl->shared = c10::make_intrusive<c10d::PrefixStore>(key_prefix + kSharedKeys, impl->store);
   } catch (const std::exception& e) {
     return Status::Unavailable(std::string("cannot ") + (serve ? "serve" : "reach") +
                                " the data-parallel rendezvous store at " + where + ": " + ExceptionText(e));
@@ -353,14 +358,16 @@ Result<std::unique_ptr<DataParallelStore::Impl>> OpenStore(const std::string& ho
 }  // namespace
 
 Result<std::unique_ptr<DataParallelStore>> DataParallelStore::Serve(const std::string& host, int port,
-                                                                    std::chrono::milliseconds timeout) {
-  SLUICE_ASSIGN_OR_RETURN(auto impl, OpenStore(host, port, /*serve=*/true, timeout));
+                                                                    std::chrono::milliseconds timeout,
+                                                                    const std::string& key_prefix) {
+  SLUICE_ASSIGN_OR_RETURN(auto impl, OpenStore(host, port, /*serve=*/true, timeout, key_prefix));
   return std::unique_ptr<DataParallelStore>(new DataParallelStore(std::move(impl)));
 }
 
 Result<std::unique_ptr<DataParallelStore>> DataParallelStore::Connect(const std::string& host, int port,
-                                                                      std::chrono::milliseconds timeout) {
-  SLUICE_ASSIGN_OR_RETURN(auto impl, OpenStore(host, port, /*serve=*/false, timeout));
+                                                                      std::chrono::milliseconds timeout,
+                                                                      const std::string& key_prefix) {
+  SLUICE_ASSIGN_OR_RETURN(auto impl, OpenStore(host, port, /*serve=*/false, timeout, key_prefix));
   return std::unique_ptr<DataParallelStore>(new DataParallelStore(std::move(impl)));
 }
 

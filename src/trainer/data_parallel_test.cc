@@ -283,6 +283,35 @@ TEST(DataParallelTrainerTest, RanksShareValuesThroughTheStore) {
   for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// A store that outlives a run attempt (torchrun's agent store across
+// --max-restarts): each attempt's keys live apart, so a new attempt never
+// reads the last one's plans or its "ended".
+TEST(DataParallelTrainerTest, AttemptsKeepTheirKeysApartInOneStore) {
+  auto served = DataParallelStore::Serve("127.0.0.1", 0, milliseconds(20000), "sluice/attempt-0");
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  Status set = (*served)->SetShared("ended", "1");
+  ASSERT_TRUE(set.ok()) << set.ToString();
+  auto next = DataParallelStore::Connect("127.0.0.1", (*served)->port(), milliseconds(20000), "sluice/attempt-1");
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ((*next)->GetShared("ended", milliseconds(50)).status().code(), StatusCode::kTimeout);
+  auto same = DataParallelStore::Connect("127.0.0.1", (*served)->port(), milliseconds(20000), "sluice/attempt-0");
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  Result<std::string> ended = (*same)->GetShared("ended", milliseconds(5000));
+  ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+  EXPECT_EQ(*ended, "1");
+  // A group of the new attempt forms and shares values beside the old keys.
+  DataParallelOptions o;
+  o.master_port = (*served)->port();
+  o.store_served_by_launcher = true;
+  o.key_prefix = "sluice/attempt-1";
+  o.timeout = milliseconds(20000);
+  auto group = DataParallelGroup::Connect(o);
+  ASSERT_TRUE(group.ok()) << group.status().ToString();
+  EXPECT_EQ((*group)->GetShared("ended", milliseconds(50)).status().code(), StatusCode::kTimeout);
+  o.key_prefix = "";
+  EXPECT_EQ(DataParallelGroup::Connect(o).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(DataParallelTrainerTest, RanksOnOneHostMeetThroughAFileStore) {
   const std::string path = ::testing::TempDir() + "/ranks-" + std::to_string(::getpid()) + ".store";
   std::remove(path.c_str());

@@ -182,6 +182,10 @@ struct PipelineOptions {
   // loopback; then a token is required and passed on).
   std::string trainer_store;
   bool trainer_store_external = false;
+  // Where the ranks' keys live in that store (DataParallelOptions::
+  // key_prefix; empty: the default): one namespace per torchrun restart
+  // attempt, since torchrun's agent store outlives the attempts.
+  std::string trainer_store_prefix;
   int32_t local_trainer_ranks = 0;
   std::string hub_bind;
   // A digest of the run's config, which every launched rank must share.

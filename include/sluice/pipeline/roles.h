@@ -36,6 +36,7 @@ struct RoleConnection {
   // and the ranks' rendezvous store ("HOST:PORT", served by the launcher).
   int64_t trainer_rank = 0;
   std::string trainer_store;
+  std::string trainer_store_prefix;  // PipelineOptions::trainer_store_prefix
   // Which process of its role this is: the rollout replica or reward
   // worker index (0-based; trainer ranks use trainer_rank), and its slot on
   // the board (-1: the role's first slot).

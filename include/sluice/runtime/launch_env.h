@@ -33,6 +33,10 @@ struct ProcessPlacement {
   // torchrun's agent already serves the TCPStore at master_addr:master_port
   // (TORCHELASTIC_USE_AGENT_STORE=True): rank 0 must not serve another.
   bool store_served_by_launcher = false;
+  // torchrun's restart attempt (TORCHELASTIC_RESTART_COUNT: 0 first, one
+  // more after each --max-restarts restart); 0 from the other launchers.
+  // Its agent store lives across attempts, so each keeps its keys apart.
+  int64_t restart_count = 0;
 
   std::string ToString() const;  // e.g. "rank 3 of 8 (local 1 of 4, node 0), rendezvous at host:29500, from slurm"
 };

@@ -44,6 +44,11 @@ struct DataParallelOptions {
   // at this path instead (nothing listens on the network; the TCPStore
   // listens on every interface). master_addr and master_port are unused.
   std::string store_file;
+  // Where in the store this group's keys live (its collectives' and the
+  // shared values): one run attempt's own namespace, so that a store that
+  // outlives an attempt (torchrun's agent store across --max-restarts)
+  // never hands the next attempt the last one's keys.
+  std::string key_prefix = "sluice";
 
   // Sets the store from "HOST:PORT" (master_addr, master_port) or
   // "file:PATH" (store_file). InvalidArgument naming what is wrong.
@@ -115,12 +120,15 @@ class DataParallelGroup {
 // store_served_by_launcher and master_port = port().
 class DataParallelStore {
  public:
+  // `key_prefix`: the group's DataParallelOptions::key_prefix.
   static Result<std::unique_ptr<DataParallelStore>> Serve(const std::string& host, int port,
-                                                          std::chrono::milliseconds timeout);
+                                                          std::chrono::milliseconds timeout,
+                                                          const std::string& key_prefix = "sluice");
   // A client of a store served elsewhere (torchrun's agent, another host's
   // launcher). Unavailable when it cannot be reached within `timeout`.
   static Result<std::unique_ptr<DataParallelStore>> Connect(const std::string& host, int port,
-                                                            std::chrono::milliseconds timeout);
+                                                            std::chrono::milliseconds timeout,
+                                                            const std::string& key_prefix = "sluice");
   ~DataParallelStore();
   DataParallelStore(const DataParallelStore&) = delete;
   DataParallelStore& operator=(const DataParallelStore&) = delete;

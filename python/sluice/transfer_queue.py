@@ -756,7 +756,7 @@ class Client:
     def get_meta(self, data_fields: Union[str, Sequence[str]], batch_size: int, partition_id: str,
                  mode: str = "fetch", task_name: Optional[str] = None,
                  sampling_config: Optional[Mapping[str, Any]] = None, *, timeout: float = 0.0,
-                 lease_timeout: Optional[float] = None) -> BatchMeta:
+                 lease_timeout: Optional[float] = None, holder: str = "") -> BatchMeta:
         """Leases ``batch_size`` rows of ``partition_id`` whose ``data_fields``
         are all written and that task ``task_name`` has not consumed.
 
@@ -767,8 +767,12 @@ class Client:
         "whole_group"), ``group_size`` (alias ``n_samples_per_prompt``; implies
         whole groups), ``min_policy_version`` / ``max_policy_version``,
         ``dp_ranks`` (token-balanced split over data-parallel ranks).
+        ``holder``: who holds the lease (e.g. ``f"worker-3/{os.getpid()}"``),
+        so that a supervisor can ``release_holder`` it when that process dies.
         ``ack`` the batch once consumed (or ``release`` it).
         """
+        if not isinstance(holder, str) or len(holder.encode()) > 256:
+            raise ValueError("holder must be a str of at most 256 bytes")
         self._check_open()
         fields = _names("data_fields", data_fields)
         batch_size = _check_int("batch_size", batch_size, 1, 2**32 - 1)
@@ -798,7 +802,8 @@ class Client:
         while True:
             left = max(0.0, deadline - time.monotonic())
             try:
-                raw = self._impl.get_meta(task_name, fields, batch_size, partition_id, policy, _ms(left), lease_ms)
+                raw = self._impl.get_meta(task_name, fields, batch_size, partition_id, policy, _ms(left), lease_ms,
+                                          holder)
                 break
             except errors.NotFound as e:
                 if not _partition_missing(e):
@@ -874,6 +879,16 @@ class Client:
         self._check_open()
         returned, cleared = self._impl.release(self._lease_of(metadata))
         return {"rows_returned": returned, "rows_cleared": cleared}
+
+    def release_holder(self, holder: str) -> Dict[str, int]:
+        """Gives every lease taken with ``get_meta(..., holder=holder)`` back
+        to its task now: for a supervisor that saw that consumer die (its rows
+        would otherwise wait for the leases to run out). Returns the counts."""
+        self._check_open()
+        if not isinstance(holder, str) or not holder:
+            raise ValueError("holder must be a non-empty str")
+        leases, returned, cleared = self._impl.release_holder(holder)
+        return {"leases_released": leases, "rows_returned": returned, "rows_cleared": cleared}
 
     def renew(self, metadata: Union[BatchMeta, int], lease_timeout: Optional[float] = None) -> float:
         """Keeps a lease alive: it now expires ``lease_timeout`` seconds from

@@ -363,7 +363,7 @@ class Client {
   // as a tuple. The wait is cut into slices so Ctrl-C (and other signals)
   // are handled while it waits.
   py::tuple GetMeta(const std::string& task, std::vector<std::string> columns, uint32_t n, const std::string& partition,
-                    const py::tuple& policy, int64_t timeout_ms, int64_t lease_timeout_ms) {
+                    const py::tuple& policy, int64_t timeout_ms, int64_t lease_timeout_ms, const std::string& holder) {
     if (timeout_ms < 0) throw py::value_error("timeout must be >= 0");
     if (lease_timeout_ms < 0) throw py::value_error("lease_timeout must be >= 0");
     tq::GetMetaRequest request;
@@ -372,6 +372,7 @@ class Client {
     request.n = n;
     request.partition = partition;
     request.lease_timeout = milliseconds(lease_timeout_ms);
+    request.holder = holder;
     if (policy.size() != 5) throw py::value_error("malformed sampling policy");
     const std::string mode = policy[0].cast<std::string>();
     if (mode == "fifo") {
@@ -455,6 +456,16 @@ class Client {
       r = client_.Renew(lease, milliseconds(lease_timeout_ms));
     }
     return MonotonicSeconds(ValueOrThrow(std::move(r)).deadline);
+  }
+
+  py::tuple ReleaseHolder(const std::string& holder) {
+    Result<tq::ReleaseHolderResponse> r = Status::Internal("no reply");
+    {
+      py::gil_scoped_release release;
+      r = client_.ReleaseHolder(holder);
+    }
+    tq::ReleaseHolderResponse a = ValueOrThrow(std::move(r));
+    return py::make_tuple(a.leases_released, a.rows_returned, a.rows_cleared);
   }
 
   uint64_t ClearPartition(const std::string& partition) {
@@ -607,6 +618,7 @@ void BindTransferQueue(py::module_& m) {
       .def("ack", &Client::Ack)
       .def("release", &Client::Release)
       .def("renew", &Client::Renew)
+      .def("release_holder", &Client::ReleaseHolder)
       .def("clear_partition", &Client::ClearPartition)
       .def("kv_put", &Client::KvPut)
       .def("kv_get", &Client::KvGet)

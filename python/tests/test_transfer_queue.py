@@ -183,6 +183,25 @@ def test_sampling_whole_groups_and_release(hub):
     assert sorted(len(m.rows_of_rank(r)) for r in range(3)) == [2, 2, 2]
 
 
+def test_a_dead_holders_leases_are_released_at_once(hub):
+    _, client = hub
+    client.put({"x": torch.arange(3)}, partition_id="h")
+    held = client.get_meta("x", 2, "h", task_name="t", lease_timeout=600, holder="worker-1/4242")
+    other = client.get_meta("x", 1, "h", task_name="t", lease_timeout=600, holder="worker-2/4343")
+    # worker-1 died: its supervisor hands its rows back now, not in 10 minutes.
+    assert client.release_holder("worker-1/4242") == {"leases_released": 1, "rows_returned": 2, "rows_cleared": 0}
+    again = client.get_meta("x", 2, "h", task_name="t")
+    assert sorted(again.global_indexes) == sorted(held.global_indexes)
+    with pytest.raises(errors.FailedPrecondition):
+        client.ack(held)
+    client.ack(other)
+    assert client.release_holder("worker-1/4242")["leases_released"] == 0
+    with pytest.raises(ValueError):
+        client.release_holder("")
+    with pytest.raises(ValueError):
+        client.get_meta("x", 1, "h", task_name="t", holder="h" * 257)
+
+
 def test_kv_layer(hub):
     _, client = hub
     client.kv_batch_put(["u1", "u2"], "kv", {"prompt": [torch.tensor([1, 2, 3]), torch.tensor([4])],

@@ -142,6 +142,9 @@ class TransferQueueClient {
   // Controller::Renew: the lease's deadline becomes now + lease_timeout (0:
   // the controller's default).
   Result<RenewResponse> Renew(LeaseId lease, std::chrono::milliseconds lease_timeout = std::chrono::milliseconds(0));
+  // Controller::ReleaseHolder: every lease taken with GetMetaRequest::holder
+  // == holder is released now (a supervisor that saw that consumer die).
+  Result<ReleaseHolderResponse> ReleaseHolder(const std::string& holder);
 
   // Frees every row of the partition (whatever their state) and removes it.
   Result<ClearResponse> ClearPartition(std::string partition);

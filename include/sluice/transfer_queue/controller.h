@@ -347,11 +347,11 @@ class Controller {
   // Releases every active lease granted with GetMetaRequest::holder ==
   // request.holder (their rows ready again now; a later Ack or Release of
   // one is FailedPrecondition "released"): for the process that runs the
-  // hub, when it knows a consumer died. None: zero counts. InvalidArgument
-  // (empty holder). The in-process controller only (others: Unimplemented).
+  // hub, or a supervisor that reaches it over the wire, when it knows a
+  // consumer died. None: zero counts. InvalidArgument (empty holder).
+  // Unimplemented by controllers that do not keep holders.
   virtual Result<ReleaseHolderResponse> ReleaseHolder(const ReleaseHolderRequest& request) {
-    return Status::Unimplemented("ReleaseHolder of '" + request.holder +
-                                 "': only the hub's own process releases leases by holder");
+    return Status::Unimplemented("ReleaseHolder of '" + request.holder + "': this controller keeps no holders");
   }
 
   // Frees every row of the partition and removes it. NotFound if unknown.

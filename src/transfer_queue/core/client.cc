@@ -250,6 +250,10 @@ Result<ReleaseResponse> TransferQueueClient::Release(LeaseId lease) {
   return controller_->Release(ReleaseRequest{lease});
 }
 
+Result<ReleaseHolderResponse> TransferQueueClient::ReleaseHolder(const std::string& holder) {
+  return controller_->ReleaseHolder(ReleaseHolderRequest{holder});
+}
+
 Result<RenewResponse> TransferQueueClient::Renew(LeaseId lease, std::chrono::milliseconds lease_timeout) {
   return controller_->Renew(RenewRequest{lease, lease_timeout});
 }

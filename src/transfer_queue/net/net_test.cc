@@ -111,6 +111,35 @@ TEST(NetServerTest, IpcEndpointRoundTrip) {
   static_cast<void>(sluice::RemoveTree(dir));
 }
 
+// A lease's holder travels with its GetMeta, and a supervisor in another
+// process (here: another connection) releases a dead holder's leases.
+TEST(NetServerTest, LeasesOfAHolderAreReleasedOverTheWire) {
+  std::unique_ptr<TransferQueueServer> server = StartServer(DefaultServerOptions());
+  ASSERT_NE(server, nullptr);
+  RemoteQueue worker_queue = Connect(*server), supervisor_queue = Connect(*server);
+  TransferQueueClient worker = worker_queue.client(), supervisor = supervisor_queue.client();
+  TQ_ASSERT_OK(worker.CreatePartition("p"));
+  ASSERT_TRUE(worker.PutRows("p", {Tags(), Tags()}, {{"prompt", {I64({1}), I64({2})}}}).ok());
+  GetMetaRequest take;
+  take.task = "train";
+  take.columns = {"prompt"};
+  take.n = 2;
+  take.partition = "p";
+  take.lease_timeout = std::chrono::minutes(10);
+  take.holder = "rollout-1/4242";
+  Result<BatchMeta> held = worker.GetMeta(take);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  Result<ReleaseHolderResponse> released = supervisor.ReleaseHolder("rollout-1/4242");
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->leases_released, 1u);
+  EXPECT_EQ(released->rows_returned, 2u);
+  take.holder = "";
+  Result<BatchMeta> again = supervisor.GetMeta(take);  // ready again, long before the 10 minutes
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  TQ_EXPECT_ERROR(worker.Ack(held->lease_id), kFailedPrecondition, "released");
+  TQ_EXPECT_ERROR(supervisor.ReleaseHolder(""), kInvalidArgument, "holder is empty");
+}
+
 // A GetMeta waiting for rows runs on its own thread: other clients' quick
 // calls are served meanwhile, and the waiter gets the rows once written.
 TEST(NetServerTest, BlockedGetMetaDoesNotBlockOthers) {

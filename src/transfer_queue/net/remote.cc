@@ -52,6 +52,9 @@ class RemoteController final : public Controller {
   Result<AckResponse> Ack(const AckRequest& r) override { return Call<MessageType::kAck>(r); }
   Result<ReleaseResponse> Release(const ReleaseRequest& r) override { return Call<MessageType::kRelease>(r); }
   Result<RenewResponse> Renew(const RenewRequest& r) override { return Call<MessageType::kRenew>(r); }
+  Result<ReleaseHolderResponse> ReleaseHolder(const ReleaseHolderRequest& r) override {
+    return Call<MessageType::kReleaseHolder>(r);
+  }
   Result<ClearResponse> ClearPartition(const ClearPartitionRequest& r) override {
     return Call<MessageType::kClearPartition>(r);
   }

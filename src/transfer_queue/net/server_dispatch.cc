@@ -297,6 +297,8 @@ wire::Message TransferQueueServer::Impl::Execute(const Job& job) {
       return Serve<ReleaseRequest>(job, [&](const auto& r) { return c.Release(r); });
     case MessageType::kRenew:
       return Serve<RenewRequest>(job, [&](const auto& r) { return c.Renew(r); });
+    case MessageType::kReleaseHolder:
+      return Serve<ReleaseHolderRequest>(job, [&](const auto& r) { return c.ReleaseHolder(r); });
     case MessageType::kClearPartition:
       return Serve<ClearPartitionRequest>(job, [&](const ClearPartitionRequest& r) {
         Result<ClearResponse> cleared = c.ClearPartition(r);

@@ -672,6 +672,18 @@ void Decode(WireReader& r, RenewRequest* out) {
 }
 void Encode(WireWriter& w, const RenewResponse& v) { EncodeDeadline(w, v.deadline); }
 void Decode(WireReader& r, RenewResponse* out) { out->deadline = DecodeDeadline(r); }
+void Encode(WireWriter& w, const ReleaseHolderRequest& v) { w.String(v.holder); }
+void Decode(WireReader& r, ReleaseHolderRequest* out) { out->holder = r.String("holder", kMaxNameBytes); }
+void Encode(WireWriter& w, const ReleaseHolderResponse& v) {
+  w.U64(v.leases_released);
+  w.U64(v.rows_returned);
+  w.U64(v.rows_cleared);
+}
+void Decode(WireReader& r, ReleaseHolderResponse* out) {
+  out->leases_released = r.U64("leases_released");
+  out->rows_returned = r.U64("rows_returned");
+  out->rows_cleared = r.U64("rows_cleared");
+}
 
 void Encode(WireWriter& w, const ReclaimTicket& v) {
   w.U64(v.id);

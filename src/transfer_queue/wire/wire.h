@@ -161,6 +161,7 @@ using KvEntries = std::vector<KvEntry>;
   X(Renew, 33, RenewRequest, RenewResponse)                               \
   X(PutRows, 34, PutRequest, BeginWriteResponse)                          \
   X(TakeBatch, 35, TakeRequest, TakeReply)                                \
+  X(ReleaseHolder, 36, ReleaseHolderRequest, ReleaseHolderResponse)       \
   X(StorageWrite, 64, StorageWriteRequest, Empty)                         \
   X(StorageRead, 65, StorageReadRequest, StorageReadResponse)             \
   X(StorageDiscard, 66, StorageDiscardRequest, Empty)                     \
@@ -256,6 +257,8 @@ SLUICE_TQ_WIRE_CODEC_(ReleaseRequest)
 SLUICE_TQ_WIRE_CODEC_(ReleaseResponse)
 SLUICE_TQ_WIRE_CODEC_(RenewRequest)
 SLUICE_TQ_WIRE_CODEC_(RenewResponse)
+SLUICE_TQ_WIRE_CODEC_(ReleaseHolderRequest)
+SLUICE_TQ_WIRE_CODEC_(ReleaseHolderResponse)
 SLUICE_TQ_WIRE_CODEC_(ClearPartitionRequest)
 SLUICE_TQ_WIRE_CODEC_(ClearResponse)
 SLUICE_TQ_WIRE_CODEC_(ReclaimTicket)

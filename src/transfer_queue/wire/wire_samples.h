@@ -120,6 +120,12 @@ inline void MakeSample(RenewRequest* v) {
   v->lease_id = 19;
   v->lease_timeout = std::chrono::milliseconds(30000);
 }
+inline void MakeSample(ReleaseHolderRequest* v) { v->holder = "reward-2/31337"; }
+inline void MakeSample(ReleaseHolderResponse* v) {
+  v->leases_released = 2;
+  v->rows_returned = 7;
+  v->rows_cleared = 1;
+}
 inline void MakeSample(RenewResponse* v) { v->deadline = SampleNow() + std::chrono::milliseconds(30000); }
 inline void MakeSample(ReclaimTicket* v) {
   v->id = 3;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench_stats.h"
@@ -21,6 +22,17 @@ namespace sluice::bench {
 // The long-tail workload lives with the simulator, which replays it.
 using simulate::LongTailLengths;
 using simulate::NormalQuantile;
+
+// "a,b,,c" -> {a, b, c}: a comma-separated flag's items, empty ones dropped.
+inline std::vector<std::string> SplitCommas(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos <= list.size();) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    if (comma > pos) out.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
 
 // The main() of every benchmark: passive OpenMP waiting and the allocator
 // settings of docs/design.md (libtorch on CPU), then `body`; an error is printed and

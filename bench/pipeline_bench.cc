@@ -176,17 +176,6 @@ Result<ModeResult> RunMode(const pipeline::RunOptions& o, const pipeline::RunHoo
   return r;
 }
 
-// "a,b,c" -> {a, b, c}.
-std::vector<std::string> SplitList(const std::string& list) {
-  std::vector<std::string> out;
-  for (size_t pos = 0; pos <= list.size();) {
-    const size_t comma = std::min(list.find(',', pos), list.size());
-    out.push_back(list.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return out;
-}
-
 // The bound's two parts in core-seconds, measured alone on one thread (see
 // the file comment).
 struct BoundParts {
@@ -477,7 +466,8 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(auto corr, sluice::trainer::ParseOffPolicyCorrection(correction));
   SLUICE_ASSIGN_OR_RETURN(bool processes, flags.GetBool("processes"));
   SLUICE_ASSIGN_OR_RETURN(std::string hub_paths, flags.GetString("hub-paths"));
-  const std::vector<std::string> hubs = SplitList(hub_paths);
+  const std::vector<std::string> hubs = sluice::bench::SplitCommas(hub_paths);
+  if (hubs.empty()) return Status::InvalidArgument("--hub-paths names no hub path");
   for (const std::string& hub : hubs) {
     if (hub != "fast" && hub != "socket") {
       return Status::InvalidArgument("--hub-paths: '" + hub + "' is not one of {fast, socket}");
@@ -532,7 +522,8 @@ Status Main(int argc, char** argv) {
     std::string hub, label;
   };
   std::vector<Variant> variants;
-  for (const std::string& name : SplitList(modes)) {
+  if (sluice::bench::SplitCommas(modes).empty()) return Status::InvalidArgument("--modes names no mode");
+  for (const std::string& name : sluice::bench::SplitCommas(modes)) {
     SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(name));
     if (processes && mode == pipeline::PipelineMode::kDirect) {
       return Status::InvalidArgument("--processes: direct has no roles to run as processes (--modes)");

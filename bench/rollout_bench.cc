@@ -33,6 +33,7 @@
 namespace {
 
 using sluice::bench::LongTailLengths;
+using sluice::bench::SplitCommas;
 using sluice::bench::Stats;
 using sluice::bench::Summarize;
 
@@ -70,16 +71,6 @@ Workload MakeWorkload(int n, int prompt_len, int median, double tail, int64_t vo
   // with S = sum(L^2)/sum(L).
   w.lockstep_steps = static_cast<int32_t>(std::lround(sum_sq / sum));
   return w;
-}
-
-std::vector<std::string> SplitCommas(const std::string& list) {
-  std::vector<std::string> out;
-  for (size_t pos = 0; pos <= list.size();) {
-    const size_t comma = std::min(list.find(',', pos), list.size());
-    if (comma > pos) out.push_back(list.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return out;
 }
 
 const char* DtypeName(torch::ScalarType dtype) { return dtype == torch::kBFloat16 ? "bfloat16" : "float32"; }

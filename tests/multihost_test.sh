@@ -9,12 +9,25 @@
 #   three-hosts   three ranks on three hosts train the run a single rank
 #                 trains (sync mode, same seed: same prompts, losses and
 #                 gradient norms within float rounding), every prompt once
+#   remote-rollout  two trainer ranks and a rollout replica on three hosts
+#                 (cluster.rollout_ranks=1, none on rank 0's host): the
+#                 replica calls the hub over TCP and receives every version
+#                 over the CheckpointEngine broadcast; the run trains what the
+#                 single rank trains (sync mode: the same losses)
+#   async-cluster an async run with rollout replicas on rank 0's host and two
+#                 other hosts completes, every prompt trained once
+#   rejoin        the only rollout replica, on host 1, is SIGKILLed mid-run and
+#                 started again there (as a host's supervisor would): it is
+#                 sent the current version, takes up the stream (what the dead
+#                 one held comes back when its leases run out), and the run
+#                 trains every prompt once
 #   config        a rank started with another config is refused, names both
 #                 digests, and rank 0's run stops instead of waiting for it
 #   unreachable   a rank whose rendezvous host does not answer gives up after
 #                 pipeline.rank_timeout_seconds, naming the store
 #
 # Needs root and `ip` (network namespaces); exits 77 (skipped) otherwise.
+# KEEP=1 keeps the logs and run directories (their directory is printed).
 set -uo pipefail
 SLUICE=$1
 if [ "$(id -u)" -ne 0 ] || ! command -v ip > /dev/null || ! ip netns list > /dev/null 2>&1; then
@@ -29,7 +42,7 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   for n in "$sw" "${hosts[@]}"; do ip netns pids "$n" 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del "$n" 2>/dev/null; done
-  rm -rf "$tmp"
+  if [ -n "${KEEP:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
 failures=0
@@ -78,6 +91,73 @@ for a, b in zip(one, three):
         assert abs(a[key] - b[key]) <= 1e-5 * (1 + abs(a[key])), (a["step"], key, a[key], b[key])
 assert any(a["grad_norm"] > 0 for a in one)
 assert sorted(p for r in three for p in r["prompts"]) == list(range(18))
+PY
+
+# --- remote-rollout: trainer ranks 0-1 on hosts 0-1, the one rollout replica on host 2
+start_rank 1 3 "$tmp/rr1.log" "${run[@]}" run.dir="$tmp/rr" cluster.rollout_ranks=1 pipeline.rollout_replicas=0
+start_rank 2 3 "$tmp/rr2.log" "${run[@]}" run.dir="$tmp/rr" cluster.rollout_ranks=1 pipeline.rollout_replicas=0
+start_rank 0 3 "$tmp/rr0.log" "${run[@]}" run.dir="$tmp/rr" cluster.rollout_ranks=1 pipeline.rollout_replicas=0
+for p in "${pids[@]}"; do wait "$p" || fail "remote-rollout: a rank exited $?"; done
+pids=()
+# (the replica's last line: its tokens and the versions it took from the broadcast, up to the one
+# its last prompts needed, 5, or the last; the relay sends the newest, so one superseded before it
+# was sent is skipped)
+grep -q "rollout replica 0 of the run at" "$tmp/rr2.log" \
+  && grep -Eq "rollout@[^ ]*: [1-9][0-9]* tokens generated; [1-7] version\(s\) received over the broadcast, the last [56]" "$tmp/rr2.log" \
+  || fail "remote-rollout: the replica on host 2: $(tail -3 "$tmp/rr2.log")"
+/usr/bin/python3 - "$tmp/one" "$tmp/rr" <<'PY' && echo "ok   remote-rollout" || fail "remote-rollout: metrics differ"
+import json, sys
+one, rr = ([json.loads(l) for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:])
+assert len(one) == len(rr) == 6, (len(one), len(rr))
+for a, b in zip(one, rr):
+    assert a["prompts"] == b["prompts"] and a["train_tokens"] == b["train_tokens"], (a["step"], a, b)
+    assert b["staleness_max"] == 0, (b["step"], b["staleness_max"])
+    for key in ("loss", "pg_loss", "grad_norm", "entropy", "reward_mean"):
+        assert abs(a[key] - b[key]) <= 1e-5 * (1 + abs(a[key])), (a["step"], key, a[key], b[key])
+PY
+
+# --- async-cluster: trainer rank 0 and one replica on host 0, a replica each on hosts 1-2
+async=("${run[@]}" pipeline.mode=async cluster.rollout_ranks=2 run.dir="$tmp/ac")
+start_rank 1 3 "$tmp/ac1.log" "${async[@]}"
+start_rank 2 3 "$tmp/ac2.log" "${async[@]}"
+start_rank 0 3 "$tmp/ac0.log" "${async[@]}"
+for p in "${pids[@]}"; do wait "$p" || fail "async-cluster: a rank exited $?"; done
+pids=()
+grep -q "rollout replica 1: done" "$tmp/ac1.log" && grep -q "rollout replica 2: done" "$tmp/ac2.log" \
+  || fail "async-cluster: the replicas elsewhere did not finish: $(tail -2 "$tmp/ac1.log" "$tmp/ac2.log")"
+/usr/bin/python3 - "$tmp/ac" <<'PY' && echo "ok   async-cluster" || fail "async-cluster: $(tail -3 "$tmp/ac0.log")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+assert [r["step"] for r in rows] == list(range(1, 7)), [r["step"] for r in rows]
+assert sorted(p for r in rows for p in r["prompts"]) == list(range(18))
+PY
+
+# --- rejoin: kill the replica on host 1 once two steps are trained, start it again
+rejoin=("${run[@]}" pipeline.mode=async rl.steps=16 rl.max_new_tokens=64 cluster.rollout_ranks=1 pipeline.rollout_replicas=0
+        pipeline.worker_lease_seconds=2 run.dir="$tmp/rj")
+start_rank 1 2 "$tmp/rj1.log" "${rejoin[@]}"
+start_rank 0 2 "$tmp/rj0.log" "${rejoin[@]}"
+for _ in $(seq 600); do
+  [ "$(cat "$tmp/rj/metrics.jsonl" 2>/dev/null | wc -l)" -ge 2 ] && break
+  sleep 0.05
+done
+killed=$(ip netns pids "${hosts[1]}" | xargs -r ps -o pid=,args= -p | awk -v s="$SLUICE" '$2 == s {print $1}')
+steps_at_kill=$(cat "$tmp/rj/metrics.jsonl" 2>/dev/null | wc -l)
+[ -n "$killed" ] && kill -9 $killed
+wait "${pids[0]}" 2>/dev/null
+pids=("${pids[1]}")
+start_rank 1 2 "$tmp/rj1b.log" "${rejoin[@]}"
+for p in "${pids[@]}"; do wait "$p" || fail "rejoin: a rank exited $?"; done
+pids=()
+[ -n "$killed" ] && [ "$steps_at_kill" -lt 16 ] || fail "rejoin: the replica was not killed mid-run ($steps_at_kill steps)"
+grep -Eq "rollout@[^ ]*: serving version [1-9][0-9]* received over the broadcast" "$tmp/rj1b.log" \
+  && grep -Eq "rollout@[^ ]*: [1-9][0-9]* tokens generated" "$tmp/rj1b.log" \
+  || fail "rejoin: the restarted replica: $(tail -3 "$tmp/rj1b.log")"
+/usr/bin/python3 - "$tmp/rj" <<'PY' && echo "ok   rejoin" || fail "rejoin: $(tail -3 "$tmp/rj0.log")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+assert [r["step"] for r in rows] == list(range(1, 17)), [r["step"] for r in rows]
+assert sorted(p for r in rows for p in r["prompts"]) == list(range(48))
 PY
 
 # --- config: rank 1 with another learning rate

@@ -79,6 +79,9 @@ struct BroadcastPublisher::Impl {
   // Errors: from the rendezvous, too few subscribers (not worth retrying),
   // or the mesh connect failed (*retry set: the next generation may work).
   Status EnsureGroup(BroadcastPublishReport* report, bool* retry) SLUICE_REQUIRES(publish_mu);
+  // Whether the formed group is out of date: someone registered since, a
+  // member is gone, or one left out last time is ready now.
+  Result<bool> GroupChanged() SLUICE_REQUIRES(publish_mu);
   Status FormGroup(BroadcastPublishReport* report, bool* retry) SLUICE_REQUIRES(publish_mu);
   void Announce(bcast::Kind kind) SLUICE_REQUIRES(publish_mu);
   void BreakGroup(const Status& why) SLUICE_REQUIRES(publish_mu);
@@ -123,22 +126,25 @@ void BroadcastPublisher::Impl::BreakGroup(const Status& why) {
   stats.members = 0;
 }
 
+Result<bool> BroadcastPublisher::Impl::GroupChanged() {
+  if (!formed) return true;
+  SLUICE_ASSIGN_OR_RETURN(int64_t registrations, ReadCounter(*kv, keys.NextId()));
+  if (registrations != registrations_at_formation) return true;
+  const std::set<uint64_t> members(member_ids.begin(), member_ids.end());
+  for (const auto& [id, k] : known) {
+    if (k.gone || !k.usable) continue;
+    Result<std::string> probe =
+        members.count(id) > 0 ? kv->Get(keys.Subscriber(id)) : kv->Get(keys.Ready(generation + 1, id));
+    if (members.count(id) > 0 && probe.status().code() == StatusCode::kNotFound) return true;  // gone
+    if (members.count(id) == 0 && probe.ok()) return true;                                     // ready
+    if (!probe.ok() && probe.status().code() != StatusCode::kNotFound) return probe.status();
+  }
+  return false;
+}
+
 Status BroadcastPublisher::Impl::EnsureGroup(BroadcastPublishReport* report, bool* retry) {
   if (formed) {
-    // Re-form if someone registered since, a member is gone, or a
-    // subscriber left out last time is ready now.
-    SLUICE_ASSIGN_OR_RETURN(int64_t registrations, ReadCounter(*kv, keys.NextId()));
-    bool changed = registrations != registrations_at_formation;
-    const std::set<uint64_t> members(member_ids.begin(), member_ids.end());
-    for (const auto& [id, k] : known) {
-      if (changed) break;
-      if (k.gone || !k.usable) continue;
-      Result<std::string> probe =
-          members.count(id) > 0 ? kv->Get(keys.Subscriber(id)) : kv->Get(keys.Ready(generation + 1, id));
-      if (members.count(id) > 0 && probe.status().code() == StatusCode::kNotFound) changed = true;  // gone
-      if (members.count(id) == 0 && probe.ok()) changed = true;                                     // ready
-      if (!probe.ok() && probe.status().code() != StatusCode::kNotFound) return probe.status();
-    }
+    SLUICE_ASSIGN_OR_RETURN(const bool changed, GroupChanged());
     if (!changed) return Status::Ok();
     Announce(bcast::Kind::kReform);
     group.reset();
@@ -335,7 +341,8 @@ Result<BroadcastPublishReport> BroadcastPublisher::PublishWithReport(int64_t ver
     delivered = m.stats.latest_version;
   }
   if (version < 0) return Status::InvalidArgument(what + ": versions are >= 0");
-  if (version <= delivered || version < m.last_attempted) {
+  // The last version delivered may be sent again (to subscribers that joined since).
+  if (version < delivered || version < m.last_attempted) {
     return Status::FailedPrecondition(what + ": version " + std::to_string(std::max(delivered, m.last_attempted)) +
                                       " was already published; versions only increase");
   }
@@ -454,6 +461,12 @@ Result<BroadcastPublishReport> BroadcastPublisher::PublishWithReport(int64_t ver
                   Status::Unavailable(what + " after " + std::to_string(report.attempts) +
                                       " attempt(s); last error: " + last_error.ToString()),
                   start);
+}
+
+Result<bool> BroadcastPublisher::GroupChanged() {
+  Impl& m = *impl_;
+  MutexLock lock(&m.publish_mu);
+  return m.GroupChanged();
 }
 
 BroadcastPublishReport BroadcastPublisher::last_report() const {

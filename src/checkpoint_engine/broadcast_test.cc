@@ -185,9 +185,23 @@ TEST_F(BroadcastTest, LateJoinersAndLeaversChangeTheGroupAtTheNextPublish) {
   auto s1 = MakeVersionStore(BroadcastLayout());
   auto a = StartSubscriber("a", s1);
   PublishOk(*pub, 1, 1);
+  Result<bool> changed = pub->GroupChanged();
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  EXPECT_FALSE(*changed);
   auto s2 = MakeVersionStore(BroadcastLayout());
   auto b = StartSubscriber("b", s2);
-  PublishOk(*pub, 2, 2);  // re-formed with b
+  changed = pub->GroupChanged();
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  EXPECT_TRUE(*changed);  // b registered
+  // The last version again: b receives it, a takes part serving it already.
+  PublishOk(*pub, 1, 2);  // re-formed with b
+  EXPECT_EQ(CheckServes(*s2, 1), "");
+  EXPECT_EQ(CheckServes(*s1, 1), "");
+  EXPECT_EQ(pub->stats().generations_formed, 2u);
+  changed = pub->GroupChanged();
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  EXPECT_FALSE(*changed);
+  PublishOk(*pub, 2, 2);
   EXPECT_EQ(CheckServes(*s2, 2), "");
   EXPECT_EQ(pub->stats().generations_formed, 2u);
   a.reset();  // leaves
@@ -245,11 +259,11 @@ TEST_F(BroadcastTest, PublishRejectsBadInputAndTooFewSubscribers) {
   wrong["bias"] = v.at("norm");
   EXPECT_EQ(pub->PublishWithReport(1, wrong).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(pub->PublishWithReport(-1, v).status().code(), StatusCode::kInvalidArgument);
-  PublishOk(*pub, 1, 1);
-  s = pub->PublishWithReport(1, v).status();
+  PublishOk(*pub, 2, 1);
+  s = pub->PublishWithReport(1, v).status();  // below the last one
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s, "only increase")) << s.ToString();
-  EXPECT_EQ(CheckServes(*store, 1), "");
+  EXPECT_EQ(CheckServes(*store, 2), "");
 
   // Nobody required: publishing to an empty group succeeds.
   BroadcastPublisherOptions lone = TestPublisherOptions(server_->address(), testing::UniqueGroup());

@@ -90,6 +90,28 @@ Result<uint16_t> LocalPort(int fd) {
   return Status::Unavailable("getsockname: unexpected address family");
 }
 
+Result<std::string> LocalAddressToward(const std::string& host) {
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);  // any port: nothing is sent
+  if (::inet_pton(AF_INET, host.c_str(), &to.sin_addr) != 1) {
+    return Status::InvalidArgument("not an IPv4 address: '" + host + "'");
+  }
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return Status::Unavailable("socket: " + Errno(errno));
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    return Status::Unavailable("no route to " + host + ": " + Errno(errno));
+  }
+  sockaddr_in me{};
+  socklen_t len = sizeof(me);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&me), &len) != 0) {
+    return Status::Unavailable("getsockname: " + Errno(errno));
+  }
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &me.sin_addr, text, sizeof(text));
+  return std::string(text);
+}
+
 Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline deadline) {
   const std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};

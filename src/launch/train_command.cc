@@ -179,9 +179,14 @@ ConfigSchema TrainSchema() {
   s.AddInt("pipeline.trainer_ranks", 1, 1, 256,
            "pipeline.processes: trainer processes, data parallel (gradients all-reduced over Gloo; each trains its "
            "shard of every mini-batch on pipeline.trainer_threads threads); rank 0 publishes and checkpoints");
-  s.AddInt("pipeline.rollout_replicas", 1, 1, 64,
-           "pipeline.processes: rollout processes, each with its own model copy, rollout_engines and "
-           "rollout_threads, taking prompts from one stream under one staleness bound");
+  s.AddInt("pipeline.rollout_replicas", 1, 0, 64,
+           "pipeline.processes: rollout processes on this host, each with its own model copy, rollout_engines and "
+           "rollout_threads, taking prompts from one stream under one staleness bound (0: only with "
+           "cluster.rollout_ranks)");
+  s.AddInt("cluster.rollout_ranks", 0, 0, 64,
+           "launched by torchrun, srun or mpirun: how many of the launched processes (the last ranks) are rollout "
+           "replicas, one each, calling the hub over TCP and receiving the weights over the CheckpointEngine "
+           "broadcast; the other ranks are trainer ranks");
   s.AddInt("pipeline.reward_workers", 1, 1, 64, "pipeline.processes: reward processes scoring answers from the hub");
   s.AddInt("pipeline.worker_lease_seconds", 30, 1, 86400,
            "how long a rollout replica or reward worker holds a prompt or answer between lease renewals (every "
@@ -409,6 +414,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.rollout_engines = static_cast<int32_t>(c.GetInt("pipeline.rollout_engines"));
   o.pipeline.trainer_ranks = static_cast<int32_t>(c.GetInt("pipeline.trainer_ranks"));
   o.pipeline.rollout_replicas = static_cast<int32_t>(c.GetInt("pipeline.rollout_replicas"));
+  o.pipeline.remote_rollout_replicas = static_cast<int32_t>(c.GetInt("cluster.rollout_ranks"));
   o.pipeline.reward_workers = static_cast<int32_t>(c.GetInt("pipeline.reward_workers"));
   o.pipeline.worker_lease_seconds = c.GetInt("pipeline.worker_lease_seconds");
   o.pipeline.rank_timeout_seconds = c.GetInt("pipeline.rank_timeout_seconds");
@@ -566,26 +572,34 @@ Result<std::string> ResolveIPv4(const std::string& host) {
   return std::string(text);
 }
 
-// Started by torchrun, srun or mpirun as one of world_size processes: each
-// is one trainer rank of one run. Rank 0's process is the run's launcher
-// (hub, rollout, reward, trainer rank 0; its hub listens on the rendezvous
-// host's address, with a token, when that is not loopback); the others
-// train beside it (TrainingRun::RunLaunchedTrainerRank). Errors: the
-// streaming process mode missing, or pipeline.trainer_ranks disagreeing
-// with the launch.
-Status PlaceTrainerRanks(const runtime::ProcessPlacement& p, const Config& config, pipeline::RunOptions* o) {
+// Started by torchrun, srun or mpirun as one of world_size processes: the
+// last cluster.rollout_ranks of them are rollout replicas, the others
+// trainer ranks of one run. Rank 0's process is the run's launcher (hub,
+// reward, trainer rank 0, its host's rollout replicas; its hub listens on
+// the rendezvous host's address, with a token, when that is not loopback);
+// the others run beside it (TrainingRun::RunLaunchedRank). Errors: the
+// streaming process mode missing, or counts disagreeing with the launch.
+Status PlaceRanks(const runtime::ProcessPlacement& p, const Config& config, pipeline::RunOptions* o) {
   pipeline::PipelineOptions& po = o->pipeline;
   const std::string launched = "launched as " + p.ToString();
   if (!po.processes || po.mode == pipeline::PipelineMode::kDirect) {
     return Status::FailedPrecondition(launched +
-                                      ": each launched process is one trainer rank of the run, which needs "
-                                      "pipeline.processes=true and a streaming pipeline.mode (sync, one_step_off, "
-                                      "async)");
+                                      ": each launched process is one trainer rank or rollout replica of the run, "
+                                      "which needs pipeline.processes=true and a streaming pipeline.mode (sync, "
+                                      "one_step_off, async)");
   }
-  if (po.trainer_ranks != 1 && po.trainer_ranks != p.world_size) {
+  const int64_t trainers = p.world_size - po.remote_rollout_replicas;
+  if (trainers < 1) {
+    return Status::InvalidArgument("cluster.rollout_ranks=" + std::to_string(po.remote_rollout_replicas) + ", but " +
+                                   launched +
+                                   ": that leaves no trainer rank (rank 0 is one); launch more processes "
+                                   "or declare fewer rollout ranks");
+  }
+  if (po.trainer_ranks != 1 && po.trainer_ranks != trainers) {
     return Status::InvalidArgument("pipeline.trainer_ranks=" + std::to_string(po.trainer_ranks) + ", but " + launched +
-                                   ": each launched process is one trainer rank; leave it unset or set it to " +
-                                   std::to_string(p.world_size));
+                                   ", and cluster.rollout_ranks=" + std::to_string(po.remote_rollout_replicas) +
+                                   " leaves " + std::to_string(trainers) +
+                                   " trainer rank(s); leave it unset or set it to " + std::to_string(trainers));
   }
   if (!po.trainer_command.empty()) {
     return Status::InvalidArgument(launched +
@@ -593,7 +607,7 @@ Status PlaceTrainerRanks(const runtime::ProcessPlacement& p, const Config& confi
                                    "replaces it");
   }
   SLUICE_ASSIGN_OR_RETURN(const std::string ip, ResolveIPv4(p.master_addr));
-  po.trainer_ranks = static_cast<int32_t>(p.world_size);
+  po.trainer_ranks = static_cast<int32_t>(trainers);
   po.local_trainer_ranks = 1;
   po.trainer_store = ip + ":" + std::to_string(p.master_port);
   po.trainer_store_external = p.store_served_by_launcher;
@@ -630,19 +644,31 @@ Status Train(const std::vector<std::string>& args) {
   if (role) return RunRoleProcess(*role, config);
   SLUICE_ASSIGN_OR_RETURN(runtime::ProcessPlacement placement, runtime::PlacementFromEnvironment(std::getenv));
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
+  if (placement.world_size == 1 && options.pipeline.remote_rollout_replicas > 0) {
+    return Status::InvalidArgument(
+        "cluster.rollout_ranks=" + std::to_string(options.pipeline.remote_rollout_replicas) +
+        ": rollout ranks are processes that a launcher (torchrun, srun, mpirun) starts, and this one was not "
+        "launched by one (no RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE); use "
+        "pipeline.rollout_replicas for replicas on this host");
+  }
   if (placement.world_size > 1) {
-    SLUICE_RETURN_IF_ERROR(PlaceTrainerRanks(placement, config, &options));
+    SLUICE_RETURN_IF_ERROR(PlaceRanks(placement, config, &options));
     if (placement.rank > 0) {
       SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
       SetIntraOpThreads(config.GetInt("run.threads"));
       SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
       SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
       SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, std::move(task), options));
-      std::fprintf(stderr, "sluice train: %s, trainer rank %lld of the run at %s\n", placement.ToString().c_str(),
-                   static_cast<long long>(placement.rank), options.pipeline.trainer_store.c_str());
-      SLUICE_RETURN_IF_ERROR(loop->RunLaunchedTrainerRank(options.pipeline.trainer_store, placement.rank,
-                                                          std::chrono::seconds(options.pipeline.rank_timeout_seconds)));
-      std::fprintf(stderr, "trainer rank %lld: done\n", static_cast<long long>(placement.rank));
+      const pipeline::PipelineOptions& po = options.pipeline;
+      const bool trainer = placement.rank < po.trainer_ranks;
+      const int64_t index = trainer ? placement.rank : po.rollout_replicas + placement.rank - po.trainer_ranks;
+      const std::string what = (trainer ? "trainer rank " : "rollout replica ") + std::to_string(index);
+      std::fprintf(stderr, "sluice train: %s, %s of the run at %s\n", placement.ToString().c_str(), what.c_str(),
+                   po.trainer_store.c_str());
+      SLUICE_RETURN_IF_ERROR(loop->RunLaunchedRank(
+          po.trainer_store, trainer ? pipeline::PipelineRole::kTrainer : pipeline::PipelineRole::kRollout, index,
+          std::chrono::seconds(po.rank_timeout_seconds)));
+      std::fprintf(stderr, "%s: done\n", what.c_str());
       return Status::Ok();
     }
   }

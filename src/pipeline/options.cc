@@ -140,8 +140,19 @@ Status RunOptions::Validate() const {
   if (pipeline.trainer_ranks > 1 && !pipeline.trainer_command.empty()) {
     return bad("pipeline.trainer_ranks", "is Sluice's trainer's; pipeline.trainer_command replaces that trainer");
   }
-  if (pipeline.rollout_replicas < 1 || pipeline.rollout_replicas > 64) {
-    return bad("pipeline.rollout_replicas", "must be in [1, 64]");
+  if (pipeline.rollout_replicas < 0 || pipeline.rollout_replicas > 64) {
+    return bad("pipeline.rollout_replicas", "must be in [0, 64]");
+  }
+  if (pipeline.remote_rollout_replicas < 0 || pipeline.AllRolloutReplicas() > 64) {
+    return bad("cluster.rollout_ranks", "with pipeline.rollout_replicas must make at most 64 rollout replicas");
+  }
+  if (pipeline.AllRolloutReplicas() < 1) {
+    return bad("pipeline.rollout_replicas",
+               "must be at least 1 (0 only with rollout replicas on other hosts, "
+               "cluster.rollout_ranks)");
+  }
+  if (pipeline.remote_rollout_replicas > 0 && (!pipeline.processes || !pipeline.trainer_command.empty())) {
+    return bad("cluster.rollout_ranks", "needs pipeline.processes=true and Sluice's trainer");
   }
   if (pipeline.reward_workers < 1 || pipeline.reward_workers > 64) {
     return bad("pipeline.reward_workers", "must be in [1, 64]");

@@ -42,12 +42,18 @@
 
 #include "metrics_log.h"
 #include "run_state.h"
+#if SLUICE_HAVE_WEIGHT_BROADCAST
+#include "sluice/checkpoint_engine/broadcast.h"
+#include "sluice/checkpoint_engine/rendezvous.h"
+#endif
 #include "sluice/checkpoint_engine/shm_store.h"
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/background_thread.h"
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
+#include "sluice/common/mutex.h"
 #include "sluice/common/shm.h"
+#include "sluice/common/socket_util.h"
 #include "sluice/common/trace.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/runtime/supervisor.h"
@@ -91,6 +97,177 @@ std::string StoreKeys(const PipelineOptions& po) {
 // Who holds the hub leases a role process takes (GetMetaRequest::holder):
 // its name and pid, so a restarted process's are not its predecessor's.
 std::string LeaseHolder(const std::string& process_name, pid_t pid) { return process_name + "/" + std::to_string(pid); }
+
+// Rollout replicas on other hosts (cluster.rollout_ranks) receive the
+// weights over the CheckpointEngine broadcast: the launcher serves the
+// broadcast's rendezvous on the ranks' network and relays every version the
+// trainer commits to this host's shared-memory store (a reader of it), so
+// the trainer never waits for the network; the remote replicas stage each
+// version into a store of their own, verified, before they switch to it.
+// The first version waits (up to pipeline.rank_timeout_seconds) for every
+// replica the cluster declares; later ones go to whoever is in the group,
+// and a replica that joins between versions (started again, or late) is
+// sent the current one at once.
+class WeightRelay {
+ public:
+#if SLUICE_HAVE_WEIGHT_BROADCAST
+  static Result<std::unique_ptr<WeightRelay>> Start(const std::string& ip, const std::string& store_name,
+                                                    const ce::Layout& layout, int32_t replicas,
+                                                    std::chrono::seconds timeout) {
+    auto relay = std::unique_ptr<WeightRelay>(new WeightRelay());
+    ce::RendezvousServerOptions ro;
+    ro.bind_address = ip;
+    SLUICE_ASSIGN_OR_RETURN(relay->rendezvous_, ce::RendezvousServer::Start(ro));
+    relay->address_ = ip + ":" + std::to_string(relay->rendezvous_->port());
+    ce::BroadcastPublisherOptions bo;
+    bo.rendezvous_address = relay->address_;
+    bo.group = "weights";
+    bo.bind_address = ip;
+    bo.layout = layout;
+    bo.min_subscribers = static_cast<size_t>(replicas);
+    bo.join_timeout = milliseconds(1000);  // the first Publish is tried again until `timeout`
+    relay->first_deadline_ = std::chrono::steady_clock::now() + timeout;
+    SLUICE_ASSIGN_OR_RETURN(relay->publisher_, ce::BroadcastPublisher::Start(bo));
+    WeightRelay* r = relay.get();
+    SLUICE_RETURN_IF_ERROR(relay->thread_.Start([r, store_name, layout](std::stop_token stop) {
+      Status failed = r->Relay(stop, store_name, layout);
+      MutexLock lock(&r->mu_);
+      r->status_ = failed;
+    }));
+    return relay;
+  }
+#else
+  static Result<std::unique_ptr<WeightRelay>> Start(const std::string&, const std::string&, const ce::Layout&, int32_t,
+                                                    std::chrono::seconds) {
+    return Status::FailedPrecondition(
+        "cluster.rollout_ranks: rollout replicas on other hosts receive the weights over the CheckpointEngine "
+        "broadcast, which this build lacks (Gloo was not found: install libgloo-dev and rebuild)");
+  }
+#endif
+  ~WeightRelay() { thread_.Stop(); }
+  // Where the remote replicas find the broadcast ("IP:PORT").
+  const std::string& address() const { return address_; }
+  // OK while relaying; the error it stopped on.
+  Status status() {
+    MutexLock lock(&mu_);
+    return status_;
+  }
+  int64_t versions_sent() const { return sent_.load(); }
+
+ private:
+  WeightRelay() = default;
+#if SLUICE_HAVE_WEIGHT_BROADCAST
+  Status Relay(const std::stop_token& stop, const std::string& store_name, const ce::Layout& layout) {
+    // The trainer creates the store once it has loaded the model.
+    std::unique_ptr<ce::ShmSubscriber> reader;
+    while (!reader) {
+      if (stop.stop_requested()) return Status::Ok();
+      ce::ShmSubscriberOptions sub;
+      sub.store_name = store_name;
+      sub.shm_prefix = kShmPrefix;
+      sub.expected_layout = layout;
+      sub.attach_timeout = milliseconds(500);
+      Result<std::unique_ptr<ce::ShmSubscriber>> attached = ce::ShmSubscriber::Attach(sub);
+      if (attached.ok()) {
+        reader = std::move(attached).value();
+      } else if (attached.status().code() != StatusCode::kTimeout &&
+                 attached.status().code() != StatusCode::kNotFound) {
+        return attached.status().WithContext("the weight relay's reader");
+      }
+    }
+    int64_t sent = ce::kNoVersion;
+    while (!stop.stop_requested()) {
+      Result<ce::PinnedWeights> pinned = reader->WaitAndPin(sent + 1, milliseconds(200));
+      if (!pinned.ok() && pinned.status().code() == StatusCode::kTimeout && sent != ce::kNoVersion) {
+        // No new version: a replica that joined since gets the current one now.
+        SLUICE_ASSIGN_OR_RETURN(const bool joined, publisher_->GroupChanged());
+        if (joined) pinned = reader->PinLatest();
+      }
+      if (!pinned.ok()) {
+        if (pinned.status().code() == StatusCode::kTimeout) continue;
+        return pinned.status().WithContext("the weight relay's reader");
+      }
+      Status published = publisher_->Publish(pinned->version, pinned->tensors);
+      // The first version waits for every replica the cluster declares
+      // (tried a second at a time, so that stopping is prompt).
+      if (published.code() == StatusCode::kUnavailable && sent == ce::kNoVersion &&
+          std::chrono::steady_clock::now() < first_deadline_) {
+        continue;
+      }
+      SLUICE_RETURN_IF_ERROR(published.WithContext("broadcasting version " + std::to_string(pinned->version) +
+                                                   " to the rollout replicas on other hosts"));
+      sent = pinned->version;
+      sent_.fetch_add(1);
+    }
+    return Status::Ok();
+  }
+  std::unique_ptr<ce::RendezvousServer> rendezvous_;
+  std::unique_ptr<ce::BroadcastPublisher> publisher_;
+  std::chrono::steady_clock::time_point first_deadline_;
+#endif
+  std::string address_;
+  Mutex mu_;
+  Status status_ SLUICE_GUARDED_BY(mu_);
+  std::atomic<int64_t> sent_{0};
+  BackgroundThread thread_{"weight relay"};  // last: stopped first
+};
+
+// A rollout replica on another host: a store of its own, which the
+// broadcast the launcher relays (WeightRelay) fills; the replica reads it as
+// it would read the shared-memory store.
+struct BroadcastWeights {
+  std::shared_ptr<ce::VersionStore> store;
+#if SLUICE_HAVE_WEIGHT_BROADCAST
+  std::unique_ptr<ce::BroadcastSubscriber> subscriber;  // destroyed first
+#endif
+};
+
+Result<BroadcastWeights> ReceiveWeights(const std::string& rendezvous, const ce::Layout& layout,
+                                        const std::string& name, std::chrono::seconds timeout) {
+#if SLUICE_HAVE_WEIGHT_BROADCAST
+  if (rendezvous.empty()) {
+    return Status::FailedPrecondition(
+        "rank 0's launcher relays no weights to other hosts (its build has no "
+        "CheckpointEngine broadcast, or its config no cluster.rollout_ranks)");
+  }
+  SLUICE_ASSIGN_OR_RETURN(const auto at, net::ParseHostPort(rendezvous));
+  BroadcastWeights w;
+  ce::VersionStoreOptions vo;
+  vo.layout = layout;
+  vo.reuse_buffers = true;  // a version every few seconds
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ce::VersionStore> store, ce::VersionStore::Create(vo));
+  w.store = std::move(store);
+  ce::BroadcastSubscriberOptions so;
+  so.rendezvous_address = rendezvous;
+  so.group = "weights";
+  SLUICE_ASSIGN_OR_RETURN(so.bind_address, net::LocalAddressToward(at.first));
+  so.name = name;
+  so.join_timeout = timeout;
+  SLUICE_ASSIGN_OR_RETURN(w.subscriber, ce::BroadcastSubscriber::Start(so, w.store));
+  return w;
+#else
+  (void)rendezvous, (void)layout, (void)name, (void)timeout;
+  return Status::FailedPrecondition(
+      "this build has no CheckpointEngine broadcast (Gloo was not found: install libgloo-dev and rebuild), which "
+      "rollout replicas on other hosts receive the weights through");
+#endif
+}
+
+// This host's name, for the names a process on another host goes by.
+std::string HostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == 0) return "unknown-host";
+  return name;
+}
+
+// Versions a replica elsewhere committed from the broadcast.
+uint64_t ReceivedVersions(const BroadcastWeights& w) {
+#if SLUICE_HAVE_WEIGHT_BROADCAST
+  if (w.subscriber) return w.subscriber->stats().versions_committed;
+#endif
+  (void)w;
+  return 0;
+}
 
 // The board segment, mapped read-write.
 struct MappedBoard {
@@ -371,7 +548,8 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   State& s = *state_;
   const PipelineOptions& po = s.options.pipeline;
   // Ranks elsewhere cannot be started again from here.
-  const bool restartable = po.local_trainer_ranks == 0 || po.local_trainer_ranks >= po.trainer_ranks;
+  const bool restartable =
+      (po.local_trainer_ranks == 0 || po.local_trainer_ranks >= po.trainer_ranks) && po.remote_rollout_replicas == 0;
   for (int64_t restarts = 0;; ++restarts) {
     Status ran = RunProcessesOnce(stop, restarts > 0);
     if (ran.ok() || restarts >= po.max_restarts || !restartable || (stop != nullptr && stop->load())) return ran;
@@ -507,6 +685,8 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     // network). Some elsewhere: a TCPStore served here for as long as they
     // run (TCPStore listens on every interface), or the launcher's agent's.
     std::unique_ptr<trainer::DataParallelStore> rank_store;
+    std::unique_ptr<WeightRelay> relay;  // rollout replicas elsewhere
+    const bool remote_processes = local_ranks < po.trainer_ranks || po.remote_rollout_replicas > 0;
     std::string store_at;
     const std::chrono::seconds rank_timeout(po.rank_timeout_seconds);
     struct RemoveFile {
@@ -516,12 +696,12 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         if (!path.empty()) fs::remove(path, ec);
       }
     } rank_file;
-    if (po.trainer_ranks > 1 && local_ranks >= po.trainer_ranks) {
+    if (po.trainer_ranks > 1 && !remote_processes) {
       rank_file.path = fs::path(s.options.run_dir) / "roles" / ("ranks-" + tag + ".store");
       std::error_code ec;
       fs::remove(rank_file.path, ec);  // a fresh file for every start
       store_at = "file:" + rank_file.path.string();
-    } else if (po.trainer_ranks > 1) {
+    } else if (po.trainer_ranks > 1 || remote_processes) {
       std::string host = "127.0.0.1";
       int port = 0;
       if (!po.trainer_store.empty()) {
@@ -534,12 +714,18 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         SLUICE_ASSIGN_OR_RETURN(rank_store, trainer::DataParallelStore::Serve(host, port, rank_timeout, StoreKeys(po)));
       }
       store_at = host + ":" + std::to_string(rank_store->port());
-      if (local_ranks < po.trainer_ranks) {
+      if (po.remote_rollout_replicas > 0) {
+        SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::ExportWeights(*s.policy));
+        SLUICE_ASSIGN_OR_RETURN(relay, WeightRelay::Start(host, store_name, ce::LayoutOf(weights),
+                                                          po.remote_rollout_replicas, rank_timeout));
+      }
+      if (remote_processes) {
         const nlohmann::json info = {{"hub", server->endpoint()},
                                      {"token", so.token},
                                      {"start_step", s.step},
                                      {"start_version", s.version},
-                                     {"config_digest", po.config_digest}};
+                                     {"config_digest", po.config_digest},
+                                     {"weights", relay ? relay->address() : ""}};
         SLUICE_RETURN_IF_ERROR(rank_store->SetShared(kRanksRunInfoKey, info.dump()));
       }
     }
@@ -578,7 +764,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       spec.args.push_back("--start-step=" + std::to_string(s.step));
       spec.args.push_back("--start-version=" + std::to_string(s.version));
       spec.args.push_back("--board-slot=" + std::to_string(slot));
-      if (role == PipelineRole::kTrainer && !store_at.empty()) {
+      if (role == PipelineRole::kTrainer && po.trainer_ranks > 1) {
         spec.args.push_back("--trainer-rank=" + std::to_string(rank));
         spec.args.push_back("--trainer-store=" + store_at);
         spec.args.push_back("--trainer-store-prefix=" + StoreKeys(po));
@@ -630,8 +816,9 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     auto next_refusal_check = std::chrono::steady_clock::now();
     auto check = [&]() -> Status {
       release_dead();
-      // A trainer rank launched elsewhere that refused the run (once a second).
-      if (rank_store && local_ranks < po.trainer_ranks && std::chrono::steady_clock::now() >= next_refusal_check) {
+      if (relay) SLUICE_RETURN_IF_ERROR(relay->status());
+      // A rank launched elsewhere that refused the run (once a second).
+      if (rank_store && remote_processes && std::chrono::steady_clock::now() >= next_refusal_check) {
         next_refusal_check = std::chrono::steady_clock::now() + std::chrono::seconds(1);
         if (Result<std::string> why = rank_store->GetShared(kRanksRefusedKey, milliseconds(0)); why.ok()) {
           return Status::FailedPrecondition(*why);
@@ -692,8 +879,8 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     return Status::InvalidArgument("a role process needs a streaming pipeline.mode");
   s.step = c.start_step;
   s.version = c.start_version;
-  if (c.remote && (c.role != PipelineRole::kTrainer || c.trainer_rank == 0)) {
-    return Status::InvalidArgument("only trainer ranks above 0 run on other hosts");
+  if (c.remote && (c.role == PipelineRole::kReward || (c.role == PipelineRole::kTrainer && c.trainer_rank == 0))) {
+    return Status::InvalidArgument("only trainer ranks above 0 and rollout replicas run on other hosts");
   }
   // A rank on another host has no board: one of its own, which nobody else reads.
   MappedBoard mapped;
@@ -708,7 +895,30 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   if (!s.options.pipeline.hub_fast_paths) ro.shm_rings = 0, ro.direct_connections = 0;
   SLUICE_ASSIGN_OR_RETURN(tq::RemoteQueue queue, tq::ConnectTransferQueue(c.hub, ro));
   tq::TransferQueueClient client = queue.client();
-  auto stopping = [] { return false; };  // the launcher stops a role process by signal
+  // The launcher stops a role process on its host by signal; one elsewhere
+  // stops when rank 0's launcher marks the run ended in the ranks' store.
+  std::atomic<bool> ended{false};
+  std::unique_ptr<trainer::DataParallelStore> end_store;
+  BackgroundThread end_watch("run end");
+  if (c.remote && c.role != PipelineRole::kTrainer) {
+    std::string host;
+    int port = 0;
+    SLUICE_RETURN_IF_ERROR(ParseListenAddress(c.trainer_store, &host, &port).WithContext("the ranks' store"));
+    SLUICE_ASSIGN_OR_RETURN(
+        end_store, trainer::DataParallelStore::Connect(host, port, std::chrono::seconds(po.rank_timeout_seconds),
+                                                       c.trainer_store_prefix));
+    SLUICE_RETURN_IF_ERROR(end_watch.Start([&](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        Result<std::string> end = end_store->GetShared(kRanksEndedKey, milliseconds(1000));
+        if (end.ok()) {
+          ended.store(true);
+          return;
+        }
+        if (end.status().code() != StatusCode::kTimeout) std::this_thread::sleep_for(milliseconds(1000));
+      }
+    }));
+  }
+  auto stopping = [&] { return ended.load(); };
 
   const bool follower = c.role == PipelineRole::kTrainer && c.trainer_rank > 0;
   const int64_t index = c.role == PipelineRole::kTrainer ? c.trainer_rank : c.replica;
@@ -768,22 +978,48 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       break;
     }
     case PipelineRole::kRollout: {
-      s.lease_holder = LeaseHolder(ProcessName(c.role, index), ::getpid());
+      const std::string name = ProcessName(c.role, index) + (c.remote ? "@" + HostName() : "");
+      s.lease_holder = LeaseHolder(name, ::getpid());
       SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*s.policy));
-      ce::ShmSubscriberOptions sub_options;
-      sub_options.store_name = c.weights;
-      sub_options.shm_prefix = kShmPrefix;
-      sub_options.expected_layout = ce::LayoutOf(initial);
-      sub_options.attach_timeout = milliseconds(120000);  // the trainer creates the store after loading
+      const ce::Layout layout = ce::LayoutOf(initial);
       initial.clear();
-      SLUICE_ASSIGN_OR_RETURN(auto subscriber, ce::ShmSubscriber::Attach(sub_options));
+      std::unique_ptr<ce::ShmSubscriber> shm_weights;
+      BroadcastWeights broadcast;  // on another host
+      ce::WeightReader* weights = nullptr;
+      if (c.remote) {
+        const std::chrono::seconds timeout(po.rank_timeout_seconds);
+        SLUICE_ASSIGN_OR_RETURN(
+            broadcast, ReceiveWeights(c.weights_rendezvous, layout, name + "/" + std::to_string(::getpid()), timeout));
+        // The run's weights as they are now (this host's model is the
+        // starting point only when the run starts).
+        SLUICE_ASSIGN_OR_RETURN(ce::PinnedWeights current, broadcast.store->WaitAndPin(c.start_version, timeout));
+        SLUICE_RETURN_IF_ERROR(model::LoadWeights(*s.policy, current.tensors));
+        s.version = current.version;
+        weights = broadcast.store.get();
+        SLUICE_LOG(INFO) << name << ": serving version " << s.version << " received over the broadcast";
+      } else {
+        ce::ShmSubscriberOptions sub_options;
+        sub_options.store_name = c.weights;
+        sub_options.shm_prefix = kShmPrefix;
+        sub_options.expected_layout = layout;
+        sub_options.attach_timeout = milliseconds(120000);  // the trainer creates the store after loading
+        SLUICE_ASSIGN_OR_RETURN(shm_weights, ce::ShmSubscriber::Attach(sub_options));
+        weights = shm_weights.get();
+      }
       // This process serves its own copy on the rollout's device and dtype.
       std::shared_ptr<model::Transformer> served = model::CloneModel(*s.policy, s.rollout_device, s.rollout_dtype);
-      SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(served, s.version, *subscriber));
-      StreamRoles::Rollout r{served, standby.get(), subscriber.get(),
-                             slot,   index,         po.rollout_replicas > 1 ? ProcessName(c.role, index) + " " : ""};
+      SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(served, s.version, *weights));
+      StreamRoles::Rollout r{served,  standby.get(),
+                             weights, slot,
+                             index,   po.AllRolloutReplicas() > 1 ? ProcessName(c.role, index) + " " : ""};
+      if (c.remote) r.trainer_start_version = c.start_version;
       done = StreamRoles::RunRollout(s, client, r, board, stopping);
       standby->Stop();
+      if (c.remote) {
+        SLUICE_LOG(INFO) << name << ": " << board.replica_tokens[index].load() << " tokens generated; "
+                         << ReceivedVersions(broadcast) << " version(s) received over the broadcast, the last "
+                         << weights->latest_version();
+      }
       break;
     }
     case PipelineRole::kReward:
@@ -802,10 +1038,16 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   return done;
 }
 
-Status TrainingRun::RunLaunchedTrainerRank(const std::string& store, int64_t rank, std::chrono::milliseconds wait) {
+Status TrainingRun::RunLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
+                                    std::chrono::milliseconds wait) {
   const PipelineOptions& po = state_->options.pipeline;
-  const std::string who = "trainer rank " + std::to_string(rank) + " of " + std::to_string(po.trainer_ranks);
-  if (rank < 1 || rank >= po.trainer_ranks) return Status::InvalidArgument(who + ": not a rank above 0 of the run");
+  const bool trainer = role == PipelineRole::kTrainer;
+  const std::string who = trainer ? "trainer rank " + std::to_string(index) + " of " + std::to_string(po.trainer_ranks)
+                                  : "rollout replica " + std::to_string(index);
+  if (trainer ? index < 1 || index >= po.trainer_ranks
+              : role != PipelineRole::kRollout || index < po.rollout_replicas || index >= po.AllRolloutReplicas()) {
+    return Status::InvalidArgument(who + ": not a process of the run on another host");
+  }
   std::string host;
   int port = 0;
   SLUICE_RETURN_IF_ERROR(ParseListenAddress(store, &host, &port).WithContext(who + ": the ranks' store"));
@@ -820,7 +1062,8 @@ Status TrainingRun::RunLaunchedTrainerRank(const std::string& store, int64_t ran
   if (!info.is_object() || !info.contains("hub") || !info["hub"].is_string() || !info.contains("token") ||
       !info["token"].is_string() || !info.contains("start_step") || !info["start_step"].is_number_integer() ||
       !info.contains("start_version") || !info["start_version"].is_number_integer() ||
-      !info.contains("config_digest") || !info["config_digest"].is_string()) {
+      !info.contains("config_digest") || !info["config_digest"].is_string() || !info.contains("weights") ||
+      !info["weights"].is_string()) {
     return Status::DataLoss(who + ": the run rank 0 published in the store is malformed: " + text->substr(0, 200));
   }
   if (info["config_digest"].get<std::string>() != po.config_digest) {
@@ -831,12 +1074,14 @@ Status TrainingRun::RunLaunchedTrainerRank(const std::string& store, int64_t ran
     return refused;
   }
   RoleConnection c;
-  c.role = PipelineRole::kTrainer;
+  c.role = role;
   c.hub = info["hub"].get<std::string>();
   c.hub_token = info["token"].get<std::string>();
   c.start_step = info["start_step"].get<int64_t>();
   c.start_version = info["start_version"].get<int64_t>();
-  c.trainer_rank = rank;
+  c.trainer_rank = trainer ? index : 0;
+  c.replica = trainer ? 0 : index;
+  c.weights_rendezvous = info["weights"].get<std::string>();
   c.trainer_store = store;
   c.trainer_store_prefix = StoreKeys(po);
   c.remote = true;

@@ -478,7 +478,7 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
   // always in the hub.
   const uint64_t window =
       static_cast<uint64_t>((po.EffectiveMaxStaleness() + 2) * P * po.sync_interval +
-                            std::max(1, po.rollout_replicas) * (2 * rl.rollout_slots / rl.group_size + 1));
+                            std::max(1, po.AllRolloutReplicas()) * (2 * rl.rollout_slots / rl.group_size + 1));
   TraceRecorder::Global().SetThreadTrack(0, "launcher");
   TraceRecorder::Global().NameThread("prompt feeder");
   for (uint64_t next = start; next < end;) {
@@ -534,9 +534,10 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   io.steps = rl.steps;
   io.engines = engines;
   // Replicas share the hub's one prompt stream; so does a replica that may
-  // be started again mid-run. Then the stream's cursor is the hub's.
-  io.replicas = std::max(1, po.rollout_replicas);
-  io.shared = po.processes && po.max_restarts > 0;
+  // be started again mid-run (by this launcher, or on another host by
+  // whatever supervises it there). Then the stream's cursor is the hub's.
+  io.replicas = std::max(1, po.AllRolloutReplicas());
+  io.shared = po.processes && (po.max_restarts > 0 || po.remote_rollout_replicas > 0);
   const bool shared = io.Shared();
   SLUICE_ASSIGN_OR_RETURN(auto intake, schedule::PromptIntake::Create(io));
   Mutex mu;
@@ -556,6 +557,16 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
     schedule::TrainerProgress p;
     p.acked_answers = static_cast<int64_t>(train.acked_total);
     p.latest_version = r.weights->latest_version();
+    if (r.trainer_start_version >= 0) {
+      // The trainer publishes a step's version, then acks its groups: from
+      // whole steps acked, the version it published before them.
+      const int64_t steps = p.acked_answers / (P * G);
+      p.acked_answers = steps * P * G;
+      const int64_t step = io.start_step + steps, si = po.sync_interval;
+      const PolicyVersion published =
+          r.trainer_start_version + step / si - io.start_step / si + (step == rl.steps && step % si != 0 ? 1 : 0);
+      p.latest_version = std::max(p.latest_version, published);
+    }
     p.waiting = train.waiting > 0 || (train.leased == 0 && train.acked_total == 0);
     p.taken_prompts = static_cast<int64_t>(depths.rollout.acked_total + depths.rollout.leased);
     prompts_done = depths.rollout.acked_total;

@@ -222,6 +222,12 @@ struct StreamRoles {
     BoardSlot slot = PipelineRole::kRollout;  // this replica's
     int64_t replica = 0;                      // its index (pipeline.rollout_replicas)
     std::string process;                      // names its threads in the trace: "rollout-1 " (with a space)
+    // >= 0 for a replica on another host, whose weights arrive after the
+    // trainer acked the step they come from (the launcher relays them): the
+    // trainer's version at the run's start_step. The rollout then reads the
+    // trainer's progress in whole steps and reckons the version each one
+    // published, instead of trusting its store to be ahead of the acks.
+    PolicyVersion trainer_start_version = -1;
   };
   // Takes the run's prompts from the hub (as admission allows), generates G
   // answers each and writes each finished answer to the hub; acks a batch

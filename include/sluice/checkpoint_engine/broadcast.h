@@ -185,11 +185,13 @@ class BroadcastPublisher final : public WeightPublisher {
   BroadcastPublisher& operator=(const BroadcastPublisher&) = delete;
 
   // Delivers `version` to every subscriber; returns once each member of
-  // the group that delivered it answered. OK: every member serves it.
+  // the group that delivered it answered. OK: every member serves it. The
+  // last version delivered may be published again: subscribers that joined
+  // since receive it, the members serving it take part without staging it.
   // Errors (last_report() has the details):
   //   InvalidArgument    - tensors do not match the layout (extra, missing,
   //                        wrong dtype/shape/size)
-  //   FailedPrecondition - version not above the last one published;
+  //   FailedPrecondition - version below the last one published;
   //                        a member rejected the header (protocol/layout)
   //   DataLoss           - a member's bytes failed their checksum
   //   Unavailable        - fewer than min_subscribers within join_timeout
@@ -201,6 +203,11 @@ class BroadcastPublisher final : public WeightPublisher {
   Status Publish(int64_t version, const TensorMap& tensors) override;
   // The same, returning the publish's report when it succeeds.
   Result<BroadcastPublishReport> PublishWithReport(int64_t version, const TensorMap& tensors);
+
+  // Whether the next Publish would re-form the group: a subscriber joined
+  // (or is ready again) since it was formed, or a member is gone. A few
+  // rendezvous reads; waits for a Publish in progress.
+  Result<bool> GroupChanged();
 
   BroadcastPublishReport last_report() const;
   BroadcastPublisherStats stats() const;

@@ -55,6 +55,12 @@ Result<UniqueFd> ListenTcp(const std::string& address, uint16_t port, int backlo
 // The port a socket is bound to.
 Result<uint16_t> LocalPort(int fd);
 
+// This host's IPv4 address on the route to `host` (an IPv4 address): the
+// address a peer there reaches this host at. Sends nothing (a UDP socket is
+// connected, then asked its name). InvalidArgument for a malformed
+// address, Unavailable when no route leads there.
+Result<std::string> LocalAddressToward(const std::string& host);
+
 // A blocking, connected socket (TCP_NODELAY) to host:port, retrying refused
 // connections until `deadline`. Unavailable naming the address and error.
 Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline deadline);

@@ -96,8 +96,16 @@ struct PipelineOptions {
   // or worker that dies leaves what it held to the others: the launcher
   // releases its leases as soon as it sees the process gone (else they run
   // out, worker_lease_seconds); with max_restarts it starts it again.
+  // 0 only with remote_rollout_replicas (every replica on other hosts).
   int32_t rollout_replicas = 1;
   int32_t reward_workers = 1;
+  // Rollout replicas on other hosts (cluster.rollout_ranks, set by the front
+  // end from a launch): launched processes that call the hub over TCP and
+  // receive each weight version over the CheckpointEngine broadcast, which
+  // the launcher relays from this host's weight store. They share the
+  // prompt stream and the staleness bound with the replicas here.
+  int32_t remote_rollout_replicas = 0;
+  int32_t AllRolloutReplicas() const { return rollout_replicas + remote_rollout_replicas; }
   // How long a rollout replica holds a prompt, and a reward worker an
   // answer, without renewing the lease; live ones renew every third of it.
   // What a dead one held goes to the others when the launcher sees it die,

@@ -48,6 +48,9 @@ struct RoleConnection {
   // role board or shared memory there; the hub over TCP, and the run's end
   // from the ranks' store.
   bool remote = false;
+  // A rollout replica on another host: the rendezvous ("IP:PORT") of the
+  // CheckpointEngine broadcast that brings it the weights.
+  std::string weights_rendezvous;
   // The run's trainer ranks when a launcher (torchrun, Slurm, Open MPI)
   // placed them; 0: the config's pipeline.trainer_ranks.
   int64_t trainer_ranks = 0;

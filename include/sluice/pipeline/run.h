@@ -63,14 +63,16 @@ class TrainingRun {
   // the trainer also resumes from the run's checkpoint when options.resume.
   Status RunRole(const RoleConnection& connection, const ProgressFn& progress);
 
-  // A trainer rank above 0 that a launcher (torchrun, Slurm, Open MPI)
+  // A process above rank 0 that a launcher (torchrun, Slurm, Open MPI)
   // started, on any host, beside rank 0's `sluice train` (which runs the
-  // hub, the rollout, the reward and trainer rank 0): waits up to `wait` in
-  // the ranks' store at `store` (HOST:PORT) for rank 0's run, checks that it
-  // has this process's config (options.pipeline.config_digest;
-  // FailedPrecondition naming both otherwise), then trains as rank `rank`
-  // until the run ends (its hub over TCP).
-  Status RunLaunchedTrainerRank(const std::string& store, int64_t rank, std::chrono::milliseconds wait);
+  // hub, the reward, trainer rank 0 and the rollout replicas of its host):
+  // trainer rank `index` (above 0), or rollout replica `index`
+  // (cluster.rollout_ranks; its weights over the CheckpointEngine
+  // broadcast). Waits up to `wait` in the ranks' store at `store`
+  // (HOST:PORT) for rank 0's run, checks that it has this process's config
+  // (options.pipeline.config_digest; FailedPrecondition naming both
+  // otherwise), then runs its role until the run ends (the hub over TCP).
+  Status RunLaunchedRank(const std::string& store, PipelineRole role, int64_t index, std::chrono::milliseconds wait);
 
   // Streaming modes: what the last Train() measured (zeros in direct mode).
   StreamSummary stream_summary() const;

@@ -14,8 +14,10 @@
 #                 replica calls the hub over TCP and receives every version
 #                 over the CheckpointEngine broadcast; the run trains what the
 #                 single rank trains (sync mode: the same losses)
-#   async-cluster an async run with rollout replicas on rank 0's host and two
-#                 other hosts completes, every prompt trained once
+#   async-cluster an async run with rollout replicas on rank 0's host and on
+#                 host 1, and the one reward worker on host 2 (cluster.
+#                 reward_ranks=1, none on rank 0's host) completes, every
+#                 prompt trained once
 #   rejoin        the only rollout replica, on host 1, is SIGKILLed mid-run and
 #                 started again there (as a host's supervisor would): it is
 #                 sent the current version, takes up the stream (what the dead
@@ -116,15 +118,17 @@ for a, b in zip(one, rr):
         assert abs(a[key] - b[key]) <= 1e-5 * (1 + abs(a[key])), (a["step"], key, a[key], b[key])
 PY
 
-# --- async-cluster: trainer rank 0 and one replica on host 0, a replica each on hosts 1-2
-async=("${run[@]}" pipeline.mode=async cluster.rollout_ranks=2 run.dir="$tmp/ac")
+# --- async-cluster: trainer rank 0 and a replica on host 0, a replica on host 1, the reward on host 2
+async=("${run[@]}" pipeline.mode=async cluster.rollout_ranks=1 cluster.reward_ranks=1 pipeline.reward_workers=0
+       run.dir="$tmp/ac")
 start_rank 1 3 "$tmp/ac1.log" "${async[@]}"
 start_rank 2 3 "$tmp/ac2.log" "${async[@]}"
 start_rank 0 3 "$tmp/ac0.log" "${async[@]}"
 for p in "${pids[@]}"; do wait "$p" || fail "async-cluster: a rank exited $?"; done
 pids=()
-grep -q "rollout replica 1: done" "$tmp/ac1.log" && grep -q "rollout replica 2: done" "$tmp/ac2.log" \
-  || fail "async-cluster: the replicas elsewhere did not finish: $(tail -2 "$tmp/ac1.log" "$tmp/ac2.log")"
+grep -q "rollout replica 1: done" "$tmp/ac1.log" && grep -q "reward worker 0: done" "$tmp/ac2.log" \
+  && grep -Eq "rollout-1@[^ ]*: [1-9][0-9]* tokens generated" "$tmp/ac1.log" \
+  || fail "async-cluster: the processes elsewhere did not finish: $(tail -2 "$tmp/ac1.log" "$tmp/ac2.log")"
 /usr/bin/python3 - "$tmp/ac" <<'PY' && echo "ok   async-cluster" || fail "async-cluster: $(tail -3 "$tmp/ac0.log")"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]

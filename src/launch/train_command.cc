@@ -187,7 +187,12 @@ ConfigSchema TrainSchema() {
            "launched by torchrun, srun or mpirun: how many of the launched processes (the last ranks) are rollout "
            "replicas, one each, calling the hub over TCP and receiving the weights over the CheckpointEngine "
            "broadcast; the other ranks are trainer ranks");
-  s.AddInt("pipeline.reward_workers", 1, 1, 64, "pipeline.processes: reward processes scoring answers from the hub");
+  s.AddInt("cluster.reward_ranks", 0, 0, 64,
+           "launched by torchrun, srun or mpirun: how many of the launched processes (the last ranks, after the "
+           "rollout ranks) are reward workers, one each, scoring answers through the hub over TCP");
+  s.AddInt("pipeline.reward_workers", 1, 0, 64,
+           "pipeline.processes: reward processes on this host scoring answers from the hub (0: only with "
+           "cluster.reward_ranks)");
   s.AddInt("pipeline.worker_lease_seconds", 30, 1, 86400,
            "how long a rollout replica or reward worker holds a prompt or answer between lease renewals (every "
            "third of it); what a dead one held goes to the others when the launcher sees it die, or after this "
@@ -415,6 +420,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.trainer_ranks = static_cast<int32_t>(c.GetInt("pipeline.trainer_ranks"));
   o.pipeline.rollout_replicas = static_cast<int32_t>(c.GetInt("pipeline.rollout_replicas"));
   o.pipeline.remote_rollout_replicas = static_cast<int32_t>(c.GetInt("cluster.rollout_ranks"));
+  o.pipeline.remote_reward_workers = static_cast<int32_t>(c.GetInt("cluster.reward_ranks"));
   o.pipeline.reward_workers = static_cast<int32_t>(c.GetInt("pipeline.reward_workers"));
   o.pipeline.worker_lease_seconds = c.GetInt("pipeline.worker_lease_seconds");
   o.pipeline.rank_timeout_seconds = c.GetInt("pipeline.rank_timeout_seconds");
@@ -572,9 +578,9 @@ Result<std::string> ResolveIPv4(const std::string& host) {
   return std::string(text);
 }
 
-// Started by torchrun, srun or mpirun as one of world_size processes: the
-// last cluster.rollout_ranks of them are rollout replicas, the others
-// trainer ranks of one run. Rank 0's process is the run's launcher (hub,
+// Started by torchrun, srun or mpirun as one of world_size processes of one
+// run: trainer ranks first, then cluster.rollout_ranks rollout replicas,
+// then cluster.reward_ranks reward workers. Rank 0's process is the run's launcher (hub,
 // reward, trainer rank 0, its host's rollout replicas; its hub listens on
 // the rendezvous host's address, with a token, when that is not loopback);
 // the others run beside it (TrainingRun::RunLaunchedRank). Errors: the
@@ -583,22 +589,23 @@ Status PlaceRanks(const runtime::ProcessPlacement& p, const Config& config, pipe
   pipeline::PipelineOptions& po = o->pipeline;
   const std::string launched = "launched as " + p.ToString();
   if (!po.processes || po.mode == pipeline::PipelineMode::kDirect) {
-    return Status::FailedPrecondition(launched +
-                                      ": each launched process is one trainer rank or rollout replica of the run, "
-                                      "which needs pipeline.processes=true and a streaming pipeline.mode (sync, "
-                                      "one_step_off, async)");
+    return Status::FailedPrecondition(
+        launched +
+        ": each launched process is one trainer rank, rollout replica or reward worker of the run, "
+        "which needs pipeline.processes=true and a streaming pipeline.mode (sync, "
+        "one_step_off, async)");
   }
-  const int64_t trainers = p.world_size - po.remote_rollout_replicas;
+  const std::string declared = "cluster.rollout_ranks=" + std::to_string(po.remote_rollout_replicas) +
+                               " and cluster.reward_ranks=" + std::to_string(po.remote_reward_workers);
+  const int64_t trainers = p.world_size - po.remote_rollout_replicas - po.remote_reward_workers;
   if (trainers < 1) {
-    return Status::InvalidArgument("cluster.rollout_ranks=" + std::to_string(po.remote_rollout_replicas) + ", but " +
-                                   launched +
-                                   ": that leaves no trainer rank (rank 0 is one); launch more processes "
-                                   "or declare fewer rollout ranks");
+    return Status::InvalidArgument(declared + ", but " + launched +
+                                   ": that leaves no trainer rank (rank 0 is one); launch more processes or declare "
+                                   "fewer rollout and reward ranks");
   }
   if (po.trainer_ranks != 1 && po.trainer_ranks != trainers) {
     return Status::InvalidArgument("pipeline.trainer_ranks=" + std::to_string(po.trainer_ranks) + ", but " + launched +
-                                   ", and cluster.rollout_ranks=" + std::to_string(po.remote_rollout_replicas) +
-                                   " leaves " + std::to_string(trainers) +
+                                   ", and " + declared + " leave " + std::to_string(trainers) +
                                    " trainer rank(s); leave it unset or set it to " + std::to_string(trainers));
   }
   if (!po.trainer_command.empty()) {
@@ -644,12 +651,14 @@ Status Train(const std::vector<std::string>& args) {
   if (role) return RunRoleProcess(*role, config);
   SLUICE_ASSIGN_OR_RETURN(runtime::ProcessPlacement placement, runtime::PlacementFromEnvironment(std::getenv));
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
-  if (placement.world_size == 1 && options.pipeline.remote_rollout_replicas > 0) {
+  if (placement.world_size == 1 &&
+      (options.pipeline.remote_rollout_replicas > 0 || options.pipeline.remote_reward_workers > 0)) {
     return Status::InvalidArgument(
         "cluster.rollout_ranks=" + std::to_string(options.pipeline.remote_rollout_replicas) +
-        ": rollout ranks are processes that a launcher (torchrun, srun, mpirun) starts, and this one was not "
-        "launched by one (no RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE); use "
-        "pipeline.rollout_replicas for replicas on this host");
+        ", cluster.reward_ranks=" + std::to_string(options.pipeline.remote_reward_workers) +
+        ": rollout and reward ranks are processes that a launcher (torchrun, srun, mpirun) starts, and this one "
+        "was not launched by one (no RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE); "
+        "use pipeline.rollout_replicas and pipeline.reward_workers for processes on this host");
   }
   if (placement.world_size > 1) {
     SLUICE_RETURN_IF_ERROR(PlaceRanks(placement, config, &options));
@@ -660,14 +669,22 @@ Status Train(const std::vector<std::string>& args) {
       SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
       SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, std::move(task), options));
       const pipeline::PipelineOptions& po = options.pipeline;
-      const bool trainer = placement.rank < po.trainer_ranks;
-      const int64_t index = trainer ? placement.rank : po.rollout_replicas + placement.rank - po.trainer_ranks;
-      const std::string what = (trainer ? "trainer rank " : "rollout replica ") + std::to_string(index);
+      const int64_t rollout_from = po.trainer_ranks, reward_from = rollout_from + po.remote_rollout_replicas;
+      const pipeline::PipelineRole role = placement.rank < rollout_from  ? pipeline::PipelineRole::kTrainer
+                                          : placement.rank < reward_from ? pipeline::PipelineRole::kRollout
+                                                                         : pipeline::PipelineRole::kReward;
+      const int64_t index = role == pipeline::PipelineRole::kTrainer ? placement.rank
+                            : role == pipeline::PipelineRole::kRollout
+                                ? po.rollout_replicas + placement.rank - rollout_from
+                                : po.reward_workers + placement.rank - reward_from;
+      const std::string what = (role == pipeline::PipelineRole::kTrainer   ? "trainer rank "
+                                : role == pipeline::PipelineRole::kRollout ? "rollout replica "
+                                                                           : "reward worker ") +
+                               std::to_string(index);
       std::fprintf(stderr, "sluice train: %s, %s of the run at %s\n", placement.ToString().c_str(), what.c_str(),
                    po.trainer_store.c_str());
-      SLUICE_RETURN_IF_ERROR(loop->RunLaunchedRank(
-          po.trainer_store, trainer ? pipeline::PipelineRole::kTrainer : pipeline::PipelineRole::kRollout, index,
-          std::chrono::seconds(po.rank_timeout_seconds)));
+      SLUICE_RETURN_IF_ERROR(
+          loop->RunLaunchedRank(po.trainer_store, role, index, std::chrono::seconds(po.rank_timeout_seconds)));
       std::fprintf(stderr, "%s: done\n", what.c_str());
       return Status::Ok();
     }

@@ -140,23 +140,22 @@ Status RunOptions::Validate() const {
   if (pipeline.trainer_ranks > 1 && !pipeline.trainer_command.empty()) {
     return bad("pipeline.trainer_ranks", "is Sluice's trainer's; pipeline.trainer_command replaces that trainer");
   }
-  if (pipeline.rollout_replicas < 0 || pipeline.rollout_replicas > 64) {
-    return bad("pipeline.rollout_replicas", "must be in [0, 64]");
-  }
-  if (pipeline.remote_rollout_replicas < 0 || pipeline.AllRolloutReplicas() > 64) {
-    return bad("cluster.rollout_ranks", "with pipeline.rollout_replicas must make at most 64 rollout replicas");
-  }
-  if (pipeline.AllRolloutReplicas() < 1) {
-    return bad("pipeline.rollout_replicas",
-               "must be at least 1 (0 only with rollout replicas on other hosts, "
-               "cluster.rollout_ranks)");
-  }
-  if (pipeline.remote_rollout_replicas > 0 && (!pipeline.processes || !pipeline.trainer_command.empty())) {
-    return bad("cluster.rollout_ranks", "needs pipeline.processes=true and Sluice's trainer");
-  }
-  if (pipeline.reward_workers < 1 || pipeline.reward_workers > 64) {
-    return bad("pipeline.reward_workers", "must be in [1, 64]");
-  }
+  // Replicas and workers: those on this host and those on other hosts
+  // (cluster.*_ranks), 1 to 64 in all; none here only with some elsewhere.
+  auto processes = [&](const std::string& here_key, int32_t here, const std::string& elsewhere_key,
+                       int32_t elsewhere) -> Status {
+    if (here < 0 || here > 64) return bad(here_key, "must be in [0, 64]");
+    if (elsewhere < 0 || here + elsewhere > 64) return bad(elsewhere_key, "with " + here_key + " must be at most 64");
+    if (here + elsewhere < 1) return bad(here_key, "must be at least 1 (0 only with " + elsewhere_key + ")");
+    if (elsewhere > 0 && (!pipeline.processes || !pipeline.trainer_command.empty())) {
+      return bad(elsewhere_key, "needs pipeline.processes=true and Sluice's trainer");
+    }
+    return Status::Ok();
+  };
+  SLUICE_RETURN_IF_ERROR(processes("pipeline.rollout_replicas", pipeline.rollout_replicas, "cluster.rollout_ranks",
+                                   pipeline.remote_rollout_replicas));
+  SLUICE_RETURN_IF_ERROR(processes("pipeline.reward_workers", pipeline.reward_workers, "cluster.reward_ranks",
+                                   pipeline.remote_reward_workers));
   if ((pipeline.rollout_replicas > 1 || pipeline.reward_workers > 1) && !pipeline.processes) {
     return bad(pipeline.rollout_replicas > 1 ? "pipeline.rollout_replicas" : "pipeline.reward_workers",
                "needs pipeline.processes=true (each replica or worker is a process)");

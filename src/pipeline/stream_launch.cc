@@ -548,8 +548,7 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
   State& s = *state_;
   const PipelineOptions& po = s.options.pipeline;
   // Ranks elsewhere cannot be started again from here.
-  const bool restartable =
-      (po.local_trainer_ranks == 0 || po.local_trainer_ranks >= po.trainer_ranks) && po.remote_rollout_replicas == 0;
+  const bool restartable = !po.HasRemoteProcesses();
   for (int64_t restarts = 0;; ++restarts) {
     Status ran = RunProcessesOnce(stop, restarts > 0);
     if (ran.ok() || restarts >= po.max_restarts || !restartable || (stop != nullptr && stop->load())) return ran;
@@ -686,7 +685,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     // run (TCPStore listens on every interface), or the launcher's agent's.
     std::unique_ptr<trainer::DataParallelStore> rank_store;
     std::unique_ptr<WeightRelay> relay;  // rollout replicas elsewhere
-    const bool remote_processes = local_ranks < po.trainer_ranks || po.remote_rollout_replicas > 0;
+    const bool remote_processes = po.HasRemoteProcesses();
     std::string store_at;
     const std::chrono::seconds rank_timeout(po.rank_timeout_seconds);
     struct RemoveFile {
@@ -879,8 +878,8 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     return Status::InvalidArgument("a role process needs a streaming pipeline.mode");
   s.step = c.start_step;
   s.version = c.start_version;
-  if (c.remote && (c.role == PipelineRole::kReward || (c.role == PipelineRole::kTrainer && c.trainer_rank == 0))) {
-    return Status::InvalidArgument("only trainer ranks above 0 and rollout replicas run on other hosts");
+  if (c.remote && c.role == PipelineRole::kTrainer && c.trainer_rank == 0) {
+    return Status::InvalidArgument("trainer rank 0 runs on the launcher's host");
   }
   // A rank on another host has no board: one of its own, which nobody else reads.
   MappedBoard mapped;
@@ -1023,9 +1022,12 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       break;
     }
     case PipelineRole::kReward:
-      s.lease_holder = LeaseHolder(ProcessName(c.role, index), ::getpid());
+      s.lease_holder = LeaseHolder(ProcessName(c.role, index) + (c.remote ? "@" + HostName() : ""), ::getpid());
       done = StreamRoles::RunReward(s, client, board, stopping, slot,
-                                    po.reward_workers > 1 ? ProcessName(c.role, index) + " " : "");
+                                    po.AllRewardWorkers() > 1 ? ProcessName(c.role, index) + " " : "");
+      if (c.remote && done.ok()) {
+        SLUICE_LOG(INFO) << s.lease_holder << ": done scoring, " << board.reward_errors.load() << " reward error(s)";
+      }
       break;
   }
   board.Finished(slot);
@@ -1043,11 +1045,12 @@ Status TrainingRun::RunLaunchedRank(const std::string& store, PipelineRole role,
   const PipelineOptions& po = state_->options.pipeline;
   const bool trainer = role == PipelineRole::kTrainer;
   const std::string who = trainer ? "trainer rank " + std::to_string(index) + " of " + std::to_string(po.trainer_ranks)
-                                  : "rollout replica " + std::to_string(index);
-  if (trainer ? index < 1 || index >= po.trainer_ranks
-              : role != PipelineRole::kRollout || index < po.rollout_replicas || index >= po.AllRolloutReplicas()) {
-    return Status::InvalidArgument(who + ": not a process of the run on another host");
-  }
+                          : role == PipelineRole::kRollout ? "rollout replica " + std::to_string(index)
+                                                           : "reward worker " + std::to_string(index);
+  const bool placed = trainer                          ? index >= 1 && index < po.trainer_ranks
+                      : role == PipelineRole::kRollout ? index >= po.rollout_replicas && index < po.AllRolloutReplicas()
+                                                       : index >= po.reward_workers && index < po.AllRewardWorkers();
+  if (!placed) return Status::InvalidArgument(who + ": not a process of the run on another host");
   std::string host;
   int port = 0;
   SLUICE_RETURN_IF_ERROR(ParseListenAddress(store, &host, &port).WithContext(who + ": the ranks' store"));

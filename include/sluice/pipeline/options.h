@@ -96,7 +96,7 @@ struct PipelineOptions {
   // or worker that dies leaves what it held to the others: the launcher
   // releases its leases as soon as it sees the process gone (else they run
   // out, worker_lease_seconds); with max_restarts it starts it again.
-  // 0 only with remote_rollout_replicas (every replica on other hosts).
+  // 0 only with replicas (workers) on other hosts, below.
   int32_t rollout_replicas = 1;
   int32_t reward_workers = 1;
   // Rollout replicas on other hosts (cluster.rollout_ranks, set by the front
@@ -106,6 +106,15 @@ struct PipelineOptions {
   // prompt stream and the staleness bound with the replicas here.
   int32_t remote_rollout_replicas = 0;
   int32_t AllRolloutReplicas() const { return rollout_replicas + remote_rollout_replicas; }
+  // Reward workers on other hosts (cluster.reward_ranks): launched
+  // processes scoring answers through the hub over TCP.
+  int32_t remote_reward_workers = 0;
+  int32_t AllRewardWorkers() const { return reward_workers + remote_reward_workers; }
+  // Whether processes on other hosts take part (trainer ranks, replicas or workers).
+  bool HasRemoteProcesses() const {
+    return (local_trainer_ranks > 0 && local_trainer_ranks < trainer_ranks) || remote_rollout_replicas > 0 ||
+           remote_reward_workers > 0;
+  }
   // How long a rollout replica holds a prompt, and a reward worker an
   // answer, without renewing the lease; live ones renew every third of it.
   // What a dead one held goes to the others when the launcher sees it die,

@@ -12,6 +12,7 @@
 #include "broadcast_test_util.h"
 #include "broadcast_wire.h"
 #include "shm_test_util.h"
+#include "sluice/checkpoint_engine/relay.h"
 
 namespace sluice::checkpoint_engine {
 namespace {
@@ -234,6 +235,75 @@ TEST_F(BroadcastTest, ANewPublisherTakesOverAndSubscribersFollowIt) {
   PublishOk(*pub, 2, 1);
   EXPECT_EQ(CheckServes(*store, 2), "");
   EXPECT_EQ(sub->stats().epoch, pub->stats().epoch);
+}
+
+// Waits (bounded) until `store` serves `version`.
+std::string EventuallyServes(VersionStore& store, int64_t version) {
+  for (int i = 0; i < 500 && store.latest_version() < version; ++i) std::this_thread::sleep_for(10ms);
+  return CheckServes(store, version);
+}
+
+TEST_F(BroadcastTest, RelayCarriesAHostStoresVersionsAndSendsTheCurrentOneToAJoiner) {
+  const std::string prefix = testing::UniquePrefix();
+  ShmPublisherOptions so;
+  so.shm_prefix = prefix;
+  so.store_name = "host";
+  so.layout = BroadcastLayout();
+  RelayOptions ro;
+  ro.store_name = "host";
+  ro.shm_prefix = prefix;
+  ro.broadcast = PublisherOptions();
+  ro.broadcast.min_subscribers = 1;
+  ro.first_timeout = 20s;
+  // Started before the host's store exists: it attaches once it does.
+  auto relay = ShmBroadcastRelay::Start(ro);
+  ASSERT_TRUE(relay.ok()) << relay.status().ToString();
+  auto s1 = MakeVersionStore(BroadcastLayout());
+  auto a = StartSubscriber("a", s1);
+  {
+    auto host = ShmPublisher::Attach(so);
+    ASSERT_TRUE(host.ok()) << host.status().ToString();
+    for (int64_t v = 1; v <= 3; ++v) {
+      ASSERT_TRUE((*host)->Publish(v, MakeVersion(BroadcastLayout(), v)).ok());
+      EXPECT_EQ(EventuallyServes(*s1, v), "");
+    }
+    // A subscriber joining between versions is sent the current one.
+    auto s2 = MakeVersionStore(BroadcastLayout());
+    auto b = StartSubscriber("b", s2);
+    EXPECT_EQ(EventuallyServes(*s2, 3), "");
+    ASSERT_TRUE((*host)->Publish(4, MakeVersion(BroadcastLayout(), 4)).ok());
+    EXPECT_EQ(EventuallyServes(*s1, 4), "");
+    EXPECT_EQ(EventuallyServes(*s2, 4), "");
+    EXPECT_TRUE((*relay)->status().ok()) << (*relay)->status().ToString();
+    EXPECT_EQ((*relay)->stats().last_delivered, 4);
+    EXPECT_GE((*relay)->stats().deliveries, 5u);  // 1-4, and 3 again for b
+  }
+  relay->reset();
+  testing::RemoveSegmentsWithPrefix(prefix);
+}
+
+TEST_F(BroadcastTest, RelayStopsNamingAStoreOfAnotherLayout) {
+  const std::string prefix = testing::UniquePrefix();
+  ShmPublisherOptions so;
+  so.shm_prefix = prefix;
+  so.store_name = "host";
+  so.layout = testing::TestLayout();  // not the broadcast's
+  auto host = ShmPublisher::Attach(so);
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  RelayOptions ro;
+  ro.store_name = "host";
+  ro.shm_prefix = prefix;
+  ro.broadcast = PublisherOptions();
+  auto relay = ShmBroadcastRelay::Start(ro);
+  ASSERT_TRUE(relay.ok()) << relay.status().ToString();
+  for (int i = 0; i < 500 && (*relay)->status().ok(); ++i) std::this_thread::sleep_for(10ms);
+  const Status s = (*relay)->status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(Contains(s, "store 'host'")) << s.ToString();
+  EXPECT_EQ(ShmBroadcastRelay::Start(RelayOptions{}).status().code(), StatusCode::kInvalidArgument);
+  relay->reset();
+  host->reset();
+  testing::RemoveSegmentsWithPrefix(prefix);
 }
 
 TEST_F(BroadcastTest, PublishRejectsBadInputAndTooFewSubscribers) {

@@ -44,6 +44,7 @@
 #include "run_state.h"
 #if SLUICE_HAVE_WEIGHT_BROADCAST
 #include "sluice/checkpoint_engine/broadcast.h"
+#include "sluice/checkpoint_engine/relay.h"
 #include "sluice/checkpoint_engine/rendezvous.h"
 #endif
 #include "sluice/checkpoint_engine/shm_store.h"
@@ -51,7 +52,6 @@
 #include "sluice/common/background_thread.h"
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
-#include "sluice/common/mutex.h"
 #include "sluice/common/shm.h"
 #include "sluice/common/socket_util.h"
 #include "sluice/common/trace.h"
@@ -101,8 +101,8 @@ std::string LeaseHolder(const std::string& process_name, pid_t pid) { return pro
 // Rollout replicas on other hosts (cluster.rollout_ranks) receive the
 // weights over the CheckpointEngine broadcast: the launcher serves the
 // broadcast's rendezvous on the ranks' network and relays every version the
-// trainer commits to this host's shared-memory store (a reader of it), so
-// the trainer never waits for the network; the remote replicas stage each
+// trainer commits to this host's shared-memory store (ce::ShmBroadcastRelay:
+// the trainer never waits for the network); the remote replicas stage each
 // version into a store of their own, verified, before they switch to it.
 // The first version waits (up to pipeline.rank_timeout_seconds) for every
 // replica the cluster declares; later ones go to whoever is in the group,
@@ -118,24 +118,21 @@ class WeightRelay {
     ce::RendezvousServerOptions ro;
     ro.bind_address = ip;
     SLUICE_ASSIGN_OR_RETURN(relay->rendezvous_, ce::RendezvousServer::Start(ro));
-    relay->address_ = ip + ":" + std::to_string(relay->rendezvous_->port());
-    ce::BroadcastPublisherOptions bo;
-    bo.rendezvous_address = relay->address_;
-    bo.group = "weights";
-    bo.bind_address = ip;
-    bo.layout = layout;
-    bo.min_subscribers = static_cast<size_t>(replicas);
-    bo.join_timeout = milliseconds(1000);  // the first Publish is tried again until `timeout`
-    relay->first_deadline_ = std::chrono::steady_clock::now() + timeout;
-    SLUICE_ASSIGN_OR_RETURN(relay->publisher_, ce::BroadcastPublisher::Start(bo));
-    WeightRelay* r = relay.get();
-    SLUICE_RETURN_IF_ERROR(relay->thread_.Start([r, store_name, layout](std::stop_token stop) {
-      Status failed = r->Relay(stop, store_name, layout);
-      MutexLock lock(&r->mu_);
-      r->status_ = failed;
-    }));
+    ce::RelayOptions o;
+    o.store_name = store_name;
+    o.shm_prefix = kShmPrefix;
+    o.broadcast.rendezvous_address = ip + ":" + std::to_string(relay->rendezvous_->port());
+    o.broadcast.group = "weights";
+    o.broadcast.bind_address = ip;
+    o.broadcast.layout = layout;
+    o.broadcast.min_subscribers = static_cast<size_t>(replicas);
+    o.first_timeout = timeout;
+    relay->address_ = o.broadcast.rendezvous_address;
+    SLUICE_ASSIGN_OR_RETURN(relay->relay_, ce::ShmBroadcastRelay::Start(o));
     return relay;
   }
+  Status status() const { return relay_->status(); }
+  uint64_t deliveries() const { return relay_->stats().deliveries; }
 #else
   static Result<std::unique_ptr<WeightRelay>> Start(const std::string&, const std::string&, const ce::Layout&, int32_t,
                                                     std::chrono::seconds) {
@@ -143,73 +140,19 @@ class WeightRelay {
         "cluster.rollout_ranks: rollout replicas on other hosts receive the weights over the CheckpointEngine "
         "broadcast, which this build lacks (Gloo was not found: install libgloo-dev and rebuild)");
   }
+  Status status() const { return Status::Ok(); }
+  uint64_t deliveries() const { return 0; }
 #endif
-  ~WeightRelay() { thread_.Stop(); }
   // Where the remote replicas find the broadcast ("IP:PORT").
   const std::string& address() const { return address_; }
-  // OK while relaying; the error it stopped on.
-  Status status() {
-    MutexLock lock(&mu_);
-    return status_;
-  }
-  int64_t versions_sent() const { return sent_.load(); }
 
  private:
   WeightRelay() = default;
-#if SLUICE_HAVE_WEIGHT_BROADCAST
-  Status Relay(const std::stop_token& stop, const std::string& store_name, const ce::Layout& layout) {
-    // The trainer creates the store once it has loaded the model.
-    std::unique_ptr<ce::ShmSubscriber> reader;
-    while (!reader) {
-      if (stop.stop_requested()) return Status::Ok();
-      ce::ShmSubscriberOptions sub;
-      sub.store_name = store_name;
-      sub.shm_prefix = kShmPrefix;
-      sub.expected_layout = layout;
-      sub.attach_timeout = milliseconds(500);
-      Result<std::unique_ptr<ce::ShmSubscriber>> attached = ce::ShmSubscriber::Attach(sub);
-      if (attached.ok()) {
-        reader = std::move(attached).value();
-      } else if (attached.status().code() != StatusCode::kTimeout &&
-                 attached.status().code() != StatusCode::kNotFound) {
-        return attached.status().WithContext("the weight relay's reader");
-      }
-    }
-    int64_t sent = ce::kNoVersion;
-    while (!stop.stop_requested()) {
-      Result<ce::PinnedWeights> pinned = reader->WaitAndPin(sent + 1, milliseconds(200));
-      if (!pinned.ok() && pinned.status().code() == StatusCode::kTimeout && sent != ce::kNoVersion) {
-        // No new version: a replica that joined since gets the current one now.
-        SLUICE_ASSIGN_OR_RETURN(const bool joined, publisher_->GroupChanged());
-        if (joined) pinned = reader->PinLatest();
-      }
-      if (!pinned.ok()) {
-        if (pinned.status().code() == StatusCode::kTimeout) continue;
-        return pinned.status().WithContext("the weight relay's reader");
-      }
-      Status published = publisher_->Publish(pinned->version, pinned->tensors);
-      // The first version waits for every replica the cluster declares
-      // (tried a second at a time, so that stopping is prompt).
-      if (published.code() == StatusCode::kUnavailable && sent == ce::kNoVersion &&
-          std::chrono::steady_clock::now() < first_deadline_) {
-        continue;
-      }
-      SLUICE_RETURN_IF_ERROR(published.WithContext("broadcasting version " + std::to_string(pinned->version) +
-                                                   " to the rollout replicas on other hosts"));
-      sent = pinned->version;
-      sent_.fetch_add(1);
-    }
-    return Status::Ok();
-  }
-  std::unique_ptr<ce::RendezvousServer> rendezvous_;
-  std::unique_ptr<ce::BroadcastPublisher> publisher_;
-  std::chrono::steady_clock::time_point first_deadline_;
-#endif
   std::string address_;
-  Mutex mu_;
-  Status status_ SLUICE_GUARDED_BY(mu_);
-  std::atomic<int64_t> sent_{0};
-  BackgroundThread thread_{"weight relay"};  // last: stopped first
+#if SLUICE_HAVE_WEIGHT_BROADCAST
+  std::unique_ptr<ce::RendezvousServer> rendezvous_;
+  std::unique_ptr<ce::ShmBroadcastRelay> relay_;  // destroyed before the rendezvous
+#endif
 };
 
 // A rollout replica on another host: a store of its own, which the
@@ -831,6 +774,10 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     };
     Status waited = supervisor->Wait(std::chrono::hours(24 * 365), stop, check);
     supervisor->StopAll();
+    if (relay) {
+      SLUICE_LOG(INFO) << "weight relay: " << relay->deliveries()
+                       << " version deliveries over the broadcast to the rollout replicas on other hosts";
+    }
     if (waited.ok() && external) waited = StreamRoles::AdoptExternalResult(s, local, *store_reader);
     return waited;
   }();

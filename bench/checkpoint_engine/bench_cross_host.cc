@@ -1,6 +1,10 @@
 // Gloo broadcast vs a raw TCP stream between network namespaces. Each
 // configuration runs fresh peer processes: the publisher (or TCP sender) in
-// host 0, one subscriber (or receiver) in each of hosts 1..N. Peers print one
+// host 0, one subscriber (or receiver) in each of hosts 1..N. The relay row
+// is the pipeline's path to rollout replicas on other hosts: host 0
+// publishes into its shared-memory store, and a ShmBroadcastRelay carries
+// the version from there to the subscribers; timed from the store's Publish
+// to every subscriber serving the version. Peers print one
 // "RESULT {json}" line; everything else goes to stderr.
 #include "bench_cross_host.h"
 
@@ -19,7 +23,9 @@
 #include <thread>
 
 #include "sluice/checkpoint_engine/broadcast.h"
+#include "sluice/checkpoint_engine/relay.h"
 #include "sluice/checkpoint_engine/rendezvous.h"
+#include "sluice/checkpoint_engine/shm_store.h"
 
 namespace sluice::bench::ce {
 
@@ -145,13 +151,14 @@ bool RecvAll(int fd, std::byte* p, size_t n) {
 }  // namespace
 
 Result<Measurement> MeasureGlooBroadcast(const NetTopology& net, const RunConfig& config,
-                                         const BroadcastSettings& settings) {
+                                         const BroadcastSettings& settings, bool relayed) {
   const std::string versions = std::to_string(config.rounds());
   const std::string bytes = std::to_string(config.bytes);
   std::vector<std::vector<std::string>> commands;
   commands.push_back(InNamespace(
       net.ns(0),
-      {"--role=bc-pub", "--bind=" + net.ip(0), "--port=" + std::to_string(kRendezvousPort), "--bytes=" + bytes,
+      {relayed ? "--role=bc-relay" : "--role=bc-pub", "--bind=" + net.ip(0),
+       "--port=" + std::to_string(kRendezvousPort), "--bytes=" + bytes,
        "--subscribers=" + std::to_string(config.subscribers), "--versions=" + versions,
        "--bucket=" + std::to_string(settings.bucket_bytes), "--in-flight=" + std::to_string(settings.in_flight)}));
   for (int s = 1; s <= config.subscribers; ++s) {
@@ -161,16 +168,21 @@ Result<Measurement> MeasureGlooBroadcast(const NetTopology& net, const RunConfig
          "--bytes=" + bytes, "--versions=" + versions, "--name=host" + std::to_string(s)}));
   }
   SLUICE_ASSIGN_OR_RETURN(nlohmann::json result, RunPeers(commands, 0));
-  Measurement m = FromResult(result, "gloo", config);
+  Measurement m = FromResult(result, relayed ? "relay" : "gloo", config);
   m.baseline = "tcp";
   auto median_ms = [&](const char* key) {
     std::vector<double> v = result.at(key).get<std::vector<double>>();
     const size_t warmups = std::min<size_t>(static_cast<size_t>(config.warmups), v.size());
     return Summarize(std::vector<double>(v.begin() + warmups, v.end())).median * 1e3;
   };
-  char note[160];
-  std::snprintf(note, sizeof(note), "publisher: checksums %.1f ms, send %.1f ms, acks %.1f ms", median_ms("checksum"),
-                median_ms("send"), median_ms("ack"));
+  char note[200];
+  if (relayed) {
+    std::snprintf(note, sizeof(note), "host store publish %.1f ms, then the relay's broadcast %.1f ms",
+                  median_ms("store"), median_ms("broadcast"));
+  } else {
+    std::snprintf(note, sizeof(note), "publisher: checksums %.1f ms, send %.1f ms, acks %.1f ms", median_ms("checksum"),
+                  median_ms("send"), median_ms("ack"));
+  }
   m.note = note;
   return m;
 }
@@ -244,6 +256,79 @@ int BroadcastPublisherMain(const std::map<std::string, std::string>& args) {
   std::printf(
       "RESULT %s\n",
       nlohmann::json{{"seconds", seconds}, {"checksum", checksum}, {"send", send}, {"ack", ack}}.dump().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+int RelayPublisherMain(const std::map<std::string, std::string>& args) {
+  RendezvousServerOptions so;
+  so.bind_address = args.at("bind");
+  so.port = static_cast<uint16_t>(std::stoi(args.at("port")));
+  auto server = RendezvousServer::Start(so);
+  if (!server.ok()) {
+    std::fprintf(stderr, "bc-relay: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const size_t bytes = std::stoull(args.at("bytes"));
+  const std::string store = "bench-relay-" + std::to_string(::getpid());
+  checkpoint_engine::ShmPublisherOptions po;
+  po.store_name = store;
+  po.layout = LayoutForBytes(bytes);
+  auto host = checkpoint_engine::ShmPublisher::Attach(po);
+  if (!host.ok()) {
+    std::fprintf(stderr, "bc-relay: %s\n", host.status().ToString().c_str());
+    return 1;
+  }
+  struct RemoveStore {
+    std::string name;
+    ~RemoveStore() { (void)checkpoint_engine::DestroyShmStore("sluice", name); }
+  } remove_store{store};
+  checkpoint_engine::RelayOptions ro;
+  ro.store_name = store;
+  ro.broadcast.rendezvous_address = (*server)->address();
+  ro.broadcast.group = "bench";
+  ro.broadcast.bind_address = args.at("bind");
+  ro.broadcast.layout = po.layout;
+  ro.broadcast.bucket_bytes = std::stoull(args.at("bucket"));
+  ro.broadcast.max_in_flight = static_cast<uint32_t>(std::stoul(args.at("in-flight")));
+  ro.broadcast.min_subscribers = std::stoull(args.at("subscribers"));
+  ro.broadcast.op_timeout = std::chrono::seconds(60);
+  ro.first_timeout = std::chrono::seconds(60);
+  auto relay = checkpoint_engine::ShmBroadcastRelay::Start(ro);
+  if (!relay.ok()) {
+    std::fprintf(stderr, "bc-relay: %s\n", relay.status().ToString().c_str());
+    return 1;
+  }
+  Weights weights(po.layout);
+  std::vector<double> seconds, store_seconds, broadcast;
+  const int64_t versions = std::stoll(args.at("versions"));
+  for (int64_t v = 1; v <= versions; ++v) {
+    weights.Stamp(v);
+    const auto t0 = Clock::now();
+    Status published = (*host)->Publish(v, weights.tensors());
+    const auto t1 = Clock::now();
+    if (!published.ok()) {
+      std::fprintf(stderr, "bc-relay: %s\n", published.ToString().c_str());
+      return 1;
+    }
+    // Until every subscriber serves it (the relay's Publish returned), or
+    // the relay stopped on an error.
+    const auto deadline = t1 + std::chrono::minutes(4);
+    while ((*relay)->stats().last_delivered < v && (*relay)->status().ok() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    const auto t2 = Clock::now();
+    if ((*relay)->stats().last_delivered < v) {
+      std::fprintf(stderr, "bc-relay: version %lld not delivered: %s\n", static_cast<long long>(v),
+                   (*relay)->status().ToString().c_str());
+      return 1;
+    }
+    seconds.push_back(Seconds(t2 - t0));
+    store_seconds.push_back(Seconds(t1 - t0));
+    broadcast.push_back(Seconds(t2 - t1));
+  }
+  std::printf("RESULT %s\n",
+              nlohmann::json{{"seconds", seconds}, {"store", store_seconds}, {"broadcast", broadcast}}.dump().c_str());
   std::fflush(stdout);
   return 0;
 }

@@ -59,12 +59,16 @@ struct BroadcastSettings {
   uint32_t in_flight = 2;
 };
 
+// relayed: host 0 publishes into its shared-memory store and a
+// ShmBroadcastRelay broadcasts from there (the pipeline's path to rollout
+// replicas on other hosts), timed to every subscriber serving the version.
 Result<Measurement> MeasureGlooBroadcast(const NetTopology& net, const RunConfig& config,
-                                         const BroadcastSettings& settings);
+                                         const BroadcastSettings& settings, bool relayed);
 Result<Measurement> MeasureRawTcp(const NetTopology& net, const RunConfig& config);
 
 // Child roles (inside a namespace).
 int BroadcastPublisherMain(const std::map<std::string, std::string>& args);
+int RelayPublisherMain(const std::map<std::string, std::string>& args);
 int BroadcastSubscriberMain(const std::map<std::string, std::string>& args);
 int TcpSenderMain(const std::map<std::string, std::string>& args);
 int TcpReceiverMain(const std::map<std::string, std::string>& args);

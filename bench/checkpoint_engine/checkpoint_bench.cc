@@ -15,6 +15,10 @@
 //   gloo    BroadcastPublisher::Publish to N BroadcastSubscribers (each
 //           committing into its own VersionStore, reuse_buffers on) between
 //           the same namespaces
+//   relay   the pipeline's path to rollout replicas on other hosts: host 0's
+//           ShmPublisher::Publish, then a ShmBroadcastRelay broadcasts the
+//           version from that store to the same subscribers; timed from the
+//           store's Publish to every subscriber serving it
 //
 // Every row is measured `repeats` times after two warm-up rounds (the first
 // versions fault in fresh memory; their times are in the JSON); the table
@@ -24,7 +28,7 @@
 // message. Namespaces are removed on exit, on error and on SIGINT/SIGTERM.
 //
 //   checkpoint_bench [--sizes=10M,100M,1G] [--subscribers=1,2,4]
-//                    [--transports=memcpy,inproc,shm,shm-fresh,tcp,gloo]
+//                    [--transports=memcpy,inproc,shm,shm-fresh,tcp,gloo,relay]
 //                    [--repeats=3]
 //                    [--bucket-mb=4] [--in-flight=2] [--json=results.json]
 #include <unistd.h>
@@ -53,7 +57,8 @@ double VersionsNeeded(const std::string& transport, int n) {
     return 3 + n;  // source, latest + staging (or spare), N standby
   }
   if (transport == "tcp") return 1 + n;
-  return 1 + 2.0 * n;  // gloo: source; per subscriber staging + latest
+  if (transport == "relay") return 3 + 2.0 * n;  // source, the host store (latest + staging); per subscriber two
+  return 1 + 2.0 * n;                            // gloo: source; per subscriber staging + latest
 }
 
 Status Run(const runtime::FlagSet& flags) {
@@ -84,9 +89,9 @@ Status Run(const runtime::FlagSet& flags) {
     std::string item;
     while (std::getline(in, item, ',')) {
       if (item != "memcpy" && item != "inproc" && item != "shm" && item != "shm-fresh" && item != "tcp" &&
-          item != "gloo") {
+          item != "gloo" && item != "relay") {
         return Status::InvalidArgument("--transports: unknown '" + item +
-                                       "' (memcpy, inproc, shm, shm-fresh, tcp, gloo)");
+                                       "' (memcpy, inproc, shm, shm-fresh, tcp, gloo, relay)");
       }
       transports.insert(item);
     }
@@ -95,7 +100,7 @@ Status Run(const runtime::FlagSet& flags) {
   // Cross-host needs namespaces: one topology for the largest subscriber count.
   std::unique_ptr<NetTopology> net;
   std::string cross_host_skip;
-  if (transports.count("tcp") || transports.count("gloo")) {
+  if (transports.count("tcp") || transports.count("gloo") || transports.count("relay")) {
     Status can = CheckCanUseNetns();
     if (can.ok()) {
       SweepStaleNamespaces();
@@ -116,7 +121,7 @@ Status Run(const runtime::FlagSet& flags) {
 
   const auto start = Clock::now();
   std::vector<Measurement> rows;
-  const std::vector<std::string> order = {"memcpy", "inproc", "shm", "shm-fresh", "tcp", "gloo"};
+  const std::vector<std::string> order = {"memcpy", "inproc", "shm", "shm-fresh", "tcp", "gloo", "relay"};
   for (size_t bytes : sizes) {
     for (int64_t n : subscriber_counts) {
       RunConfig config;
@@ -127,13 +132,14 @@ Status Run(const runtime::FlagSet& flags) {
         if (!transports.count(t)) continue;
         Measurement skipped;
         skipped.transport = t;
-        skipped.baseline = (t == "inproc" || t == "shm" || t == "shm-fresh") ? "memcpy" : (t == "gloo" ? "tcp" : "");
+        skipped.baseline =
+            (t == "inproc" || t == "shm" || t == "shm-fresh") ? "memcpy" : (t == "gloo" || t == "relay" ? "tcp" : "");
         skipped.bytes = bytes;
         skipped.subscribers = config.subscribers;
         skipped.skipped = true;
         const double need = VersionsNeeded(t, config.subscribers) * static_cast<double>(bytes) + (512.0 * (1 << 20));
         const size_t available = MemAvailableBytes();
-        if ((t == "tcp" || t == "gloo") && net == nullptr) {
+        if ((t == "tcp" || t == "gloo" || t == "relay") && net == nullptr) {
           skipped.note = "no network namespaces: " + cross_host_skip;
           rows.push_back(skipped);
           continue;
@@ -154,11 +160,11 @@ Status Run(const runtime::FlagSet& flags) {
         if (t == "shm") m = MeasureSharedMemory(config, /*recycle_segments=*/true);
         if (t == "shm-fresh") m = MeasureSharedMemory(config, /*recycle_segments=*/false);
         if (t == "tcp") m = MeasureRawTcp(*net, config);
-        if (t == "gloo") {
+        if (t == "gloo" || t == "relay") {
           BroadcastSettings settings;
           settings.bucket_bytes = static_cast<size_t>(bucket_mb) << 20;
           settings.in_flight = static_cast<uint32_t>(in_flight);
-          m = MeasureGlooBroadcast(*net, config, settings);
+          m = MeasureGlooBroadcast(*net, config, settings, /*relayed=*/t == "relay");
         }
         std::fprintf(stderr, " %.1f s %s\n", Seconds(Clock::now() - t0), m.ok() ? m->note.c_str() : "");
         if (!m.ok()) return m.status().WithContext(t + " " + HumanBytes(bytes) + " x" + std::to_string(n));
@@ -257,6 +263,7 @@ int RunRole(int argc, char** argv) {
   try {
     if (role == "shm-sub") return ShmSubscriberMain(args);
     if (role == "bc-pub") return BroadcastPublisherMain(args);
+    if (role == "bc-relay") return RelayPublisherMain(args);
     if (role == "bc-sub") return BroadcastSubscriberMain(args);
     if (role == "tcp-send") return TcpSenderMain(args);
     if (role == "tcp-recv") return TcpReceiverMain(args);
@@ -279,7 +286,8 @@ int main(int argc, char** argv) {
   flags.Add("sizes", "10M,100M,1G", "version sizes (decimal units: K, M, G); 1G only runs if memory allows");
   flags.Add("subscribers", "1,2,4", "subscriber counts");
   flags.Add("transports", "memcpy,inproc,shm,tcp,gloo",
-            "which rows to measure (also shm-fresh: shm with recycle_segments off)");
+            "which rows to measure (also shm-fresh: shm with recycle_segments off; relay: the pipeline's path to "
+            "rollout replicas on other hosts)");
   flags.Add("repeats", "3", "measured rounds per row (after two warm-up rounds, reported apart in the JSON)");
   flags.Add("bucket-mb", "4", "broadcast bucket size in MiB");
   flags.Add("in-flight", "2", "broadcast buckets in flight");

@@ -23,6 +23,10 @@
 #                 sent the current version, takes up the stream (what the dead
 #                 one held comes back when its leases run out), and the run
 #                 trains every prompt once
+#   stall         the replica on host 1 is frozen (SIGSTOP): rank 0's watchdog,
+#                 reading the heartbeats processes elsewhere report to the
+#                 ranks' store, names it, its host and what it was doing, and
+#                 (pipeline.stop_on_stall) stops the run
 #   config        a rank started with another config is refused, names both
 #                 digests, and rank 0's run stops instead of waiting for it
 #   unreachable   a rank whose rendezvous host does not answer gives up after
@@ -163,6 +167,28 @@ rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
 assert [r["step"] for r in rows] == list(range(1, 17)), [r["step"] for r in rows]
 assert sorted(p for r in rows for p in r["prompts"]) == list(range(48))
 PY
+
+# --- stall: freeze the replica on host 1 once a step is trained
+stall=("${run[@]}" pipeline.mode=async rl.steps=40 rl.max_new_tokens=64 cluster.rollout_ranks=1
+       pipeline.rollout_replicas=0 pipeline.stall_seconds=3 pipeline.stop_on_stall=true run.dir="$tmp/st")
+start_rank 1 2 "$tmp/st1.log" "${stall[@]}"
+start_rank 0 2 "$tmp/st0.log" "${stall[@]}"
+for _ in $(seq 600); do
+  [ "$(cat "$tmp/st/metrics.jsonl" 2>/dev/null | wc -l)" -ge 1 ] && break
+  sleep 0.05
+done
+frozen=$(ip netns pids "${hosts[1]}" | xargs -r ps -o pid=,args= -p | awk -v s="$SLUICE" '$2 == s {print $1}')
+[ -n "$frozen" ] && kill -STOP $frozen
+start=$(date +%s)
+wait "${pids[1]}"; rc=$?
+took=$(( $(date +%s) - start ))
+[ -n "$frozen" ] && kill -9 $frozen
+wait "${pids[0]}" 2>/dev/null
+pids=()
+[ -n "$frozen" ] && [ "$rc" -ne 0 ] && [ "$took" -lt 60 ] \
+  && grep -q "rollout replica 0 (pid $frozen on host [^ ]*) has made no progress for" "$tmp/st0.log" \
+  && grep -q "on another host: its heartbeat comes through the ranks' store" "$tmp/st0.log" \
+  && echo "ok   stall" || fail "stall: rc=$rc after ${took}s: $(grep -m1 "no progress" "$tmp/st0.log"; tail -2 "$tmp/st0.log")"
 
 # --- config: rank 1 with another learning rate
 start_rank 1 2 "$tmp/c1.log" "${run[@]}" run.dir="$tmp/cfg" trainer.lr=2e-3

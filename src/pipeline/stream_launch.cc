@@ -212,6 +212,57 @@ uint64_t ReceivedVersions(const BroadcastWeights& w) {
   return 0;
 }
 
+// A process on another host reports its heartbeat (its own board's slot)
+// under this key of the ranks' store, and the launcher mirrors it onto its
+// board for the watchdog.
+std::string RemoteBeatKey(const std::string& process_name) { return "beat/" + process_name; }
+
+// {seq, the age of its last heartbeat and of its activity (ms; -1 before
+// its first turn), finished, activity, pid, host}: ages, not times, since
+// the hosts' steady clocks differ.
+std::string EncodeRemoteBeat(const RoleBoard& board, int slot, int64_t seq, pid_t pid, const std::string& host) {
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const int64_t beat = board.heartbeat_ns[slot].load(), since = board.activity_since_ns[slot].load();
+  auto age_ms = [&](int64_t t) { return t <= 0 ? int64_t{-1} : (now - t) / 1000000; };
+  return nlohmann::json{{"seq", seq},
+                        {"beat_age_ms", age_ms(beat)},
+                        {"finished", beat == RoleBoard::kRoleFinished},
+                        {"activity", board.activity[slot].load()},
+                        {"activity_age_ms", age_ms(since)},
+                        {"pid", pid},
+                        {"host", host}}
+      .dump();
+}
+
+struct RemoteBeat {
+  int64_t seq = 0, beat_age_ms = -1, activity_age_ms = -1;
+  bool finished = false;
+  uint32_t activity = 0;
+  int64_t pid = 0;
+  std::string host;
+};
+
+// A report from the network: anything malformed is refused whole.
+Result<RemoteBeat> DecodeRemoteBeat(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto integer = [&](const char* k) { return j.contains(k) && j[k].is_number_integer(); };
+  if (!j.is_object() || !integer("seq") || !integer("beat_age_ms") || !integer("activity_age_ms") || !integer("pid") ||
+      !j.contains("activity") || !j["activity"].is_number_unsigned() || !j.contains("finished") ||
+      !j["finished"].is_boolean() || !j.contains("host") || !j["host"].is_string() ||
+      j["host"].get<std::string>().size() > 255) {
+    return Status::DataLoss("malformed heartbeat report: " + text.substr(0, 120));
+  }
+  RemoteBeat b;
+  b.seq = j["seq"].get<int64_t>();
+  b.beat_age_ms = j["beat_age_ms"].get<int64_t>();
+  b.activity_age_ms = j["activity_age_ms"].get<int64_t>();
+  b.finished = j["finished"].get<bool>();
+  b.activity = j["activity"].get<uint32_t>();
+  b.pid = j["pid"].get<int64_t>();
+  b.host = j["host"].get<std::string>();
+  return b;
+}
+
 // The board segment, mapped read-write.
 struct MappedBoard {
   SharedMemorySegment segment;
@@ -307,6 +358,10 @@ class StallWatch {
     int slot;          // on the board
     pid_t pid = -1;
     std::chrono::steady_clock::time_point started{};
+    // A process on another host: its host's name once it reported (its
+    // heartbeat reaches the board through the ranks' store, RemoteBeats).
+    bool remote = false;
+    std::string host{};
   };
   // `pid_of`: a role process's pid now (-1 while it waits to be restarted):
   // a restarted one starts its watch afresh.
@@ -325,7 +380,7 @@ class StallWatch {
     const auto now = std::chrono::steady_clock::now();
     for (Role& r : roles_) {
       const pid_t pid = pid_of_(r.name);
-      if (pid == r.pid || pid < 0) continue;
+      if (r.remote || pid == r.pid || pid < 0) continue;
       // A new life: it starts again, from nothing on the board.
       r.pid = pid;
       r.started = now;
@@ -339,17 +394,22 @@ class StallWatch {
     bool stop_now = false;
     for (size_t i = 0; i < roles_.size(); ++i) {
       const Role& r = roles_[i];
-      if (pid_of_(r.name) < 0) continue;  // waiting to be started again
+      if (!r.remote && pid_of_(r.name) < 0) continue;  // waiting to be started again
       const int64_t beat = board_.heartbeat_ns[r.slot].load(std::memory_order_relaxed);
       if (beat == RoleBoard::kRoleFinished) continue;
       const auto last = beat == 0 ? r.started : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(beat));
       const auto quiet = std::chrono::duration_cast<std::chrono::seconds>(now - last);
       const std::chrono::seconds limit = beat == 0 ? std::max(limit_, kStartAllowance) : limit_;
-      const std::string who = r.what + " (pid " + std::to_string(r.pid) + ")";
+      const std::string who =
+          r.what + (!r.remote        ? " (pid " + std::to_string(r.pid) + ")"
+                    : r.host.empty() ? " (on another host, not heard from yet)"
+                                     : " (pid " + std::to_string(r.pid) + " on host " + r.host + ")");
+      const std::string state =
+          r.remote ? "on another host: its heartbeat comes through the ranks' store" : DescribeProcessState(r.pid);
       const std::string what = who + " has made no progress for " + std::to_string(quiet.count()) + " s (" +
                                (beat == 0 ? "since it started, " : "") +
                                "pipeline.stall_seconds=" + std::to_string(limit_.count()) +
-                               "): " + DescribeActivity(r, now) + "; it is " + DescribeProcessState(r.pid);
+                               "): " + DescribeActivity(r, now) + "; it is " + state;
       if (quiet.count() >= 1) quiet_roles.emplace_back(quiet, what);
       if (quiet < limit) {
         if (reported_[i]) SLUICE_LOG(INFO) << who << " makes progress again";
@@ -384,6 +444,15 @@ class StallWatch {
            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - from).count()) + " s";
   }
 
+ public:
+  // A remote process's host, once known (for the reports).
+  void SetHost(const std::string& name, const std::string& host, pid_t pid) {
+    for (Role& r : roles_) {
+      if (r.name == name) r.host = host, r.pid = pid;
+    }
+  }
+
+ private:
   static constexpr std::chrono::seconds kStartAllowance{60};
   RoleBoard& board_;
   std::vector<Role> roles_;
@@ -391,6 +460,52 @@ class StallWatch {
   const bool stop_;
   const std::function<pid_t(const std::string&)> pid_of_;
   std::vector<bool> reported_;
+};
+
+// Mirrors the heartbeats that processes on other hosts report through the
+// ranks' store onto the launcher's board (a slot each), once a second, so
+// that the watchdog reads them as it reads the local ones. A report that
+// stops changing (the process, its host or the network stopped) leaves the
+// heartbeat where it was, and it ages.
+class RemoteBeats {
+ public:
+  void Add(const std::string& name, int slot) { processes_.push_back({name, slot}); }
+  bool empty() const { return processes_.empty(); }
+
+  void Poll(trainer::DataParallelStore& store, RoleBoard& board, StallWatch& watch) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_poll_) return;
+    next_poll_ = now + std::chrono::seconds(1);
+    const int64_t now_ns = now.time_since_epoch().count();
+    for (Process& p : processes_) {
+      Result<std::string> text = store.GetShared(RemoteBeatKey(p.name), milliseconds(0));
+      if (!text.ok()) continue;  // not reported yet
+      Result<RemoteBeat> b = DecodeRemoteBeat(*text);
+      if (!b.ok()) {
+        if (!p.warned) SLUICE_LOG(WARNING) << p.name << ": " << b.status().message();
+        p.warned = true;
+        continue;
+      }
+      if (b->seq == p.seq && b->pid == p.pid) continue;  // nothing new: the heartbeat ages
+      if (b->pid != p.pid) watch.SetHost(p.name, b->host, static_cast<pid_t>(b->pid));
+      p.seq = b->seq;
+      p.pid = b->pid;
+      auto at = [&](int64_t age_ms) { return age_ms < 0 ? int64_t{0} : now_ns - age_ms * 1000000; };
+      board.heartbeat_ns[p.slot].store(b->finished ? RoleBoard::kRoleFinished : at(b->beat_age_ms));
+      board.activity[p.slot].store(b->activity);
+      board.activity_since_ns[p.slot].store(at(b->activity_age_ms));
+    }
+  }
+
+ private:
+  struct Process {
+    std::string name;
+    int slot;
+    int64_t seq = 0, pid = 0;
+    bool warned = false;
+  };
+  std::vector<Process> processes_;
+  std::chrono::steady_clock::time_point next_poll_{};
 };
 
 }  // namespace
@@ -727,6 +842,28 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
                                                                       : "the " + PipelineRoleName(role) + " role";
       watched.push_back({spec.name, what, slot, supervisor->PidOf(spec.name)});
     }
+    // Processes on other hosts: watched through the heartbeats they report
+    // to the ranks' store, mirrored onto board slots after the local ones.
+    RemoteBeats remote_beats;
+    if (rank_store && remote_processes) {
+      int next_slot = 3;
+      for (const BoardProcess& p : processes) next_slot = std::max(next_slot, p.slot + 1);
+      auto watch_remote = [&](PipelineRole role, int64_t from, int64_t to, const std::string& what) {
+        for (int64_t i = from; i < to && next_slot < RoleBoard::kSlots; ++i, ++next_slot) {
+          const int slot = next_slot;
+          board->heartbeat_ns[slot].store(0);
+          board->activity[slot].store(static_cast<uint32_t>(RoleActivity::kStarting));
+          board->activity_since_ns[slot].store(0);
+          StallWatch::Role r{ProcessName(role, i), what + " " + std::to_string(i), slot, -1};
+          r.remote = true;
+          watched.push_back(r);
+          remote_beats.Add(r.name, slot);
+        }
+      };
+      watch_remote(PipelineRole::kTrainer, local_ranks, po.trainer_ranks, "trainer rank");
+      watch_remote(PipelineRole::kRollout, po.rollout_replicas, po.AllRolloutReplicas(), "rollout replica");
+      watch_remote(PipelineRole::kReward, po.reward_workers, po.AllRewardWorkers(), "reward worker");
+    }
     StallWatch watch(*board, std::move(watched), po, [&](const std::string& name) { return supervisor->PidOf(name); });
     // A rollout replica or reward worker that died: its hub leases go back
     // to the others at once, not when they run out (worker_lease_seconds).
@@ -759,6 +896,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     auto check = [&]() -> Status {
       release_dead();
       if (relay) SLUICE_RETURN_IF_ERROR(relay->status());
+      if (!remote_beats.empty()) remote_beats.Poll(*rank_store, *board, watch);
       // A rank launched elsewhere that refused the run (once a second).
       if (rank_store && remote_processes && std::chrono::steady_clock::now() >= next_refusal_check) {
         next_refusal_check = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -841,34 +979,35 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   if (!s.options.pipeline.hub_fast_paths) ro.shm_rings = 0, ro.direct_connections = 0;
   SLUICE_ASSIGN_OR_RETURN(tq::RemoteQueue queue, tq::ConnectTransferQueue(c.hub, ro));
   tq::TransferQueueClient client = queue.client();
-  // The launcher stops a role process on its host by signal; one elsewhere
-  // stops when rank 0's launcher marks the run ended in the ranks' store.
+  const bool follower = c.role == PipelineRole::kTrainer && c.trainer_rank > 0;
+  const int64_t index = c.role == PipelineRole::kTrainer ? c.trainer_rank : c.replica;
+  const BoardSlot slot(c.role, c.board_slot >= 0 ? static_cast<int>(c.board_slot) : static_cast<int>(c.role));
+  // The launcher stops a role process on its host by signal and reads its
+  // heartbeat on the board. A process elsewhere stops when rank 0's launcher
+  // marks the run ended in the ranks' store, and reports its heartbeat there
+  // once a second (for the launcher's watchdog).
   std::atomic<bool> ended{false};
-  std::unique_ptr<trainer::DataParallelStore> end_store;
-  BackgroundThread end_watch("run end");
-  if (c.remote && c.role != PipelineRole::kTrainer) {
+  std::unique_ptr<trainer::DataParallelStore> link_store;
+  BackgroundThread link("rank 0 link");
+  if (c.remote) {
     std::string host;
     int port = 0;
     SLUICE_RETURN_IF_ERROR(ParseListenAddress(c.trainer_store, &host, &port).WithContext("the ranks' store"));
     SLUICE_ASSIGN_OR_RETURN(
-        end_store, trainer::DataParallelStore::Connect(host, port, std::chrono::seconds(po.rank_timeout_seconds),
-                                                       c.trainer_store_prefix));
-    SLUICE_RETURN_IF_ERROR(end_watch.Start([&](std::stop_token stop) {
-      while (!stop.stop_requested()) {
-        Result<std::string> end = end_store->GetShared(kRanksEndedKey, milliseconds(1000));
-        if (end.ok()) {
-          ended.store(true);
-          return;
-        }
-        if (end.status().code() != StatusCode::kTimeout) std::this_thread::sleep_for(milliseconds(1000));
+        link_store, trainer::DataParallelStore::Connect(host, port, std::chrono::seconds(po.rank_timeout_seconds),
+                                                        c.trainer_store_prefix));
+    const std::string key = RemoteBeatKey(ProcessName(c.role, index)), where = HostName();
+    SLUICE_RETURN_IF_ERROR(link.Start([&, key, where](std::stop_token stop) {
+      for (int64_t seq = 1; !stop.stop_requested(); ++seq) {
+        (void)link_store->SetShared(key, EncodeRemoteBeat(board, slot.index, seq, ::getpid(), where));
+        if (!ended.load() && link_store->GetShared(kRanksEndedKey, milliseconds(0)).ok()) ended.store(true);
+        for (int i = 0; i < 10 && !stop.stop_requested(); ++i) std::this_thread::sleep_for(milliseconds(100));
       }
+      // The last word (stopped after the role returned): finished, or not.
+      (void)link_store->SetShared(key, EncodeRemoteBeat(board, slot.index, INT64_MAX, ::getpid(), where));
     }));
   }
   auto stopping = [&] { return ended.load(); };
-
-  const bool follower = c.role == PipelineRole::kTrainer && c.trainer_rank > 0;
-  const int64_t index = c.role == PipelineRole::kTrainer ? c.trainer_rank : c.replica;
-  const BoardSlot slot(c.role, c.board_slot >= 0 ? static_cast<int>(c.board_slot) : static_cast<int>(c.role));
   if (c.role != PipelineRole::kTrainer) {
     // Started again after the others finished the run's work (the trainer
     // may be gone, and its weight store with it): nothing to do.

@@ -23,6 +23,11 @@
 #                 sent the current version, takes up the stream (what the dead
 #                 one held comes back when its leases run out), and the run
 #                 trains every prompt once
+#   host-restart  with pipeline.max_restarts the replica's `sluice train` on
+#                 host 1 is that host's supervisor: its child (the replica)
+#                 SIGKILLed mid-run is started again there, what it held is
+#                 given back at once (600 s leases would outlast the test),
+#                 and the run trains every prompt once
 #   stall         the replica on host 1 is frozen (SIGSTOP): rank 0's watchdog,
 #                 reading the heartbeats processes elsewhere report to the
 #                 ranks' store, names it, its host and what it was doing, and
@@ -162,6 +167,34 @@ grep -Eq "rollout@[^ ]*: serving version [1-9][0-9]* received over the broadcast
   && grep -Eq "rollout@[^ ]*: [1-9][0-9]* tokens generated" "$tmp/rj1b.log" \
   || fail "rejoin: the restarted replica: $(tail -3 "$tmp/rj1b.log")"
 /usr/bin/python3 - "$tmp/rj" <<'PY' && echo "ok   rejoin" || fail "rejoin: $(tail -3 "$tmp/rj0.log")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+assert [r["step"] for r in rows] == list(range(1, 17)), [r["step"] for r in rows]
+assert sorted(p for r in rows for p in r["prompts"]) == list(range(48))
+PY
+
+# --- host-restart: kill the supervised replica on host 1 once two steps are trained
+hr=("${run[@]}" pipeline.mode=async rl.steps=16 rl.max_new_tokens=64 cluster.rollout_ranks=1
+    pipeline.rollout_replicas=0 pipeline.max_restarts=2 pipeline.worker_lease_seconds=600 run.dir="$tmp/hr")
+start_rank 1 2 "$tmp/hr1.log" "${hr[@]}"
+start_rank 0 2 "$tmp/hr0.log" "${hr[@]}"
+for _ in $(seq 600); do
+  [ "$(cat "$tmp/hr/metrics.jsonl" 2>/dev/null | wc -l)" -ge 2 ] && break
+  sleep 0.05
+done
+child=""
+for p in $(ip netns pids "${hosts[1]}"); do
+  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "SLUICE_SUPERVISED_RANK=1" && child=$p
+done
+steps_at_kill=$(cat "$tmp/hr/metrics.jsonl" 2>/dev/null | wc -l)
+[ -n "$child" ] && kill -9 "$child"
+for p in "${pids[@]}"; do wait "$p" || fail "host-restart: a rank exited $?"; done
+pids=()
+[ -n "$child" ] && [ "$steps_at_kill" -lt 16 ] || fail "host-restart: the replica was not killed mid-run ($steps_at_kill steps)"
+grep -q "rollout (pid $child) is gone: released its [0-9]* hub lease" "$tmp/hr1.log" \
+  && grep -q "child .rollout. started again" "$tmp/hr1.log" \
+  || fail "host-restart: host 1's supervisor: $(grep -v "^I" "$tmp/hr1.log" | tail -4)"
+/usr/bin/python3 - "$tmp/hr" <<'PY' && echo "ok   host-restart" || fail "host-restart: $(tail -3 "$tmp/hr0.log")"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
 assert [r["step"] for r in rows] == list(range(1, 17)), [r["step"] for r in rows]

@@ -628,6 +628,9 @@ Status PlaceRanks(const runtime::ProcessPlacement& p, const Config& config, pipe
   return Status::Ok();
 }
 
+// Set on the child a launched rank's supervisor starts (SuperviseLaunchedRank).
+constexpr char kSupervisedRankVariable[] = "SLUICE_SUPERVISED_RANK";
+
 Status Train(const std::vector<std::string>& args) {
   FlagSet flags;
   flags.Add("config", "", "YAML config file (keys: `sluice train --help-config`)");
@@ -683,6 +686,22 @@ Status Train(const std::vector<std::string>& args) {
                                std::to_string(index);
       std::fprintf(stderr, "sluice train: %s, %s of the run at %s\n", placement.ToString().c_str(), what.c_str(),
                    po.trainer_store.c_str());
+      // pipeline.max_restarts: a replica or worker elsewhere runs as a child
+      // of this process, its host's supervisor (the same command again, told
+      // by kSupervisedRankVariable to run the role itself).
+      if (role != pipeline::PipelineRole::kTrainer && po.max_restarts > 0 &&
+          std::getenv(kSupervisedRankVariable) == nullptr) {
+        std::error_code ec;
+        const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+        if (ec) return Status::Unavailable("cannot resolve /proc/self/exe: " + ec.message());
+        std::vector<std::string> command = {exe.string(), "train"};
+        command.insert(command.end(), args.begin(), args.end());
+        SLUICE_RETURN_IF_ERROR(loop->SuperviseLaunchedRank(po.trainer_store, role, index,
+                                                           std::chrono::seconds(po.rank_timeout_seconds), command,
+                                                           {{kSupervisedRankVariable, "1"}}));
+        std::fprintf(stderr, "%s: done\n", what.c_str());
+        return Status::Ok();
+      }
       SLUICE_RETURN_IF_ERROR(
           loop->RunLaunchedRank(po.trainer_store, role, index, std::chrono::seconds(po.rank_timeout_seconds)));
       std::fprintf(stderr, "%s: done\n", what.c_str());

@@ -1126,8 +1126,8 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   return done;
 }
 
-Status TrainingRun::RunLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
-                                    std::chrono::milliseconds wait) {
+Result<RoleConnection> TrainingRun::JoinLaunchedRun(const std::string& store, PipelineRole role, int64_t index,
+                                                    std::chrono::milliseconds wait) {
   const PipelineOptions& po = state_->options.pipeline;
   const bool trainer = role == PipelineRole::kTrainer;
   const std::string who = trainer ? "trainer rank " + std::to_string(index) + " of " + std::to_string(po.trainer_ranks)
@@ -1174,7 +1174,58 @@ Status TrainingRun::RunLaunchedRank(const std::string& store, PipelineRole role,
   c.trainer_store = store;
   c.trainer_store_prefix = StoreKeys(po);
   c.remote = true;
+  return c;
+}
+
+Status TrainingRun::RunLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
+                                    std::chrono::milliseconds wait) {
+  SLUICE_ASSIGN_OR_RETURN(const RoleConnection c, JoinLaunchedRun(store, role, index, wait));
   return RunRole(c, nullptr);
+}
+
+Status TrainingRun::SuperviseLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
+                                          std::chrono::milliseconds wait, const std::vector<std::string>& command,
+                                          const std::map<std::string, std::string>& child_env) {
+  const PipelineOptions& po = state_->options.pipeline;
+  if (role == PipelineRole::kTrainer) return Status::InvalidArgument("trainer ranks are not restarted alone");
+  if (command.empty()) return Status::InvalidArgument("no command to start the " + PipelineRoleName(role) + " with");
+  // The run's hub (to give back what a dead child held), and the config check.
+  SLUICE_ASSIGN_OR_RETURN(const RoleConnection c, JoinLaunchedRun(store, role, index, wait));
+  tq::RemoteOptions ro;
+  ro.token = c.hub_token;
+  ro.shm = tq::ShmMode::kOff;
+  SLUICE_ASSIGN_OR_RETURN(tq::RemoteQueue queue, tq::ConnectTransferQueue(c.hub, ro));
+  tq::TransferQueueClient hub = queue.client();
+  SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
+  runtime::ChildSpec spec;
+  spec.name = ProcessName(role, index);
+  spec.path = command.front();
+  spec.args.assign(command.begin() + 1, command.end());
+  spec.env = child_env;
+  spec.max_restarts = static_cast<int32_t>(po.max_restarts);
+  SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting " + spec.name));
+  const std::string holder_name = spec.name + "@" + HostName();  // as RunRole names the child's leases
+  pid_t seen = supervisor->PidOf(spec.name);
+  SLUICE_LOG(INFO) << spec.name << " on this host: started (pid " << seen << "), restarted up to " << po.max_restarts
+                   << " times if it fails";
+  // A child that died: its hub leases go back to the others at once.
+  auto release_dead = [&]() -> Status {
+    const pid_t now = supervisor->PidOf(spec.name);
+    if (now == seen) return Status::Ok();
+    if (seen > 0) {
+      Result<tq::ReleaseHolderResponse> released = hub.ReleaseHolder(LeaseHolder(holder_name, seen));
+      if (!released.ok()) {
+        SLUICE_LOG(WARNING) << spec.name << " (pid " << seen
+                            << ") is gone; releasing its hub leases: " << released.status().ToString();
+      } else {
+        SLUICE_LOG(WARNING) << spec.name << " (pid " << seen << ") is gone: released its " << released->leases_released
+                            << " hub lease(s), " << released->rows_returned << " row(s) ready again";
+      }
+    }
+    seen = now;
+    return Status::Ok();
+  };
+  return supervisor->Wait(std::chrono::hours(24 * 365), nullptr, release_dead);
 }
 
 }  // namespace sluice::pipeline

@@ -19,8 +19,11 @@
 #define SLUICE_PIPELINE_RUN_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sluice/common/status.h"
@@ -73,6 +76,15 @@ class TrainingRun {
   // (options.pipeline.config_digest; FailedPrecondition naming both
   // otherwise), then runs its role until the run ends (the hub over TCP).
   Status RunLaunchedRank(const std::string& store, PipelineRole role, int64_t index, std::chrono::milliseconds wait);
+  // The same rollout replica or reward worker with pipeline.max_restarts:
+  // this process is its host's supervisor. It checks the run as above, then
+  // runs `command` (with `child_env` on top of its environment: the same
+  // process again, told to run the role itself) as a child and starts it
+  // again when it fails or dies, up to max_restarts times (back-off 1, 2,
+  // 4, ... 30 s), giving the dead child's hub leases back at once.
+  Status SuperviseLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
+                               std::chrono::milliseconds wait, const std::vector<std::string>& command,
+                               const std::map<std::string, std::string>& child_env);
 
   // Streaming modes: what the last Train() measured (zeros in direct mode).
   StreamSummary stream_summary() const;
@@ -89,6 +101,9 @@ class TrainingRun {
   // One start of the role processes; `resumed`: they resume from the run's
   // latest checkpoint (a restart after a failure).
   Status RunProcessesOnce(const std::atomic<bool>* stop, bool resumed);
+  // RunLaunchedRank's meeting: rank 0's run from the store, checked.
+  Result<RoleConnection> JoinLaunchedRun(const std::string& store, PipelineRole role, int64_t index,
+                                         std::chrono::milliseconds wait);
   explicit TrainingRun(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

@@ -9,11 +9,12 @@
 #   three-hosts   three ranks on three hosts train the run a single rank
 #                 trains (sync mode, same seed: same prompts, losses and
 #                 gradient norms within float rounding), every prompt once
-#   remote-rollout  two trainer ranks and a rollout replica on three hosts
-#                 (cluster.rollout_ranks=1, none on rank 0's host): the
-#                 replica calls the hub over TCP and receives every version
-#                 over the CheckpointEngine broadcast; the run trains what the
-#                 single rank trains (sync mode: the same losses)
+#   remote-rollout  two trainer ranks on hosts 0-1 (the hub with rank 0) and
+#                 two rollout replicas on host 2 (cluster.rollout_ranks=2,
+#                 none on rank 0's host): the replicas call the hub over TCP
+#                 and receive every version over the CheckpointEngine
+#                 broadcast; the run trains what the single rank trains (sync
+#                 mode: the same losses)
 #   async-cluster an async run with rollout replicas on rank 0's host and on
 #                 host 1, and the one reward worker on host 2 (cluster.
 #                 reward_ranks=1, none on rank 0's host) completes, every
@@ -75,13 +76,15 @@ run=(model.preset=tiny sft.steps=0 rl.steps=6 rl.prompts_per_step=3 rl.group_siz
      rl.dynamic_sampling=false eval.size=4 eval.max_new_tokens=8 eval.interval=0 run.threads=1 run.progress=off
      pipeline.mode=sync pipeline.processes=true pipeline.rollout_threads=1 pipeline.trainer_threads=1
      trainer.mini_batches=2 trainer.lr=1e-3 reward.python="$rewards:length_score" pipeline.rank_timeout_seconds=60)
-# rank i of `world` on host i, with torchrun's variables.
-start_rank() {
-  local i=$1 world=$2 log=$3; shift 3
-  ip netns exec "${hosts[$i]}" env RANK="$i" WORLD_SIZE="$world" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK="$i" \
+# rank i of `world` on host h, with torchrun's variables.
+start_rank_on() {
+  local h=$1 i=$2 world=$3 log=$4; shift 4
+  ip netns exec "${hosts[$h]}" env RANK="$i" WORLD_SIZE="$world" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK="$h" \
     MASTER_ADDR="${net}1" MASTER_PORT=29561 timeout 240 "$SLUICE" train "$@" > "$log" 2>&1 &
   pids+=($!)
 }
+# rank i of `world` on host i.
+start_rank() { start_rank_on "$1" "$@"; }
 
 # --- three-hosts
 "$SLUICE" train "${run[@]}" run.dir="$tmp/one" > "$tmp/one.log" 2>&1 || fail "single-rank run: $(tail -3 "$tmp/one.log")"
@@ -104,18 +107,27 @@ assert any(a["grad_norm"] > 0 for a in one)
 assert sorted(p for r in three for p in r["prompts"]) == list(range(18))
 PY
 
-# --- remote-rollout: trainer ranks 0-1 on hosts 0-1, the one rollout replica on host 2
-start_rank 1 3 "$tmp/rr1.log" "${run[@]}" run.dir="$tmp/rr" cluster.rollout_ranks=1 pipeline.rollout_replicas=0
-start_rank 2 3 "$tmp/rr2.log" "${run[@]}" run.dir="$tmp/rr" cluster.rollout_ranks=1 pipeline.rollout_replicas=0
-start_rank 0 3 "$tmp/rr0.log" "${run[@]}" run.dir="$tmp/rr" cluster.rollout_ranks=1 pipeline.rollout_replicas=0
+# --- remote-rollout: trainer ranks 0-1 on hosts 0-1, rollout replicas 0-1 (ranks 2-3) on host 2
+remote=("${run[@]}" run.dir="$tmp/rr" cluster.rollout_ranks=2 pipeline.rollout_replicas=0)
+start_rank 1 4 "$tmp/rr1.log" "${remote[@]}"
+start_rank 2 4 "$tmp/rr2.log" "${remote[@]}"
+start_rank_on 2 3 4 "$tmp/rr3.log" "${remote[@]}"
+start_rank 0 4 "$tmp/rr0.log" "${remote[@]}"
 for p in "${pids[@]}"; do wait "$p" || fail "remote-rollout: a rank exited $?"; done
 pids=()
-# (the replica's last line: its tokens and the versions it took from the broadcast, up to the one
-# its last prompts needed, 5, or the last; the relay sends the newest, so one superseded before it
-# was sent is skipped)
-grep -q "rollout replica 0 of the run at" "$tmp/rr2.log" \
-  && grep -Eq "rollout@[^ ]*: [1-9][0-9]* tokens generated; [1-7] version\(s\) received over the broadcast, the last [56]" "$tmp/rr2.log" \
-  || fail "remote-rollout: the replica on host 2: $(tail -3 "$tmp/rr2.log")"
+# (each replica's last line: its tokens and the versions it took from the broadcast, up to the one
+# its last prompts needed or the last; the relay sends the newest, so one superseded before it was
+# sent is skipped)
+tokens=0
+for r in 0 1; do
+  log="$tmp/rr$((r + 2)).log"
+  grep -q "rollout replica $r of the run at" "$log" \
+    && line=$(grep -E "rollout(-1)?@[^ ]*: [0-9]+ tokens generated; [0-9]+ version\(s\) received over the broadcast, the last [1-6]" "$log") \
+    || fail "remote-rollout: replica $r on host 2: $(tail -3 "$log")"
+  tokens=$((tokens + $(sed -E 's/.*: ([0-9]+) tokens generated.*/\1/' <<<"$line")))
+done
+# (6 steps x 3 prompts x 2 answers of 8 tokens, less answers that ended early)
+[ "$tokens" -gt 200 ] || fail "remote-rollout: the replicas generated $tokens tokens"
 /usr/bin/python3 - "$tmp/one" "$tmp/rr" <<'PY' && echo "ok   remote-rollout" || fail "remote-rollout: metrics differ"
 import json, sys
 one, rr = ([json.loads(l) for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:])

@@ -85,6 +85,26 @@ start_rank_on() {
 }
 # rank i of `world` on host i.
 start_rank() { start_rank_on "$1" "$@"; }
+# Waits (at most 30 s) until run directory $1 has trained $2 steps; prints how many it has.
+wait_steps() {
+  for _ in $(seq 600); do
+    [ "$(cat "$1/metrics.jsonl" 2>/dev/null | wc -l)" -ge "$2" ] && break
+    sleep 0.05
+  done
+  cat "$1/metrics.jsonl" 2>/dev/null | wc -l
+}
+# The `sluice` processes in host $1's namespace.
+sluice_pids() { ip netns pids "${hosts[$1]}" | xargs -r ps -o pid=,args= -p | awk -v s="$SLUICE" '$2 == s {print $1}'; }
+# Every prompt of run directory $1 trained once in its $2 steps of 3 prompts.
+trained_once() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+steps = int(sys.argv[2])
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+assert [r["step"] for r in rows] == list(range(1, steps + 1)), [r["step"] for r in rows]
+assert sorted(p for r in rows for p in r["prompts"]) == list(range(3 * steps))
+PY
+}
 
 # --- three-hosts
 "$SLUICE" train "${run[@]}" run.dir="$tmp/one" > "$tmp/one.log" 2>&1 || fail "single-rank run: $(tail -3 "$tmp/one.log")"
@@ -150,24 +170,15 @@ pids=()
 grep -q "rollout replica 1: done" "$tmp/ac1.log" && grep -q "reward worker 0: done" "$tmp/ac2.log" \
   && grep -Eq "rollout-1@[^ ]*: [1-9][0-9]* tokens generated" "$tmp/ac1.log" \
   || fail "async-cluster: the processes elsewhere did not finish: $(tail -2 "$tmp/ac1.log" "$tmp/ac2.log")"
-/usr/bin/python3 - "$tmp/ac" <<'PY' && echo "ok   async-cluster" || fail "async-cluster: $(tail -3 "$tmp/ac0.log")"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
-assert [r["step"] for r in rows] == list(range(1, 7)), [r["step"] for r in rows]
-assert sorted(p for r in rows for p in r["prompts"]) == list(range(18))
-PY
+trained_once "$tmp/ac" 6 && echo "ok   async-cluster" || fail "async-cluster: $(tail -3 "$tmp/ac0.log")"
 
 # --- rejoin: kill the replica on host 1 once two steps are trained, start it again
 rejoin=("${run[@]}" pipeline.mode=async rl.steps=16 rl.max_new_tokens=64 cluster.rollout_ranks=1 pipeline.rollout_replicas=0
         pipeline.worker_lease_seconds=2 run.dir="$tmp/rj")
 start_rank 1 2 "$tmp/rj1.log" "${rejoin[@]}"
 start_rank 0 2 "$tmp/rj0.log" "${rejoin[@]}"
-for _ in $(seq 600); do
-  [ "$(cat "$tmp/rj/metrics.jsonl" 2>/dev/null | wc -l)" -ge 2 ] && break
-  sleep 0.05
-done
-killed=$(ip netns pids "${hosts[1]}" | xargs -r ps -o pid=,args= -p | awk -v s="$SLUICE" '$2 == s {print $1}')
-steps_at_kill=$(cat "$tmp/rj/metrics.jsonl" 2>/dev/null | wc -l)
+steps_at_kill=$(wait_steps "$tmp/rj" 2)
+killed=$(sluice_pids 1)
 [ -n "$killed" ] && kill -9 $killed
 wait "${pids[0]}" 2>/dev/null
 pids=("${pids[1]}")
@@ -178,27 +189,18 @@ pids=()
 grep -Eq "rollout@[^ ]*: serving version [1-9][0-9]* received over the broadcast" "$tmp/rj1b.log" \
   && grep -Eq "rollout@[^ ]*: [1-9][0-9]* tokens generated" "$tmp/rj1b.log" \
   || fail "rejoin: the restarted replica: $(tail -3 "$tmp/rj1b.log")"
-/usr/bin/python3 - "$tmp/rj" <<'PY' && echo "ok   rejoin" || fail "rejoin: $(tail -3 "$tmp/rj0.log")"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
-assert [r["step"] for r in rows] == list(range(1, 17)), [r["step"] for r in rows]
-assert sorted(p for r in rows for p in r["prompts"]) == list(range(48))
-PY
+trained_once "$tmp/rj" 16 && echo "ok   rejoin" || fail "rejoin: $(tail -3 "$tmp/rj0.log")"
 
 # --- host-restart: kill the supervised replica on host 1 once two steps are trained
 hr=("${run[@]}" pipeline.mode=async rl.steps=16 rl.max_new_tokens=64 cluster.rollout_ranks=1
     pipeline.rollout_replicas=0 pipeline.max_restarts=2 pipeline.worker_lease_seconds=600 run.dir="$tmp/hr")
 start_rank 1 2 "$tmp/hr1.log" "${hr[@]}"
 start_rank 0 2 "$tmp/hr0.log" "${hr[@]}"
-for _ in $(seq 600); do
-  [ "$(cat "$tmp/hr/metrics.jsonl" 2>/dev/null | wc -l)" -ge 2 ] && break
-  sleep 0.05
-done
+steps_at_kill=$(wait_steps "$tmp/hr" 2)
 child=""
-for p in $(ip netns pids "${hosts[1]}"); do
+for p in $(ip netns pids "${hosts[1]}"); do  # (the child's argv[0] is the resolved path)
   tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "SLUICE_SUPERVISED_RANK=1" && child=$p
 done
-steps_at_kill=$(cat "$tmp/hr/metrics.jsonl" 2>/dev/null | wc -l)
 [ -n "$child" ] && kill -9 "$child"
 for p in "${pids[@]}"; do wait "$p" || fail "host-restart: a rank exited $?"; done
 pids=()
@@ -206,23 +208,15 @@ pids=()
 grep -q "rollout (pid $child) is gone: released its [0-9]* hub lease" "$tmp/hr1.log" \
   && grep -q "child .rollout. started again" "$tmp/hr1.log" \
   || fail "host-restart: host 1's supervisor: $(grep -v "^I" "$tmp/hr1.log" | tail -4)"
-/usr/bin/python3 - "$tmp/hr" <<'PY' && echo "ok   host-restart" || fail "host-restart: $(tail -3 "$tmp/hr0.log")"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
-assert [r["step"] for r in rows] == list(range(1, 17)), [r["step"] for r in rows]
-assert sorted(p for r in rows for p in r["prompts"]) == list(range(48))
-PY
+trained_once "$tmp/hr" 16 && echo "ok   host-restart" || fail "host-restart: $(tail -3 "$tmp/hr0.log")"
 
 # --- stall: freeze the replica on host 1 once a step is trained
 stall=("${run[@]}" pipeline.mode=async rl.steps=40 rl.max_new_tokens=64 cluster.rollout_ranks=1
        pipeline.rollout_replicas=0 pipeline.stall_seconds=3 pipeline.stop_on_stall=true run.dir="$tmp/st")
 start_rank 1 2 "$tmp/st1.log" "${stall[@]}"
 start_rank 0 2 "$tmp/st0.log" "${stall[@]}"
-for _ in $(seq 600); do
-  [ "$(cat "$tmp/st/metrics.jsonl" 2>/dev/null | wc -l)" -ge 1 ] && break
-  sleep 0.05
-done
-frozen=$(ip netns pids "${hosts[1]}" | xargs -r ps -o pid=,args= -p | awk -v s="$SLUICE" '$2 == s {print $1}')
+wait_steps "$tmp/st" 1 > /dev/null
+frozen=$(sluice_pids 1)
 [ -n "$frozen" ] && kill -STOP $frozen
 start=$(date +%s)
 wait "${pids[1]}"; rc=$?

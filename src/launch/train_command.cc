@@ -184,9 +184,9 @@ ConfigSchema TrainSchema() {
            "rollout_threads, taking prompts from one stream under one staleness bound (0: only with "
            "cluster.rollout_ranks)");
   s.AddInt("cluster.rollout_ranks", 0, 0, 64,
-           "launched by torchrun, srun or mpirun: how many of the launched processes (the last ranks) are rollout "
-           "replicas, one each, calling the hub over TCP and receiving the weights over the CheckpointEngine "
-           "broadcast; the other ranks are trainer ranks");
+           "launched by torchrun, srun or mpirun: how many of the launched processes (the ranks after the trainer "
+           "ranks) are rollout replicas, one each, calling the hub over TCP and receiving the weights over the "
+           "CheckpointEngine broadcast");
   s.AddInt("cluster.reward_ranks", 0, 0, 64,
            "launched by torchrun, srun or mpirun: how many of the launched processes (the last ranks, after the "
            "rollout ranks) are reward workers, one each, scoring answers through the hub over TCP");

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -220,13 +221,16 @@ std::string RemoteBeatKey(const std::string& process_name) { return "beat/" + pr
 // {seq, the age of its last heartbeat and of its activity (ms; -1 before
 // its first turn), finished, activity, pid, host}: ages, not times, since
 // the hosts' steady clocks differ.
-std::string EncodeRemoteBeat(const RoleBoard& board, int slot, int64_t seq, pid_t pid, const std::string& host) {
+// `failed`: the role returned an error (not finished, then).
+std::string EncodeRemoteBeat(const RoleBoard& board, int slot, int64_t seq, pid_t pid, const std::string& host,
+                             bool failed = false) {
   const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
   const int64_t beat = board.heartbeat_ns[slot].load(), since = board.activity_since_ns[slot].load();
   auto age_ms = [&](int64_t t) { return t <= 0 ? int64_t{-1} : (now - t) / 1000000; };
   return nlohmann::json{{"seq", seq},
                         {"beat_age_ms", age_ms(beat)},
-                        {"finished", beat == RoleBoard::kRoleFinished},
+                        {"finished", beat == RoleBoard::kRoleFinished && !failed},
+                        {"failed", failed},
                         {"activity", board.activity[slot].load()},
                         {"activity_age_ms", age_ms(since)},
                         {"pid", pid},
@@ -236,7 +240,7 @@ std::string EncodeRemoteBeat(const RoleBoard& board, int slot, int64_t seq, pid_
 
 struct RemoteBeat {
   int64_t seq = 0, beat_age_ms = -1, activity_age_ms = -1;
-  bool finished = false;
+  bool finished = false, failed = false;
   uint32_t activity = 0;
   int64_t pid = 0;
   std::string host;
@@ -248,8 +252,8 @@ Result<RemoteBeat> DecodeRemoteBeat(const std::string& text) {
   auto integer = [&](const char* k) { return j.contains(k) && j[k].is_number_integer(); };
   if (!j.is_object() || !integer("seq") || !integer("beat_age_ms") || !integer("activity_age_ms") || !integer("pid") ||
       !j.contains("activity") || !j["activity"].is_number_unsigned() || !j.contains("finished") ||
-      !j["finished"].is_boolean() || !j.contains("host") || !j["host"].is_string() ||
-      j["host"].get<std::string>().size() > 255) {
+      !j["finished"].is_boolean() || !j.contains("failed") || !j["failed"].is_boolean() || !j.contains("host") ||
+      !j["host"].is_string() || j["host"].get<std::string>().size() > 255) {
     return Status::DataLoss("malformed heartbeat report: " + text.substr(0, 120));
   }
   RemoteBeat b;
@@ -257,9 +261,18 @@ Result<RemoteBeat> DecodeRemoteBeat(const std::string& text) {
   b.beat_age_ms = j["beat_age_ms"].get<int64_t>();
   b.activity_age_ms = j["activity_age_ms"].get<int64_t>();
   b.finished = j["finished"].get<bool>();
-  b.activity = j["activity"].get<uint32_t>();
+  b.failed = j["failed"].get<bool>();
+  const uint64_t activity = j["activity"].get<uint64_t>();
   b.pid = j["pid"].get<int64_t>();
   b.host = j["host"].get<std::string>();
+  // Ages up to a year (they become times on this host's clock), a pid and
+  // an activity in their types' range.
+  constexpr int64_t kYearMs = int64_t{366} * 24 * 3600 * 1000;
+  if (b.beat_age_ms < -1 || b.beat_age_ms > kYearMs || b.activity_age_ms < -1 || b.activity_age_ms > kYearMs ||
+      b.pid <= 0 || b.pid > INT32_MAX || activity > UINT32_MAX) {
+    return Status::DataLoss("heartbeat report out of range: " + text.substr(0, 120));
+  }
+  b.activity = static_cast<uint32_t>(activity);
   return b;
 }
 
@@ -488,6 +501,10 @@ class RemoteBeats {
       }
       if (b->seq == p.seq && b->pid == p.pid) continue;  // nothing new: the heartbeat ages
       if (b->pid != p.pid) watch.SetHost(p.name, b->host, static_cast<pid_t>(b->pid));
+      if (b->failed) {
+        SLUICE_LOG(WARNING) << p.name << " (pid " << b->pid << " on host " << b->host
+                            << ") failed; its log there says why (its heartbeat stops here)";
+      }
       p.seq = b->seq;
       p.pid = b->pid;
       auto at = [&](int64_t age_ms) { return age_ms < 0 ? int64_t{0} : now_ns - age_ms * 1000000; };
@@ -986,7 +1003,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   // heartbeat on the board. A process elsewhere stops when rank 0's launcher
   // marks the run ended in the ranks' store, and reports its heartbeat there
   // once a second (for the launcher's watchdog).
-  std::atomic<bool> ended{false};
+  std::atomic<bool> ended{false}, failed{true};  // failed: until the role returns OK
   std::unique_ptr<trainer::DataParallelStore> link_store;
   BackgroundThread link("rank 0 link");
   if (c.remote) {
@@ -1003,8 +1020,9 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
         if (!ended.load() && link_store->GetShared(kRanksEndedKey, milliseconds(0)).ok()) ended.store(true);
         for (int i = 0; i < 10 && !stop.stop_requested(); ++i) std::this_thread::sleep_for(milliseconds(100));
       }
-      // The last word (stopped after the role returned): finished, or not.
-      (void)link_store->SetShared(key, EncodeRemoteBeat(board, slot.index, INT64_MAX, ::getpid(), where));
+      // The last word (stopped after the role returned): finished, or failed.
+      (void)link_store->SetShared(key,
+                                  EncodeRemoteBeat(board, slot.index, INT64_MAX, ::getpid(), where, failed.load()));
     }));
   }
   auto stopping = [&] { return ended.load(); };
@@ -1015,6 +1033,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     if (finished) {
       SLUICE_LOG(INFO) << ProcessName(c.role, index) << ": the run's work for this role is done";
       board.Finished(slot);
+      failed.store(false);
       return Status::Ok();
     }
   }
@@ -1117,6 +1136,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       break;
   }
   board.Finished(slot);
+  failed.store(!done.ok());  // (for a process elsewhere: its last report)
   // The others stop at their next check. Not for a rollout replica or reward
   // worker the launcher may start again: its supervisor decides.
   if (!done.ok() && (c.role == PipelineRole::kTrainer || po.max_restarts == 0)) board.stop.store(1);

@@ -29,6 +29,9 @@
 #                 SIGKILLed mid-run is started again there, what it held is
 #                 given back at once (600 s leases would outlast the test),
 #                 and the run trains every prompt once
+#   chaos         two supervised replicas on hosts 1-2 and the reward worker
+#                 on host 2; four SIGKILLs of a random one of their children
+#                 during an async run: it finishes, every prompt trained once
 #   stall         the replica on host 1 is frozen (SIGSTOP): rank 0's watchdog,
 #                 reading the heartbeats processes elsewhere report to the
 #                 ranks' store, names it, its host and what it was doing, and
@@ -92,6 +95,18 @@ wait_steps() {
     sleep 0.05
   done
   cat "$1/metrics.jsonl" 2>/dev/null | wc -l
+}
+# The replicas and workers that hosts $@'s `sluice train` supervise (pipeline.max_restarts):
+# sluice processes with SLUICE_SUPERVISED_RANK set (not their reward.python workers).
+supervised_children() {
+  local h p exe
+  exe=$(readlink -f "$SLUICE")
+  for h in "$@"; do
+    for p in $(ip netns pids "${hosts[$h]}"); do
+      [ "$(readlink -f "/proc/$p/exe" 2>/dev/null)" = "$exe" ] \
+        && tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "SLUICE_SUPERVISED_RANK=1" && echo "$p"
+    done
+  done
 }
 # The `sluice` processes in host $1's namespace.
 sluice_pids() { ip netns pids "${hosts[$1]}" | xargs -r ps -o pid=,args= -p | awk -v s="$SLUICE" '$2 == s {print $1}'; }
@@ -197,10 +212,7 @@ hr=("${run[@]}" pipeline.mode=async rl.steps=16 rl.max_new_tokens=64 cluster.rol
 start_rank 1 2 "$tmp/hr1.log" "${hr[@]}"
 start_rank 0 2 "$tmp/hr0.log" "${hr[@]}"
 steps_at_kill=$(wait_steps "$tmp/hr" 2)
-child=""
-for p in $(ip netns pids "${hosts[1]}"); do  # (the child's argv[0] is the resolved path)
-  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "SLUICE_SUPERVISED_RANK=1" && child=$p
-done
+child=$(supervised_children 1)
 [ -n "$child" ] && kill -9 "$child"
 for p in "${pids[@]}"; do wait "$p" || fail "host-restart: a rank exited $?"; done
 pids=()
@@ -209,6 +221,28 @@ grep -q "rollout (pid $child) is gone: released its [0-9]* hub lease" "$tmp/hr1.
   && grep -q "child .rollout. started again" "$tmp/hr1.log" \
   || fail "host-restart: host 1's supervisor: $(grep -v "^I" "$tmp/hr1.log" | tail -4)"
 trained_once "$tmp/hr" 16 && echo "ok   host-restart" || fail "host-restart: $(tail -3 "$tmp/hr0.log")"
+
+# --- chaos: kill a random supervised child on hosts 1-2, four times
+chaos=("${run[@]}" pipeline.mode=async rl.steps=30 rl.max_new_tokens=64 cluster.rollout_ranks=2 cluster.reward_ranks=1
+       pipeline.rollout_replicas=0 pipeline.reward_workers=0 pipeline.max_restarts=4 pipeline.worker_lease_seconds=600
+       run.dir="$tmp/ch")
+start_rank 1 4 "$tmp/ch1.log" "${chaos[@]}"
+start_rank 2 4 "$tmp/ch2.log" "${chaos[@]}"
+start_rank_on 2 3 4 "$tmp/ch3.log" "${chaos[@]}"
+start_rank 0 4 "$tmp/ch0.log" "${chaos[@]}"
+kills=0
+for k in 1 2 3 4; do
+  steps=$(wait_steps "$tmp/ch" $((k * 5)))
+  [ "$steps" -ge 28 ] && break
+  mapfile -t victims < <(supervised_children 1 2)
+  [ "${#victims[@]}" -gt 0 ] && kill -9 "${victims[$((RANDOM % ${#victims[@]}))]}" && kills=$((kills + 1))
+done
+for p in "${pids[@]}"; do wait "$p" || fail "chaos: a rank exited $?"; done
+pids=()
+[ "$kills" -ge 3 ] || fail "chaos: only $kills kills landed mid-run"
+[ "$(cat "$tmp"/ch[123].log | grep -c "was killed by signal 9")" -eq "$kills" ] \
+  || fail "chaos: $kills kills, but the hosts' supervisors saw $(cat "$tmp"/ch[123].log | grep -c "was killed by signal 9")"
+trained_once "$tmp/ch" 30 && echo "ok   chaos ($kills kills)" || fail "chaos: $(tail -3 "$tmp/ch0.log")"
 
 # --- stall: freeze the replica on host 1 once a step is trained
 stall=("${run[@]}" pipeline.mode=async rl.steps=40 rl.max_new_tokens=64 cluster.rollout_ranks=1

@@ -659,9 +659,10 @@ Status Train(const std::vector<std::string>& args) {
     return Status::InvalidArgument(
         "cluster.rollout_ranks=" + std::to_string(options.pipeline.remote_rollout_replicas) +
         ", cluster.reward_ranks=" + std::to_string(options.pipeline.remote_reward_workers) +
-        ": rollout and reward ranks are processes that a launcher (torchrun, srun, mpirun) starts, and this one "
-        "was not launched by one (no RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE); "
-        "use pipeline.rollout_replicas and pipeline.reward_workers for processes on this host");
+        ": rollout and reward ranks are processes that a launcher (torchrun, srun, mpirun) starts beside rank 0, "
+        "and this process is the only one (no RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or "
+        "OMPI_COMM_WORLD_RANK/SIZE, or a world size of 1); use pipeline.rollout_replicas and "
+        "pipeline.reward_workers for processes on this host");
   }
   if (placement.world_size > 1) {
     SLUICE_RETURN_IF_ERROR(PlaceRanks(placement, config, &options));

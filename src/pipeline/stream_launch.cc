@@ -1245,7 +1245,35 @@ Status TrainingRun::SuperviseLaunchedRank(const std::string& store, PipelineRole
     seen = now;
     return Status::Ok();
   };
-  return supervisor->Wait(std::chrono::hours(24 * 365), nullptr, release_dead);
+  // Once the run is over (rank 0's launcher marked it ended, or it and its
+  // store are gone), nothing is started again: a child waiting for its
+  // restart is not started, one running gets kGrace to finish by itself.
+  std::string host;
+  int port = 0;
+  SLUICE_RETURN_IF_ERROR(ParseListenAddress(store, &host, &port).WithContext("the ranks' store"));
+  SLUICE_ASSIGN_OR_RETURN(auto ranks, trainer::DataParallelStore::Connect(host, port, wait, c.trainer_store_prefix));
+  constexpr auto kGrace = std::chrono::seconds(10);
+  std::optional<std::chrono::steady_clock::time_point> over_since;
+  auto next_look = std::chrono::steady_clock::now();
+  const Status kRunOver = Status::Aborted("the run is over");
+  auto watch = [&]() -> Status {
+    SLUICE_RETURN_IF_ERROR(release_dead());
+    const auto now = std::chrono::steady_clock::now();
+    if (!over_since && now >= next_look) {
+      next_look = now + std::chrono::seconds(1);
+      Result<std::string> ended = ranks->GetShared(kRanksEndedKey, milliseconds(0));
+      if (ended.ok() || ended.status().code() != StatusCode::kTimeout) over_since = now;
+    }
+    if (over_since && (supervisor->PidOf(spec.name) < 0 || now - *over_since > kGrace)) return kRunOver;
+    return Status::Ok();
+  };
+  Status waited = supervisor->Wait(std::chrono::hours(24 * 365), nullptr, watch);
+  supervisor->StopAll();
+  if (waited.code() == StatusCode::kAborted && waited.message() == kRunOver.message()) {
+    SLUICE_LOG(INFO) << spec.name << " on this host: the run is over, not starting it again";
+    return Status::Ok();
+  }
+  return waited;
 }
 
 }  // namespace sluice::pipeline

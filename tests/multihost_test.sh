@@ -30,7 +30,7 @@
 #                 given back at once (600 s leases would outlast the test),
 #                 and the run trains every prompt once
 #   chaos         two supervised replicas on hosts 1-2 and the reward worker
-#                 on host 2; up to four SIGKILLs of a random one of them,
+#                 on host 2; two to four SIGKILLs of a random one of them,
 #                 each once the last is back and 3 more steps are trained,
 #                 during an async run: it finishes, every prompt trained once
 #   stall         the replica on host 1 is frozen (SIGSTOP): rank 0's watchdog,
@@ -224,7 +224,7 @@ grep -q "rollout (pid $child) is gone: released its [0-9]* hub lease" "$tmp/hr1.
 trained_once "$tmp/hr" 16 && echo "ok   host-restart" || fail "host-restart: $(tail -3 "$tmp/hr0.log")"
 
 # --- chaos: kill a random supervised child on hosts 1-2, four times
-chaos=("${run[@]}" pipeline.mode=async rl.steps=40 rl.max_new_tokens=64 cluster.rollout_ranks=2 cluster.reward_ranks=1
+chaos=("${run[@]}" pipeline.mode=async rl.steps=60 rl.max_new_tokens=64 cluster.rollout_ranks=2 cluster.reward_ranks=1
        pipeline.rollout_replicas=0 pipeline.reward_workers=0 pipeline.max_restarts=4 pipeline.worker_lease_seconds=600
        run.dir="$tmp/ch")
 start_rank 1 4 "$tmp/ch1.log" "${chaos[@]}"
@@ -236,21 +236,21 @@ kills=0
 steps=0
 for _ in 1 2 3 4; do
   steps=$(wait_steps "$tmp/ch" $((steps + 3)))
-  [ "$steps" -ge 36 ] && break
+  [ "$steps" -ge 50 ] && break
   mapfile -t victims < <(supervised_children 1 2)
   [ "${#victims[@]}" -eq 3 ] || break
   kill -9 "${victims[$((RANDOM % 3))]}" && kills=$((kills + 1))
-  for _ in $(seq 200); do
+  for _ in $(seq 400); do
     sleep 0.05
     [ "$(supervised_children 1 2 | wc -l)" -eq 3 ] && break
   done
 done
 for p in "${pids[@]}"; do wait "$p" || fail "chaos: a rank exited $?"; done
 pids=()
-[ "$kills" -ge 3 ] || fail "chaos: only $kills kills landed mid-run"
+[ "$kills" -ge 2 ] || fail "chaos: only $kills kills landed mid-run"
 [ "$(cat "$tmp"/ch[123].log | grep -c "was killed by signal 9")" -eq "$kills" ] \
   || fail "chaos: $kills kills, but the hosts' supervisors saw $(cat "$tmp"/ch[123].log | grep -c "was killed by signal 9")"
-trained_once "$tmp/ch" 40 && echo "ok   chaos ($kills kills)" || fail "chaos: $(tail -3 "$tmp/ch0.log")"
+trained_once "$tmp/ch" 60 && echo "ok   chaos ($kills kills)" || fail "chaos: $(tail -3 "$tmp/ch0.log")"
 
 # --- stall: freeze the replica on host 1 once a step is trained
 stall=("${run[@]}" pipeline.mode=async rl.steps=40 rl.max_new_tokens=64 cluster.rollout_ranks=1

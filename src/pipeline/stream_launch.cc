@@ -197,6 +197,31 @@ Result<BroadcastWeights> ReceiveWeights(const std::string& rendezvous, const ce:
 #endif
 }
 
+// Logs what releasing a dead process's hub leases did (`quiet_if_none`:
+// nothing when it held none).
+void LogReleased(const std::string& name, pid_t pid, const Result<tq::ReleaseHolderResponse>& released,
+                 bool quiet_if_none) {
+  if (!released.ok()) {
+    SLUICE_LOG(WARNING) << name << " (pid " << pid
+                        << ") is gone; releasing its hub leases: " << released.status().ToString();
+  } else if (released->leases_released > 0 || !quiet_if_none) {
+    SLUICE_LOG(WARNING) << name << " (pid " << pid << ") is gone: released its " << released->leases_released
+                        << " hub lease(s), " << released->rows_returned << " row(s) ready again";
+  }
+}
+
+// A client of the ranks' store at "HOST:PORT", under `prefix` (a malformed
+// address is named with `what`).
+Result<std::unique_ptr<trainer::DataParallelStore>> ConnectRanksStore(const std::string& at,
+                                                                      std::chrono::milliseconds wait,
+                                                                      const std::string& prefix,
+                                                                      const std::string& what = "the ranks' store") {
+  std::string host;
+  int port = 0;
+  SLUICE_RETURN_IF_ERROR(ParseListenAddress(at, &host, &port).WithContext(what));
+  return trainer::DataParallelStore::Connect(host, port, wait, prefix);
+}
+
 // This host's name, for the names a process on another host goes by.
 std::string HostName() {
   char name[256] = {};
@@ -893,14 +918,8 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         const pid_t now = supervisor->PidOf(name);
         if (now == pid) continue;
         if (pid > 0) {
-          Result<tq::ReleaseHolderResponse> released = server->controller()->ReleaseHolder({LeaseHolder(name, pid)});
-          if (!released.ok()) {
-            SLUICE_LOG(WARNING) << name << " (pid " << pid
-                                << ") is gone; releasing its hub leases: " << released.status().ToString();
-          } else if (released->leases_released > 0) {
-            SLUICE_LOG(WARNING) << name << " (pid " << pid << ") is gone: released its " << released->leases_released
-                                << " hub lease(s), " << released->rows_returned << " row(s) ready again";
-          }
+          LogReleased(name, pid, server->controller()->ReleaseHolder({LeaseHolder(name, pid)}),
+                      /*quiet_if_none=*/true);
         }
         pid = now;
       }
@@ -1007,12 +1026,9 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   std::unique_ptr<trainer::DataParallelStore> link_store;
   BackgroundThread link("rank 0 link");
   if (c.remote) {
-    std::string host;
-    int port = 0;
-    SLUICE_RETURN_IF_ERROR(ParseListenAddress(c.trainer_store, &host, &port).WithContext("the ranks' store"));
     SLUICE_ASSIGN_OR_RETURN(
-        link_store, trainer::DataParallelStore::Connect(host, port, std::chrono::seconds(po.rank_timeout_seconds),
-                                                        c.trainer_store_prefix));
+        link_store,
+        ConnectRanksStore(c.trainer_store, std::chrono::seconds(po.rank_timeout_seconds), c.trainer_store_prefix));
     const std::string key = RemoteBeatKey(ProcessName(c.role, index)), where = HostName();
     SLUICE_RETURN_IF_ERROR(link.Start([&, key, where](std::stop_token stop) {
       for (int64_t seq = 1; !stop.stop_requested(); ++seq) {
@@ -1157,10 +1173,7 @@ Result<RoleConnection> TrainingRun::JoinLaunchedRun(const std::string& store, Pi
                       : role == PipelineRole::kRollout ? index >= po.rollout_replicas && index < po.AllRolloutReplicas()
                                                        : index >= po.reward_workers && index < po.AllRewardWorkers();
   if (!placed) return Status::InvalidArgument(who + ": not a process of the run on another host");
-  std::string host;
-  int port = 0;
-  SLUICE_RETURN_IF_ERROR(ParseListenAddress(store, &host, &port).WithContext(who + ": the ranks' store"));
-  SLUICE_ASSIGN_OR_RETURN(auto client, trainer::DataParallelStore::Connect(host, port, wait, StoreKeys(po)));
+  SLUICE_ASSIGN_OR_RETURN(auto client, ConnectRanksStore(store, wait, StoreKeys(po), who + ": the ranks' store"));
   Result<std::string> text = client->GetShared(kRanksRunInfoKey, wait);
   if (!text.ok()) {
     return Status::Unavailable(who + ": rank 0's `sluice train` published no run in the store at " + store +
@@ -1232,26 +1245,14 @@ Status TrainingRun::SuperviseLaunchedRank(const std::string& store, PipelineRole
   auto release_dead = [&]() -> Status {
     const pid_t now = supervisor->PidOf(spec.name);
     if (now == seen) return Status::Ok();
-    if (seen > 0) {
-      Result<tq::ReleaseHolderResponse> released = hub.ReleaseHolder(LeaseHolder(holder_name, seen));
-      if (!released.ok()) {
-        SLUICE_LOG(WARNING) << spec.name << " (pid " << seen
-                            << ") is gone; releasing its hub leases: " << released.status().ToString();
-      } else {
-        SLUICE_LOG(WARNING) << spec.name << " (pid " << seen << ") is gone: released its " << released->leases_released
-                            << " hub lease(s), " << released->rows_returned << " row(s) ready again";
-      }
-    }
+    if (seen > 0) LogReleased(spec.name, seen, hub.ReleaseHolder(LeaseHolder(holder_name, seen)), false);
     seen = now;
     return Status::Ok();
   };
   // Once the run is over (rank 0's launcher marked it ended, or it and its
   // store are gone), nothing is started again: a child waiting for its
   // restart is not started, one running gets kGrace to finish by itself.
-  std::string host;
-  int port = 0;
-  SLUICE_RETURN_IF_ERROR(ParseListenAddress(store, &host, &port).WithContext("the ranks' store"));
-  SLUICE_ASSIGN_OR_RETURN(auto ranks, trainer::DataParallelStore::Connect(host, port, wait, c.trainer_store_prefix));
+  SLUICE_ASSIGN_OR_RETURN(auto ranks, ConnectRanksStore(store, wait, c.trainer_store_prefix));
   constexpr auto kGrace = std::chrono::seconds(10);
   std::optional<std::chrono::steady_clock::time_point> over_since;
   auto next_look = std::chrono::steady_clock::now();

@@ -205,7 +205,9 @@ Status BroadcastPublisher::Impl::FormGroup(BroadcastPublishReport* report, bool*
     // whoever is ready, so a dead subscriber never stalls the trainer.
     const bool enough = ready.size() >= (generations_formed_before ? 0 : options.min_subscribers);
     if (enough && (pending.empty() || now >= ready_deadline)) break;
-    if (now >= join_deadline) {
+    // (join_timeout bounds the wait for min_subscribers only: once there are
+    // enough, a pending one is waited for until reform_timeout)
+    if (!enough && now >= join_deadline) {
       return Status::Unavailable("only " + std::to_string(ready.size()) + " subscriber(s) of group '" + options.group +
                                  "' were ready within join_timeout (" + std::to_string(options.join_timeout.count()) +
                                  " ms); min_subscribers is " + std::to_string(options.min_subscribers));

@@ -215,6 +215,37 @@ TEST_F(BroadcastTest, LateJoinersAndLeaversChangeTheGroupAtTheNextPublish) {
   EXPECT_EQ(CheckServes(*s2, 3), "");
 }
 
+// Re-forming with a registered subscriber that never declares itself ready
+// (started, not yet listening; or stuck): the publisher goes on with the
+// ready ones after reform_timeout, even when join_timeout is shorter
+// (join_timeout bounds only the wait for min_subscribers).
+TEST_F(BroadcastTest, ReformingWaitsForAPendingSubscriberOnlyUntilReformTimeout) {
+  BroadcastPublisherOptions po = PublisherOptions();
+  po.join_timeout = 100ms;
+  po.reform_timeout = 600ms;
+  auto pub = StartPublisher(po);
+  auto s1 = MakeVersionStore(BroadcastLayout());
+  auto a = StartSubscriber("a", s1);
+  PublishOk(*pub, 1, 1);
+  // A subscriber that registers and then says nothing more.
+  RendezvousClientOptions ko;
+  ko.address = server_->address();
+  auto kv = RendezvousClient::Connect(ko);
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  bcast::Keys keys(group_);
+  keys.set_epoch(pub->stats().epoch);
+  auto next = (*kv)->Add(keys.NextId(), 1);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  bcast::SubscriberHello silent;
+  silent.layout_hash = bcast::LayoutHash(BroadcastLayout());
+  silent.name = "silent";
+  ASSERT_TRUE((*kv)->Set(keys.Subscriber(static_cast<uint64_t>(*next - 1)), bcast::Encode(silent)).ok());
+  const auto start = std::chrono::steady_clock::now();
+  PublishOk(*pub, 2, 1);  // a only
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 600ms);
+  EXPECT_EQ(CheckServes(*s1, 2), "");
+}
+
 TEST_F(BroadcastTest, ANewPublisherTakesOverAndSubscribersFollowIt) {
   auto store = MakeVersionStore(BroadcastLayout());
   std::unique_ptr<BroadcastSubscriber> sub;

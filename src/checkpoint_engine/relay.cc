@@ -1,10 +1,12 @@
 #include "sluice/checkpoint_engine/relay.h"
 
 #include <atomic>
+#include <thread>
 #include <utility>
 
 #include "sluice/checkpoint_engine/shm_store.h"
 #include "sluice/common/background_thread.h"
+#include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
 
 namespace sluice::checkpoint_engine {
@@ -55,6 +57,8 @@ Status ShmBroadcastRelay::Impl::Run(const std::stop_token& stop) {
     }
   }
   int64_t sent = kNoVersion;
+  bool failing = false;  // later deliveries, since failing_since
+  Clock::time_point failing_since;
   while (!stop.stop_requested()) {
     Result<PinnedWeights> pinned = reader->WaitAndPin(sent + 1, milliseconds(200));
     if (!pinned.ok() && pinned.status().code() == StatusCode::kTimeout && sent != kNoVersion) {
@@ -70,8 +74,26 @@ Status ShmBroadcastRelay::Impl::Run(const std::stop_token& stop) {
     if (delivered.code() == StatusCode::kUnavailable && sent == kNoVersion && Clock::now() < first_deadline) {
       continue;  // the first version waits for min_subscribers
     }
-    SLUICE_RETURN_IF_ERROR(delivered.WithContext("relaying version " + std::to_string(pinned->version) +
-                                                 " to broadcast group '" + options.broadcast.group + "'"));
+    delivered = delivered.WithContext("relaying version " + std::to_string(pinned->version) + " to broadcast group '" +
+                                      options.broadcast.group + "'");
+    if (!delivered.ok() && sent != kNoVersion) {
+      // The members serve what they have; the newest goes out again soon.
+      const auto now = Clock::now();
+      if (!failing) failing_since = now;
+      failing = true;
+      {
+        MutexLock lock(&mu);
+        ++stats.failed_deliveries;
+      }
+      if (now - failing_since >= options.retry_for) {
+        return delivered.WithContext("deliveries failing for " + std::to_string(options.retry_for.count()) + " ms");
+      }
+      SLUICE_LOG(WARNING) << delivered.ToString() << "; trying again in a second";
+      for (int i = 0; i < 20 && !stop.stop_requested(); ++i) std::this_thread::sleep_for(milliseconds(50));
+      continue;
+    }
+    SLUICE_RETURN_IF_ERROR(delivered);
+    failing = false;
     sent = pinned->version;
   }
   return Status::Ok();
@@ -80,6 +102,7 @@ Status ShmBroadcastRelay::Impl::Run(const std::stop_token& stop) {
 Result<std::unique_ptr<ShmBroadcastRelay>> ShmBroadcastRelay::Start(RelayOptions options) {
   if (options.store_name.empty()) return Status::InvalidArgument("RelayOptions.store_name is empty");
   if (options.first_timeout.count() < 0) return Status::InvalidArgument("RelayOptions.first_timeout is negative");
+  if (options.retry_for.count() < 0) return Status::InvalidArgument("RelayOptions.retry_for is negative");
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   BroadcastPublisherOptions bo = impl->options.broadcast;

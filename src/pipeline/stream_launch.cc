@@ -108,7 +108,8 @@ std::string LeaseHolder(const std::string& process_name, pid_t pid) { return pro
 // The first version waits (up to pipeline.rank_timeout_seconds) for every
 // replica the cluster declares; later ones go to whoever is in the group,
 // and a replica that joins between versions (started again, or late) is
-// sent the current one at once.
+// sent the current one at once. A version the group broke under is sent
+// again (the newest); failing for rank_timeout_seconds ends the run.
 class WeightRelay {
  public:
 #if SLUICE_HAVE_WEIGHT_BROADCAST
@@ -128,6 +129,7 @@ class WeightRelay {
     o.broadcast.layout = layout;
     o.broadcast.min_subscribers = static_cast<size_t>(replicas);
     o.first_timeout = timeout;
+    o.retry_for = timeout;
     relay->address_ = o.broadcast.rendezvous_address;
     SLUICE_ASSIGN_OR_RETURN(relay->relay_, ce::ShmBroadcastRelay::Start(o));
     return relay;

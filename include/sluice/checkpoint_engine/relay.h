@@ -16,8 +16,13 @@
 // * A subscriber that joins between versions (late, or started again after
 //   it died) makes the group change; the relay then sends the current
 //   version again at once (members serving it take part without staging it).
-// * A failed delivery (every attempt of the broadcast failed, or a
-//   subscriber rejected the version) stops the relay: status() says why.
+// * A later version that could not be delivered (the group broke under
+//   every attempt, e.g. subscribers dying one after another, or a
+//   subscriber rejected it) is logged, and the newest version is sent again
+//   a second later: the members keep serving what they have meanwhile.
+//   Deliveries failing for retry_for on end stop the relay, as does the
+//   first version not reaching min_subscribers within first_timeout:
+//   status() says why.
 //
 // Built with the broadcast transport (sluice_checkpoint_engine_broadcast).
 //
@@ -44,12 +49,15 @@ struct RelayOptions {
   // broadcast.join_timeout is ignored (see first_timeout).
   BroadcastPublisherOptions broadcast;
   std::chrono::milliseconds first_timeout{600000};
+  // How long later deliveries may keep failing before the relay stops.
+  std::chrono::milliseconds retry_for{60000};
 };
 
 struct RelayStats {
   uint64_t deliveries = 0;              // Publish calls that succeeded, repeats included
   int64_t last_delivered = kNoVersion;  // the newest version every member serves
   double last_seconds = 0;              // of the last delivery: its Publish call
+  uint64_t failed_deliveries = 0;       // Publish calls that failed and were tried again
 };
 
 class ShmBroadcastRelay {

@@ -70,6 +70,10 @@ namespace sluice::transfer_queue {
 
 // The longest lease a request or the options may ask for.
 inline constexpr std::chrono::milliseconds kMaxLeaseTimeout = std::chrono::hours(24 * 7);
+// How long a holder given to ReleaseHolder stays fenced (its GetMeta
+// refused); the controller keeps the latest kMaxFencedHolders of them.
+inline constexpr std::chrono::milliseconds kHolderFence = std::chrono::minutes(10);
+inline constexpr size_t kMaxFencedHolders = 4096;
 
 struct ControllerOptions {
   // Columns known from the start; more may be added with RegisterColumns.
@@ -349,6 +353,10 @@ class Controller {
   // one is FailedPrecondition "released"): for the process that runs the
   // hub, or a supervisor that reaches it over the wire, when it knows a
   // consumer died. None: zero counts. InvalidArgument (empty holder).
+  // The holder is also fenced for kHolderFence: a GetMeta under its name
+  // (one the dead process sent before it died, waiting here or still on its
+  // way) is refused with FailedPrecondition instead of leasing rows to
+  // nobody, so holder names are one process's (a name and pid).
   // Unimplemented by controllers that do not keep holders.
   virtual Result<ReleaseHolderResponse> ReleaseHolder(const ReleaseHolderRequest& request) {
     return Status::Unimplemented("ReleaseHolder of '" + request.holder + "': this controller keeps no holders");

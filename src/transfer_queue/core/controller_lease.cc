@@ -126,6 +126,8 @@ Result<BatchMeta> InProcessController::GetMeta(const GetMetaRequest& request) {
   std::vector<RowId> picked_rows;
   std::vector<GroupId> picked_groups;
   while (true) {
+    // (again after every wait: a waiting holder may have been released)
+    SLUICE_RETURN_IF_ERROR(CheckNotFencedLocked(request.holder, what));
     if (whole_group) {
       picked_groups = view->PickGroups(units, group_size, policy.min_policy_version, policy.max_policy_version);
       if (picked_groups.size() == units) break;
@@ -269,6 +271,15 @@ Result<ReleaseHolderResponse> InProcessController::ReleaseHolder(const ReleaseHo
   ExpireLocked();
   const Clock::TimePoint now = clock_->Now();
   ReleaseHolderResponse out;
+  // Fenced: a GetMeta it sent before it died gets no lease (one waiting
+  // here now wakes up and is refused).
+  if (fenced_.insert_or_assign(request.holder, now + kHolderFence).second) {
+    fenced_order_.push_back(request.holder);
+    if (fenced_order_.size() > kMaxFencedHolders) {
+      fenced_.erase(fenced_order_.front());
+      fenced_order_.pop_front();
+    }
+  }
   for (LeaseId id : leases_.HeldBy(request.holder)) {
     const LeaseRecord lease = leases_.End(id, LeaseEnd::kReleased, now);
     auto [returned, cleared] = ReturnRowsLocked(lease);
@@ -278,8 +289,17 @@ Result<ReleaseHolderResponse> InProcessController::ReleaseHolder(const ReleaseHo
   }
   counters_.leases_released += out.leases_released;
   counters_.rows_redelivered += out.rows_returned;
-  if (out.leases_released > 0) SignalReadyLocked();
+  SignalReadyLocked();
   return out;
+}
+
+Status InProcessController::CheckNotFencedLocked(const std::string& holder, const std::string& what) {
+  if (holder.empty() || fenced_.empty()) return Status::Ok();
+  auto it = fenced_.find(holder);
+  if (it == fenced_.end() || clock_->Now() >= it->second) return Status::Ok();
+  return Status::FailedPrecondition(what + ": holder " + Quoted(holder) +
+                                    " was released as gone (ReleaseHolder); a live process takes leases under a "
+                                    "name of its own");
 }
 
 Result<RenewResponse> InProcessController::Renew(const RenewRequest& request) {

@@ -507,6 +507,42 @@ TEST_F(ControllerTest, ReleaseHolderEndsOnlyThatHoldersLeasesAtOnce) {
   TQ_EXPECT_ERROR(client_->GetMeta(request), kInvalidArgument, "holder is 257 bytes");
 }
 
+// A released holder is fenced: a GetMeta it sent before it died (waiting in
+// the controller, or arriving late) leases nothing, so the rows it would
+// have taken stay with the living instead of waiting out a lease nobody
+// renews. The fence ends after kHolderFence.
+TEST_F(ControllerTest, AReleasedHolderIsFencedFromGetMeta) {
+  GetMetaRequest request{"train", {"prompt"}, 1, "p", {}, milliseconds(5000), milliseconds(600000), "reward/8"};
+  Status waiter_status;
+  std::thread waiter([&] { waiter_status = client_->GetMeta(request).status(); });
+  while (controller().Stats()->waiting_consumers == 0) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  auto released = controller().ReleaseHolder({"reward/8"});
+  waiter.join();
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->leases_released, 0u);
+  EXPECT_EQ(waiter_status.code(), StatusCode::kFailedPrecondition) << waiter_status.ToString();
+  EXPECT_NE(waiter_status.message().find("holder 'reward/8' was released as gone"), std::string::npos)
+      << waiter_status.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4)) << "woken, not timed out";
+  // A late request under that name gets nothing either; the row it would
+  // have taken goes to someone else.
+  Put({Tags()});
+  request.timeout = milliseconds(0);
+  TQ_EXPECT_ERROR(client_->GetMeta(request), kFailedPrecondition, "released as gone");
+  request.holder = "reward/9";
+  auto other = client_->GetMeta(request);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  TQ_ASSERT_OK(client_->Ack(other->lease_id).status());
+  // The fence ends.
+  Put({Tags()});
+  request.holder = "reward/8";
+  clock_->Advance(kHolderFence - milliseconds(1));
+  TQ_EXPECT_ERROR(client_->GetMeta(request), kFailedPrecondition, "released as gone");
+  clock_->Advance(milliseconds(1));
+  TQ_ASSERT_OK(client_->GetMeta(request).status());
+}
+
 // A renewed lease lives past its first deadline; one that is no longer
 // renewed expires at the last deadline it was given.
 TEST_F(ControllerTest, RenewMovesTheDeadline) {

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -192,6 +193,9 @@ class InProcessController final : public Controller {
   // Returns a lease's rows that are still alive and leased by it to ready.
   // Returns (rows returned, rows cleared).
   std::pair<uint64_t, uint64_t> ReturnRowsLocked(const LeaseRecord& lease) SLUICE_REQUIRES(mu_);
+  // FailedPrecondition if `holder` was given to ReleaseHolder less than
+  // kHolderFence ago.
+  Status CheckNotFencedLocked(const std::string& holder, const std::string& what) SLUICE_REQUIRES(mu_);
 
   const ControllerOptions options_;
   const std::shared_ptr<const Clock> clock_;
@@ -218,6 +222,10 @@ class InProcessController final : public Controller {
   std::unordered_map<ReclaimId, uint64_t> reclaims_ SLUICE_GUARDED_BY(mu_);  // id -> bytes
   ReclaimId next_reclaim_ SLUICE_GUARDED_BY(mu_) = 1;
   LeaseTable leases_ SLUICE_GUARDED_BY(mu_);
+  // Holders given to ReleaseHolder, until when they stay fenced (controller
+  // clock), and in the order they were fenced (oldest dropped first).
+  std::unordered_map<std::string, Clock::TimePoint> fenced_ SLUICE_GUARDED_BY(mu_);
+  std::deque<std::string> fenced_order_ SLUICE_GUARDED_BY(mu_);
 
   uint64_t bytes_committed_ SLUICE_GUARDED_BY(mu_) = 0;
   uint64_t bytes_reserved_ SLUICE_GUARDED_BY(mu_) = 0;

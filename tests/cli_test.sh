@@ -380,6 +380,18 @@ expect cluster-not-launched 2 "cluster.reward_ranks=1: rollout and reward ranks 
   "$SLUICE" train run.dir="$tmp/ranked" pipeline.mode=async pipeline.processes=true cluster.reward_ranks=1
 expect cluster-no-replica 2 "pipeline.rollout_replicas: must be at least 1" -- \
   "$SLUICE" train run.dir="$tmp/ranked" pipeline.mode=async pipeline.processes=true pipeline.rollout_replicas=0
+# `sluice train --join`: only rollout replicas and reward workers join, at a rendezvous named by
+# MASTER_ADDR/MASTER_PORT, with the process mode; nobody there: refused after rank_timeout_seconds
+# naming the store (tests/multihost_test.sh joins real runs).
+expect join-trainer 2 "--join=trainer: a process joins a run as a rollout replica (--join=rollout) or a reward worker" -- \
+  "$SLUICE" train run.dir="$tmp/joined" --join=trainer
+expect join-no-rendezvous 2 "--join=rollout: set MASTER_ADDR and MASTER_PORT to the run's rendezvous" -- \
+  "$SLUICE" train run.dir="$tmp/joined" pipeline.mode=async pipeline.processes=true --join=rollout
+expect join-no-processes 1 "--join=reward: a run's processes need pipeline.processes=true" -- \
+  env MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 "$SLUICE" train run.dir="$tmp/joined" --join=reward
+expect join-nobody-there 1 "cannot reach the data-parallel rendezvous store at 127.0.0.1:29511" -- \
+  env MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 "$SLUICE" train run.dir="$tmp/joined" pipeline.mode=async \
+  pipeline.processes=true pipeline.rank_timeout_seconds=1 --join=reward
 expect slurm-bad-rank 2 "SLURM_PROCID='x'" -- env SLURM_PROCID=x SLURM_NTASKS=2 "$SLUICE" train run.dir="$tmp/ranked"
 expect torchrun-bad-attempt 2 "TORCHELASTIC_RESTART_COUNT='x'" -- \
   env RANK=0 WORLD_SIZE=1 TORCHELASTIC_RESTART_COUNT=x "$SLUICE" train run.dir="$tmp/ranked"

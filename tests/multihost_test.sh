@@ -34,6 +34,13 @@
 #                 one every 3 steps trained, during an async run: it
 #                 finishes (a step at least every 60 s), every prompt trained
 #                 once
+#   grow          a rollout replica and a reward worker join a running async
+#                 run from host 2 (`sluice train --join`, beyond the launch);
+#                 the joined replica, supervised there, is SIGKILLed once it
+#                 serves and comes back as the same replica, receiving the
+#                 current version mid-run, and generates; the run trains
+#                 every prompt once; a joiner with another config is turned
+#                 away (no number taken) and the run goes on
 #   stall         the replica on host 1 is frozen (SIGSTOP): rank 0's watchdog,
 #                 reading the heartbeats processes elsewhere report to the
 #                 ranks' store, names it, its host and what it was doing, and
@@ -150,7 +157,7 @@ if want three-hosts; then
   for p in "${pids[@]}"; do wait "$p" || fail "three-hosts: a rank exited $?"; done
   pids=()
   grep -q "trainer rank 1: done" "$tmp/r1.log" && grep -q "trainer rank 2: done" "$tmp/r2.log" \
-    || fail "three-hosts: ranks 1-2 did not finish: $(tail -2 "$tmp/r1.log" "$tmp/r2.log")"
+    || fail "three-hosts: ranks 1-2 did not finish: $(tail -n 2 "$tmp/r1.log" "$tmp/r2.log")"
   /usr/bin/python3 - "$tmp/one" "$tmp/three" <<'PY' && echo "ok   three-hosts" || fail "three-hosts: metrics differ"
 import json, sys
 one, three = ([json.loads(l) for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:])
@@ -209,7 +216,7 @@ if want async-cluster; then
   pids=()
   grep -q "rollout replica 1: done" "$tmp/ac1.log" && grep -q "reward worker 0: done" "$tmp/ac2.log" \
     && grep -Eq "rollout-1@[^ ]*: [1-9][0-9]* tokens generated" "$tmp/ac1.log" \
-    || fail "async-cluster: the processes elsewhere did not finish: $(tail -2 "$tmp/ac1.log" "$tmp/ac2.log")"
+    || fail "async-cluster: the processes elsewhere did not finish: $(tail -n 2 "$tmp/ac1.log" "$tmp/ac2.log")"
   trained_once "$tmp/ac" 6 && echo "ok   async-cluster" || fail "async-cluster: $(tail -3 "$tmp/ac0.log")"
 fi
 
@@ -285,6 +292,51 @@ if want chaos; then
   trained_once "$tmp/ch" 60 && echo "ok   chaos ($kills kills)" || fail "chaos: $(tail -3 "$tmp/ch0.log")"
 fi
 
+# --- grow: a rollout replica and a reward worker join from host 2 mid-run
+if want grow; then
+  grow=("${run[@]}" pipeline.mode=async rl.steps=150 rl.max_new_tokens=128 cluster.rollout_ranks=1
+        pipeline.rollout_replicas=0 pipeline.max_restarts=2 run.dir="$tmp/gr")
+  start_rank 1 2 "$tmp/gr1.log" "${grow[@]}"
+  start_rank 0 2 "$tmp/gr0.log" "${grow[@]}"
+  join_on_2() {
+    local log=$1; shift
+    ip netns exec "${hosts[2]}" env MASTER_ADDR="${net}1" MASTER_PORT=29561 timeout 240 "$SLUICE" train "$@" \
+      > "$log" 2>&1 &
+    pids+=($!)
+  }
+  join_on_2 "$tmp/grj1.log" "${grow[@]}" --join=rollout
+  join_on_2 "$tmp/grj2.log" "${grow[@]}" --join=reward
+  # Another config: turned away, the run goes on.
+  join_on_2 "$tmp/grj3.log" "${grow[@]}" trainer.lr=2e-3 --join=rollout
+  # The joined replica's host supervises it: killed, it comes back as replica 1.
+  for _ in $(seq 200); do
+    grep -q "rollout-1@[^ ]*: serving version" "$tmp/grj1.log" && break
+    sleep 0.05
+  done
+  steps_at_kill=$(cat "$tmp/gr/metrics.jsonl" 2>/dev/null | wc -l)
+  joined_child=$(for c in $(supervised_children 2); do
+    tr '\0' '\n' < "/proc/$c/cmdline" | grep -qx -- "--join=rollout" && echo "$c"; done)
+  [ -n "$joined_child" ] && kill -9 "$joined_child"
+  wait "${pids[4]}" && fail "grow: a joiner with another config was not refused"
+  grep -q "differs from rank 0's" "$tmp/grj3.log" || fail "grow: the refused joiner: $(tail -2 "$tmp/grj3.log")"
+  unset 'pids[4]'
+  for p in "${pids[@]}"; do wait "$p" || fail "grow: a process exited $?"; done
+  pids=()
+  grep -q "rollout replica 1 of the run at ${net}1:29561 (joined beyond the launch)" "$tmp/grj1.log" \
+    && grep -Eq "rollout-1@[^ ]*: [1-9][0-9]* tokens generated; [1-9][0-9]* version\(s\) received" "$tmp/grj1.log" \
+    && grep -q "reward worker 1 of the run at .* (joined beyond the launch)" "$tmp/grj2.log" \
+    && grep -q "reward worker 1: done" "$tmp/grj2.log" \
+    && grep -q "more rollout process(es) joined the run" "$tmp/gr0.log" \
+    || fail "grow: the joiners: $(tail -n 2 "$tmp/grj1.log" "$tmp/grj2.log")"
+  [ -n "$joined_child" ] && [ "$steps_at_kill" -lt 150 ] \
+    && grep -q "rollout-1 (pid $joined_child) is gone: released its" "$tmp/grj1.log" \
+    && grep -q "child 'rollout-1' started again" "$tmp/grj1.log" \
+    && grep -Eq "rollout-1@[^ ]*: serving version [1-9][0-9]* received" "$tmp/grj1.log" \
+    && [ "$(grep -c "rollout replica 1 of the run at .* (joined beyond the launch)" "$tmp/grj1.log")" -eq 3 ] \
+    || fail "grow: the joined replica's restart (killed: '$joined_child' at $steps_at_kill steps): $(tail -n 3 "$tmp/grj1.log")"
+  trained_once "$tmp/gr" 150 && echo "ok   grow" || fail "grow: $(tail -3 "$tmp/gr0.log")"
+fi
+
 # --- stall: freeze the replica on host 1 once a step is trained
 if want stall; then
   stall=("${run[@]}" pipeline.mode=async rl.steps=40 rl.max_new_tokens=64 cluster.rollout_ranks=1
@@ -314,7 +366,7 @@ if want config; then
   pids=()
   grep -q "trainer rank 1 of 2: this process's config (digest [0-9a-f]*) differs from rank 0's" "$tmp/c1.log" \
     && grep -q "differs from rank 0's" "$tmp/c0.log" && ! grep -q "held-out accuracy:" "$tmp/c0.log" \
-    && echo "ok   config" || fail "config: $(tail -2 "$tmp/c1.log" "$tmp/c0.log")"
+    && echo "ok   config" || fail "config: $(tail -n 2 "$tmp/c1.log" "$tmp/c0.log")"
 fi
 
 # --- unreachable: nobody serves the rendezvous

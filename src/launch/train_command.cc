@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -585,6 +586,22 @@ Result<std::string> ResolveIPv4(const std::string& host) {
 // the rendezvous host's address, with a token, when that is not loopback);
 // the others run beside it (TrainingRun::RunLaunchedRank). Errors: the
 // streaming process mode missing, or counts disagreeing with the launch.
+// Where a launched (or joining) process meets the run: the ranks' store at
+// the rendezvous, this launch attempt's keys in it, and the config's digest.
+Status MeetAt(const runtime::ProcessPlacement& p, const Config& config, pipeline::PipelineOptions* po) {
+  SLUICE_ASSIGN_OR_RETURN(const std::string ip, ResolveIPv4(p.master_addr));
+  po->trainer_store = ip + ":" + std::to_string(p.master_port);
+  po->trainer_store_external = p.store_served_by_launcher;
+  // torchrun's agent store lives across --max-restarts attempts: each
+  // attempt's ranks meet in a namespace of their own.
+  po->trainer_store_prefix = "sluice/attempt-" + std::to_string(p.restart_count);
+  po->hub_bind = ip.rfind("127.", 0) == 0 ? "" : "tcp://" + ip + ":0";
+  char digest[17];  // of the config as every rank read it
+  std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(Fnv1a(config.ToYaml())));
+  po->config_digest = digest;
+  return Status::Ok();
+}
+
 Status PlaceRanks(const runtime::ProcessPlacement& p, const Config& config, pipeline::RunOptions* o) {
   pipeline::PipelineOptions& po = o->pipeline;
   const std::string launched = "launched as " + p.ToString();
@@ -613,28 +630,101 @@ Status PlaceRanks(const runtime::ProcessPlacement& p, const Config& config, pipe
                                    ": launched trainer ranks are Sluice's trainer; pipeline.trainer_command "
                                    "replaces it");
   }
-  SLUICE_ASSIGN_OR_RETURN(const std::string ip, ResolveIPv4(p.master_addr));
   po.trainer_ranks = static_cast<int32_t>(trainers);
   po.local_trainer_ranks = 1;
-  po.trainer_store = ip + ":" + std::to_string(p.master_port);
-  po.trainer_store_external = p.store_served_by_launcher;
-  // torchrun's agent store lives across --max-restarts attempts: each
-  // attempt's ranks meet in a namespace of their own.
-  po.trainer_store_prefix = "sluice/attempt-" + std::to_string(p.restart_count);
-  po.hub_bind = ip.rfind("127.", 0) == 0 ? "" : "tcp://" + ip + ":0";
-  char digest[17];  // of the config as every rank read it
-  std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(Fnv1a(config.ToYaml())));
-  po.config_digest = digest;
-  return Status::Ok();
+  return MeetAt(p, config, &po);
 }
 
 // Set on the child a launched rank's supervisor starts (SuperviseLaunchedRank).
 constexpr char kSupervisedRankVariable[] = "SLUICE_SUPERVISED_RANK";
+// And on a joined process's child: the index its supervisor was given.
+constexpr char kJoinedIndexVariable[] = "SLUICE_JOINED_INDEX";
+
+// A process of a launched run beside rank 0's (trainer rank, rollout
+// replica or reward worker `index`; `joined`: beyond the launch, `sluice
+// train --join`), until the run ends. With pipeline.max_restarts a replica
+// or worker runs as a child of this process, its host's supervisor (the
+// same command again, told by kSupervisedRankVariable to run the role
+// itself).
+Status RunBesideRankZero(const Config& config, const pipeline::RunOptions& options,
+                         const std::vector<std::string>& args, pipeline::PipelineRole role, int64_t index, bool joined,
+                         const std::string& placed) {
+  SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
+  SetIntraOpThreads(config.GetInt("run.threads"));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
+  SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
+  SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, std::move(task), options));
+  const pipeline::PipelineOptions& po = options.pipeline;
+  const std::chrono::seconds wait(po.rank_timeout_seconds);
+  if (joined && index < 0) {
+    SLUICE_ASSIGN_OR_RETURN(index, loop->ClaimJoinedIndex(po.trainer_store, role, wait));
+  }
+  const std::string what = (role == pipeline::PipelineRole::kTrainer   ? "trainer rank "
+                            : role == pipeline::PipelineRole::kRollout ? "rollout replica "
+                                                                       : "reward worker ") +
+                           std::to_string(index);
+  std::fprintf(stderr, "sluice train: %s, %s of the run at %s%s\n", placed.c_str(), what.c_str(),
+               po.trainer_store.c_str(), joined ? " (joined beyond the launch)" : "");
+  if (role != pipeline::PipelineRole::kTrainer && po.max_restarts > 0 &&
+      std::getenv(kSupervisedRankVariable) == nullptr) {
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (ec) return Status::Unavailable("cannot resolve /proc/self/exe: " + ec.message());
+    std::vector<std::string> command = {exe.string(), "train"};
+    command.insert(command.end(), args.begin(), args.end());
+    std::map<std::string, std::string> env = {{kSupervisedRankVariable, "1"}};
+    if (joined) env[kJoinedIndexVariable] = std::to_string(index);  // the child keeps this number
+    SLUICE_RETURN_IF_ERROR(loop->SuperviseLaunchedRank(po.trainer_store, role, index, wait, command, env, joined));
+  } else {
+    SLUICE_RETURN_IF_ERROR(loop->RunLaunchedRank(po.trainer_store, role, index, wait, joined));
+  }
+  std::fprintf(stderr, "%s: done\n", what.c_str());
+  return Status::Ok();
+}
+
+// `sluice train --join=rollout|reward`: one more rollout replica or reward
+// worker for a run launched with torchrun, srun or mpirun, started on any
+// host while the run goes on (MASTER_ADDR / MASTER_PORT name the run's
+// rendezvous, as for its ranks; TORCHELASTIC_RESTART_COUNT its attempt).
+Status JoinRun(const std::string& join, const Config& config, const std::vector<std::string>& args) {
+  const pipeline::PipelineRole role = join == "rollout"  ? pipeline::PipelineRole::kRollout
+                                      : join == "reward" ? pipeline::PipelineRole::kReward
+                                                         : pipeline::PipelineRole::kTrainer;
+  if (role == pipeline::PipelineRole::kTrainer) {
+    return Status::InvalidArgument("--join=" + join +
+                                   ": a process joins a run as a rollout replica (--join=rollout) or a reward worker "
+                                   "(--join=reward); trainer ranks are fixed at launch");
+  }
+  if (std::getenv("MASTER_ADDR") == nullptr || std::getenv("MASTER_PORT") == nullptr) {
+    return Status::InvalidArgument("--join=" + join +
+                                   ": set MASTER_ADDR and MASTER_PORT to the run's rendezvous (what its ranks were "
+                                   "launched with)");
+  }
+  SLUICE_ASSIGN_OR_RETURN(runtime::ProcessPlacement placement, runtime::PlacementFromEnvironment(std::getenv));
+  SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
+  pipeline::PipelineOptions& po = options.pipeline;
+  if (!po.processes || po.mode == pipeline::PipelineMode::kDirect) {
+    return Status::FailedPrecondition("--join=" + join +
+                                      ": a run's processes need pipeline.processes=true and a streaming "
+                                      "pipeline.mode (sync, one_step_off, async), as the run's config has");
+  }
+  placement.store_served_by_launcher = true;  // the run's rank 0 (or torchrun's agent) serves it
+  SLUICE_RETURN_IF_ERROR(MeetAt(placement, config, &po));
+  int64_t index = -1;
+  if (const char* given = std::getenv(kJoinedIndexVariable); given != nullptr && std::getenv(kSupervisedRankVariable)) {
+    index = std::atoll(given);
+  }
+  return RunBesideRankZero(config, options, args, role, index, /*joined=*/true,
+                           "joining from " + placement.master_addr + ":" + std::to_string(placement.master_port));
+}
 
 Status Train(const std::vector<std::string>& args) {
   FlagSet flags;
   flags.Add("config", "", "YAML config file (keys: `sluice train --help-config`)");
   flags.Add("help-config", "false", "print every config key with its default and exit", /*is_bool=*/true);
+  flags.Add("join", "",
+            "join a launched run from another host beyond its launch: rollout or reward (MASTER_ADDR and "
+            "MASTER_PORT name its rendezvous; the same config as its ranks)");
   // Set by a launcher (pipeline.processes) on the role processes it starts.
   pipeline::AddRoleFlags(flags);
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
@@ -652,6 +742,8 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(Config config, Config::Load(schema, config_path, flags.positional()));
   SLUICE_ASSIGN_OR_RETURN(std::optional<pipeline::RoleConnection> role, pipeline::RoleFromFlags(flags));
   if (role) return RunRoleProcess(*role, config);
+  SLUICE_ASSIGN_OR_RETURN(const std::string join, flags.GetString("join"));
+  if (!join.empty()) return JoinRun(join, config, args);
   SLUICE_ASSIGN_OR_RETURN(runtime::ProcessPlacement placement, runtime::PlacementFromEnvironment(std::getenv));
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
   if (placement.world_size == 1 &&
@@ -667,11 +759,6 @@ Status Train(const std::vector<std::string>& args) {
   if (placement.world_size > 1) {
     SLUICE_RETURN_IF_ERROR(PlaceRanks(placement, config, &options));
     if (placement.rank > 0) {
-      SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
-      SetIntraOpThreads(config.GetInt("run.threads"));
-      SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
-      SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
-      SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, std::move(task), options));
       const pipeline::PipelineOptions& po = options.pipeline;
       const int64_t rollout_from = po.trainer_ranks, reward_from = rollout_from + po.remote_rollout_replicas;
       const pipeline::PipelineRole role = placement.rank < rollout_from  ? pipeline::PipelineRole::kTrainer
@@ -681,32 +768,7 @@ Status Train(const std::vector<std::string>& args) {
                             : role == pipeline::PipelineRole::kRollout
                                 ? po.rollout_replicas + placement.rank - rollout_from
                                 : po.reward_workers + placement.rank - reward_from;
-      const std::string what = (role == pipeline::PipelineRole::kTrainer   ? "trainer rank "
-                                : role == pipeline::PipelineRole::kRollout ? "rollout replica "
-                                                                           : "reward worker ") +
-                               std::to_string(index);
-      std::fprintf(stderr, "sluice train: %s, %s of the run at %s\n", placement.ToString().c_str(), what.c_str(),
-                   po.trainer_store.c_str());
-      // pipeline.max_restarts: a replica or worker elsewhere runs as a child
-      // of this process, its host's supervisor (the same command again, told
-      // by kSupervisedRankVariable to run the role itself).
-      if (role != pipeline::PipelineRole::kTrainer && po.max_restarts > 0 &&
-          std::getenv(kSupervisedRankVariable) == nullptr) {
-        std::error_code ec;
-        const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-        if (ec) return Status::Unavailable("cannot resolve /proc/self/exe: " + ec.message());
-        std::vector<std::string> command = {exe.string(), "train"};
-        command.insert(command.end(), args.begin(), args.end());
-        SLUICE_RETURN_IF_ERROR(loop->SuperviseLaunchedRank(po.trainer_store, role, index,
-                                                           std::chrono::seconds(po.rank_timeout_seconds), command,
-                                                           {{kSupervisedRankVariable, "1"}}));
-        std::fprintf(stderr, "%s: done\n", what.c_str());
-        return Status::Ok();
-      }
-      SLUICE_RETURN_IF_ERROR(
-          loop->RunLaunchedRank(po.trainer_store, role, index, std::chrono::seconds(po.rank_timeout_seconds)));
-      std::fprintf(stderr, "%s: done\n", what.c_str());
-      return Status::Ok();
+      return RunBesideRankZero(config, options, args, role, index, /*joined=*/false, placement.ToString());
     }
   }
   SLUICE_RETURN_IF_ERROR(CheckRunReward(config));

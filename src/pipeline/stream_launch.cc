@@ -931,15 +931,27 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     // the rollout waiting for its progress: that ends the run.
     bool checked_exit = false;
     auto next_refusal_check = std::chrono::steady_clock::now();
+    std::map<std::string, int64_t> joined = {{PipelineRoleName(PipelineRole::kRollout), 0},
+                                             {PipelineRoleName(PipelineRole::kReward), 0}};
     auto check = [&]() -> Status {
       release_dead();
       if (relay) SLUICE_RETURN_IF_ERROR(relay->status());
       if (!remote_beats.empty()) remote_beats.Poll(*rank_store, *board, watch);
-      // A rank launched elsewhere that refused the run (once a second).
+      // A rank launched elsewhere that refused the run, and processes that
+      // joined it (once a second).
       if (rank_store && remote_processes && std::chrono::steady_clock::now() >= next_refusal_check) {
         next_refusal_check = std::chrono::steady_clock::now() + std::chrono::seconds(1);
         if (Result<std::string> why = rank_store->GetShared(kRanksRefusedKey, milliseconds(0)); why.ok()) {
           return Status::FailedPrecondition(*why);
+        }
+        for (auto& [role, seen] : joined) {
+          Result<std::string> count = rank_store->GetShared(kRanksJoinedPrefix + role, milliseconds(0));
+          const int64_t now = count.ok() ? std::atoll(count->c_str()) : 0;
+          if (now > seen) {
+            SLUICE_LOG(INFO) << now - seen << " more " << role << " process(es) joined the run from other hosts ("
+                             << now << " beyond the launch)";
+            seen = now;
+          }
         }
       }
       if (external && !checked_exit && supervisor->HasExited(PipelineRoleName(PipelineRole::kTrainer))) {
@@ -1164,25 +1176,22 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   return done;
 }
 
-Result<RoleConnection> TrainingRun::JoinLaunchedRun(const std::string& store, PipelineRole role, int64_t index,
-                                                    std::chrono::milliseconds wait) {
-  const PipelineOptions& po = state_->options.pipeline;
-  const bool trainer = role == PipelineRole::kTrainer;
-  const std::string who = trainer ? "trainer rank " + std::to_string(index) + " of " + std::to_string(po.trainer_ranks)
-                          : role == PipelineRole::kRollout ? "rollout replica " + std::to_string(index)
-                                                           : "reward worker " + std::to_string(index);
-  const bool placed = trainer                          ? index >= 1 && index < po.trainer_ranks
-                      : role == PipelineRole::kRollout ? index >= po.rollout_replicas && index < po.AllRolloutReplicas()
-                                                       : index >= po.reward_workers && index < po.AllRewardWorkers();
-  if (!placed) return Status::InvalidArgument(who + ": not a process of the run on another host");
-  SLUICE_ASSIGN_OR_RETURN(auto client, ConnectRanksStore(store, wait, StoreKeys(po), who + ": the ranks' store"));
-  Result<std::string> text = client->GetShared(kRanksRunInfoKey, wait);
+namespace {
+
+// Rank 0's run as it published it in the ranks' store, checked: well
+// formed, this process's config (a launched rank's refusal stops the run,
+// which would wait for it; one that joins is only turned away), and, for a
+// rollout replica joining, a run that relays weights to other hosts.
+Result<nlohmann::json> ReadRunInfo(trainer::DataParallelStore& client, const PipelineOptions& po,
+                                   const std::string& store, std::chrono::milliseconds wait, PipelineRole role,
+                                   const std::string& who, bool joined) {
+  Result<std::string> text = client.GetShared(kRanksRunInfoKey, wait);
   if (!text.ok()) {
     return Status::Unavailable(who + ": rank 0's `sluice train` published no run in the store at " + store +
                                " within " + std::to_string(wait.count() / 1000) + " s (" + text.status().message() +
                                ")");
   }
-  const nlohmann::json info = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json info = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!info.is_object() || !info.contains("hub") || !info["hub"].is_string() || !info.contains("token") ||
       !info["token"].is_string() || !info.contains("start_step") || !info["start_step"].is_number_integer() ||
       !info.contains("start_version") || !info["start_version"].is_number_integer() ||
@@ -1194,9 +1203,57 @@ Result<RoleConnection> TrainingRun::JoinLaunchedRun(const std::string& store, Pi
     const Status refused = Status::FailedPrecondition(
         who + ": this process's config (digest " + po.config_digest + ") differs from rank 0's (digest " +
         info["config_digest"].get<std::string>() + "): start every rank with the same config and overrides");
-    (void)client->SetShared(kRanksRefusedKey, refused.message());  // rank 0's launcher stops the run
+    if (!joined) (void)client.SetShared(kRanksRefusedKey, refused.message());
     return refused;
   }
+  if (joined && role == PipelineRole::kRollout && info["weights"].get<std::string>().empty()) {
+    return Status::FailedPrecondition(who +
+                                      ": the run relays no weights to other hosts (cluster.rollout_ranks=0), "
+                                      "so no rollout replica can join it; launch it with cluster.rollout_ranks "
+                                      ">= 1");
+  }
+  return info;
+}
+
+}  // namespace
+
+Result<int64_t> TrainingRun::ClaimJoinedIndex(const std::string& store, PipelineRole role,
+                                              std::chrono::milliseconds wait) {
+  const PipelineOptions& po = state_->options.pipeline;
+  if (role == PipelineRole::kTrainer) {
+    return Status::InvalidArgument("trainer ranks are fixed at launch; rollout replicas and reward workers may join");
+  }
+  const bool rollout = role == PipelineRole::kRollout;
+  const std::string who = std::string("a ") + (rollout ? "rollout replica" : "reward worker") + " joining";
+  SLUICE_ASSIGN_OR_RETURN(auto client, ConnectRanksStore(store, wait, StoreKeys(po), who + ": the ranks' store"));
+  // Checked before it takes a number: one turned away leaves no gap.
+  SLUICE_RETURN_IF_ERROR(ReadRunInfo(*client, po, store, wait, role, who, /*joined=*/true).status());
+  SLUICE_ASSIGN_OR_RETURN(const int64_t joined,
+                          client->AddShared(std::string(kRanksJoinedPrefix) + PipelineRoleName(role), 1));
+  const int64_t index = (rollout ? po.AllRolloutReplicas() : po.AllRewardWorkers()) + joined - 1;
+  if (index >= RoleBoard::kMaxReplicas) {
+    return Status::OutOfRange("joining: a run has at most " + std::to_string(RoleBoard::kMaxReplicas) + " " +
+                              (rollout ? "rollout replicas" : "reward workers") + "; this would be number " +
+                              std::to_string(index + 1));
+  }
+  return index;
+}
+
+Result<RoleConnection> TrainingRun::JoinLaunchedRun(const std::string& store, PipelineRole role, int64_t index,
+                                                    std::chrono::milliseconds wait, bool joined) {
+  const PipelineOptions& po = state_->options.pipeline;
+  const bool trainer = role == PipelineRole::kTrainer;
+  const std::string who = trainer ? "trainer rank " + std::to_string(index) + " of " + std::to_string(po.trainer_ranks)
+                          : role == PipelineRole::kRollout ? "rollout replica " + std::to_string(index)
+                                                           : "reward worker " + std::to_string(index);
+  const int64_t declared = role == PipelineRole::kRollout ? po.AllRolloutReplicas() : po.AllRewardWorkers();
+  const bool placed = trainer                          ? index >= 1 && index < po.trainer_ranks && !joined
+                      : joined                         ? index >= declared && index < RoleBoard::kMaxReplicas
+                      : role == PipelineRole::kRollout ? index >= po.rollout_replicas && index < declared
+                                                       : index >= po.reward_workers && index < declared;
+  if (!placed) return Status::InvalidArgument(who + ": not a process of the run on another host");
+  SLUICE_ASSIGN_OR_RETURN(auto client, ConnectRanksStore(store, wait, StoreKeys(po), who + ": the ranks' store"));
+  SLUICE_ASSIGN_OR_RETURN(const nlohmann::json info, ReadRunInfo(*client, po, store, wait, role, who, joined));
   RoleConnection c;
   c.role = role;
   c.hub = info["hub"].get<std::string>();
@@ -1213,19 +1270,19 @@ Result<RoleConnection> TrainingRun::JoinLaunchedRun(const std::string& store, Pi
 }
 
 Status TrainingRun::RunLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
-                                    std::chrono::milliseconds wait) {
-  SLUICE_ASSIGN_OR_RETURN(const RoleConnection c, JoinLaunchedRun(store, role, index, wait));
+                                    std::chrono::milliseconds wait, bool joined) {
+  SLUICE_ASSIGN_OR_RETURN(const RoleConnection c, JoinLaunchedRun(store, role, index, wait, joined));
   return RunRole(c, nullptr);
 }
 
 Status TrainingRun::SuperviseLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
                                           std::chrono::milliseconds wait, const std::vector<std::string>& command,
-                                          const std::map<std::string, std::string>& child_env) {
+                                          const std::map<std::string, std::string>& child_env, bool joined) {
   const PipelineOptions& po = state_->options.pipeline;
   if (role == PipelineRole::kTrainer) return Status::InvalidArgument("trainer ranks are not restarted alone");
   if (command.empty()) return Status::InvalidArgument("no command to start the " + PipelineRoleName(role) + " with");
   // The run's hub (to give back what a dead child held), and the config check.
-  SLUICE_ASSIGN_OR_RETURN(const RoleConnection c, JoinLaunchedRun(store, role, index, wait));
+  SLUICE_ASSIGN_OR_RETURN(const RoleConnection c, JoinLaunchedRun(store, role, index, wait, joined));
   tq::RemoteOptions ro;
   ro.token = c.hub_token;
   ro.shm = tq::ShmMode::kOff;

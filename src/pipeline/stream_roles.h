@@ -167,6 +167,9 @@ inline constexpr char kRanksEndedKey[] = "ended";
 // Set by a launched rank that refuses the run (why): rank 0's launcher then
 // stops the run instead of waiting for it.
 inline constexpr char kRanksRefusedKey[] = "refused";
+// Counters of the processes that joined the run beyond the launch
+// (`sluice train --join`), by role: "joined/rollout", "joined/reward".
+inline constexpr char kRanksJoinedPrefix[] = "joined/";
 
 // The hub's two partitions and three consuming tasks:
 //   prompts   one row per prompt (group id = its cursor in the run's prompt

@@ -380,6 +380,13 @@ Result<std::string> DataParallelStore::GetShared(const std::string& key, std::ch
   return WaitForKey(*impl_->shared, key, timeout, impl_->where);
 }
 
+Result<int64_t> DataParallelStore::AddShared(const std::string& key, int64_t delta) {
+  int64_t value = 0;
+  SLUICE_RETURN_IF_ERROR(
+      StoreCall(impl_->where, "adding to '" + key + "'", [&] { value = impl_->shared->add(key, delta); }));
+  return value;
+}
+
 std::vector<std::vector<size_t>> DataParallelShard(size_t n, int64_t mini_batches, int64_t rank, int64_t world) {
   const int64_t N = static_cast<int64_t>(n);
   const int64_t minis = std::max<int64_t>(1, std::min<int64_t>(mini_batches, N));

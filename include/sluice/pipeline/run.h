@@ -75,7 +75,12 @@ class TrainingRun {
   // (HOST:PORT) for rank 0's run, checks that it has this process's config
   // (options.pipeline.config_digest; FailedPrecondition naming both
   // otherwise), then runs its role until the run ends (the hub over TCP).
-  Status RunLaunchedRank(const std::string& store, PipelineRole role, int64_t index, std::chrono::milliseconds wait);
+  // `joined`: a process that joins the run beyond the launch (`sluice train
+  // --join`, index from ClaimJoinedIndex): a config that differs refuses
+  // this process only, and a rollout replica needs a run that relays
+  // weights to other hosts (cluster.rollout_ranks > 0).
+  Status RunLaunchedRank(const std::string& store, PipelineRole role, int64_t index, std::chrono::milliseconds wait,
+                         bool joined = false);
   // The same rollout replica or reward worker with pipeline.max_restarts:
   // this process is its host's supervisor. It checks the run as above, then
   // runs `command` (with `child_env` on top of its environment: the same
@@ -84,7 +89,12 @@ class TrainingRun {
   // 4, ... 30 s), giving the dead child's hub leases back at once.
   Status SuperviseLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
                                std::chrono::milliseconds wait, const std::vector<std::string>& command,
-                               const std::map<std::string, std::string>& child_env);
+                               const std::map<std::string, std::string>& child_env, bool joined = false);
+  // A rollout replica or reward worker joining a launched run beyond the
+  // processes the launch declared: numbers it after them (and after those
+  // that joined before) through a counter in the ranks' store at `store`.
+  // OutOfRange past RoleBoard's 64 replicas / workers.
+  Result<int64_t> ClaimJoinedIndex(const std::string& store, PipelineRole role, std::chrono::milliseconds wait);
 
   // Streaming modes: what the last Train() measured (zeros in direct mode).
   StreamSummary stream_summary() const;
@@ -103,7 +113,7 @@ class TrainingRun {
   Status RunProcessesOnce(const std::atomic<bool>* stop, bool resumed);
   // RunLaunchedRank's meeting: rank 0's run from the store, checked.
   Result<RoleConnection> JoinLaunchedRun(const std::string& store, PipelineRole role, int64_t index,
-                                         std::chrono::milliseconds wait);
+                                         std::chrono::milliseconds wait, bool joined);
   explicit TrainingRun(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

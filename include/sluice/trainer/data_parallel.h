@@ -136,6 +136,9 @@ class DataParallelStore {
   // The values DataParallelGroup::SetShared / GetShared pass (one namespace).
   Status SetShared(const std::string& key, const std::string& value);
   Result<std::string> GetShared(const std::string& key, std::chrono::milliseconds timeout);
+  // Adds `delta` to the counter `key` (0 if never set) atomically in the
+  // store and returns the new value (e.g. numbering processes that join).
+  Result<int64_t> AddShared(const std::string& key, int64_t delta);
 
   struct Impl;  // data_parallel.cc's
 

@@ -39,8 +39,9 @@
 #                 the joined replica, supervised there, is SIGKILLed once it
 #                 serves and comes back as the same replica, receiving the
 #                 current version mid-run, and generates; the run trains
-#                 every prompt once; a joiner with another config is turned
-#                 away (no number taken) and the run goes on
+#                 every prompt once; rank 0's watchdog names the joined
+#                 worker while it is frozen; a joiner with another config is
+#                 turned away (no number taken) and the run goes on
 #   stall         the replica on host 1 is frozen (SIGSTOP): rank 0's watchdog,
 #                 reading the heartbeats processes elsewhere report to the
 #                 ranks' store, names it, its host and what it was doing, and
@@ -295,7 +296,7 @@ fi
 # --- grow: a rollout replica and a reward worker join from host 2 mid-run
 if want grow; then
   grow=("${run[@]}" pipeline.mode=async rl.steps=150 rl.max_new_tokens=128 cluster.rollout_ranks=1
-        pipeline.rollout_replicas=0 pipeline.max_restarts=2 run.dir="$tmp/gr")
+        pipeline.rollout_replicas=0 pipeline.max_restarts=2 pipeline.stall_seconds=2 run.dir="$tmp/gr")
   start_rank 1 2 "$tmp/gr1.log" "${grow[@]}"
   start_rank 0 2 "$tmp/gr0.log" "${grow[@]}"
   join_on_2() {
@@ -308,7 +309,8 @@ if want grow; then
   join_on_2 "$tmp/grj2.log" "${grow[@]}" --join=reward
   # Another config: turned away, the run goes on.
   join_on_2 "$tmp/grj3.log" "${grow[@]}" trainer.lr=2e-3 --join=rollout
-  # The joined replica's host supervises it: killed, it comes back as replica 1.
+  # The joined replica's host supervises it: killed mid-run, it comes back as replica 1.
+  wait_steps "$tmp/gr" 1 > /dev/null
   for _ in $(seq 200); do
     grep -q "rollout-1@[^ ]*: serving version" "$tmp/grj1.log" && break
     sleep 0.05
@@ -317,6 +319,10 @@ if want grow; then
   joined_child=$(for c in $(supervised_children 2); do
     tr '\0' '\n' < "/proc/$c/cmdline" | grep -qx -- "--join=rollout" && echo "$c"; done)
   [ -n "$joined_child" ] && kill -9 "$joined_child"
+  # Rank 0's watchdog watches a joined process: the worker frozen for 4 s is named.
+  frozen=$(for c in $(supervised_children 2); do
+    tr '\0' '\n' < "/proc/$c/cmdline" | grep -qx -- "--join=reward" && echo "$c"; done)
+  [ -n "$frozen" ] && kill -STOP "$frozen" && sleep 4 && kill -CONT "$frozen"
   wait "${pids[4]}" && fail "grow: a joiner with another config was not refused"
   grep -q "differs from rank 0's" "$tmp/grj3.log" || fail "grow: the refused joiner: $(tail -2 "$tmp/grj3.log")"
   unset 'pids[4]'
@@ -327,6 +333,7 @@ if want grow; then
     && grep -q "reward worker 1 of the run at .* (joined beyond the launch)" "$tmp/grj2.log" \
     && grep -q "reward worker 1: done" "$tmp/grj2.log" \
     && grep -q "more rollout process(es) joined the run" "$tmp/gr0.log" \
+    && grep -q "reward worker 1 (pid $frozen on host [^ ]*) has made no progress for" "$tmp/gr0.log" \
     || fail "grow: the joiners: $(tail -n 2 "$tmp/grj1.log" "$tmp/grj2.log")"
   [ -n "$joined_child" ] && [ "$steps_at_kill" -lt 150 ] \
     && grep -q "rollout-1 (pid $joined_child) is gone: released its" "$tmp/grj1.log" \

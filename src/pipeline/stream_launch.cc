@@ -485,6 +485,12 @@ class StallWatch {
   }
 
  public:
+  // One more process to watch (one that joined the run), from now.
+  void Add(Role r) {
+    r.started = std::chrono::steady_clock::now();
+    roles_.push_back(std::move(r));
+    reported_.push_back(false);
+  }
   // A remote process's host, once known (for the reports).
   void SetHost(const std::string& name, const std::string& host, pid_t pid) {
     for (Role& r : roles_) {
@@ -888,25 +894,33 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     }
     // Processes on other hosts: watched through the heartbeats they report
     // to the ranks' store, mirrored onto board slots after the local ones.
+    // (those that join later too, as they join)
     RemoteBeats remote_beats;
+    int next_slot = 3;
+    for (const BoardProcess& p : processes) next_slot = std::max(next_slot, p.slot + 1);
+    auto remote_role = [&](PipelineRole role, int64_t i) -> std::optional<StallWatch::Role> {
+      if (next_slot >= RoleBoard::kSlots) return std::nullopt;  // beyond the board: not watched
+      const int slot = next_slot++;
+      board->heartbeat_ns[slot].store(0);
+      board->activity[slot].store(static_cast<uint32_t>(RoleActivity::kStarting));
+      board->activity_since_ns[slot].store(0);
+      const std::string what = role == PipelineRole::kTrainer   ? "trainer rank "
+                               : role == PipelineRole::kRollout ? "rollout replica "
+                                                                : "reward worker ";
+      StallWatch::Role r{ProcessName(role, i), what + std::to_string(i), slot, -1};
+      r.remote = true;
+      remote_beats.Add(r.name, slot);
+      return r;
+    };
     if (rank_store && remote_processes) {
-      int next_slot = 3;
-      for (const BoardProcess& p : processes) next_slot = std::max(next_slot, p.slot + 1);
-      auto watch_remote = [&](PipelineRole role, int64_t from, int64_t to, const std::string& what) {
-        for (int64_t i = from; i < to && next_slot < RoleBoard::kSlots; ++i, ++next_slot) {
-          const int slot = next_slot;
-          board->heartbeat_ns[slot].store(0);
-          board->activity[slot].store(static_cast<uint32_t>(RoleActivity::kStarting));
-          board->activity_since_ns[slot].store(0);
-          StallWatch::Role r{ProcessName(role, i), what + " " + std::to_string(i), slot, -1};
-          r.remote = true;
-          watched.push_back(r);
-          remote_beats.Add(r.name, slot);
+      auto watch_remote = [&](PipelineRole role, int64_t from, int64_t to) {
+        for (int64_t i = from; i < to; ++i) {
+          if (std::optional<StallWatch::Role> r = remote_role(role, i)) watched.push_back(*r);
         }
       };
-      watch_remote(PipelineRole::kTrainer, local_ranks, po.trainer_ranks, "trainer rank");
-      watch_remote(PipelineRole::kRollout, po.rollout_replicas, po.AllRolloutReplicas(), "rollout replica");
-      watch_remote(PipelineRole::kReward, po.reward_workers, po.AllRewardWorkers(), "reward worker");
+      watch_remote(PipelineRole::kTrainer, local_ranks, po.trainer_ranks);
+      watch_remote(PipelineRole::kRollout, po.rollout_replicas, po.AllRolloutReplicas());
+      watch_remote(PipelineRole::kReward, po.reward_workers, po.AllRewardWorkers());
     }
     StallWatch watch(*board, std::move(watched), po, [&](const std::string& name) { return supervisor->PidOf(name); });
     // A rollout replica or reward worker that died: its hub leases go back
@@ -931,8 +945,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     // the rollout waiting for its progress: that ends the run.
     bool checked_exit = false;
     auto next_refusal_check = std::chrono::steady_clock::now();
-    std::map<std::string, int64_t> joined = {{PipelineRoleName(PipelineRole::kRollout), 0},
-                                             {PipelineRoleName(PipelineRole::kReward), 0}};
+    std::map<PipelineRole, int64_t> joined = {{PipelineRole::kRollout, 0}, {PipelineRole::kReward, 0}};
     auto check = [&]() -> Status {
       release_dead();
       if (relay) SLUICE_RETURN_IF_ERROR(relay->status());
@@ -945,13 +958,18 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
           return Status::FailedPrecondition(*why);
         }
         for (auto& [role, seen] : joined) {
-          Result<std::string> count = rank_store->GetShared(kRanksJoinedPrefix + role, milliseconds(0));
+          const std::string name = PipelineRoleName(role);
+          Result<std::string> count = rank_store->GetShared(kRanksJoinedPrefix + name, milliseconds(0));
           const int64_t now = count.ok() ? std::atoll(count->c_str()) : 0;
-          if (now > seen) {
-            SLUICE_LOG(INFO) << now - seen << " more " << role << " process(es) joined the run from other hosts ("
-                             << now << " beyond the launch)";
-            seen = now;
+          if (now <= seen) continue;
+          SLUICE_LOG(INFO) << now - seen << " more " << name << " process(es) joined the run from other hosts (" << now
+                           << " beyond the launch)";
+          // Watched from now on, as the declared ones elsewhere are.
+          const int64_t declared = role == PipelineRole::kRollout ? po.AllRolloutReplicas() : po.AllRewardWorkers();
+          for (int64_t i = seen; i < now; ++i) {
+            if (std::optional<StallWatch::Role> r = remote_role(role, declared + i)) watch.Add(*r);
           }
+          seen = now;
         }
       }
       if (external && !checked_exit && supervisor->HasExited(PipelineRoleName(PipelineRole::kTrainer))) {

@@ -579,13 +579,6 @@ Result<std::string> ResolveIPv4(const std::string& host) {
   return std::string(text);
 }
 
-// Started by torchrun, srun or mpirun as one of world_size processes of one
-// run: trainer ranks first, then cluster.rollout_ranks rollout replicas,
-// then cluster.reward_ranks reward workers. Rank 0's process is the run's launcher (hub,
-// reward, trainer rank 0, its host's rollout replicas; its hub listens on
-// the rendezvous host's address, with a token, when that is not loopback);
-// the others run beside it (TrainingRun::RunLaunchedRank). Errors: the
-// streaming process mode missing, or counts disagreeing with the launch.
 // Where a launched (or joining) process meets the run: the ranks' store at
 // the rendezvous, this launch attempt's keys in it, and the config's digest.
 Status MeetAt(const runtime::ProcessPlacement& p, const Config& config, pipeline::PipelineOptions* po) {
@@ -602,6 +595,13 @@ Status MeetAt(const runtime::ProcessPlacement& p, const Config& config, pipeline
   return Status::Ok();
 }
 
+// Started by torchrun, srun or mpirun as one of world_size processes of one
+// run: trainer ranks first, then cluster.rollout_ranks rollout replicas,
+// then cluster.reward_ranks reward workers. Rank 0's process is the run's launcher (hub,
+// reward, trainer rank 0, its host's rollout replicas; its hub listens on
+// the rendezvous host's address, with a token, when that is not loopback);
+// the others run beside it (TrainingRun::RunLaunchedRank). Errors: the
+// streaming process mode missing, or counts disagreeing with the launch.
 Status PlaceRanks(const runtime::ProcessPlacement& p, const Config& config, pipeline::RunOptions* o) {
   pipeline::PipelineOptions& po = o->pipeline;
   const std::string launched = "launched as " + p.ToString();

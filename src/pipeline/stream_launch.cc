@@ -960,7 +960,8 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         for (auto& [role, seen] : joined) {
           const std::string name = PipelineRoleName(role);
           Result<std::string> count = rank_store->GetShared(kRanksJoinedPrefix + name, milliseconds(0));
-          const int64_t now = count.ok() ? std::atoll(count->c_str()) : 0;
+          // (a number from the network: no more than a run can have)
+          const int64_t now = std::min<int64_t>(count.ok() ? std::atoll(count->c_str()) : 0, RoleBoard::kMaxReplicas);
           if (now <= seen) continue;
           SLUICE_LOG(INFO) << now - seen << " more " << name << " process(es) joined the run from other hosts (" << now
                            << " beyond the launch)";

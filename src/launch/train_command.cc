@@ -659,10 +659,7 @@ Status RunBesideRankZero(const Config& config, const pipeline::RunOptions& optio
   if (joined && index < 0) {
     SLUICE_ASSIGN_OR_RETURN(index, loop->ClaimJoinedIndex(po.trainer_store, role, wait));
   }
-  const std::string what = (role == pipeline::PipelineRole::kTrainer   ? "trainer rank "
-                            : role == pipeline::PipelineRole::kRollout ? "rollout replica "
-                                                                       : "reward worker ") +
-                           std::to_string(index);
+  const std::string what = pipeline::PipelineProcessTitle(role, index);
   std::fprintf(stderr, "sluice train: %s, %s of the run at %s%s\n", placed.c_str(), what.c_str(),
                po.trainer_store.c_str(), joined ? " (joined beyond the launch)" : "");
   if (role != pipeline::PipelineRole::kTrainer && po.max_restarts > 0 &&
@@ -708,7 +705,6 @@ Status JoinRun(const std::string& join, const Config& config, const std::vector<
                                       ": a run's processes need pipeline.processes=true and a streaming "
                                       "pipeline.mode (sync, one_step_off, async), as the run's config has");
   }
-  placement.store_served_by_launcher = true;  // the run's rank 0 (or torchrun's agent) serves it
   SLUICE_RETURN_IF_ERROR(MeetAt(placement, config, &po));
   int64_t index = -1;
   if (const char* given = std::getenv(kJoinedIndexVariable); given != nullptr && std::getenv(kSupervisedRankVariable)) {

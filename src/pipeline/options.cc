@@ -287,6 +287,13 @@ Result<std::optional<RoleConnection>> RoleFromFlags(const runtime::FlagSet& flag
   return std::optional<RoleConnection>(std::move(c));
 }
 
+std::string PipelineProcessTitle(PipelineRole role, int64_t index) {
+  const char* kind = role == PipelineRole::kTrainer   ? "trainer rank "
+                     : role == PipelineRole::kRollout ? "rollout replica "
+                                                      : "reward worker ";
+  return kind + std::to_string(index);
+}
+
 std::string PipelineRoleName(PipelineRole role) {
   switch (role) {
     case PipelineRole::kTrainer:

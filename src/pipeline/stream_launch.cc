@@ -885,11 +885,11 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       }
       SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting the " + spec.name + " role"));
       if (slot < 0) continue;  // beyond the board: not watched
+      const bool one_of_many = role == PipelineRole::kTrainer   ? rank > 0
+                               : role == PipelineRole::kRollout ? po.rollout_replicas > 1
+                                                                : po.reward_workers > 1;
       const std::string what =
-          role == PipelineRole::kTrainer && rank > 0                  ? "trainer rank " + std::to_string(rank)
-          : role == PipelineRole::kRollout && po.rollout_replicas > 1 ? "rollout replica " + std::to_string(rank)
-          : role == PipelineRole::kReward && po.reward_workers > 1    ? "reward worker " + std::to_string(rank)
-                                                                      : "the " + PipelineRoleName(role) + " role";
+          one_of_many ? PipelineProcessTitle(role, rank) : "the " + PipelineRoleName(role) + " role";
       watched.push_back({spec.name, what, slot, supervisor->PidOf(spec.name)});
     }
     // Processes on other hosts: watched through the heartbeats they report
@@ -904,10 +904,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       board->heartbeat_ns[slot].store(0);
       board->activity[slot].store(static_cast<uint32_t>(RoleActivity::kStarting));
       board->activity_since_ns[slot].store(0);
-      const std::string what = role == PipelineRole::kTrainer   ? "trainer rank "
-                               : role == PipelineRole::kRollout ? "rollout replica "
-                                                                : "reward worker ";
-      StallWatch::Role r{ProcessName(role, i), what + std::to_string(i), slot, -1};
+      StallWatch::Role r{ProcessName(role, i), PipelineProcessTitle(role, i), slot, -1};
       r.remote = true;
       remote_beats.Add(r.name, slot);
       return r;
@@ -1262,9 +1259,8 @@ Result<RoleConnection> TrainingRun::JoinLaunchedRun(const std::string& store, Pi
                                                     std::chrono::milliseconds wait, bool joined) {
   const PipelineOptions& po = state_->options.pipeline;
   const bool trainer = role == PipelineRole::kTrainer;
-  const std::string who = trainer ? "trainer rank " + std::to_string(index) + " of " + std::to_string(po.trainer_ranks)
-                          : role == PipelineRole::kRollout ? "rollout replica " + std::to_string(index)
-                                                           : "reward worker " + std::to_string(index);
+  const std::string who =
+      PipelineProcessTitle(role, index) + (trainer ? " of " + std::to_string(po.trainer_ranks) : std::string());
   const int64_t declared = role == PipelineRole::kRollout ? po.AllRolloutReplicas() : po.AllRewardWorkers();
   const bool placed = trainer                          ? index >= 1 && index < po.trainer_ranks && !joined
                       : joined                         ? index >= declared && index < RoleBoard::kMaxReplicas

@@ -20,6 +20,9 @@ namespace sluice::pipeline {
 enum class PipelineRole { kTrainer, kRollout, kReward };
 Result<PipelineRole> ParsePipelineRole(const std::string& name);  // trainer, rollout, reward
 std::string PipelineRoleName(PipelineRole role);
+// One process of a role in messages: "trainer rank 1", "rollout replica 2",
+// "reward worker 0".
+std::string PipelineProcessTitle(PipelineRole role, int64_t index);
 
 // What a role process is told by its launcher.
 // The environment variable a role process finds the hub's token in.

@@ -18,7 +18,9 @@
 #   async-cluster an async run with rollout replicas on rank 0's host and on
 #                 host 1, and the one reward worker on host 2 (cluster.
 #                 reward_ranks=1, none on rank 0's host) completes, every
-#                 prompt trained once
+#                 prompt trained once; the run's trace (run.trace) has the
+#                 processes elsewhere (their threads, on rank 0's clock) and
+#                 the trainer's records the replica elsewhere's tokens
 #   rejoin        the only rollout replica, on host 1, is SIGKILLed mid-run and
 #                 started again there (as a host's supervisor would): it is
 #                 sent the current version, takes up the stream (what the dead
@@ -36,6 +38,8 @@
 #                 once
 #   grow          a rollout replica and a reward worker join a running async
 #                 run from host 2 (`sluice train --join`, beyond the launch);
+#                 rank 0's live counters (run.metrics_listen) show the
+#                 joined replica and the tokens of the replicas elsewhere;
 #                 the joined replica, supervised there, is SIGKILLed once it
 #                 serves and comes back as the same replica, receiving the
 #                 current version mid-run, and generates; the run trains
@@ -194,10 +198,17 @@ if want remote-rollout; then
   done
   # (6 steps x 3 prompts x 2 answers of 8 tokens, less answers that ended early)
   [ "$tokens" -gt 200 ] || fail "remote-rollout: the replicas generated $tokens tokens"
-  /usr/bin/python3 - "$tmp/one" "$tmp/rr" <<'PY' && echo "ok   remote-rollout" || fail "remote-rollout: metrics differ"
+  # Rank 0 counts them all (their last reports come as the run ends).
+  grep -q "rollout: $tokens tokens generated, $tokens of them on other hosts" "$tmp/rr0.log" \
+    || fail "remote-rollout: rank 0 counted: $(grep "tokens generated, " "$tmp/rr0.log") (the replicas: $tokens)"
+  /usr/bin/python3 - "$tmp/one" "$tmp/rr" "$tokens" <<'PY' && echo "ok   remote-rollout" || fail "remote-rollout: metrics differ"
 import json, sys
-one, rr = ([json.loads(l) for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:])
+one, rr = ([json.loads(l) for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:3])
 assert len(one) == len(rr) == 6, (len(one), len(rr))
+# Every token is generated elsewhere: the records count them as they are
+# reported (once a second: a short run's may all come after its last step).
+counted = sum(r["rollout_tokens"] for r in rr)
+assert counted <= int(sys.argv[3]), (counted, sys.argv[3])
 for a, b in zip(one, rr):
     assert a["prompts"] == b["prompts"] and a["train_tokens"] == b["train_tokens"], (a["step"], a, b)
     assert b["staleness_max"] == 0, (b["step"], b["staleness_max"])
@@ -209,7 +220,7 @@ fi
 # --- async-cluster: trainer rank 0 and a replica on host 0, a replica on host 1, the reward on host 2
 if want async-cluster; then
   async=("${run[@]}" pipeline.mode=async cluster.rollout_ranks=1 cluster.reward_ranks=1 pipeline.reward_workers=0
-         run.dir="$tmp/ac")
+         run.trace=true run.dir="$tmp/ac")
   start_rank 1 3 "$tmp/ac1.log" "${async[@]}"
   start_rank 2 3 "$tmp/ac2.log" "${async[@]}"
   start_rank 0 3 "$tmp/ac0.log" "${async[@]}"
@@ -218,7 +229,34 @@ if want async-cluster; then
   grep -q "rollout replica 1: done" "$tmp/ac1.log" && grep -q "reward worker 0: done" "$tmp/ac2.log" \
     && grep -Eq "rollout-1@[^ ]*: [1-9][0-9]* tokens generated" "$tmp/ac1.log" \
     || fail "async-cluster: the processes elsewhere did not finish: $(tail -n 2 "$tmp/ac1.log" "$tmp/ac2.log")"
-  trained_once "$tmp/ac" 6 && echo "ok   async-cluster" || fail "async-cluster: $(tail -3 "$tmp/ac0.log")"
+  # Rank 0 counts the replica elsewhere's tokens, to the last.
+  remote_tokens=$(grep -Eo "rollout-1@[^ ]*: [0-9]+ tokens generated" "$tmp/ac1.log" | grep -Eo "[0-9]+ tokens" | cut -d' ' -f1)
+  grep -Eq "rollout: [0-9]+ tokens generated, $remote_tokens of them on other hosts" "$tmp/ac0.log" \
+    || fail "async-cluster: rank 0 counted: $(grep "tokens generated, " "$tmp/ac0.log") (replica 1: $remote_tokens)"
+  trained_once "$tmp/ac" 6 || fail "async-cluster: $(tail -3 "$tmp/ac0.log")"
+  /usr/bin/python3 - "$tmp/ac" <<'PY' && echo "ok   async-cluster" || fail "async-cluster: trace or counters of the processes elsewhere"
+import json, sys
+trace = json.load(open(sys.argv[1] + "/trace.json"))
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+spans = [e for e in trace if e["ph"] == "X"]
+threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "thread_name"}
+# The replica on host 1: its engine's row, apart from host 0's threads, with its decode steps.
+remote = {k for k, name in threads.items() if name.startswith("rollout-1 ")}
+assert remote and all(tid >= 1 << 22 for _, tid in remote), threads
+decode = [e for e in spans if (e["pid"], e["tid"]) in remote and e["name"] == "decode step"]
+assert decode, "no decode steps from host 1"
+# The reward worker on host 2 (the run's only one): its scores.
+score = [e for e in spans if e["name"] == "score"]
+assert score and all(e["tid"] >= 1 << 22 for e in score), len(score)
+# On rank 0's timeline: after its prompt feeder began, and not past its own last event by much.
+local = [e for e in spans if e["tid"] < 1 << 22]
+first, last = min(e["ts"] for e in local), max(e["ts"] + e["dur"] for e in local)
+for e in decode + score:
+    assert first <= e["ts"] and e["ts"] + e["dur"] <= last + 5e6, (e, first, last)
+# The trainer's records have a place for the replica on host 1's tokens (the
+# second of two; reported once a second, a short run's may come after its end).
+assert all(len(r["replica_tokens"]) == 2 for r in rows), rows[0]
+PY
 fi
 
 # --- rejoin: kill the replica on host 1 once two steps are trained, start it again
@@ -296,7 +334,8 @@ fi
 # --- grow: a rollout replica and a reward worker join from host 2 mid-run
 if want grow; then
   grow=("${run[@]}" pipeline.mode=async rl.steps=150 rl.max_new_tokens=128 cluster.rollout_ranks=1
-        pipeline.rollout_replicas=0 pipeline.max_restarts=2 pipeline.stall_seconds=2 run.dir="$tmp/gr")
+        pipeline.rollout_replicas=0 pipeline.max_restarts=2 pipeline.stall_seconds=2 run.metrics_listen=127.0.0.1:0
+        run.dir="$tmp/gr")
   start_rank 1 2 "$tmp/gr1.log" "${grow[@]}"
   start_rank 0 2 "$tmp/gr0.log" "${grow[@]}"
   join_on_2() {
@@ -316,6 +355,13 @@ if want grow; then
     sleep 0.05
   done
   steps_at_kill=$(cat "$tmp/gr/metrics.jsonl" 2>/dev/null | wc -l)
+  # Rank 0's live counters: the joined replica (index 1), and tokens, all generated elsewhere.
+  url=$(grep -o "live counters: http://[^ ]*" "$tmp/gr0.log" | head -1 | cut -d' ' -f3)
+  counters=$(sleep 1.5; ip netns exec "${hosts[0]}" /usr/bin/python3 -c \
+    "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" "$url" 2>&1)
+  grep -q '^sluice_role_activity{role="rollout",index="1",activity=' <<<"$counters" \
+    && grep -Eq '^sluice_rollout_tokens_total [1-9]' <<<"$counters" \
+    || fail "grow: rank 0's live counters ($url): $(grep -E "tokens_total|role_activity" <<<"$counters" | head -8)"
   joined_child=$(for c in $(supervised_children 2); do
     tr '\0' '\n' < "/proc/$c/cmdline" | grep -qx -- "--join=rollout" && echo "$c"; done)
   [ -n "$joined_child" ] && kill -9 "$joined_child"

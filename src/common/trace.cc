@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <string_view>
 
 namespace sluice {
 namespace {
@@ -86,6 +88,13 @@ bool IsWholeObject(const std::string& line) {
 int64_t TraceNowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+int64_t TraceClockOffsetUs() {
+  using std::chrono::microseconds;
+  const int64_t wall =
+      std::chrono::duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return wall - TraceNowUs();
 }
 
 TraceRecorder& TraceRecorder::Global() {
@@ -211,6 +220,33 @@ Result<int64_t> FinishTraceFile(const std::vector<std::string>& parts, const std
     return Status::Unavailable("cannot move the trace to " + out + ": " + std::strerror(errno));
   }
   return n;
+}
+
+std::string RebaseTraceLines(const std::string& lines, int64_t ts_shift_us, int64_t tid_base, int64_t* rejected) {
+  constexpr int64_t kMaxId = int64_t{1} << 22;  // Linux's largest pid_max
+  std::string out;
+  std::string_view rest(lines);
+  while (!rest.empty()) {
+    const size_t end = rest.find('\n');
+    const std::string_view line = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    if (line.empty()) continue;
+    nlohmann::json e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    auto id = [&](const char* k) {
+      return e.contains(k) && e[k].is_number_integer() && e[k].get<int64_t>() >= 0 && e[k].get<int64_t>() < kMaxId;
+    };
+    const bool ok = e.is_object() && e.contains("ph") && e["ph"].is_string() && id("pid") && id("tid") &&
+                    (!e.contains("ts") || e["ts"].is_number_integer());
+    if (!ok) {
+      ++*rejected;
+      continue;
+    }
+    if (e.contains("ts")) e["ts"] = e["ts"].get<int64_t>() + ts_shift_us;
+    if (e["tid"].get<int64_t>() != 0) e["tid"] = e["tid"].get<int64_t>() + tid_base;
+    out += e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += '\n';
+  }
+  return out;
 }
 
 }  // namespace sluice

@@ -1,6 +1,7 @@
 #include "sluice/common/trace.h"
 
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -142,6 +143,58 @@ TEST_F(TraceTest, AnUnwritablePathIsAnError) {
   EXPECT_EQ(TraceRecorder::Global().Start(Path("no/such/dir/t.jsonl")).code(), StatusCode::kUnavailable);
   EXPECT_FALSE(TraceRecorder::Global().enabled());
   EXPECT_EQ(FinishTraceFile({}, Path("no/such/dir/t.json")).status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(TraceTest, LinesFromAnotherHostAreCheckedAndMovedOntoThisHostsTimeline) {
+  // What a recorder on the other host wrote, as it wrote it.
+  ASSERT_TRUE(TraceRecorder::Global().Start(Path("remote.jsonl")).ok());
+  TraceRecorder::Global().SetThreadTrack(2, "rollout");
+  TraceRecorder::Global().NameThread("rollout-1 engine 0");
+  TraceRecorder::Global().Complete("decode step", "rollout", 1000, 1500, {{"rows", 3}});
+  TraceRecorder::Global().Counter("serving version", 1600, 2);
+  ASSERT_TRUE(TraceRecorder::Global().Finish().ok());
+  const std::string recorded = Read(Path("remote.jsonl"));
+  const int64_t tid_base = int64_t{5} << 22;
+  int64_t rejected = 0;
+  const std::string rebased = RebaseTraceLines(recorded, -400, tid_base, &rejected);
+  EXPECT_EQ(rejected, 0);
+  std::vector<nlohmann::json> events;
+  std::istringstream lines(rebased);
+  for (std::string line; std::getline(lines, line);) events.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(events.size(), 5u);  // process name, sort index, thread name, span, counter
+  const int64_t tid = static_cast<int64_t>(::syscall(SYS_gettid));
+  for (const nlohmann::json& e : events) {
+    EXPECT_EQ(e.at("pid"), 2);
+    // (a track's metadata is on thread 0, which stays 0)
+    const bool track_metadata = e.at("ph") == "M" && e.at("name") != "thread_name";
+    EXPECT_EQ(e.at("tid"), track_metadata ? 0 : tid + tid_base) << e;
+  }
+  EXPECT_EQ(events[3].at("ts"), 600);
+  EXPECT_EQ(events[3].at("dur"), 500);
+  EXPECT_EQ(events[3].at("args").at("rows"), 3);
+  EXPECT_EQ(events[4].at("ts"), 1200);
+
+  // Foreign or torn lines are left out, counted; the good ones between them kept.
+  const std::string good = R"({"ph":"X","name":"a","pid":1,"tid":7,"ts":10,"dur":1})";
+  const std::string bad[] = {
+      R"({"ph":"X","name":"a","pid":1,"tid":7,"ts":10)",  // torn
+      R"([1,2,3])",                                       // not an object
+      R"({"name":"a","pid":1,"tid":7,"ts":10})",          // no ph
+      R"({"ph":"X","pid":-1,"tid":7,"ts":10})",           // negative track
+      R"({"ph":"X","pid":1,"tid":4194304,"ts":10})",      // tid past 2^22
+      R"({"ph":"X","pid":1,"tid":7,"ts":"soon"})",        // ts not a number
+      R"({"ph":"X","pid":1.5,"tid":7,"ts":10})",          // pid not an integer
+      "\x01\x02 not json at all",
+  };
+  std::string mixed = good + "\n";
+  for (const std::string& b : bad) mixed += b + "\n" + good + "\n";
+  rejected = 0;
+  const std::string kept = RebaseTraceLines(mixed + good, 0, 0, &rejected);  // (the last line has no newline)
+  EXPECT_EQ(rejected, static_cast<int64_t>(std::size(bad)));
+  std::istringstream kept_lines(kept);
+  int n = 0;
+  for (std::string line; std::getline(kept_lines, line); ++n) EXPECT_EQ(nlohmann::json::parse(line).at("tid"), 7);
+  EXPECT_EQ(n, static_cast<int>(std::size(bad)) + 2);
 }
 
 }  // namespace

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "metrics_log.h"
+#include "remote_link.h"
 #include "run_state.h"
 #if SLUICE_HAVE_WEIGHT_BROADCAST
 #include "sluice/checkpoint_engine/broadcast.h"
@@ -238,69 +239,6 @@ uint64_t ReceivedVersions(const BroadcastWeights& w) {
 #endif
   (void)w;
   return 0;
-}
-
-// A process on another host reports its heartbeat (its own board's slot)
-// under this key of the ranks' store, and the launcher mirrors it onto its
-// board for the watchdog.
-std::string RemoteBeatKey(const std::string& process_name) { return "beat/" + process_name; }
-
-// {seq, the age of its last heartbeat and of its activity (ms; -1 before
-// its first turn), finished, activity, pid, host}: ages, not times, since
-// the hosts' steady clocks differ.
-// `failed`: the role returned an error (not finished, then).
-std::string EncodeRemoteBeat(const RoleBoard& board, int slot, int64_t seq, pid_t pid, const std::string& host,
-                             bool failed = false) {
-  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-  const int64_t beat = board.heartbeat_ns[slot].load(), since = board.activity_since_ns[slot].load();
-  auto age_ms = [&](int64_t t) { return t <= 0 ? int64_t{-1} : (now - t) / 1000000; };
-  return nlohmann::json{{"seq", seq},
-                        {"beat_age_ms", age_ms(beat)},
-                        {"finished", beat == RoleBoard::kRoleFinished && !failed},
-                        {"failed", failed},
-                        {"activity", board.activity[slot].load()},
-                        {"activity_age_ms", age_ms(since)},
-                        {"pid", pid},
-                        {"host", host}}
-      .dump();
-}
-
-struct RemoteBeat {
-  int64_t seq = 0, beat_age_ms = -1, activity_age_ms = -1;
-  bool finished = false, failed = false;
-  uint32_t activity = 0;
-  int64_t pid = 0;
-  std::string host;
-};
-
-// A report from the network: anything malformed is refused whole.
-Result<RemoteBeat> DecodeRemoteBeat(const std::string& text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  auto integer = [&](const char* k) { return j.contains(k) && j[k].is_number_integer(); };
-  if (!j.is_object() || !integer("seq") || !integer("beat_age_ms") || !integer("activity_age_ms") || !integer("pid") ||
-      !j.contains("activity") || !j["activity"].is_number_unsigned() || !j.contains("finished") ||
-      !j["finished"].is_boolean() || !j.contains("failed") || !j["failed"].is_boolean() || !j.contains("host") ||
-      !j["host"].is_string() || j["host"].get<std::string>().size() > 255) {
-    return Status::DataLoss("malformed heartbeat report: " + text.substr(0, 120));
-  }
-  RemoteBeat b;
-  b.seq = j["seq"].get<int64_t>();
-  b.beat_age_ms = j["beat_age_ms"].get<int64_t>();
-  b.activity_age_ms = j["activity_age_ms"].get<int64_t>();
-  b.finished = j["finished"].get<bool>();
-  b.failed = j["failed"].get<bool>();
-  const uint64_t activity = j["activity"].get<uint64_t>();
-  b.pid = j["pid"].get<int64_t>();
-  b.host = j["host"].get<std::string>();
-  // Ages up to a year (they become times on this host's clock), a pid and
-  // an activity in their types' range.
-  constexpr int64_t kYearMs = int64_t{366} * 24 * 3600 * 1000;
-  if (b.beat_age_ms < -1 || b.beat_age_ms > kYearMs || b.activity_age_ms < -1 || b.activity_age_ms > kYearMs ||
-      b.pid <= 0 || b.pid > INT32_MAX || activity > UINT32_MAX) {
-    return Status::DataLoss("heartbeat report out of range: " + text.substr(0, 120));
-  }
-  b.activity = static_cast<uint32_t>(activity);
-  return b;
 }
 
 // The board segment, mapped read-write.
@@ -506,56 +444,6 @@ class StallWatch {
   const bool stop_;
   const std::function<pid_t(const std::string&)> pid_of_;
   std::vector<bool> reported_;
-};
-
-// Mirrors the heartbeats that processes on other hosts report through the
-// ranks' store onto the launcher's board (a slot each), once a second, so
-// that the watchdog reads them as it reads the local ones. A report that
-// stops changing (the process, its host or the network stopped) leaves the
-// heartbeat where it was, and it ages.
-class RemoteBeats {
- public:
-  void Add(const std::string& name, int slot) { processes_.push_back({name, slot}); }
-  bool empty() const { return processes_.empty(); }
-
-  void Poll(trainer::DataParallelStore& store, RoleBoard& board, StallWatch& watch) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now < next_poll_) return;
-    next_poll_ = now + std::chrono::seconds(1);
-    const int64_t now_ns = now.time_since_epoch().count();
-    for (Process& p : processes_) {
-      Result<std::string> text = store.GetShared(RemoteBeatKey(p.name), milliseconds(0));
-      if (!text.ok()) continue;  // not reported yet
-      Result<RemoteBeat> b = DecodeRemoteBeat(*text);
-      if (!b.ok()) {
-        if (!p.warned) SLUICE_LOG(WARNING) << p.name << ": " << b.status().message();
-        p.warned = true;
-        continue;
-      }
-      if (b->seq == p.seq && b->pid == p.pid) continue;  // nothing new: the heartbeat ages
-      if (b->pid != p.pid) watch.SetHost(p.name, b->host, static_cast<pid_t>(b->pid));
-      if (b->failed) {
-        SLUICE_LOG(WARNING) << p.name << " (pid " << b->pid << " on host " << b->host
-                            << ") failed; its log there says why (its heartbeat stops here)";
-      }
-      p.seq = b->seq;
-      p.pid = b->pid;
-      auto at = [&](int64_t age_ms) { return age_ms < 0 ? int64_t{0} : now_ns - age_ms * 1000000; };
-      board.heartbeat_ns[p.slot].store(b->finished ? RoleBoard::kRoleFinished : at(b->beat_age_ms));
-      board.activity[p.slot].store(b->activity);
-      board.activity_since_ns[p.slot].store(at(b->activity_age_ms));
-    }
-  }
-
- private:
-  struct Process {
-    std::string name;
-    int slot;
-    int64_t seq = 0, pid = 0;
-    bool warned = false;
-  };
-  std::vector<Process> processes_;
-  std::chrono::steady_clock::time_point next_poll_{};
 };
 
 }  // namespace
@@ -893,9 +781,18 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       watched.push_back({spec.name, what, slot, supervisor->PidOf(spec.name)});
     }
     // Processes on other hosts: watched through the heartbeats they report
-    // to the ranks' store, mirrored onto board slots after the local ones.
-    // (those that join later too, as they join)
-    RemoteBeats remote_beats;
+    // to the ranks' store, mirrored onto board slots after the local ones
+    // (those that join later too, as they join), with their counters and
+    // (run.trace) their parts of the trace.
+    StallWatch* watch_of_remote = nullptr;  // (set once the watch exists, before the first poll)
+    RemoteBeats::Options remote_options;
+    remote_options.on_new_life = [&](const std::string& name, const std::string& host, pid_t pid) {
+      if (watch_of_remote != nullptr) watch_of_remote->SetHost(name, host, pid);
+    };
+    if (s.options.trace) {
+      remote_options.trace_part = [&s](const std::string& name) { return StreamRoles::TracePart(s, name); };
+    }
+    RemoteBeats remote_beats(std::move(remote_options));
     int next_slot = 3;
     for (const BoardProcess& p : processes) next_slot = std::max(next_slot, p.slot + 1);
     auto remote_role = [&](PipelineRole role, int64_t i) -> std::optional<StallWatch::Role> {
@@ -904,9 +801,14 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       board->heartbeat_ns[slot].store(0);
       board->activity[slot].store(static_cast<uint32_t>(RoleActivity::kStarting));
       board->activity_since_ns[slot].store(0);
+      board->Label(slot, role, i);
       StallWatch::Role r{ProcessName(role, i), PipelineProcessTitle(role, i), slot, -1};
       r.remote = true;
-      remote_beats.Add(r.name, slot);
+      remote_beats.Add(r.name, role, i, slot);
+      if (s.options.trace) {
+        std::remove(StreamRoles::TracePart(s, r.name).c_str());  // one a killed run left
+        trace_parts.push_back(r.name);
+      }
       return r;
     };
     if (rank_store && remote_processes) {
@@ -920,6 +822,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       watch_remote(PipelineRole::kReward, po.reward_workers, po.AllRewardWorkers());
     }
     StallWatch watch(*board, std::move(watched), po, [&](const std::string& name) { return supervisor->PidOf(name); });
+    watch_of_remote = &watch;
     // A rollout replica or reward worker that died: its hub leases go back
     // to the others at once, not when they run out (worker_lease_seconds).
     std::map<std::string, pid_t> holders;  // process name -> the pid last seen
@@ -946,7 +849,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     auto check = [&]() -> Status {
       release_dead();
       if (relay) SLUICE_RETURN_IF_ERROR(relay->status());
-      if (!remote_beats.empty()) remote_beats.Poll(*rank_store, *board, watch);
+      if (!remote_beats.empty()) remote_beats.Poll(*rank_store, *board);
       // A rank launched elsewhere that refused the run, and processes that
       // joined it (once a second).
       if (rank_store && remote_processes && std::chrono::steady_clock::now() >= next_refusal_check) {
@@ -967,6 +870,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
           for (int64_t i = seen; i < now; ++i) {
             if (std::optional<StallWatch::Role> r = remote_role(role, declared + i)) watch.Add(*r);
           }
+          if (role == PipelineRole::kRollout) board->joined_rollout_replicas.store(static_cast<int32_t>(now));
           seen = now;
         }
       }
@@ -978,6 +882,14 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     };
     Status waited = supervisor->Wait(std::chrono::hours(24 * 365), stop, check);
     supervisor->StopAll();
+    if (!remote_beats.empty()) {
+      // The processes elsewhere stop now: their last counters and trace.
+      (void)rank_store->SetShared(kRanksEndedKey, "1");
+      remote_beats.Finish(*rank_store, *board, std::min<milliseconds>(rank_timeout, milliseconds(10000)));
+      SLUICE_LOG(INFO) << "rollout: " << board->rollout_tokens.load() << " tokens generated, " << remote_beats.tokens()
+                       << " of them on other hosts; " << board->reward_errors.load() << " reward error(s), "
+                       << remote_beats.reward_errors() << " of them on other hosts";
+    }
     if (relay) {
       SLUICE_LOG(INFO) << "weight relay: " << relay->deliveries()
                        << " version deliveries over the broadcast to the rollout replicas on other hosts";
@@ -1054,6 +966,18 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   // once a second (for the launcher's watchdog).
   std::atomic<bool> ended{false}, failed{true};  // failed: until the role returns OK
   std::unique_ptr<trainer::DataParallelStore> link_store;
+  // run.trace elsewhere: the process's part goes to a file on its host, and
+  // from there through the ranks' store to rank 0's (TraceShipper).
+  const std::string trace_file = c.remote && s.options.trace
+                                     ? (fs::temp_directory_path() / ("sluice-trace-" + ProcessName(c.role, index) +
+                                                                     "-" + std::to_string(::getpid()) + ".jsonl"))
+                                           .string()
+                                     : "";
+  std::optional<TraceShipper> shipper;
+  if (!trace_file.empty()) {
+    std::remove(trace_file.c_str());
+    shipper.emplace(trace_file, ProcessName(c.role, index), ::getpid());
+  }
   BackgroundThread link("rank 0 link");
   if (c.remote) {
     SLUICE_ASSIGN_OR_RETURN(
@@ -1062,13 +986,20 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     const std::string key = RemoteBeatKey(ProcessName(c.role, index)), where = HostName();
     SLUICE_RETURN_IF_ERROR(link.Start([&, key, where](std::stop_token stop) {
       for (int64_t seq = 1; !stop.stop_requested(); ++seq) {
+        if (shipper) shipper->Ship(*link_store, /*max_chunks=*/8);  // (before the report that announces it)
         (void)link_store->SetShared(key, EncodeRemoteBeat(board, slot.index, seq, ::getpid(), where));
         if (!ended.load() && link_store->GetShared(kRanksEndedKey, milliseconds(0)).ok()) ended.store(true);
         for (int i = 0; i < 10 && !stop.stop_requested(); ++i) std::this_thread::sleep_for(milliseconds(100));
       }
-      // The last word (stopped after the role returned): finished, or failed.
+      // The last word (stopped after the role returned): the rest of the
+      // trace, then finished or failed.
+      if (shipper) {
+        (void)TraceRecorder::Global().Finish();  // (done already unless the role failed early)
+        shipper->Ship(*link_store, /*max_chunks=*/0);
+        std::remove(trace_file.c_str());
+      }
       (void)link_store->SetShared(key,
-                                  EncodeRemoteBeat(board, slot.index, INT64_MAX, ::getpid(), where, failed.load()));
+                                  EncodeRemoteBeat(board, slot.index, kFinalReport, ::getpid(), where, failed.load()));
     }));
   }
   auto stopping = [&] { return ended.load(); };
@@ -1083,8 +1014,10 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       return Status::Ok();
     }
   }
-  if (!c.remote) {  // (another host's trace would not reach the run's directory)
+  if (!c.remote) {
     SLUICE_RETURN_IF_ERROR(StreamRoles::StartTrace(s, ProcessName(c.role, index)));
+  } else if (shipper) {
+    SLUICE_RETURN_IF_ERROR(TraceRecorder::Global().Start(trace_file).WithContext("run.trace"));
   }
   Status done;
   switch (c.role) {
@@ -1161,7 +1094,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       SLUICE_ASSIGN_OR_RETURN(auto standby, rollout::StandbyWeights::Create(served, s.version, *weights));
       StreamRoles::Rollout r{served,  standby.get(),
                              weights, slot,
-                             index,   po.AllRolloutReplicas() > 1 ? ProcessName(c.role, index) + " " : ""};
+                             index,   po.AllRolloutReplicas() > 1 || index > 0 ? ProcessName(c.role, index) + " " : ""};
       if (c.remote) r.trainer_start_version = c.start_version;
       done = StreamRoles::RunRollout(s, client, r, board, stopping);
       standby->Stop();
@@ -1175,7 +1108,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     case PipelineRole::kReward:
       s.lease_holder = LeaseHolder(ProcessName(c.role, index) + (c.remote ? "@" + HostName() : ""), ::getpid());
       done = StreamRoles::RunReward(s, client, board, stopping, slot,
-                                    po.AllRewardWorkers() > 1 ? ProcessName(c.role, index) + " " : "");
+                                    po.AllRewardWorkers() > 1 || index > 0 ? ProcessName(c.role, index) + " " : "");
       if (c.remote && done.ok()) {
         SLUICE_LOG(INFO) << s.lease_holder << ": done scoring, " << board.reward_errors.load() << " reward error(s)";
       }

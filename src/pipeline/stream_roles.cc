@@ -345,12 +345,13 @@ std::vector<BoardProcess> BoardProcesses(int64_t trainers, int64_t rollout_repli
   return out;
 }
 
-Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingRun::State& s, const RoleBoard& board,
+Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingRun::State& s, RoleBoard& board,
                                                                  tq::TransferQueueClient& hub,
-                                                                 std::vector<BoardProcess> processes,
+                                                                 const std::vector<BoardProcess>& processes,
                                                                  const tq::TransferQueueServer* hub_server) {
   if (s.options.metrics_listen.empty()) return std::unique_ptr<MetricsServer>();
-  auto render = [&board, &hub, processes = std::move(processes), hub_server]() {
+  for (const BoardProcess& p : processes) board.Label(p.slot, p.role, p.index);
+  auto render = [&board, &hub, hub_server]() {
     std::string out;
     auto metric = [&out](const char* name, const char* type, const char* help) {
       out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
@@ -372,21 +373,25 @@ Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingR
     value("sluice_rollout_idle", static_cast<double>(board.rollout_idle.load()));
     metric("sluice_reward_errors_total", "counter", "answers a reward.python function failed on");
     value("sluice_reward_errors_total", static_cast<double>(board.reward_errors.load()));
-    // Per role process (trainer rank, rollout replica, reward worker).
-    auto label = [](const BoardProcess& p) {
-      return "role=\"" + PipelineRoleName(p.role) + "\",index=\"" + std::to_string(p.index) + "\"";
-    };
+    // Per role process (trainer rank, rollout replica, reward worker), as
+    // labelled on the board (those elsewhere once the launcher knows them).
+    std::vector<std::pair<int, std::string>> labelled;  // (slot, labels)
+    for (int slot = 0; slot < RoleBoard::kSlots; ++slot) {
+      const uint32_t p = board.slot_process[slot].load();
+      const uint32_t role = (p >> 16) - 1;
+      if (p == 0 || role > static_cast<uint32_t>(PipelineRole::kReward)) continue;
+      labelled.emplace_back(slot, "role=\"" + PipelineRoleName(static_cast<PipelineRole>(role)) + "\",index=\"" +
+                                      std::to_string(p & 0xffff) + "\"");
+    }
     const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
     metric("sluice_role_seconds_since_progress", "gauge", "since the role's process last went round its loop");
-    for (const BoardProcess& p : processes) {
-      const int64_t beat = p.slot >= 0 ? board.heartbeat_ns[p.slot].load() : 0;
-      if (beat > 0)
-        value("sluice_role_seconds_since_progress{" + label(p) + "}", static_cast<double>(now - beat) / 1e9);
+    for (const auto& [slot, labels] : labelled) {
+      const int64_t beat = board.heartbeat_ns[slot].load();
+      if (beat > 0) value("sluice_role_seconds_since_progress{" + labels + "}", static_cast<double>(now - beat) / 1e9);
     }
     metric("sluice_role_activity", "gauge", "1 for what the role's process is doing now");
-    for (const BoardProcess& p : processes) {
-      if (p.slot >= 0)
-        value("sluice_role_activity{" + label(p) + ",activity=\"" + DescribeSlotActivity(board, p.slot) + "\"}", 1);
+    for (const auto& [slot, labels] : labelled) {
+      value("sluice_role_activity{" + labels + ",activity=\"" + DescribeSlotActivity(board, slot) + "\"}", 1);
     }
     if (hub_server != nullptr) {
       const tq::ServerCounters c = hub_server->counters();
@@ -475,10 +480,12 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
   // prompts a batch at a time (up to 2 x slots / G prompts), so what it has
   // acked may trail that by a batch (a batch per replica): one more version
   // and those batches more are written ahead, and admitted prompts are
-  // always in the hub.
-  const uint64_t window =
-      static_cast<uint64_t>((po.EffectiveMaxStaleness() + 2) * P * po.sync_interval +
-                            std::max(1, po.AllRolloutReplicas()) * (2 * rl.rollout_slots / rl.group_size + 1));
+  // always in the hub. (Replicas that join the run count from when they do.)
+  auto window = [&] {
+    const int64_t replicas = po.AllRolloutReplicas() + board.joined_rollout_replicas.load();
+    return static_cast<uint64_t>((po.EffectiveMaxStaleness() + 2) * P * po.sync_interval +
+                                 std::max<int64_t>(1, replicas) * (2 * rl.rollout_slots / rl.group_size + 1));
+  };
   TraceRecorder::Global().SetThreadTrack(0, "launcher");
   TraceRecorder::Global().NameThread("prompt feeder");
   for (uint64_t next = start; next < end;) {
@@ -488,7 +495,7 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
     for (const tq::TaskDepth& t : stats.tasks) {
       if (t.task == kRolloutTask) finished = t.acked_total;
     }
-    const uint64_t until = std::min(end, start + finished + window);
+    const uint64_t until = std::min(end, start + finished + window());
     if (next >= until) {
       std::this_thread::sleep_for(kIdlePoll);
       continue;
@@ -1017,9 +1024,10 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
   const auto run_start = Clock::now();
   auto interval_start = run_start;
   int64_t busy_us_before = board.rollout_busy_us.load(), tokens_before = board.rollout_tokens.load();
-  // Per replica, with several (the step records' replica_tokens, replica_busy).
+  // Per replica, with several (the step records' replica_tokens, replica_busy;
+  // a replica elsewhere's counters come through the launcher, RemoteBeats).
   const int64_t replicas =
-      po.rollout_replicas > 1 ? std::min<int64_t>(po.rollout_replicas, RoleBoard::kMaxReplicas) : 0;
+      po.AllRolloutReplicas() > 1 ? std::min<int64_t>(po.AllRolloutReplicas(), RoleBoard::kMaxReplicas) : 0;
   std::vector<int64_t> replica_busy_before(replicas), replica_tokens_before(replicas);
   for (int64_t k = 0; k < replicas; ++k) {
     replica_busy_before[k] = board.replica_busy_us[k].load();

@@ -101,6 +101,18 @@ struct RoleBoard {
   // The trainer's progress, for the live counters (run.metrics_listen).
   std::atomic<int64_t> trainer_step;
   std::atomic<int64_t> trainer_version;
+  // Which process each slot watches, for the live counters: 0 for none,
+  // else (role + 1) << 16 | index. Set by the launcher (for the processes
+  // elsewhere too, whose heartbeats it mirrors onto their slots).
+  std::atomic<uint32_t> slot_process[kSlots];
+  void Label(int slot, PipelineRole role, int64_t index) {
+    if (slot >= 0 && slot < kSlots && index >= 0 && index < 0x10000) {
+      slot_process[slot].store((static_cast<uint32_t>(role) + 1) << 16 | static_cast<uint32_t>(index));
+    }
+  }
+  // Rollout replicas that joined the run beyond its launch (`sluice train
+  // --join`), for the prompt feeder's look-ahead.
+  std::atomic<int32_t> joined_rollout_replicas;
 
   // What the run measured, for TrainingRun::stream_summary().
   StreamSummary Summary(double wall_seconds) const;
@@ -306,12 +318,13 @@ struct StreamRoles {
   static void FinishTrace(const TrainingRun::State& s, const std::vector<std::string>& parts);
 
   // run.metrics_listen: serves the run's live counters (the board's, per
-  // role process in `processes`, and the hub's; with `hub_server`, the
-  // requests the role processes made, by path) until destroyed; null when
-  // not asked for.
-  static Result<std::unique_ptr<MetricsServer>> ServeMetrics(const TrainingRun::State& s, const RoleBoard& board,
+  // role process labelled on it (`processes` are labelled here, the
+  // launcher labels those elsewhere as it learns of them), and the hub's;
+  // with `hub_server`, the requests the role processes made, by path) until
+  // destroyed; null when not asked for.
+  static Result<std::unique_ptr<MetricsServer>> ServeMetrics(const TrainingRun::State& s, RoleBoard& board,
                                                              tq::TransferQueueClient& hub,
-                                                             std::vector<BoardProcess> processes,
+                                                             const std::vector<BoardProcess>& processes,
                                                              const tq::TransferQueueServer* hub_server);
   static Status AdoptExternalResult(TrainingRun::State& s, tq::TransferQueueClient& hub,
                                     checkpoint_engine::WeightReader& weights);

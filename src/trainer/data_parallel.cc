@@ -387,6 +387,10 @@ Result<int64_t> DataParallelStore::AddShared(const std::string& key, int64_t del
   return value;
 }
 
+Status DataParallelStore::DeleteShared(const std::string& key) {
+  return StoreCall(impl_->where, "deleting '" + key + "'", [&] { impl_->shared->deleteKey(key); });
+}
+
 std::vector<std::vector<size_t>> DataParallelShard(size_t n, int64_t mini_batches, int64_t rank, int64_t world) {
   const int64_t N = static_cast<int64_t>(n);
   const int64_t minis = std::max<int64_t>(1, std::min<int64_t>(mini_batches, N));

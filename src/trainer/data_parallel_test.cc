@@ -299,6 +299,10 @@ TEST(DataParallelTrainerTest, AttemptsKeepTheirKeysApartInOneStore) {
   Result<std::string> ended = (*same)->GetShared("ended", milliseconds(5000));
   ASSERT_TRUE(ended.ok()) << ended.status().ToString();
   EXPECT_EQ(*ended, "1");
+  // Deleted (by a client), gone for every client; deleting again is fine.
+  ASSERT_TRUE((*same)->DeleteShared("ended").ok());
+  EXPECT_EQ((*served)->GetShared("ended", milliseconds(50)).status().code(), StatusCode::kTimeout);
+  EXPECT_TRUE((*served)->DeleteShared("ended").ok());
   // A group of the new attempt forms and shares values beside the old keys.
   DataParallelOptions o;
   o.master_port = (*served)->port();

@@ -40,6 +40,10 @@ namespace sluice {
 
 // Microseconds on the steady clock (CLOCK_MONOTONIC).
 int64_t TraceNowUs();
+// The wall clock minus the steady clock, in microseconds, now: two hosts'
+// values give the shift between their steady clocks (as close as their wall
+// clocks agree, e.g. through NTP).
+int64_t TraceClockOffsetUs();
 
 struct TraceArg {
   const char* name;  // a static string of [A-Za-z0-9_]
@@ -111,6 +115,17 @@ class TraceSpan {
 // skipped, a torn last line dropped). Unavailable if `out` cannot be
 // written. Returns the number of events written.
 Result<int64_t> FinishTraceFile(const std::vector<std::string>& parts, const std::string& out);
+
+// Lines of a trace part that came from another host (JSON Lines as
+// TraceRecorder writes them), checked and moved onto this host's timeline,
+// ready to append to a part of this host's trace. Every line must be one
+// JSON object with a string "ph" and integer "pid" and "tid" in [0, 2^22),
+// and an integer "ts" if it has one (metadata has none); its "ts" moves by
+// `ts_shift_us` and a nonzero "tid" by `tid_base` (a multiple of 2^22 below
+// 2^32: threads of different hosts never share a row, and ids stay 32-bit
+// as trace viewers read them). Lines that fail (a torn or foreign line) are
+// left out and counted in *rejected.
+std::string RebaseTraceLines(const std::string& lines, int64_t ts_shift_us, int64_t tid_base, int64_t* rejected);
 
 }  // namespace sluice
 

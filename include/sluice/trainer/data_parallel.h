@@ -139,6 +139,8 @@ class DataParallelStore {
   // Adds `delta` to the counter `key` (0 if never set) atomically in the
   // store and returns the new value (e.g. numbering processes that join).
   Result<int64_t> AddShared(const std::string& key, int64_t delta);
+  // Removes `key` (Ok if it was not set).
+  Status DeleteShared(const std::string& key);
 
   struct Impl;  // data_parallel.cc's
 

@@ -51,6 +51,17 @@
 //    (same dtype, shape, nbytes) on the unit that owns the row, and remote
 //    Discard drops only cells of open writes, so bytes in storage never
 //    exceed the controller's accounting; remote FreeRows is refused.
+//  * Storage units on other hosts (storage_hosts, storage_only). A storage
+//    server holds some units of a hub whose controller's server is
+//    elsewhere; clients read and write those units' bytes there directly
+//    (ServerInfo.unit_hosts). The controller's server declares each write
+//    to the storage servers holding its rows before it answers BeginWrite,
+//    so a storage server checks storage writes as above; it frees the rows
+//    the controller frees and discards aborted writes' cells, on the
+//    controller's server's word only (requests carrying peer_token, which
+//    clients never have). A write that touches other hosts is not put or
+//    taken in one round trip (PutRows, TakeBatch are refused): clients do
+//    those in steps.
 //
 // Thread safety: endpoint(), counters(), controller() and storage() may be
 // called from any thread; Stop() and the destructor by the owner.
@@ -68,6 +79,14 @@
 #include "sluice/transfer_queue/storage.h"
 
 namespace sluice::transfer_queue {
+
+// Storage units [first_unit, first_unit + count) of a hub, served by the
+// storage server at `endpoint`.
+struct StorageHost {
+  uint32_t first_unit = 0;
+  uint32_t count = 0;
+  std::string endpoint;
+};
 
 struct ServerOptions {
   // tcp://HOST:PORT or ipc://PATH. HOST is a numeric address or interface
@@ -118,6 +137,25 @@ struct ServerOptions {
   // threads. The listener takes a free port on the bind's address
   // (ServerInfo.direct_port). Beyond this many, clients use ZeroMQ. 0: none.
   uint32_t direct_connections = 64;
+
+  // ---- Storage units on other hosts (docs/transfer_queue.md).
+  // A controller's server: which of its `storage_units` storage servers
+  // elsewhere serve (each a range at an endpoint; the ranges may not
+  // overlap); it serves the rest itself. Needs peer_token.
+  std::vector<StorageHost> storage_hosts;
+  // A storage server: serves units [first_unit, first_unit + unit_count) of
+  // a hub of `storage_units` units, refuses controller requests. Needs
+  // peer_token; has no arena (shm_bytes 0).
+  bool storage_only = false;
+  uint32_t first_unit = 0;
+  uint32_t unit_count = 0;
+  // The secret a controller's server and its storage servers share (never
+  // given to clients; at most 256 bytes): what the controller's server asks
+  // of a storage server (declaring writes, freeing rows, discarding cells)
+  // carries it in place of `token`.
+  std::string peer_token;
+  // How long a controller's server waits at Start for its storage servers to answer.
+  std::chrono::milliseconds storage_connect_timeout{30000};
 };
 
 // Requests seen by the server since it started.

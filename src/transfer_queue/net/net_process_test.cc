@@ -519,6 +519,7 @@ std::vector<std::byte> ToBytes(const wire::Message& m) { return {m.data.get(), m
 // True if the local decoder accepts `bytes` as a request: such a frame could
 // legitimately change state, so the malformed-input test does not send it.
 bool DecodesAsRequest(const std::vector<std::byte>& bytes, const wire::WireLimits& limits) {
+  using wire::DeclareWriteRequest;
   using wire::Empty;
   using wire::PutRequest;
   using wire::ShmWriteRequest;

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <thread>
 #include <utility>
 
 #include "core/validation.h"
 #include "net/rpc_channel.h"
 #include "net/shm_arena.h"
+#include "net/storage_hosts.h"
 #include "sluice/common/logging.h"
 #include "wire/wire.h"
 
@@ -256,13 +258,10 @@ Status CheckUnit(uint32_t unit) {
   return Status::Ok();
 }
 
-}  // namespace
-
-Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOptions options) {
-  const ShmMode shm_mode = options.shm;
-  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<RpcChannel> channel, RpcChannel::Create(endpoint, std::move(options)));
+// The server's ServerInfo, checked: its protocol and unit count.
+Result<wire::ServerInfo> AskServerInfo(RpcChannel& channel, const std::string& endpoint) {
   Result<wire::ServerInfo> info =
-      channel->Call<wire::ServerInfo>(MessageType::kServerInfo, 0, wire::Empty{}, milliseconds(0));
+      channel.Call<wire::ServerInfo>(MessageType::kServerInfo, 0, wire::Empty{}, milliseconds(0));
   if (!info.ok()) return info.status().WithContext("connecting to TransferQueue server " + endpoint);
   if (info->protocol_version != wire::kProtocolVersion) {
     return Status::Unimplemented("TransferQueue server " + endpoint + " speaks protocol version " +
@@ -273,6 +272,91 @@ Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOpti
     return Status::DataLoss("TransferQueue server " + endpoint + " reports " + std::to_string(info->storage_units) +
                             " storage units");
   }
+  return info;
+}
+
+// A channel to the storage server of `host`, checked against the hub.
+Result<std::shared_ptr<RpcChannel>> ConnectStorageHost(const wire::UnitHost& host, uint32_t storage_units,
+                                                       RemoteOptions options) {
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<RpcChannel> channel, RpcChannel::Create(host.endpoint, std::move(options)));
+  SLUICE_ASSIGN_OR_RETURN(wire::ServerInfo info, AskServerInfo(*channel, host.endpoint));
+  if (info.storage_units != storage_units) {
+    return Status::FailedPrecondition("storage server " + host.endpoint + " serves a hub of " +
+                                      std::to_string(info.storage_units) + " storage units, this one has " +
+                                      std::to_string(storage_units));
+  }
+  channel->RaiseLimits(info);
+  if (info.direct_port > 0 && info.direct_port <= 65535) channel->EnableDirect(static_cast<uint16_t>(info.direct_port));
+  return channel;
+}
+
+}  // namespace
+
+namespace internal {
+
+Status CheckUnitHosts(const std::vector<wire::UnitHost>& hosts, uint32_t storage_units, const std::string& what) {
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;  // [first, end)
+  for (const wire::UnitHost& h : hosts) {
+    const uint64_t end = uint64_t{h.first_unit} + h.count;
+    if (h.count == 0 || end > storage_units || h.endpoint.empty()) {
+      return Status::InvalidArgument(what + ": storage units " + std::to_string(h.first_unit) + "+" +
+                                     std::to_string(h.count) + " at '" + h.endpoint +
+                                     "' are not a non-empty range of the hub's " + std::to_string(storage_units) +
+                                     " units with an endpoint");
+    }
+    ranges.emplace_back(h.first_unit, static_cast<uint32_t>(end));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) {
+      return Status::InvalidArgument(what + ": storage unit " + std::to_string(ranges[i].first) +
+                                     " is served by two storage servers");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<StorageHostLink>> StorageHostLink::Connect(const wire::UnitHost& host, uint32_t storage_units,
+                                                                  const std::string& peer_token,
+                                                                  std::chrono::milliseconds timeout) {
+  RemoteOptions options;
+  options.token = peer_token;
+  options.shm = ShmMode::kOff;
+  options.rpc_timeout = timeout;
+  // The storage server may still be starting: ask until it answers or time runs out.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  Result<std::shared_ptr<RpcChannel>> channel = ConnectStorageHost(host, storage_units, options);
+  while (!channel.ok() && channel.status().code() == StatusCode::kUnavailable &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(100));
+    channel = ConnectStorageHost(host, storage_units, options);
+  }
+  if (!channel.ok()) return channel.status();
+  std::unique_ptr<StorageHostLink> link(new StorageHostLink());
+  link->host_ = host;
+  link->channel_ = std::move(*channel);
+  for (uint32_t u = host.first_unit; u < host.first_unit + host.count; ++u) {
+    link->units_.push_back(std::make_shared<RemoteStorageUnit>(link->channel_, u));
+  }
+  return link;
+}
+
+Status StorageHostLink::Declare(const wire::DeclareWriteRequest& request) {
+  return channel_->Call<wire::Empty>(MessageType::kDeclareWrite, 0, request, milliseconds(0))
+      .status()
+      .WithContext("declaring write " + std::to_string(request.write_id) + " to storage server " + host_.endpoint);
+}
+
+}  // namespace internal
+
+Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOptions options) {
+  const ShmMode shm_mode = options.shm;
+  const RemoteOptions storage_options = options;
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<RpcChannel> channel, RpcChannel::Create(endpoint, std::move(options)));
+  SLUICE_ASSIGN_OR_RETURN(wire::ServerInfo info_value, AskServerInfo(*channel, endpoint));
+  const wire::ServerInfo* info = &info_value;
+  SLUICE_RETURN_IF_ERROR(
+      internal::CheckUnitHosts(info->unit_hosts, info->storage_units, "TransferQueue server " + endpoint));
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<internal::ShmArenaClient> arena, AttachArena(endpoint, *info, shm_mode));
   channel->RaiseLimits(*info);
   // Same host (the arena opened) and the server serves rings: requests skip the socket.
@@ -285,9 +369,22 @@ Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOpti
   queue.endpoint = endpoint;
   queue.token_required = info->token_required;
   queue.controller = std::make_shared<RemoteController>(channel);
-  queue.fused = std::make_shared<RemoteFusedCalls>(channel, arena);
+  // Units elsewhere: their bytes go to and come from their storage server,
+  // and puts and takes go in steps (one round trip would pass the bytes
+  // through the controller's server).
+  if (info->unit_hosts.empty()) queue.fused = std::make_shared<RemoteFusedCalls>(channel, arena);
+  queue.storage.resize(info->storage_units);
+  for (const wire::UnitHost& host : info->unit_hosts) {
+    RemoteOptions o = storage_options;
+    o.shm = ShmMode::kOff;
+    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<RpcChannel> elsewhere,
+                            ConnectStorageHost(host, info->storage_units, std::move(o)));
+    for (uint32_t u = host.first_unit; u < host.first_unit + host.count; ++u) {
+      queue.storage[u] = std::make_shared<RemoteStorageUnit>(elsewhere, u);
+    }
+  }
   for (uint32_t u = 0; u < info->storage_units; ++u) {
-    queue.storage.push_back(std::make_shared<RemoteStorageUnit>(channel, u, arena));
+    if (!queue.storage[u]) queue.storage[u] = std::make_shared<RemoteStorageUnit>(channel, u, arena);
   }
   return queue;
 }

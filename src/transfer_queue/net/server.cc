@@ -114,6 +114,29 @@ Status ValidateOptions(const ServerOptions& o) {
   if (o.shm_ring_spin.count() < 0 || o.shm_ring_spin > std::chrono::seconds(1)) {
     return bad("shm_ring_spin must be in 0..1 s");
   }
+  if (o.peer_token.size() > wire::kMaxTokenBytes) {
+    return bad("peer_token has " + std::to_string(o.peer_token.size()) + " bytes, at most " +
+               std::to_string(wire::kMaxTokenBytes) + " allowed");
+  }
+  if (!o.peer_token.empty() && o.peer_token == o.token) return bad("peer_token must differ from token");
+  if (o.storage_only) {
+    if (o.peer_token.empty()) return bad("storage_only needs a peer_token (shared with the controller's server)");
+    if (!o.storage_hosts.empty()) return bad("storage_only: a storage server has no storage_hosts of its own");
+    if (o.shm_bytes > 0) return bad("storage_only: a storage server has no shared-memory arena (shm_bytes 0)");
+    if (o.open_write_timeout.count() == 0) {
+      return bad("storage_only: open_write_timeout must be > 0 (how long a declared write is kept)");
+    }
+    if (o.unit_count == 0 || uint64_t{o.first_unit} + o.unit_count > o.storage_units) {
+      return bad("storage_only: units " + std::to_string(o.first_unit) + "+" + std::to_string(o.unit_count) +
+                 " are not a non-empty range of the hub's " + std::to_string(o.storage_units));
+    }
+  }
+  if (!o.storage_hosts.empty()) {
+    if (o.peer_token.empty()) return bad("storage_hosts need a peer_token (shared with the storage servers)");
+    std::vector<wire::UnitHost> hosts;
+    for (const StorageHost& h : o.storage_hosts) hosts.push_back({h.first_unit, h.count, h.endpoint});
+    SLUICE_RETURN_IF_ERROR(internal::CheckUnitHosts(hosts, o.storage_units, "ServerOptions.storage_hosts"));
+  }
   return Status::Ok();
 }
 
@@ -147,7 +170,9 @@ Status TransferQueueServer::Impl::Init() {
   limits_.max_message_bytes = options_.max_message_bytes;
   limits_.max_batch_rows = options_.controller.max_batch_rows;
   limits_.max_tensor_bytes = max_tensor_bytes;
-  SLUICE_ASSIGN_OR_RETURN(controller_, NewInProcessController(options_.controller));
+  if (!options_.storage_only) {
+    SLUICE_ASSIGN_OR_RETURN(controller_, NewInProcessController(options_.controller));
+  }
   if (options_.shm_bytes > 0) {
     internal::ShmArena::Options arena;
     arena.data_bytes = options_.shm_bytes;
@@ -157,8 +182,23 @@ Status TransferQueueServer::Impl::Init() {
     if (!created.ok()) return created.status().WithContext("creating the shared-memory arena (shm_bytes)");
     arena_ = std::move(*created);
   }
+  // Units elsewhere (a controller's server): reached through their storage
+  // servers, which must be up within the connect timeout.
+  units_.resize(options_.storage_units);
+  for (const StorageHost& h : options_.storage_hosts) {
+    SLUICE_ASSIGN_OR_RETURN(
+        std::unique_ptr<internal::StorageHostLink> link,
+        internal::StorageHostLink::Connect({h.first_unit, h.count, h.endpoint}, options_.storage_units,
+                                           options_.peer_token, options_.storage_connect_timeout));
+    for (uint32_t i = 0; i < h.count; ++i) units_[h.first_unit + i] = link->units()[i];
+    hosts_.push_back(std::move(link));
+  }
   for (uint32_t u = 0; u < options_.storage_units; ++u) {
-    units_.push_back(NewInProcessStorageUnit(StorageUnitOptions{u, max_tensor_bytes, nullptr, arena_}));
+    const bool held =
+        !options_.storage_only || (u >= options_.first_unit && u - options_.first_unit < options_.unit_count);
+    if (!units_[u] && held) {
+      units_[u] = NewInProcessStorageUnit(StorageUnitOptions{u, max_tensor_bytes, nullptr, arena_});
+    }
   }
   open_writes_ = std::make_unique<internal::OpenWrites>(options_.open_write_timeout, options_.storage_units);
 
@@ -219,7 +259,15 @@ wire::ServerInfo TransferQueueServer::Impl::Info() const {
     info.shm_rings = options_.shm_rings;
   }
   info.direct_port = direct_port_;
+  for (const auto& link : hosts_) info.unit_hosts.push_back(link->host());
   return info;
+}
+
+const internal::StorageHostLink* TransferQueueServer::Impl::ServedElsewhere(uint32_t u) const {
+  for (const auto& link : hosts_) {
+    if (link->Holds(u)) return link.get();
+  }
+  return nullptr;
 }
 
 // ------------------------------------------------------------ I/O thread
@@ -294,7 +342,7 @@ wire::Message TransferQueueServer::Impl::Reject(std::span<const std::byte> bytes
 }
 
 std::optional<wire::Message> TransferQueueServer::Impl::Admit(std::span<const std::byte> bytes, size_t frames,
-                                                              wire::Header* header) {
+                                                              wire::Header* header, bool* peer) {
   if (frames != 1) {
     return Reject(bytes, Status::InvalidArgument("expected one frame per message, got " + std::to_string(frames)));
   }
@@ -308,10 +356,25 @@ std::optional<wire::Message> TransferQueueServer::Impl::Admit(std::span<const st
         bytes, Status::InvalidArgument(wire::Describe(*decoded) + ": storage unit " + std::to_string(decoded->target) +
                                        " does not exist (the server has " + std::to_string(units_.size()) + ")"));
   }
-  if (!options_.token.empty()) {
+  if (wire::IsStorageMessage(decoded->type)) {
+    if (const internal::StorageHostLink* elsewhere = ServedElsewhere(decoded->target)) {
+      return Reject(bytes, Status::InvalidArgument(wire::Describe(*decoded) + ": storage unit " +
+                                                   std::to_string(decoded->target) + " is served by " +
+                                                   elsewhere->host().endpoint + ", not here"));
+    }
+    if (!units_[decoded->target]) {
+      return Reject(bytes, Status::InvalidArgument(
+                               wire::Describe(*decoded) + ": storage unit " + std::to_string(decoded->target) +
+                               " is not on this storage server (it holds " + std::to_string(options_.first_unit) +
+                               ".." + std::to_string(options_.first_unit + options_.unit_count - 1) + ")"));
+    }
+  }
+  *peer = false;
+  if (!options_.token.empty() || !options_.peer_token.empty()) {
     Result<std::string> token = wire::DecodeRequestToken(bytes, *decoded, limits_);
     if (!token.ok()) return Reject(bytes, token.status());
-    if (!TokensEqual(options_.token, *token)) {
+    *peer = !options_.peer_token.empty() && TokensEqual(options_.peer_token, *token);
+    if (!*peer && !options_.token.empty() && !TokensEqual(options_.token, *token)) {
       counters_.unauthenticated.fetch_add(1);
       counters_.error_replies.fetch_add(1);
       return wire::EncodeErrorReply(
@@ -328,29 +391,31 @@ std::optional<wire::Message> TransferQueueServer::Impl::Admit(std::span<const st
 wire::Message TransferQueueServer::Impl::Answer(std::shared_ptr<const void> owner, std::span<const std::byte> bytes,
                                                 bool* admitted) {
   wire::Header header;
-  if (std::optional<wire::Message> refused = Admit(bytes, 1, &header)) {
+  bool peer = false;
+  if (std::optional<wire::Message> refused = Admit(bytes, 1, &header, &peer)) {
     *admitted = false;
     return std::move(*refused);
   }
   *admitted = true;
-  return Execute(Job{zmq::message_t(), std::move(owner), bytes, header});
+  return Execute(Job{zmq::message_t(), std::move(owner), bytes, header, peer});
 }
 
 void TransferQueueServer::Impl::HandleFrame(zmq::message_t identity, std::shared_ptr<zmq::message_t> payload,
                                             size_t frames) {
   const std::span<const std::byte> bytes(static_cast<const std::byte*>(payload->data()), payload->size());
   wire::Header header;
-  if (std::optional<wire::Message> refused = Admit(bytes, frames, &header)) {
+  bool peer = false;
+  if (std::optional<wire::Message> refused = Admit(bytes, frames, &header, &peer)) {
     SendNow(identity, std::move(*refused));
     return;
   }
   if (ServedInline(header.type) && bytes.size() <= kInlineMaxBytes) {
-    Job job{std::move(identity), std::move(payload), bytes, header};
+    Job job{std::move(identity), std::move(payload), bytes, header, peer};
     SendNow(job.identity, Execute(job));
     return;
   }
   const bool blocking = MayBlock(header.type);
-  auto job = std::make_shared<Job>(Job{std::move(identity), std::move(payload), bytes, header});
+  auto job = std::make_shared<Job>(Job{std::move(identity), std::move(payload), bytes, header, peer});
   // Blocking calls are counted here, and uncounted before the reply is
   // posted, so a client that sends its next call on receiving a reply always
   // finds the slot free again.
@@ -409,6 +474,13 @@ void TransferQueueServer::Impl::FlushOutbox() {
 }
 
 void TransferQueueServer::Impl::ExpireOpenWrites() {
+  if (!controller_) {
+    // A storage server forgets a declared write it has not heard of for a
+    // while; what became of it is the controller's server's to say (it
+    // discards an abandoned write's cells here itself).
+    (void)open_writes_->Expire(Steady::now(), [](WriteId, const internal::WriteCells&) {});
+    return;
+  }
   const size_t expired = open_writes_->Expire(Steady::now(), [this](WriteId id, const internal::WriteCells& cells) {
     DiscardCells(cells);
     Status aborted = controller_->AbortWrite(AbortWriteRequest{id});

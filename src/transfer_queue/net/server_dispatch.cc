@@ -247,61 +247,116 @@ Result<wire::TakeReply> TransferQueueServer::Impl::Take(const wire::TakeRequest&
   return reply;
 }
 
+Status TransferQueueServer::Impl::DeclareElsewhere(WriteId id, const BeginWriteRequest& request,
+                                                   const std::vector<RowId>& rows) {
+  if (hosts_.empty() || request.columns.empty()) return Status::Ok();
+  const uint32_t n = static_cast<uint32_t>(units_.size());
+  wire::DeclareWriteRequest declare{id, rows, request.columns};
+  for (const auto& link : hosts_) {
+    const bool touches =
+        std::any_of(rows.begin(), rows.end(), [&](RowId row) { return link->Holds(StorageUnitFor(row, n)); });
+    if (touches) SLUICE_RETURN_IF_ERROR(link->Declare(declare));
+  }
+  return Status::Ok();
+}
+
 wire::Message TransferQueueServer::Impl::Execute(const Job& job) {
-  Controller& c = *controller_;
+  Controller* c = controller_.get();  // null on a storage server
   StorageUnit* unit = wire::IsStorageMessage(job.header.type) ? units_[job.header.target].get() : nullptr;
   const uint32_t unit_index = job.header.target;
-  switch (job.header.type) {
+  const MessageType type = job.header.type;
+  if (c == nullptr && !wire::IsStorageMessage(type) && type != MessageType::kServerInfo &&
+      type != MessageType::kDeclareWrite) {
+    return ErrorTo(job, Status::FailedPrecondition(
+                            wire::MessageTypeName(type) + ": this TransferQueue server holds storage units " +
+                            std::to_string(options_.first_unit) + ".." +
+                            std::to_string(options_.first_unit + options_.unit_count - 1) +
+                            " of a hub only; send controller requests to the hub's controller server"));
+  }
+  if ((type == MessageType::kPutRows || type == MessageType::kTakeBatch) && !hosts_.empty()) {
+    return ErrorTo(job, Status::FailedPrecondition(wire::MessageTypeName(type) +
+                                                   ": this hub has storage units on other hosts; put and take in "
+                                                   "steps (BeginWrite, the storage servers, CommitWrite)"));
+  }
+  switch (type) {
     case MessageType::kServerInfo:
       return Serve<wire::Empty>(job, [&](const wire::Empty&) { return Result<wire::ServerInfo>(Info()); });
     case MessageType::kOpenRing:
       return Serve<wire::Empty>(job, [&](const wire::Empty&) { return OpenRing(); });
     case MessageType::kRegisterColumns:
-      return Serve<RegisterColumnsRequest>(job, [&](const auto& r) { return c.RegisterColumns(r); });
+      return Serve<RegisterColumnsRequest>(job, [&](const auto& r) { return c->RegisterColumns(r); });
     case MessageType::kRegisterTask:
-      return Serve<RegisterTaskRequest>(job, [&](const auto& r) { return c.RegisterTask(r); });
+      return Serve<RegisterTaskRequest>(job, [&](const auto& r) { return c->RegisterTask(r); });
     case MessageType::kDescribe:
-      return Serve<wire::Empty>(job, [&](const wire::Empty&) { return c.Describe(); });
+      return Serve<wire::Empty>(job, [&](const wire::Empty&) { return c->Describe(); });
     case MessageType::kCreatePartition:
-      return Serve<CreatePartitionRequest>(job, [&](const auto& r) { return c.CreatePartition(r); });
+      return Serve<CreatePartitionRequest>(job, [&](const auto& r) { return c->CreatePartition(r); });
     case MessageType::kCreateRows:
-      return Serve<CreateRowsRequest>(job, [&](const auto& r) { return c.CreateRows(r); });
+      return Serve<CreateRowsRequest>(job, [&](const auto& r) { return c->CreateRows(r); });
     case MessageType::kBeginWrite:
       return Serve<BeginWriteRequest>(job, [&](const BeginWriteRequest& r) {
-        Result<BeginWriteResponse> begun = c.BeginWrite(r);
-        if (begun.ok()) open_writes_->Add(begun->write_id, r, begun->rows, Steady::now());
+        Result<BeginWriteResponse> begun = c->BeginWrite(r);
+        if (!begun.ok()) return begun;
+        open_writes_->Add(begun->write_id, r, begun->rows, Steady::now());
+        if (Status declared = DeclareElsewhere(begun->write_id, r, begun->rows); !declared.ok()) {
+          // Not begun after all: its storage writes could not be checked there.
+          (void)open_writes_->Abort(begun->write_id, [&](const internal::WriteCells* cells) {
+            if (cells != nullptr) DiscardCells(*cells);
+            return c->AbortWrite(AbortWriteRequest{begun->write_id});
+          });
+          return Result<BeginWriteResponse>(declared);
+        }
         return begun;
+      });
+    case MessageType::kDeclareWrite:
+      return Serve<wire::DeclareWriteRequest>(job, [&](const wire::DeclareWriteRequest& r) {
+        if (!job.peer || c != nullptr) {
+          return Status::FailedPrecondition(
+              "DeclareWrite comes only from a hub's controller server to its storage servers");
+        }
+        BeginWriteRequest declared;
+        declared.rows = r.rows;
+        declared.columns = r.columns;
+        for (const ColumnWriteMeta& column : declared.columns) {
+          if (column.rows.size() != declared.rows.size()) {
+            return Status::InvalidArgument("DeclareWrite " + std::to_string(r.write_id) + ": column '" + column.column +
+                                           "' declares " + std::to_string(column.rows.size()) + " cells for " +
+                                           std::to_string(declared.rows.size()) + " rows");
+          }
+        }
+        open_writes_->Add(r.write_id, declared, declared.rows, Steady::now());
+        return Status::Ok();
       });
     case MessageType::kCommitWrite:
       return Serve<CommitWriteRequest>(job, [&](const CommitWriteRequest& r) {
         return open_writes_->Commit(
-            r.write_id, [&] { return c.CommitWrite(r); }, Steady::now());
+            r.write_id, [&] { return c->CommitWrite(r); }, Steady::now());
       });
     case MessageType::kAbortWrite:
       return Serve<AbortWriteRequest>(job, [&](const AbortWriteRequest& r) {
         return open_writes_->Abort(r.write_id, [&](const internal::WriteCells* cells) {
           // Discard before abort: the reservation covers the bytes until gone.
           if (cells != nullptr) DiscardCells(*cells);
-          return c.AbortWrite(r);
+          return c->AbortWrite(r);
         });
       });
     case MessageType::kGetMeta:
-      return Serve<GetMetaRequest>(job, [&](const auto& r) { return c.GetMeta(r); });
+      return Serve<GetMetaRequest>(job, [&](const auto& r) { return c->GetMeta(r); });
     case MessageType::kAck:
       return Serve<AckRequest>(job, [&](const AckRequest& r) {
-        Result<AckResponse> acked = c.Ack(r);
+        Result<AckResponse> acked = c->Ack(r);
         if (acked.ok()) ReclaimNow(&acked->reclaim);
         return acked;
       });
     case MessageType::kRelease:
-      return Serve<ReleaseRequest>(job, [&](const auto& r) { return c.Release(r); });
+      return Serve<ReleaseRequest>(job, [&](const auto& r) { return c->Release(r); });
     case MessageType::kRenew:
-      return Serve<RenewRequest>(job, [&](const auto& r) { return c.Renew(r); });
+      return Serve<RenewRequest>(job, [&](const auto& r) { return c->Renew(r); });
     case MessageType::kReleaseHolder:
-      return Serve<ReleaseHolderRequest>(job, [&](const auto& r) { return c.ReleaseHolder(r); });
+      return Serve<ReleaseHolderRequest>(job, [&](const auto& r) { return c->ReleaseHolder(r); });
     case MessageType::kClearPartition:
       return Serve<ClearPartitionRequest>(job, [&](const ClearPartitionRequest& r) {
-        Result<ClearResponse> cleared = c.ClearPartition(r);
+        Result<ClearResponse> cleared = c->ClearPartition(r);
         if (cleared.ok()) ReclaimNow(&cleared->reclaim);
         return cleared;
       });
@@ -310,19 +365,19 @@ wire::Message TransferQueueServer::Impl::Execute(const Job& job) {
     case MessageType::kTakeBatch:
       return Serve<wire::TakeRequest>(job, [&](const wire::TakeRequest& r) { return Take(r); });
     case MessageType::kKvLookup:
-      return Serve<KvLookupRequest>(job, [&](const auto& r) { return c.KvLookup(r); });
+      return Serve<KvLookupRequest>(job, [&](const auto& r) { return c->KvLookup(r); });
     case MessageType::kKvList:
-      return Serve<KvListRequest>(job, [&](const auto& r) { return c.KvList(r); });
+      return Serve<KvListRequest>(job, [&](const auto& r) { return c->KvList(r); });
     case MessageType::kKvClear:
       return Serve<KvClearRequest>(job, [&](const KvClearRequest& r) {
-        Result<ClearResponse> cleared = c.KvClear(r);
+        Result<ClearResponse> cleared = c->KvClear(r);
         if (cleared.ok()) ReclaimNow(&cleared->reclaim);
         return cleared;
       });
     case MessageType::kFinishReclaim:
-      return Serve<FinishReclaimRequest>(job, [&](const auto& r) { return c.FinishReclaim(r); });
+      return Serve<FinishReclaimRequest>(job, [&](const auto& r) { return c->FinishReclaim(r); });
     case MessageType::kStats:
-      return Serve<wire::Empty>(job, [&](const wire::Empty&) { return c.Stats(); });
+      return Serve<wire::Empty>(job, [&](const wire::Empty&) { return c->Stats(); });
     case MessageType::kStorageWrite:
       return Serve<StorageWriteRequest>(job, [&](const StorageWriteRequest& r) {
         return open_writes_->Store(
@@ -332,13 +387,17 @@ wire::Message TransferQueueServer::Impl::Execute(const Job& job) {
       return Serve<StorageReadRequest>(job, [&](const auto& r) { return unit->Read(r); });
     case MessageType::kStorageDiscard:
       return Serve<StorageDiscardRequest>(job, [&](const StorageDiscardRequest& r) {
+        // The controller's server's word: the cells of a write it aborted.
+        if (job.peer) return unit->Discard(r);
         for (auto& [row, columns] : open_writes_->Discardable(r)) {
           SLUICE_RETURN_IF_ERROR(unit->Discard(StorageDiscardRequest{{row}, std::move(columns)}));
         }
         return Status::Ok();
       });
     case MessageType::kStorageFreeRows:
-      return Serve<StorageFreeRequest>(job, [&](const StorageFreeRequest&) {
+      return Serve<StorageFreeRequest>(job, [&](const StorageFreeRequest& r) {
+        // The controller's server's word: rows it freed.
+        if (job.peer) return unit->FreeRows(r);
         return Status::FailedPrecondition(
             "FreeRows is not served remotely: this server frees the rows of acked and cleared partitions itself "
             "(replies carry no reclaim ticket)");

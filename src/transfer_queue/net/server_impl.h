@@ -28,6 +28,7 @@
 #include "net/open_writes.h"
 #include "net/shm_arena.h"
 #include "net/shm_ring.h"
+#include "net/storage_hosts.h"
 #include "net/worker_pool.h"
 #include "sluice/common/background_thread.h"
 #include "sluice/common/mutex.h"
@@ -58,6 +59,8 @@ class TransferQueueServer::Impl {
     std::shared_ptr<const void> owner;  // keeps `data` alive
     std::span<const std::byte> data;
     wire::Header header;
+    // It carried the peer token (the controller's server, to a storage server).
+    bool peer = false;
     std::span<const std::byte> bytes() const { return data; }
   };
   // A direct TCP connection and the thread serving it.
@@ -87,7 +90,7 @@ class TransferQueueServer::Impl {
   // The front door's checks (framing, header, target, token), cheapest
   // first: nullopt and *header filled if the request may run, else the
   // error reply to send.
-  std::optional<wire::Message> Admit(std::span<const std::byte> bytes, size_t frames, wire::Header* header);
+  std::optional<wire::Message> Admit(std::span<const std::byte> bytes, size_t frames, wire::Header* header, bool* peer);
   // An error reply refusing a frame at the door (counted as malformed).
   wire::Message Reject(std::span<const std::byte> bytes, const Status& status);
   // Refuses a well-formed request for lack of capacity (ResourceExhausted).
@@ -107,6 +110,11 @@ class TransferQueueServer::Impl {
   // leaves *ticket empty (replies carry no ticket).
   void ReclaimNow(ReclaimTicket* ticket);
   wire::ServerInfo Info() const;
+  // A controller's server: tells the storage servers holding any of the
+  // write's rows what it may store there.
+  Status DeclareElsewhere(WriteId id, const BeginWriteRequest& request, const std::vector<RowId>& rows);
+  // Where unit `u` is served, if elsewhere (null: here).
+  const internal::StorageHostLink* ServedElsewhere(uint32_t u) const;
 
   // Runs one request read from a ring or a direct connection (its own
   // thread, no hop): the door, then Execute. *admitted: it passed the door.
@@ -138,7 +146,8 @@ class TransferQueueServer::Impl {
   std::string endpoint_;
   std::shared_ptr<const Clock> clock_;  // the controller's lease clock
   std::shared_ptr<Controller> controller_;
-  std::vector<std::shared_ptr<StorageUnit>> units_;
+  std::vector<std::shared_ptr<StorageUnit>> units_;                // storage_only: null for units held elsewhere
+  std::vector<std::unique_ptr<internal::StorageHostLink>> hosts_;  // storage_hosts
   std::unique_ptr<internal::OpenWrites> open_writes_;
   std::shared_ptr<internal::ShmArena> arena_;  // null without shm_bytes
 

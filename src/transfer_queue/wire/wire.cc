@@ -378,6 +378,12 @@ void Encode(WireWriter& w, const ServerInfo& v) {
   w.U64(v.shm_data_bytes);
   w.U32(v.shm_rings);
   w.U32(v.direct_port);
+  w.U32(static_cast<uint32_t>(v.unit_hosts.size()));
+  for (const UnitHost& h : v.unit_hosts) {
+    w.U32(h.first_unit);
+    w.U32(h.count);
+    w.String(h.endpoint);
+  }
 }
 
 void Encode(WireWriter& w, const RingInfo& v) {
@@ -399,6 +405,24 @@ void Decode(WireReader& r, ServerInfo* out) {
   out->shm_data_bytes = r.U64("shm_data_bytes");
   out->shm_rings = r.U32("shm_rings");
   out->direct_port = r.U32("direct_port");
+  const size_t hosts = r.Count("unit_hosts", kMaxStorageUnits, 4 + 4 + kMinString);
+  out->unit_hosts.resize(hosts);
+  for (UnitHost& h : out->unit_hosts) {
+    h.first_unit = r.U32("unit_hosts.first_unit");
+    h.count = r.U32("unit_hosts.count");
+    h.endpoint = r.String("unit_hosts.endpoint", kMaxNameBytes);
+  }
+}
+
+void Encode(WireWriter& w, const DeclareWriteRequest& v) {
+  w.U64(v.write_id);
+  EncodeRowIds(w, v.rows);
+  EncodeList(w, v.columns);
+}
+void Decode(WireReader& r, DeclareWriteRequest* out) {
+  out->write_id = r.U64("write_id");
+  out->rows = DecodeRowIds(r, "rows", r.limits().max_batch_rows);
+  out->columns = DecodeList<ColumnWriteMeta>(r, "columns", kMaxColumns, kMinColumnWrite);
 }
 
 void Encode(WireWriter& w, const ColumnSchema& v) {

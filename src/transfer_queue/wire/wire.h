@@ -48,7 +48,9 @@ inline constexpr uint32_t kMagic = 0x51544C53;  // bytes 'S' 'L' 'T' 'Q'
 // 4: OpenRing (same-host shared-memory rings); ServerInfo.shm_rings and
 //    direct_port (direct TCP connections); PutRows and TakeBatch (a put or
 //    a take in one round trip).
-inline constexpr uint16_t kProtocolVersion = 5;
+// 6: ServerInfo.unit_hosts (storage units served by other servers);
+//    DeclareWrite (a controller telling those servers of a write).
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kHeaderBytes = 32;
 inline constexpr uint16_t kFlagReply = 1;
 inline constexpr uint16_t kFlagError = 2;
@@ -59,6 +61,14 @@ inline constexpr uint32_t kMaxStorageUnits = 1024;
 
 // An empty body.
 struct Empty {};
+
+// Storage units [first_unit, first_unit + count) served by the server at
+// `endpoint` (a storage server, ServerOptions::storage_of).
+struct UnitHost {
+  uint32_t first_unit = 0;
+  uint32_t count = 0;
+  std::string endpoint;
+};
 
 // What a server tells a client at connect time.
 struct ServerInfo {
@@ -76,6 +86,18 @@ struct ServerInfo {
   // The port of the server's direct TCP listener (same address as the
   // ZeroMQ endpoint; length-prefixed messages); 0: none.
   uint32_t direct_port = 0;
+  // Storage units served elsewhere: a client reads and writes their bytes
+  // there (and puts and takes in steps, not in one round trip).
+  std::vector<UnitHost> unit_hosts;
+};
+
+// A controller's server telling a storage server of an open write that
+// stores cells there (the cells storage writes may then fill): the write's
+// rows and its declared columns, as in BeginWriteRequest.
+struct DeclareWriteRequest {
+  WriteId write_id = 0;
+  std::vector<RowId> rows;
+  std::vector<ColumnWriteMeta> columns;
 };
 
 // Reply to OpenRing: the ring segment made for this client (shm_ring.h).
@@ -162,6 +184,7 @@ using KvEntries = std::vector<KvEntry>;
   X(PutRows, 34, PutRequest, BeginWriteResponse)                          \
   X(TakeBatch, 35, TakeRequest, TakeReply)                                \
   X(ReleaseHolder, 36, ReleaseHolderRequest, ReleaseHolderResponse)       \
+  X(DeclareWrite, 37, DeclareWriteRequest, Empty)                         \
   X(StorageWrite, 64, StorageWriteRequest, Empty)                         \
   X(StorageRead, 65, StorageReadRequest, StorageReadResponse)             \
   X(StorageDiscard, 66, StorageDiscardRequest, Empty)                     \
@@ -230,6 +253,7 @@ struct Message {
   void Decode(WireReader& r, T* out);
 SLUICE_TQ_WIRE_CODEC_(Empty)
 SLUICE_TQ_WIRE_CODEC_(ServerInfo)
+SLUICE_TQ_WIRE_CODEC_(DeclareWriteRequest)
 SLUICE_TQ_WIRE_CODEC_(RingInfo)
 SLUICE_TQ_WIRE_CODEC_(ColumnSchema)
 SLUICE_TQ_WIRE_CODEC_(TensorMeta)

@@ -42,6 +42,7 @@ inline void MakeSample(ServerInfo* v) {
   v->shm_data_bytes = 1 << 20;
   v->shm_rings = 64;
   v->direct_port = 40001;
+  v->unit_hosts = {{1, 2, "tcp://10.0.0.2:40100"}, {3, 1, "tcp://10.0.0.3:40100"}};
 }
 inline void MakeSample(RingInfo* v) {
   v->name = "/sluice.tqring.123-456.7";
@@ -121,6 +122,11 @@ inline void MakeSample(RenewRequest* v) {
   v->lease_timeout = std::chrono::milliseconds(30000);
 }
 inline void MakeSample(ReleaseHolderRequest* v) { v->holder = "reward-2/31337"; }
+inline void MakeSample(DeclareWriteRequest* v) {
+  v->write_id = 41;
+  v->rows = {7, 8};
+  v->columns = {{"response", {{DType::kI32, {3}, 12}, {DType::kI32, {1}, 4}}}};
+}
 inline void MakeSample(ReleaseHolderResponse* v) {
   v->leases_released = 2;
   v->rows_returned = 7;

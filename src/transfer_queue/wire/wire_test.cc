@@ -71,8 +71,10 @@ TQ_TIED_EQ_(StorageDiscardRequest, v.rows, v.columns)
 TQ_TIED_EQ_(StorageFreeRequest, v.rows)
 namespace wire {
 inline bool operator==(const Empty&, const Empty&) { return true; }
+TQ_TIED_EQ_(UnitHost, v.first_unit, v.count, v.endpoint)
 TQ_TIED_EQ_(ServerInfo, v.protocol_version, v.storage_units, v.max_message_bytes, v.max_batch_rows, v.max_tensor_bytes,
-            v.token_required, v.shm_segment, v.shm_data_bytes, v.shm_rings, v.direct_port)
+            v.token_required, v.shm_segment, v.shm_data_bytes, v.shm_rings, v.direct_port, v.unit_hosts)
+TQ_TIED_EQ_(DeclareWriteRequest, v.write_id, v.rows, v.columns)
 TQ_TIED_EQ_(RingInfo, v.name, v.capacity)
 TQ_TIED_EQ_(ShmCell, v.offset, v.meta)
 TQ_TIED_EQ_(ShmWriteItem, v.row, v.column, v.meta)

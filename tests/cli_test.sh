@@ -366,18 +366,23 @@ expect torchrun-world-2 1 "rank 1 of 2 (local 1 of 2, node 0), rendezvous at 127
 expect torchrun-ranks-disagree 2 "pipeline.trainer_ranks=3, but launched as rank 0 of 2" -- \
   env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
   "$SLUICE" train run.dir="$tmp/ranked" pipeline.mode=async pipeline.processes=true pipeline.trainer_ranks=3
-# cluster.rollout_ranks / reward_ranks: the last launched ranks are rollout replicas and reward
-# workers; counts that leave no trainer rank, or a process no launcher started, are refused naming
-# the problem.
-expect cluster-no-trainer 2 "cluster.rollout_ranks=1 and cluster.reward_ranks=1, but launched as rank 0 of 2" -- \
+# cluster.rollout_ranks / reward_ranks / storage_ranks: the last launched ranks are rollout
+# replicas, reward workers and hub storage servers; counts that leave no trainer rank, or a process
+# no launcher started, are refused naming the problem.
+expect cluster-no-trainer 2 "cluster.rollout_ranks=1, cluster.reward_ranks=1 and cluster.storage_ranks=0, but launched as rank 0 of 2" -- \
   env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
   "$SLUICE" train run.dir="$tmp/ranked" pipeline.mode=async pipeline.processes=true cluster.rollout_ranks=1 \
   cluster.reward_ranks=1
-expect cluster-ranks-disagree 2 "from torchrun, and cluster.rollout_ranks=1 and cluster.reward_ranks=0 leave 1 trainer rank(s)" -- \
+expect cluster-ranks-disagree 2 "from torchrun, and cluster.rollout_ranks=1, cluster.reward_ranks=0 and cluster.storage_ranks=0 leave 1 trainer rank(s)" -- \
   env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 "$SLUICE" train run.dir="$tmp/ranked" \
   pipeline.mode=async pipeline.processes=true cluster.rollout_ranks=1 pipeline.trainer_ranks=2
-expect cluster-not-launched 2 "cluster.reward_ranks=1: rollout and reward ranks are processes that a launcher" -- \
+expect cluster-not-launched 2 "cluster.reward_ranks=1, cluster.storage_ranks=0: rollout, reward and storage ranks are processes that a launcher" -- \
   "$SLUICE" train run.dir="$tmp/ranked" pipeline.mode=async pipeline.processes=true cluster.reward_ranks=1
+expect cluster-storage-not-launched 2 "cluster.storage_ranks=2: rollout, reward and storage ranks are processes that a launcher" -- \
+  "$SLUICE" train run.dir="$tmp/ranked" pipeline.mode=async pipeline.processes=true cluster.storage_ranks=2
+expect cluster-storage-no-trainer 2 "and cluster.storage_ranks=2, but launched as rank 0 of 2" -- \
+  env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
+  "$SLUICE" train run.dir="$tmp/ranked" pipeline.mode=async pipeline.processes=true cluster.storage_ranks=2
 expect cluster-no-replica 2 "pipeline.rollout_replicas: must be at least 1" -- \
   "$SLUICE" train run.dir="$tmp/ranked" pipeline.mode=async pipeline.processes=true pipeline.rollout_replicas=0
 # `sluice train --join`: only rollout replicas and reward workers join, at a rendezvous named by

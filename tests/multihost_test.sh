@@ -46,6 +46,13 @@
 #                 every prompt once; rank 0's watchdog names the joined
 #                 worker while it is frozen; a joiner with another config is
 #                 turned away (no number taken) and the run goes on
+#   storage       the hub's rows spread over a storage unit on rank 0's host
+#                 and one on host 2 (cluster.storage_ranks=1): the roles on
+#                 hosts 0-1 write and read the bytes of host 2's rows there;
+#                 an async run completes, every prompt trained once, and the
+#                 storage rank served requests and stopped after the hub;
+#                 a storage rank SIGKILLed mid-run ends the run (an error
+#                 naming its server, within the ranks' timeout), not a hang
 #   stall         the replica on host 1 is frozen (SIGSTOP): rank 0's watchdog,
 #                 reading the heartbeats processes elsewhere report to the
 #                 ranks' store, names it, its host and what it was doing, and
@@ -388,6 +395,38 @@ if want grow; then
     && [ "$(grep -c "rollout replica 1 of the run at .* (joined beyond the launch)" "$tmp/grj1.log")" -eq 3 ] \
     || fail "grow: the joined replica's restart (killed: '$joined_child' at $steps_at_kill steps): $(tail -n 3 "$tmp/grj1.log")"
   trained_once "$tmp/gr" 150 && echo "ok   grow" || fail "grow: $(tail -3 "$tmp/gr0.log")"
+fi
+
+# --- storage: trainer rank 0 on host 0, a replica on host 1, a hub storage unit on host 2
+if want storage; then
+  storage=("${run[@]}" pipeline.mode=async rl.steps=12 cluster.rollout_ranks=1 cluster.storage_ranks=1 run.dir="$tmp/sg")
+  start_rank 1 3 "$tmp/sg1.log" "${storage[@]}"
+  start_rank 2 3 "$tmp/sg2.log" "${storage[@]}"
+  start_rank 0 3 "$tmp/sg0.log" "${storage[@]}"
+  for p in "${pids[@]}"; do wait "$p" || fail "storage: a rank exited $?"; done
+  pids=()
+  grep -q "hub storage unit 1 of the run at .*, serving on tcp://${net}3:" "$tmp/sg2.log" \
+    && grep -Eq "hub storage unit 1: [1-9][0-9]* requests served; done" "$tmp/sg2.log" \
+    && grep -q "rollout replica 1: done" "$tmp/sg1.log" \
+    || fail "storage: the storage rank on host 2: $(tail -n 3 "$tmp/sg2.log")"
+  trained_once "$tmp/sg" 12 || fail "storage: $(tail -3 "$tmp/sg0.log")"
+  # The storage rank dies mid-run: the rows it held are gone, and the run ends saying where.
+  storage=("${storage[@]}" rl.steps=60 rl.max_new_tokens=64 run.dir="$tmp/sk")
+  start_rank 1 3 "$tmp/sk1.log" "${storage[@]}"
+  start_rank 2 3 "$tmp/sk2.log" "${storage[@]}"
+  start_rank 0 3 "$tmp/sk0.log" "${storage[@]}"
+  steps_at_kill=$(wait_steps "$tmp/sk" 2)
+  killed=$(sluice_pids 2)
+  [ -n "$killed" ] && kill -9 $killed
+  start=$SECONDS
+  wait "${pids[2]}"; rc=$?
+  took=$((SECONDS - start))
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  pids=()
+  [ -n "$killed" ] && [ "$steps_at_kill" -lt 60 ] && [ "$rc" -ne 0 ] && [ "$took" -lt 50 ] \
+    && grep -q "${net}3" "$tmp/sk0.log" \
+    && echo "ok   storage" \
+    || fail "storage: after the storage rank's death (at step $steps_at_kill): rank 0 rc=$rc after ${took}s: $(grep -v "^I" "$tmp/sk0.log" | tail -3)"
 fi
 
 # --- stall: freeze the replica on host 1 once a step is trained

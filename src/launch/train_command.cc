@@ -189,8 +189,12 @@ ConfigSchema TrainSchema() {
            "ranks) are rollout replicas, one each, calling the hub over TCP and receiving the weights over the "
            "CheckpointEngine broadcast");
   s.AddInt("cluster.reward_ranks", 0, 0, 64,
+           "launched by torchrun, srun or mpirun: how many of the launched processes (the ranks after the rollout "
+           "ranks) are reward workers, one each, scoring answers through the hub over TCP");
+  s.AddInt("cluster.storage_ranks", 0, 0, 64,
            "launched by torchrun, srun or mpirun: how many of the launched processes (the last ranks, after the "
-           "rollout ranks) are reward workers, one each, scoring answers through the hub over TCP");
+           "reward ranks) each serve one of the hub's storage units, so the bytes of the hub's rows are spread over "
+           "them and rank 0's host (one unit each)");
   s.AddInt("pipeline.reward_workers", 1, 0, 64,
            "pipeline.processes: reward processes on this host scoring answers from the hub (0: only with "
            "cluster.reward_ranks)");
@@ -422,6 +426,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.rollout_replicas = static_cast<int32_t>(c.GetInt("pipeline.rollout_replicas"));
   o.pipeline.remote_rollout_replicas = static_cast<int32_t>(c.GetInt("cluster.rollout_ranks"));
   o.pipeline.remote_reward_workers = static_cast<int32_t>(c.GetInt("cluster.reward_ranks"));
+  o.pipeline.remote_storage_units = static_cast<int32_t>(c.GetInt("cluster.storage_ranks"));
   o.pipeline.reward_workers = static_cast<int32_t>(c.GetInt("pipeline.reward_workers"));
   o.pipeline.worker_lease_seconds = c.GetInt("pipeline.worker_lease_seconds");
   o.pipeline.rank_timeout_seconds = c.GetInt("pipeline.rank_timeout_seconds");
@@ -613,12 +618,14 @@ Status PlaceRanks(const runtime::ProcessPlacement& p, const Config& config, pipe
         "one_step_off, async)");
   }
   const std::string declared = "cluster.rollout_ranks=" + std::to_string(po.remote_rollout_replicas) +
-                               " and cluster.reward_ranks=" + std::to_string(po.remote_reward_workers);
-  const int64_t trainers = p.world_size - po.remote_rollout_replicas - po.remote_reward_workers;
+                               ", cluster.reward_ranks=" + std::to_string(po.remote_reward_workers) +
+                               " and cluster.storage_ranks=" + std::to_string(po.remote_storage_units);
+  const int64_t trainers =
+      p.world_size - po.remote_rollout_replicas - po.remote_reward_workers - po.remote_storage_units;
   if (trainers < 1) {
     return Status::InvalidArgument(declared + ", but " + launched +
                                    ": that leaves no trainer rank (rank 0 is one); launch more processes or declare "
-                                   "fewer rollout and reward ranks");
+                                   "fewer rollout, reward and storage ranks");
   }
   if (po.trainer_ranks != 1 && po.trainer_ranks != trainers) {
     return Status::InvalidArgument("pipeline.trainer_ranks=" + std::to_string(po.trainer_ranks) + ", but " + launched +
@@ -743,17 +750,23 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(runtime::ProcessPlacement placement, runtime::PlacementFromEnvironment(std::getenv));
   SLUICE_ASSIGN_OR_RETURN(pipeline::RunOptions options, RunOptionsFrom(config));
   if (placement.world_size == 1 &&
-      (options.pipeline.remote_rollout_replicas > 0 || options.pipeline.remote_reward_workers > 0)) {
+      (options.pipeline.remote_rollout_replicas > 0 || options.pipeline.remote_reward_workers > 0 ||
+       options.pipeline.remote_storage_units > 0)) {
     return Status::InvalidArgument(
         "cluster.rollout_ranks=" + std::to_string(options.pipeline.remote_rollout_replicas) +
         ", cluster.reward_ranks=" + std::to_string(options.pipeline.remote_reward_workers) +
-        ": rollout and reward ranks are processes that a launcher (torchrun, srun, mpirun) starts beside rank 0, "
-        "and this process is the only one (no RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or "
+        ", cluster.storage_ranks=" + std::to_string(options.pipeline.remote_storage_units) +
+        ": rollout, reward and storage ranks are processes that a launcher (torchrun, srun, mpirun) starts beside "
+        "rank 0, and this process is the only one (no RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or "
         "OMPI_COMM_WORLD_RANK/SIZE, or a world size of 1); use pipeline.rollout_replicas and "
         "pipeline.reward_workers for processes on this host");
   }
   if (placement.world_size > 1) {
     SLUICE_RETURN_IF_ERROR(PlaceRanks(placement, config, &options));
+    const int64_t storage_from = placement.world_size - options.pipeline.remote_storage_units;
+    if (placement.rank >= storage_from) {
+      return pipeline::ServeHubStorage(options, placement.rank - storage_from, placement.ToString());
+    }
     if (placement.rank > 0) {
       const pipeline::PipelineOptions& po = options.pipeline;
       const int64_t rollout_from = po.trainer_ranks, reward_from = rollout_from + po.remote_rollout_replicas;

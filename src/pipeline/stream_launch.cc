@@ -241,6 +241,46 @@ uint64_t ReceivedVersions(const BroadcastWeights& w) {
   return 0;
 }
 
+// cluster.storage_ranks: the hub has one storage unit here and one on each
+// storage rank. Publishes the plan (the clients' token, the secret the hub
+// shares with its storage servers, the unit count, the config's digest) in
+// the ranks' store, then waits for each storage rank to say where it serves
+// (a storage rank that refuses the run stops the wait).
+Status PlaceHubStorage(const PipelineOptions& po, trainer::DataParallelStore& store, tq::ServerOptions* so) {
+  SLUICE_ASSIGN_OR_RETURN(so->peer_token, RandomToken());
+  so->storage_units = static_cast<uint32_t>(1 + po.remote_storage_units);
+  const nlohmann::json plan = {{"token", so->token},
+                               {"peer_token", so->peer_token},
+                               {"units", so->storage_units},
+                               {"config_digest", po.config_digest}};
+  SLUICE_RETURN_IF_ERROR(store.SetShared(kHubStoragePlanKey, plan.dump()));
+  const std::chrono::seconds timeout(po.rank_timeout_seconds);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int32_t i = 0; i < po.remote_storage_units; ++i) {
+    const std::string what = "hub storage rank " + std::to_string(i) + " (cluster.storage_ranks)";
+    while (true) {
+      Result<std::string> endpoint = store.GetShared(kHubStoragePrefix + std::to_string(i), milliseconds(1000));
+      if (endpoint.ok()) {
+        // (from the network: a ZeroMQ TCP endpoint of a sane length)
+        if (endpoint->rfind("tcp://", 0) != 0 || endpoint->size() > 255) {
+          return Status::DataLoss(what + " serves at '" + endpoint->substr(0, 80) + "', not a tcp:// endpoint");
+        }
+        so->storage_hosts.push_back({static_cast<uint32_t>(1 + i), 1, *endpoint});
+        break;
+      }
+      if (Result<std::string> why = store.GetShared(kRanksRefusedKey, milliseconds(0)); why.ok()) {
+        return Status::FailedPrecondition(*why);
+      }
+      if (endpoint.status().code() != StatusCode::kTimeout || std::chrono::steady_clock::now() >= deadline) {
+        return endpoint.status().WithContext("waiting for " + what + " to say where it serves (" +
+                                             std::to_string(timeout.count()) + " s, pipeline.rank_timeout_seconds)");
+      }
+    }
+  }
+  so->storage_connect_timeout = timeout;
+  return Status::Ok();
+}
+
 // The board segment, mapped read-write.
 struct MappedBoard {
   SharedMemorySegment segment;
@@ -600,6 +640,41 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     ~FinishTrace() { StreamRoles::FinishTrace(s, parts); }
   } finish_trace{s, trace_parts};
 
+  // pipeline.trainer_ranks > 1: where the ranks meet. All on this host: a
+  // file store in the run's roles/ directory (nothing listens on the
+  // network). Some elsewhere: a TCPStore served here for as long as they
+  // run (TCPStore listens on every interface), or the launcher's agent's.
+  std::unique_ptr<trainer::DataParallelStore> rank_store;
+  const bool remote_processes = po.HasRemoteProcesses();
+  std::string store_at, store_host = "127.0.0.1";
+  const std::chrono::seconds rank_timeout(po.rank_timeout_seconds);
+  struct RemoveFile {
+    fs::path path;
+    ~RemoveFile() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove(path, ec);
+    }
+  } rank_file;
+  if (po.trainer_ranks > 1 && !remote_processes) {
+    rank_file.path = fs::path(s.options.run_dir) / "roles" / ("ranks-" + tag + ".store");
+    std::error_code ec;
+    fs::remove(rank_file.path, ec);  // a fresh file for every start
+    store_at = "file:" + rank_file.path.string();
+  } else if (po.trainer_ranks > 1 || remote_processes) {
+    int port = 0;
+    if (!po.trainer_store.empty()) {
+      SLUICE_RETURN_IF_ERROR(ParseListenAddress(po.trainer_store, &store_host, &port).WithContext("the ranks' store"));
+    }
+    if (po.trainer_store_external) {
+      SLUICE_ASSIGN_OR_RETURN(rank_store,
+                              trainer::DataParallelStore::Connect(store_host, port, rank_timeout, StoreKeys(po)));
+    } else {
+      SLUICE_ASSIGN_OR_RETURN(rank_store,
+                              trainer::DataParallelStore::Serve(store_host, port, rank_timeout, StoreKeys(po)));
+    }
+    store_at = store_host + ":" + std::to_string(rank_store->port());
+  }
+
   tq::ServerOptions so;
   if (!po.hub_bind.empty()) {
     so.bind = po.hub_bind;
@@ -614,7 +689,33 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   // A role's write of an answer or a reward lasts milliseconds; one left
   // open is a dead process's, and holds the answer's cells until aborted.
   so.open_write_timeout = kOpenWriteTimeout;
+  if (po.remote_storage_units > 0) SLUICE_RETURN_IF_ERROR(PlaceHubStorage(po, *rank_store, &so));
   SLUICE_ASSIGN_OR_RETURN(auto server, tq::TransferQueueServer::Start(so));
+  if (!so.storage_hosts.empty()) {
+    std::string where;
+    for (const tq::StorageHost& h : so.storage_hosts)
+      where += ", unit " + std::to_string(h.first_unit) + " at " + h.endpoint;
+    SLUICE_LOG(INFO) << "hub: " << so.storage_units << " storage units, unit 0 on this host" << where;
+  }
+  // However the run ends, the storage ranks stop once the hub has; the
+  // ranks' store (which may be this process's) stays until each has seen
+  // that, or for 5 s.
+  struct StoppedForStorage {
+    trainer::DataParallelStore* store;
+    tq::TransferQueueServer* hub;
+    int32_t ranks;
+    ~StoppedForStorage() {
+      if (store == nullptr) return;
+      hub->Stop();
+      if (!store->SetShared(kHubStoppedKey, "1").ok()) return;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      for (int32_t i = 0; i < ranks; ++i) {
+        const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+        (void)store->GetShared(kHubStoragePrefix + std::to_string(i) + "/done", std::max(left, milliseconds(0)));
+      }
+    }
+  } stopped_for_storage{po.remote_storage_units > 0 ? rank_store.get() : nullptr, server.get(),
+                        po.remote_storage_units};
   tq::TransferQueueClient local(server->controller(), server->storage());  // this process's view of the hub
   SLUICE_RETURN_IF_ERROR(CreateHubPartitions(local, s.options.rl.group_size));
   SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment board_segment,
@@ -675,40 +776,9 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       SLUICE_LOG(INFO) << "trainer command: hub " << server->endpoint() << ", weight store " << store_name
                        << " (version " << s.version << " published), run info " << info_path;
     }
-    // pipeline.trainer_ranks > 1: where the ranks meet. All on this host: a
-    // file store in the run's roles/ directory (nothing listens on the
-    // network). Some elsewhere: a TCPStore served here for as long as they
-    // run (TCPStore listens on every interface), or the launcher's agent's.
-    std::unique_ptr<trainer::DataParallelStore> rank_store;
     std::unique_ptr<WeightRelay> relay;  // rollout replicas elsewhere
-    const bool remote_processes = po.HasRemoteProcesses();
-    std::string store_at;
-    const std::chrono::seconds rank_timeout(po.rank_timeout_seconds);
-    struct RemoveFile {
-      fs::path path;
-      ~RemoveFile() {
-        std::error_code ec;
-        if (!path.empty()) fs::remove(path, ec);
-      }
-    } rank_file;
-    if (po.trainer_ranks > 1 && !remote_processes) {
-      rank_file.path = fs::path(s.options.run_dir) / "roles" / ("ranks-" + tag + ".store");
-      std::error_code ec;
-      fs::remove(rank_file.path, ec);  // a fresh file for every start
-      store_at = "file:" + rank_file.path.string();
-    } else if (po.trainer_ranks > 1 || remote_processes) {
-      std::string host = "127.0.0.1";
-      int port = 0;
-      if (!po.trainer_store.empty()) {
-        SLUICE_RETURN_IF_ERROR(ParseListenAddress(po.trainer_store, &host, &port).WithContext("the ranks' store"));
-      }
-      if (po.trainer_store_external) {
-        SLUICE_ASSIGN_OR_RETURN(rank_store,
-                                trainer::DataParallelStore::Connect(host, port, rank_timeout, StoreKeys(po)));
-      } else {
-        SLUICE_ASSIGN_OR_RETURN(rank_store, trainer::DataParallelStore::Serve(host, port, rank_timeout, StoreKeys(po)));
-      }
-      store_at = host + ":" + std::to_string(rank_store->port());
+    if (rank_store) {
+      const std::string& host = store_host;
       if (po.remote_rollout_replicas > 0) {
         SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::ExportWeights(*s.policy));
         SLUICE_ASSIGN_OR_RETURN(relay, WeightRelay::Start(host, store_name, ce::LayoutOf(weights),
@@ -1282,6 +1352,78 @@ Status TrainingRun::SuperviseLaunchedRank(const std::string& store, PipelineRole
     return Status::Ok();
   }
   return waited;
+}
+
+Status ServeHubStorage(const RunOptions& options, int64_t index, const std::string& placed) {
+  const PipelineOptions& po = options.pipeline;
+  const std::chrono::seconds timeout(po.rank_timeout_seconds);
+  const std::string what = "hub storage unit " + std::to_string(index + 1);
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<trainer::DataParallelStore> store,
+                          ConnectRanksStore(po.trainer_store, timeout, po.trainer_store_prefix));
+  Result<std::string> text = store->GetShared(kHubStoragePlanKey, timeout);
+  if (!text.ok()) return text.status().WithContext(what + ": waiting for rank 0's plan of the hub");
+  // Rank 0's plan, from the network: checked whole.
+  const nlohmann::json plan = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  auto string = [&](const char* k) {
+    return plan.contains(k) && plan[k].is_string() && plan[k].get<std::string>().size() <= 256;
+  };
+  if (!plan.is_object() || !string("token") || !string("peer_token") || !string("config_digest") ||
+      !plan.contains("units") || !plan["units"].is_number_unsigned()) {
+    return Status::DataLoss(what + ": rank 0's plan of the hub is malformed: " + text->substr(0, 120));
+  }
+  auto refuse = [&](const std::string& why) {
+    (void)store->SetShared(kRanksRefusedKey, why);  // rank 0 stops instead of waiting
+    return Status::FailedPrecondition(why);
+  };
+  if (plan["config_digest"].get<std::string>() != po.config_digest) {
+    return refuse(what + ": this process's config (digest " + po.config_digest + ") differs from rank 0's (digest " +
+                  plan["config_digest"].get<std::string>() + "): start every rank with the same config and overrides");
+  }
+  const uint64_t units = plan["units"].get<uint64_t>();
+  if (units != static_cast<uint64_t>(1 + po.remote_storage_units) || static_cast<uint64_t>(index) + 1 >= units) {
+    return refuse(what + ": rank 0 plans a hub of " + std::to_string(units) + " storage units, this process " +
+                  std::to_string(1 + po.remote_storage_units) + " (cluster.storage_ranks)");
+  }
+  // Reachable where the rendezvous is: this host's address toward it.
+  std::string rendezvous;
+  int port = 0;
+  SLUICE_RETURN_IF_ERROR(ParseListenAddress(po.trainer_store, &rendezvous, &port));
+  std::string bind = "tcp://127.0.0.1:0";
+  if (!tq::IsLoopbackEndpoint("tcp://" + rendezvous + ":0")) {
+    SLUICE_ASSIGN_OR_RETURN(const std::string here, net::LocalAddressToward(rendezvous));
+    bind = "tcp://" + here + ":0";
+  }
+  tq::ServerOptions so;
+  so.bind = bind;
+  so.token = plan["token"].get<std::string>();
+  so.peer_token = plan["peer_token"].get<std::string>();
+  so.storage_only = true;
+  so.storage_units = static_cast<uint32_t>(units);
+  so.first_unit = static_cast<uint32_t>(index + 1);
+  so.unit_count = 1;
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<tq::TransferQueueServer> server, tq::TransferQueueServer::Start(so));
+  SLUICE_RETURN_IF_ERROR(store->SetShared(kHubStoragePrefix + std::to_string(index), server->endpoint()));
+  std::fprintf(stderr, "sluice train: %s, %s of the run at %s, serving on %s\n", placed.c_str(), what.c_str(),
+               po.trainer_store.c_str(), server->endpoint().c_str());
+  // Until rank 0's hub has stopped (said before its store goes; a store
+  // gone first means rank 0 died).
+  Status ended = Status::Ok();
+  while (true) {
+    Result<std::string> stopped = store->GetShared(kHubStoppedKey, milliseconds(1000));
+    if (stopped.ok()) {
+      (void)store->SetShared(kHubStoragePrefix + std::to_string(index) + "/done", "1");
+      break;
+    }
+    if (stopped.status().code() != StatusCode::kTimeout) {
+      ended = stopped.status().WithContext(what + ": rank 0's store is gone before its hub said it stopped");
+      break;
+    }
+  }
+  server->Stop();
+  const tq::ServerCounters served = server->counters();
+  std::fprintf(stderr, "%s: %llu requests served; done\n", what.c_str(),
+               static_cast<unsigned long long>(served.requests));
+  return ended;
 }
 
 }  // namespace sluice::pipeline

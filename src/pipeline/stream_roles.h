@@ -182,6 +182,12 @@ inline constexpr char kRanksRefusedKey[] = "refused";
 // Counters of the processes that joined the run beyond the launch
 // (`sluice train --join`), by role: "joined/rollout", "joined/reward".
 inline constexpr char kRanksJoinedPrefix[] = "joined/";
+// Hub storage units on other hosts (cluster.storage_ranks): rank 0's plan
+// (JSON: token, peer_token, units, config_digest), each storage rank's
+// endpoint ("hub_storage/<index>"), and that rank 0's hub has stopped.
+inline constexpr char kHubStoragePlanKey[] = "hub_storage/plan";
+inline constexpr char kHubStoragePrefix[] = "hub_storage/";
+inline constexpr char kHubStoppedKey[] = "hub_storage/stopped";
 
 // The hub's two partitions and three consuming tasks:
 //   prompts   one row per prompt (group id = its cursor in the run's prompt

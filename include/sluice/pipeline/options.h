@@ -110,10 +110,15 @@ struct PipelineOptions {
   // processes scoring answers through the hub over TCP.
   int32_t remote_reward_workers = 0;
   int32_t AllRewardWorkers() const { return reward_workers + remote_reward_workers; }
-  // Whether processes on other hosts take part (trainer ranks, replicas or workers).
+  // Hub storage units on other hosts (cluster.storage_ranks): launched
+  // processes that each serve one of the hub's storage units (a
+  // TransferQueue storage server); the hub then has one unit on this host
+  // and one on each of them, rows spread over them by id.
+  int32_t remote_storage_units = 0;
+  // Whether processes on other hosts take part (trainer ranks, replicas, workers or storage).
   bool HasRemoteProcesses() const {
     return (local_trainer_ranks > 0 && local_trainer_ranks < trainer_ranks) || remote_rollout_replicas > 0 ||
-           remote_reward_workers > 0;
+           remote_reward_workers > 0 || remote_storage_units > 0;
   }
   // How long a rollout replica holds a prompt, and a reward worker an
   // answer, without renewing the lease; live ones renew every third of it.

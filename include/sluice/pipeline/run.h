@@ -118,6 +118,15 @@ class TrainingRun {
   std::unique_ptr<State> state_;
 };
 
+// A launched process serving one of the hub's storage units
+// (cluster.storage_ranks; unit 1 + `index`, unit 0 being on rank 0's host):
+// takes rank 0's plan from the ranks' store (options.pipeline.trainer_store;
+// its config must match, FailedPrecondition otherwise), starts a
+// TransferQueue storage server on this host's address toward the
+// rendezvous, tells rank 0 where, and serves until rank 0's hub has
+// stopped. `placed` says how it was launched, for its first line.
+Status ServeHubStorage(const RunOptions& options, int64_t index, const std::string& placed);
+
 }  // namespace sluice::pipeline
 
 #endif  // SLUICE_PIPELINE_RUN_H_

@@ -57,11 +57,13 @@
 //    (ServerInfo.unit_hosts). The controller's server declares each write
 //    to the storage servers holding its rows before it answers BeginWrite,
 //    so a storage server checks storage writes as above; it frees the rows
-//    the controller frees and discards aborted writes' cells, on the
-//    controller's server's word only (requests carrying peer_token, which
-//    clients never have). A write that touches other hosts is not put or
-//    taken in one round trip (PutRows, TakeBatch are refused): clients do
-//    those in steps.
+//    the controller frees, discards aborted writes' cells and stores what
+//    the controller's server's own process writes (storage() used in
+//    process), on the controller's server's word only (requests carrying
+//    peer_token, which clients never have). A write that touches other
+//    hosts is not put or taken in one round trip (PutRows, TakeBatch are
+//    refused): clients do those in steps. A storage server that dies takes
+//    its rows' bytes with it: reads and writes of them fail (Unavailable).
 //
 // Thread safety: endpoint(), counters(), controller() and storage() may be
 // called from any thread; Stop() and the destructor by the owner.

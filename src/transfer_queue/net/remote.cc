@@ -321,8 +321,7 @@ Result<std::unique_ptr<StorageHostLink>> StorageHostLink::Connect(const wire::Un
                                                                   std::chrono::milliseconds timeout) {
   RemoteOptions options;
   options.token = peer_token;
-  options.shm = ShmMode::kOff;
-  options.rpc_timeout = timeout;
+  options.shm = ShmMode::kOff;  // (and calls wait the default rpc_timeout: a dead server fails them in 10 s)
   // The storage server may still be starting: ask until it answers or time runs out.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Result<std::shared_ptr<RpcChannel>> channel = ConnectStorageHost(host, storage_units, options);

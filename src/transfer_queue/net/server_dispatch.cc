@@ -380,6 +380,9 @@ wire::Message TransferQueueServer::Impl::Execute(const Job& job) {
       return Serve<wire::Empty>(job, [&](const wire::Empty&) { return c->Stats(); });
     case MessageType::kStorageWrite:
       return Serve<StorageWriteRequest>(job, [&](const StorageWriteRequest& r) {
+        // The controller's server's own writes (its process's client, e.g. a
+        // co-located producer) are its word too.
+        if (job.peer) return unit->Write(r);
         return open_writes_->Store(
             r, unit_index, [&] { return unit->Write(r); }, Steady::now());
       });

@@ -116,6 +116,27 @@ TEST(StorageHostsTest, RowsLiveOnTheirUnitsServerAndTheirBytesTravelThereDirectl
   EXPECT_EQ(stats->storage_bytes, 0u);
 }
 
+TEST(StorageHostsTest, TheControllersOwnProcessWritesToTheStorageServersToo) {
+  Hub hub;
+  ASSERT_TRUE(hub.ok());
+  // In process, beside the server (a launcher's prompt feeder): its writes
+  // reach the storage servers on the peer token's word.
+  TransferQueueClient here(hub.controller->controller(), hub.controller->storage());
+  TQ_ASSERT_OK(here.CreatePartition("p"));
+  Result<std::vector<RowId>> rows =
+      here.PutRows("p", {Tags(), Tags(), Tags()}, {{"prompt", {I64({7}), I64({8}), I64({9})}}});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  for (uint32_t u = 0; u < kUnits; ++u) EXPECT_EQ(hub.UnitBytes(u), 8u) << "unit " << u;
+  // A client elsewhere reads them where they are.
+  RemoteQueue queue = hub.Connect();
+  for (RowId row : *rows) {
+    Result<StorageReadResponse> read =
+        queue.storage[StorageUnitFor(row, kUnits)]->Read(StorageReadRequest{{row}, {"prompt"}});
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_GE(ToI64(read->tensors[0][0])[0], 7);
+  }
+}
+
 TEST(StorageHostsTest, AStorageServerStoresOnlyWhatTheControllerDeclared) {
   Hub hub;
   ASSERT_TRUE(hub.ok());

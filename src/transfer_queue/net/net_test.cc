@@ -242,29 +242,16 @@ TEST(NetServerTest, StorageAcceptsOnlyDeclaredCellsOfOpenWrites) {
   ASSERT_TRUE(rows.ok());
   const RowId row = (*rows)[0];
   StorageUnit& unit = *queue.storage[StorageUnitFor(row, 2)];
-
-  // No open write: refused, nothing stored.
+  const WriteId write_id = testing::ExpectOnlyDeclaredCellsStored(*queue.controller, unit, row);
+  ASSERT_NE(write_id, 0u);
+  // ... only for the write's rows, and only on the unit that owns the row.
   StorageWriteRequest rogue;
-  rogue.write_id = 12345;
-  rogue.items = {{row, "response", I64(std::vector<int64_t>(1000, 1))}};
-  TQ_EXPECT_ERROR(unit.Write(rogue), kNotFound, "write 12345 is not open on this server");
-
-  // An open write: only its declared cells, with the declared metadata.
-  BeginWriteRequest begin;
-  begin.rows = {row};
-  begin.columns = {{"response", {TensorMeta{DType::kI64, {2}, 16}}}};
-  Result<BeginWriteResponse> write = queue.controller->BeginWrite(begin);
-  ASSERT_TRUE(write.ok()) << write.status().ToString();
-  rogue.write_id = write->write_id;
-  TQ_EXPECT_ERROR(unit.Write(rogue), kInvalidArgument, "differs from the declared [2] I64 (16 bytes)");
-  rogue.items = {{row, "reward", testing::F32Scalar(1)}};
-  TQ_EXPECT_ERROR(unit.Write(rogue), kInvalidArgument, "was not declared");
+  rogue.write_id = write_id;
   rogue.items = {{(*rows)[1], "response", I64({1, 2})}};
   TQ_EXPECT_ERROR(unit.Write(rogue), kInvalidArgument, "not a target of the write");
   StorageUnit& other = *queue.storage[1 - StorageUnitFor(row, 2)];
   rogue.items = {{row, "response", I64({1, 2})}};
   TQ_EXPECT_ERROR(other.Write(rogue), kInvalidArgument, "belongs to storage unit");
-  TQ_ASSERT_OK(unit.Write(rogue));
 
   // Remote Discard touches only open writes' cells: the committed prompt stays.
   TQ_ASSERT_OK(unit.Discard(StorageDiscardRequest{{row}, {"prompt", "response"}}));
@@ -272,7 +259,7 @@ TEST(NetServerTest, StorageAcceptsOnlyDeclaredCellsOfOpenWrites) {
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   TQ_EXPECT_ERROR(unit.Read(StorageReadRequest{{row}, {"response"}}), kNotFound, "response");
   // AbortWrite discards on the server too; FreeRows is not served remotely.
-  TQ_ASSERT_OK(queue.controller->AbortWrite(AbortWriteRequest{write->write_id}));
+  TQ_ASSERT_OK(queue.controller->AbortWrite(AbortWriteRequest{write_id}));
   TQ_EXPECT_ERROR(unit.FreeRows(StorageFreeRequest{{row}}), kFailedPrecondition, "not served remotely");
   Result<QueueStats> stats = client.Stats();
   ASSERT_TRUE(stats.ok());

@@ -1,6 +1,7 @@
 #include "net/net_test_util.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -13,6 +14,8 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+
+#include "test_util.h"
 
 extern char** environ;
 
@@ -177,6 +180,28 @@ std::string TempDir() {
 void WriteFile(const std::string& path, const std::string& text, int mode) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
   chmod(path.c_str(), static_cast<mode_t>(mode));
+}
+
+WriteId ExpectOnlyDeclaredCellsStored(Controller& controller, StorageUnit& unit, RowId row) {
+  // No open write: refused, nothing stored.
+  StorageWriteRequest rogue;
+  rogue.write_id = 12345;
+  rogue.items = {{row, "response", I64(std::vector<int64_t>(1000, 1))}};
+  TQ_EXPECT_ERROR(unit.Write(rogue), kNotFound, "write 12345 is not open on this server");
+  // An open write: only its declared cells, with the declared metadata.
+  BeginWriteRequest begin;
+  begin.rows = {row};
+  begin.columns = {{"response", {TensorMeta{DType::kI64, {2}, 16}}}};
+  Result<BeginWriteResponse> write = controller.BeginWrite(begin);
+  EXPECT_TRUE(write.ok()) << write.status().ToString();
+  if (!write.ok()) return 0;
+  rogue.write_id = write->write_id;
+  TQ_EXPECT_ERROR(unit.Write(rogue), kInvalidArgument, "differs from the declared [2] I64 (16 bytes)");
+  rogue.items = {{row, "reward", F32Scalar(1)}};
+  TQ_EXPECT_ERROR(unit.Write(rogue), kInvalidArgument, "was not declared");
+  rogue.items = {{row, "response", I64({1, 2})}};
+  TQ_EXPECT_OK(unit.Write(rogue));
+  return write->write_id;
 }
 
 }  // namespace sluice::transfer_queue::testing

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "sluice/common/status.h"
+#include "sluice/transfer_queue/controller.h"
+#include "sluice/transfer_queue/storage.h"
 
 namespace sluice::transfer_queue::testing {
 
@@ -66,6 +68,13 @@ std::string SelfExe();
 // A fresh directory under /tmp, for ipc sockets and token files.
 std::string TempDir();
 void WriteFile(const std::string& path, const std::string& text, int mode = 0600);
+
+// The checks a server makes of remote storage writes, on `unit` (the unit
+// that holds `row`): a write never begun is refused; then a write of row's
+// "response" ([2] I64) is begun at `controller` and only that cell, with
+// that metadata, is stored (failures are gtest failures). Returns the begun
+// write's id, its cell stored (0 if it could not be begun).
+WriteId ExpectOnlyDeclaredCellsStored(Controller& controller, StorageUnit& unit, RowId row);
 
 }  // namespace sluice::transfer_queue::testing
 

@@ -3,6 +3,7 @@
 // here, with real clients over TCP.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <thread>
 
 #include "net/net_test_util.h"
@@ -71,6 +72,21 @@ struct Hub {
   }
 };
 
+// A hub of three servers and a client of it with partition "p".
+class StorageHostsHubTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(hub.ok());
+    queue = hub.Connect();
+    ASSERT_NE(queue.controller, nullptr);
+    client = std::make_unique<TransferQueueClient>(queue.client());
+    TQ_ASSERT_OK(client->CreatePartition("p"));
+  }
+  Hub hub;
+  RemoteQueue queue;
+  std::unique_ptr<TransferQueueClient> client;
+};
+
 TEST(StorageHostsTest, RowsLiveOnTheirUnitsServerAndTheirBytesTravelThereDirectly) {
   Hub hub;
   ASSERT_TRUE(hub.ok());
@@ -137,12 +153,7 @@ TEST(StorageHostsTest, TheControllersOwnProcessWritesToTheStorageServersToo) {
   }
 }
 
-TEST(StorageHostsTest, AStorageServerStoresOnlyWhatTheControllerDeclared) {
-  Hub hub;
-  ASSERT_TRUE(hub.ok());
-  RemoteQueue queue = hub.Connect();
-  TransferQueueClient client = queue.client();
-  TQ_ASSERT_OK(client.CreatePartition("p"));
+TEST_F(StorageHostsHubTest, AStorageServerStoresOnlyWhatTheControllerDeclared) {
   // A row of unit 1, held on storage server 1.
   CreateRowsRequest create;
   create.partition = "p";
@@ -152,29 +163,14 @@ TEST(StorageHostsTest, AStorageServerStoresOnlyWhatTheControllerDeclared) {
   const RowId row = StorageUnitFor(created->rows[0], kUnits) == 1 ? created->rows[0] : created->rows[1];
   ASSERT_EQ(StorageUnitFor(row, kUnits), 1u);
   StorageUnit& unit = *queue.storage[1];
-
-  // A write the controller never began: refused there, nothing stored.
-  StorageWriteRequest rogue;
-  rogue.write_id = 4242;
-  rogue.items = {{row, "response", I64(std::vector<int64_t>(1000, 1))}};
-  TQ_EXPECT_ERROR(unit.Write(rogue), kNotFound, "write 4242 is not open on this server");
-  // A begun one: its declared cells only, with the declared metadata.
-  BeginWriteRequest begin;
-  begin.rows = {row};
-  begin.columns = {{"response", {TensorMeta{DType::kI64, {2}, 16}}}};
-  Result<BeginWriteResponse> write = queue.controller->BeginWrite(begin);
-  ASSERT_TRUE(write.ok()) << write.status().ToString();
-  rogue.write_id = write->write_id;
-  TQ_EXPECT_ERROR(unit.Write(rogue), kInvalidArgument, "differs from the declared [2] I64 (16 bytes)");
-  rogue.items = {{row, "reward", testing::F32Scalar(1)}};
-  TQ_EXPECT_ERROR(unit.Write(rogue), kInvalidArgument, "was not declared");
-  rogue.items = {{row, "response", I64({1, 2})}};
-  TQ_ASSERT_OK(unit.Write(rogue));
+  // The storage server checks the cells the controller's server declared to it.
+  const WriteId write_id = testing::ExpectOnlyDeclaredCellsStored(*queue.controller, unit, row);
+  ASSERT_NE(write_id, 0u);
   EXPECT_EQ(hub.UnitBytes(1), 16u);
   // What only the controller's server may ask: refused to a client's token.
   TQ_EXPECT_ERROR(unit.FreeRows(StorageFreeRequest{{row}}), kFailedPrecondition, "not served remotely");
   // Aborting the write discards its cells on the storage server too.
-  TQ_ASSERT_OK(queue.controller->AbortWrite(AbortWriteRequest{write->write_id}));
+  TQ_ASSERT_OK(queue.controller->AbortWrite(AbortWriteRequest{write_id}));
   EXPECT_EQ(hub.UnitBytes(1), 0u);
 
   // Requests sent to the wrong server are refused, naming the right one.
@@ -288,14 +284,9 @@ TEST(StorageHostsTest, BadLayoutsAndUnreachableStorageServersAreClearErrors) {
   EXPECT_EQ(stats->bytes_reserved, 0u);
 }
 
-TEST(StorageHostsTest, AStorageServerThatDiesFailsCallsWithAClearErrorNotAHang) {
-  Hub hub;
-  ASSERT_TRUE(hub.ok());
-  RemoteQueue queue = hub.Connect();
-  TransferQueueClient client = queue.client();
-  TQ_ASSERT_OK(client.CreatePartition("p"));
+TEST_F(StorageHostsHubTest, AStorageServerThatDiesFailsCallsWithAClearErrorNotAHang) {
   Result<std::vector<RowId>> rows =
-      client.PutRows("p", {Tags(), Tags(), Tags()}, {{"prompt", {I64({1}), I64({2}), I64({3})}}});
+      client->PutRows("p", {Tags(), Tags(), Tags()}, {{"prompt", {I64({1}), I64({2}), I64({3})}}});
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   hub.storage2->Stop();
   const RowId row = StorageUnitFor((*rows)[0], kUnits) == 2   ? (*rows)[0]

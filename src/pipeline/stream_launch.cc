@@ -1406,8 +1406,9 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
   std::fprintf(stderr, "sluice train: %s, %s of the run at %s, serving on %s\n", placed.c_str(), what.c_str(),
                po.trainer_store.c_str(), server->endpoint().c_str());
   // Until rank 0's hub has stopped (said before its store goes; a store
-  // gone first means rank 0 died).
+  // gone first means rank 0 died), or at most 30 s after rank 0 ended the run.
   Status ended = Status::Ok();
+  std::optional<std::chrono::steady_clock::time_point> run_ended;
   while (true) {
     Result<std::string> stopped = store->GetShared(kHubStoppedKey, milliseconds(1000));
     if (stopped.ok()) {
@@ -1416,6 +1417,13 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
     }
     if (stopped.status().code() != StatusCode::kTimeout) {
       ended = stopped.status().WithContext(what + ": rank 0's store is gone before its hub said it stopped");
+      break;
+    }
+    if (!run_ended && store->GetShared(kRanksEndedKey, milliseconds(0)).ok())
+      run_ended = std::chrono::steady_clock::now();
+    if (run_ended && std::chrono::steady_clock::now() - *run_ended > std::chrono::seconds(30)) {
+      std::fprintf(stderr, "%s: the run ended 30 s ago and rank 0's hub has not said it stopped; stopping\n",
+                   what.c_str());
       break;
     }
   }

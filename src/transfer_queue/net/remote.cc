@@ -321,7 +321,10 @@ Result<std::unique_ptr<StorageHostLink>> StorageHostLink::Connect(const wire::Un
                                                                   std::chrono::milliseconds timeout) {
   RemoteOptions options;
   options.token = peer_token;
-  options.shm = ShmMode::kOff;  // (and calls wait the default rpc_timeout: a dead server fails them in 10 s)
+  options.shm = ShmMode::kOff;
+  // A call waits at most 10 s (a dead storage server fails them in that), and
+  // no longer than the whole connect may take.
+  options.rpc_timeout = std::min<milliseconds>(timeout, milliseconds(10000));
   // The storage server may still be starting: ask until it answers or time runs out.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Result<std::shared_ptr<RpcChannel>> channel = ConnectStorageHost(host, storage_units, options);

@@ -300,7 +300,18 @@ void TransferQueueServer::Impl::IoLoop(std::stop_token stop) {
     FlushOutbox();
     if (items[0].revents & ZMQ_POLLIN) ReceiveBatch();
     if (options_.open_write_timeout.count() > 0 && Steady::now() >= next_expiry) {
-      ExpireOpenWrites();
+      // With units elsewhere, discarding an expired write's cells is a call
+      // to their server: a worker's, never this thread's to wait for.
+      if (hosts_.empty()) {
+        ExpireOpenWrites();
+      } else if (!expiring_.exchange(true)) {
+        if (!quick_pool_->TrySubmit([this] {
+              ExpireOpenWrites();
+              expiring_.store(false);
+            })) {
+          expiring_.store(false);
+        }
+      }
       next_expiry = Steady::now() + expiry_period;
     }
   }
@@ -409,7 +420,11 @@ void TransferQueueServer::Impl::HandleFrame(zmq::message_t identity, std::shared
     SendNow(identity, std::move(*refused));
     return;
   }
-  if (ServedInline(header.type) && bytes.size() <= kInlineMaxBytes) {
+  // (Ack and AbortWrite free or discard cells: with units elsewhere that is
+  // a call to their server, which this thread does not wait for.)
+  const bool calls_elsewhere =
+      !hosts_.empty() && (header.type == wire::MessageType::kAck || header.type == wire::MessageType::kAbortWrite);
+  if (ServedInline(header.type) && bytes.size() <= kInlineMaxBytes && !calls_elsewhere) {
     Job job{std::move(identity), std::move(payload), bytes, header, peer};
     SendNow(job.identity, Execute(job));
     return;

@@ -170,6 +170,7 @@ class TransferQueueServer::Impl {
   std::unique_ptr<internal::WorkerPool> quick_pool_;
   std::unique_ptr<internal::WorkerPool> blocking_pool_;
   std::atomic<uint32_t> blocking_in_flight_{0};  // admitted blocking calls not yet answered
+  std::atomic<bool> expiring_{false};            // an expiry runs on a worker (units elsewhere)
   BackgroundThread io_thread_{"tq-server-io"};
   net::UniqueFd direct_listener_;
   uint16_t direct_port_ = 0;  // 0: no direct connections

@@ -355,37 +355,36 @@ Result<RemoteQueue> ConnectTransferQueue(const std::string& endpoint, RemoteOpti
   const ShmMode shm_mode = options.shm;
   const RemoteOptions storage_options = options;
   SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<RpcChannel> channel, RpcChannel::Create(endpoint, std::move(options)));
-  SLUICE_ASSIGN_OR_RETURN(wire::ServerInfo info_value, AskServerInfo(*channel, endpoint));
-  const wire::ServerInfo* info = &info_value;
+  SLUICE_ASSIGN_OR_RETURN(const wire::ServerInfo info, AskServerInfo(*channel, endpoint));
   SLUICE_RETURN_IF_ERROR(
-      internal::CheckUnitHosts(info->unit_hosts, info->storage_units, "TransferQueue server " + endpoint));
-  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<internal::ShmArenaClient> arena, AttachArena(endpoint, *info, shm_mode));
-  channel->RaiseLimits(*info);
+      internal::CheckUnitHosts(info.unit_hosts, info.storage_units, "TransferQueue server " + endpoint));
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<internal::ShmArenaClient> arena, AttachArena(endpoint, info, shm_mode));
+  channel->RaiseLimits(info);
   // Same host (the arena opened) and the server serves rings: requests skip the socket.
-  if (arena && info->shm_rings > 0) channel->EnableRings();
-  if (info->direct_port > 0 && info->direct_port <= 65535) {
-    channel->EnableDirect(static_cast<uint16_t>(info->direct_port));
+  if (arena && info.shm_rings > 0) channel->EnableRings();
+  if (info.direct_port > 0 && info.direct_port <= 65535) {
+    channel->EnableDirect(static_cast<uint16_t>(info.direct_port));
   }
   RemoteQueue queue;
   if (arena) queue.shm_segment = arena->name();
   queue.endpoint = endpoint;
-  queue.token_required = info->token_required;
+  queue.token_required = info.token_required;
   queue.controller = std::make_shared<RemoteController>(channel);
   // Units elsewhere: their bytes go to and come from their storage server,
   // and puts and takes go in steps (one round trip would pass the bytes
   // through the controller's server).
-  if (info->unit_hosts.empty()) queue.fused = std::make_shared<RemoteFusedCalls>(channel, arena);
-  queue.storage.resize(info->storage_units);
-  for (const wire::UnitHost& host : info->unit_hosts) {
+  if (info.unit_hosts.empty()) queue.fused = std::make_shared<RemoteFusedCalls>(channel, arena);
+  queue.storage.resize(info.storage_units);
+  for (const wire::UnitHost& host : info.unit_hosts) {
     RemoteOptions o = storage_options;
     o.shm = ShmMode::kOff;
     SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<RpcChannel> elsewhere,
-                            ConnectStorageHost(host, info->storage_units, std::move(o)));
+                            ConnectStorageHost(host, info.storage_units, std::move(o)));
     for (uint32_t u = host.first_unit; u < host.first_unit + host.count; ++u) {
       queue.storage[u] = std::make_shared<RemoteStorageUnit>(elsewhere, u);
     }
   }
-  for (uint32_t u = 0; u < info->storage_units; ++u) {
+  for (uint32_t u = 0; u < info.storage_units; ++u) {
     if (!queue.storage[u]) queue.storage[u] = std::make_shared<RemoteStorageUnit>(channel, u, arena);
   }
   return queue;

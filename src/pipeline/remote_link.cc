@@ -70,7 +70,8 @@ Result<RemoteBeat> DecodeRemoteBeat(const std::string& text) {
   b.pid = j["pid"].get<int64_t>();
   b.host = j["host"].get<std::string>();
   b.clock_us = j["clock_us"].get<int64_t>();
-  int64_t* const values[] = {&b.tokens, &b.busy_us, &b.slot_steps, &b.active_slot_steps, &b.reward_errors};
+  RemoteCounters& n = b.counters;
+  int64_t* const values[] = {&n.tokens, &n.busy_us, &n.slot_steps, &n.active_slot_steps, &n.reward_errors};
   // Counters never negative and far from overflowing when added up; ages up
   // to a year (they become times on this host's clock); a pid and an
   // activity in their types' range.
@@ -179,7 +180,7 @@ void RemoteBeats::Poll(trainer::DataParallelStore& store, RoleBoard& board, bool
       // A new life: what the last one sent, then the new one's from zero.
       if (p.pid != 0) TakeTrace(store, p);
       if (options_.on_new_life) options_.on_new_life(p.name, b->host, static_cast<pid_t>(b->pid));
-      p.seen = Counters{};
+      p.seen = RemoteCounters{};
       p.next_chunk = 0;
       p.final = false;
     }
@@ -193,7 +194,7 @@ void RemoteBeats::Poll(trainer::DataParallelStore& store, RoleBoard& board, bool
     p.final = b->seq == kFinalReport;
     p.heard = now;
     // The counters' growth since the last report (they only grow in one life).
-    const Counters c{b->tokens, b->busy_us, b->slot_steps, b->active_slot_steps, b->reward_errors};
+    const RemoteCounters& c = b->counters;
     if (c.tokens >= p.seen.tokens && c.busy_us >= p.seen.busy_us && c.slot_steps >= p.seen.slot_steps &&
         c.active_slot_steps >= p.seen.active_slot_steps && c.reward_errors >= p.seen.reward_errors) {
       board.rollout_tokens += c.tokens - p.seen.tokens;

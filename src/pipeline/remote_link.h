@@ -39,6 +39,11 @@ inline constexpr int64_t kFinalReport = INT64_MAX;
 std::string EncodeRemoteBeat(const RoleBoard& board, int slot, int64_t seq, pid_t pid, const std::string& host,
                              bool failed = false);
 
+// A process's counters so far (its own board's totals).
+struct RemoteCounters {
+  int64_t tokens = 0, busy_us = 0, slot_steps = 0, active_slot_steps = 0, reward_errors = 0;
+};
+
 struct RemoteBeat {
   int64_t seq = 0, beat_age_ms = -1, activity_age_ms = -1;
   bool finished = false, failed = false;
@@ -46,8 +51,7 @@ struct RemoteBeat {
   int64_t pid = 0;
   std::string host;
   int64_t clock_us = 0;
-  // The process's counters so far (its own board's totals).
-  int64_t tokens = 0, busy_us = 0, slot_steps = 0, active_slot_steps = 0, reward_errors = 0;
+  RemoteCounters counters;
 };
 // A report from the network: anything malformed or out of range is refused whole (DataLoss).
 Result<RemoteBeat> DecodeRemoteBeat(const std::string& text);
@@ -102,9 +106,6 @@ class RemoteBeats {
   static constexpr int64_t kMaxTraceBytes = int64_t{512} << 20;
 
  private:
-  struct Counters {
-    int64_t tokens = 0, busy_us = 0, slot_steps = 0, active_slot_steps = 0, reward_errors = 0;
-  };
   struct Process {
     std::string name;
     PipelineRole role;
@@ -112,7 +113,7 @@ class RemoteBeats {
     int slot;
     int64_t tid_base;
     int64_t seq = 0, pid = 0, clock_us = 0;
-    Counters seen{};
+    RemoteCounters seen{};
     bool warned = false, final = false;
     std::chrono::steady_clock::time_point heard{};  // when its report last changed
     int64_t next_chunk = 0, trace_bytes = 0, rejected_lines = 0;
@@ -124,7 +125,7 @@ class RemoteBeats {
 
   Options options_;
   std::vector<Process> processes_;
-  Counters added_{};
+  RemoteCounters added_{};
   std::chrono::steady_clock::time_point next_poll_{};
 };
 

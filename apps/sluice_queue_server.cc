@@ -1,6 +1,8 @@
 // sluice_queue_server: a TransferQueue (one controller, N storage units)
-// served over ZeroMQ. Prints the bound endpoint as the first line of stdout,
-// then serves until SIGINT or SIGTERM and shuts down cleanly.
+// served over ZeroMQ, or with --serve-units a storage server holding some
+// units of a hub whose controller's server is elsewhere. Prints the bound
+// endpoint as the first line of stdout, then serves until SIGINT or SIGTERM
+// and shuts down cleanly.
 //
 // Exit status: 0 after a clean shutdown, 2 for bad flags, 1 if the server
 // could not start (e.g. the address is in use).
@@ -63,14 +65,20 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto server = TransferQueueServer::Start(std::move(flags->options));
+  auto server = TransferQueueServer::Start(flags->options);
   if (!server.ok()) {
     std::fprintf(stderr, "error: %s\n", server.status().ToString().c_str());
     return ExitCodeFor(server.status());
   }
   std::printf("%s\n", (*server)->endpoint().c_str());
   std::fflush(stdout);
-  SLUICE_LOG(INFO) << "sluice_queue_server: serving on " << (*server)->endpoint();
+  const sluice::transfer_queue::ServerOptions& o = flags->options;
+  if (o.storage_only) {
+    SLUICE_LOG(INFO) << "sluice_queue_server: serving storage units " << o.first_unit << ".."
+                     << o.first_unit + o.unit_count - 1 << " of " << o.storage_units << " on " << (*server)->endpoint();
+  } else {
+    SLUICE_LOG(INFO) << "sluice_queue_server: serving on " << (*server)->endpoint();
+  }
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);

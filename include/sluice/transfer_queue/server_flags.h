@@ -33,8 +33,9 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args);
 Result<std::vector<ColumnSchema>> ParseColumnList(std::string_view text);
 // A byte count with an optional K, M, G or T suffix (powers of 1024).
 Result<uint64_t> ParseByteSize(std::string_view flag, std::string_view text);
-// The token in a file: trailing whitespace stripped; 1..256 bytes.
-Result<std::string> ReadTokenFile(const std::string& path);
+// The token in a file: trailing whitespace stripped; 1..256 bytes. Errors
+// name `flag`.
+Result<std::string> ReadTokenFile(const std::string& path, const std::string& flag = "--token-file");
 
 }  // namespace sluice::transfer_queue
 

@@ -721,5 +721,79 @@ TEST(NetProcessTest, DeadServerIsUnavailableNotAHang) {
   TQ_EXPECT_ERROR(ConnectTransferQueue(server->endpoint(), options), kUnavailable, "no reply");
 }
 
+// Storage units in a process of their own (--serve-units), the controller's
+// server pointed at it (--storage-hosts): clients read and write those units
+// there, and its death fails their rows' reads, not the others'.
+TEST(NetProcessTest, StorageServerProcessHoldsItsUnits) {
+  const std::string dir = testing::TempDir();
+  testing::WriteFile(dir + "/peer", "peer secret");
+  Result<ServerProcess> storage =
+      ServerProcess::Start({"--storage-units", "3", "--serve-units", "1-2", "--peer-token-file", dir + "/peer"});
+  ASSERT_TRUE(storage.ok()) << storage.status().ToString();
+  Result<ServerProcess> server = ServerProcess::Start(
+      ServerArgs({"--storage-hosts", "1-2@" + storage->endpoint(), "--peer-token-file", dir + "/peer"}));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  // A client of the storage server alone finds no controller there.
+  Result<RemoteQueue> direct = ConnectTransferQueue(storage->endpoint(), Options());
+  ASSERT_TRUE(direct.ok()) << direct.status().ToString();
+  TQ_EXPECT_ERROR(direct->client().CreatePartition("p", 1), kFailedPrecondition,
+                  "holds storage units 1..2 of a hub only");
+  RemoteOptions options = Options();
+  options.rpc_timeout = 3s;  // what a read of the dead storage server's rows waits at most, below
+  Result<RemoteQueue> queue = ConnectTransferQueue(server->endpoint(), options);
+  ASSERT_TRUE(queue.ok()) << queue.status().ToString();
+  ASSERT_EQ(queue->storage.size(), 3u);
+  TransferQueueClient client = queue->client();
+  EXPECT_EQ(client.fused(), nullptr);
+  TQ_ASSERT_OK(client.CreatePartition("p", 1));
+  auto put = [&](int n, int base) {
+    std::vector<RowTags> tags;
+    ColumnBatch columns;
+    for (int i = 0; i < n; ++i) {
+      tags.push_back(Tags(base + i, 0, 2));
+      columns["prompt"].push_back(I64({base + i, base + i + 100}));
+    }
+    return client.PutRows("p", tags, columns);
+  };
+  Result<std::vector<RowId>> rows = put(6, 0);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  for (const std::string task : {"reward", "train"}) {
+    GetMetaRequest get;
+    get.task = task;
+    get.partition = "p";
+    get.columns = {"prompt"};
+    get.n = 6;
+    get.timeout = 2s;
+    Result<TakenBatch> taken = client.Take(get, {"prompt"});
+    ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+    ASSERT_EQ(taken->data.rows.size(), 6u);
+    for (size_t i = 0; i < 6; ++i) {
+      const std::vector<int64_t> v = ToI64(taken->data.columns.at("prompt")[i]);
+      ASSERT_EQ(v.size(), 2u);
+      EXPECT_EQ(v[1], v[0] + 100);
+    }
+    TQ_ASSERT_OK(client.Ack(taken->meta.lease_id).status());
+  }
+  for (uint32_t u = 0; u < 3; ++u) {
+    Result<StorageStats> stats = queue->storage[u]->Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_EQ(stats->bytes, 0u) << "unit " << u << " after both tasks acked";
+  }
+
+  rows = put(3, 10);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  storage->process().Signal(SIGKILL);
+  ASSERT_TRUE(storage->process().Wait(10s).ok());
+  const auto started = std::chrono::steady_clock::now();
+  for (RowId row : *rows) {
+    const uint32_t unit = StorageUnitFor(row, 3);
+    Result<StorageReadResponse> read = queue->storage[unit]->Read(StorageReadRequest{{row}, {"prompt"}});
+    EXPECT_EQ(read.ok(), unit == 0) << "row " << row << " on unit " << unit << ": " << read.status().ToString();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 30s);
+  ExpectCleanExit(*server);
+  static_cast<void>(sluice::RemoveTree(dir));
+}
+
 }  // namespace
 }  // namespace sluice::transfer_queue

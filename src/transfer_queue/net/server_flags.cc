@@ -7,6 +7,7 @@
 
 #include "core/validation.h"
 #include "net/rpc_channel.h"
+#include "net/storage_hosts.h"
 #include "sluice/runtime/flags.h"
 #include "wire/wire.h"
 
@@ -68,6 +69,42 @@ Result<ColumnSchema> ParseColumn(const std::string& entry) {
   return schema;
 }
 
+// "N" or "N-M" (inclusive): units [first, first + count) of a hub of `units`.
+Result<std::pair<uint32_t, uint32_t>> ParseUnitRange(const std::string& flag, const std::string& text, uint32_t units) {
+  auto bad = [&](const std::string& why) { return Status::InvalidArgument(flag + ": '" + text + "' " + why); };
+  const size_t dash = text.find('-');
+  Result<int64_t> first = ParseInt(text.substr(0, dash));
+  Result<int64_t> last = dash == std::string::npos ? first : ParseInt(text.substr(dash + 1));
+  if (!first.ok() || !last.ok() || *first < 0 || *last < *first) {
+    return bad("is not a unit or a range of units (N or N-M, M >= N)");
+  }
+  if (*last >= static_cast<int64_t>(units)) {
+    return bad("names unit " + std::to_string(*last) + ", but --storage-units is " + std::to_string(units) +
+               " (units 0.." + std::to_string(units - 1) + ")");
+  }
+  return std::make_pair(static_cast<uint32_t>(*first), static_cast<uint32_t>(*last - *first + 1));
+}
+
+// --storage-hosts "UNITS@ENDPOINT,...".
+Result<std::vector<StorageHost>> ParseStorageHosts(const std::string& text, uint32_t units) {
+  std::vector<StorageHost> out;
+  std::vector<wire::UnitHost> check;
+  for (const std::string& entry : Split(text, ',')) {
+    const size_t at = entry.find('@');
+    if (at == std::string::npos) {
+      return Status::InvalidArgument("--storage-hosts: entry '" + entry +
+                                     "' is not UNITS@ENDPOINT (e.g. 1-2@tcp://10.0.0.2:5601)");
+    }
+    SLUICE_ASSIGN_OR_RETURN(auto range, ParseUnitRange("--storage-hosts", entry.substr(0, at), units));
+    StorageHost host{range.first, range.second, entry.substr(at + 1)};
+    SLUICE_RETURN_IF_ERROR(internal::ValidateEndpoint(host.endpoint).WithContext("--storage-hosts"));
+    check.push_back({host.first_unit, host.count, host.endpoint});
+    out.push_back(std::move(host));
+  }
+  SLUICE_RETURN_IF_ERROR(internal::CheckUnitHosts(check, units, "--storage-hosts"));
+  return out;
+}
+
 }  // namespace
 
 Result<std::vector<ColumnSchema>> ParseColumnList(std::string_view text) {
@@ -125,13 +162,13 @@ Result<uint64_t> ParseByteSize(std::string_view flag, std::string_view text) {
   return static_cast<uint64_t>(*n) * scale;
 }
 
-Result<std::string> ReadTokenFile(const std::string& path) {
+Result<std::string> ReadTokenFile(const std::string& path, const std::string& flag) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    return Status::InvalidArgument("--token-file: '" + path + "' is a directory, not a file holding the token");
+    return Status::InvalidArgument(flag + ": '" + path + "' is a directory, not a file holding the token");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::InvalidArgument("--token-file: cannot read '" + path + "'");
+  if (!in) return Status::InvalidArgument(flag + ": cannot read '" + path + "'");
   std::ostringstream text;
   text << in.rdbuf();
   std::string token = text.str();
@@ -139,13 +176,69 @@ Result<std::string> ReadTokenFile(const std::string& path) {
          (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) {
     token.pop_back();
   }
-  if (token.empty()) return Status::InvalidArgument("--token-file: '" + path + "' is empty");
+  if (token.empty()) return Status::InvalidArgument(flag + ": '" + path + "' is empty");
   if (token.size() > wire::kMaxTokenBytes) {
-    return Status::InvalidArgument("--token-file: the token in '" + path + "' has " + std::to_string(token.size()) +
+    return Status::InvalidArgument(flag + ": the token in '" + path + "' has " + std::to_string(token.size()) +
                                    " bytes, at most " + std::to_string(wire::kMaxTokenBytes) + " allowed");
   }
   return token;
 }
+
+namespace {
+
+// --storage-hosts, --serve-units, --peer-token-file,
+// --storage-connect-timeout-ms (the other flags already parsed into *out).
+Status ParseStorageFlags(const runtime::FlagSet& fs, const std::string& columns, const std::string& tasks,
+                         ServerFlags* out) {
+  ServerOptions& o = out->options;
+  SLUICE_ASSIGN_OR_RETURN(std::string hosts, fs.GetString("storage-hosts"));
+  SLUICE_ASSIGN_OR_RETURN(std::string serve, fs.GetString("serve-units"));
+  SLUICE_ASSIGN_OR_RETURN(std::string peer_file, fs.GetString("peer-token-file"));
+  SLUICE_ASSIGN_OR_RETURN(int64_t connect_ms, fs.GetInt("storage-connect-timeout-ms", 1, 3600000));
+  o.storage_connect_timeout = std::chrono::milliseconds(connect_ms);
+  if (!peer_file.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(o.peer_token, ReadTokenFile(peer_file, "--peer-token-file"));
+    if (o.peer_token == o.token) {
+      return Status::InvalidArgument(
+          "--peer-token-file holds the same secret as --token-file: clients have that "
+          "one, and the peer secret is what lets a server free and discard rows");
+    }
+  }
+  if (!hosts.empty() && !serve.empty()) {
+    return Status::InvalidArgument(
+        "--storage-hosts and --serve-units: a server is either the controller's server "
+        "(--storage-hosts) or a storage server (--serve-units), not both");
+  }
+  if ((!hosts.empty() || !serve.empty()) && o.peer_token.empty()) {
+    return Status::InvalidArgument(std::string(hosts.empty() ? "--serve-units" : "--storage-hosts") +
+                                   " needs --peer-token-file (the secret the controller's server and its storage "
+                                   "servers share)");
+  }
+  if (!hosts.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(o.storage_hosts, ParseStorageHosts(hosts, o.storage_units));
+  }
+  if (serve.empty()) return Status::Ok();
+  if (!columns.empty() || !tasks.empty()) {
+    return Status::InvalidArgument(
+        "--serve-units: a storage server has no controller; --columns and --tasks "
+        "belong on the controller's server");
+  }
+  if (o.shm_bytes > 0) {
+    return Status::InvalidArgument("--serve-units: a storage server has no shared-memory arena (drop --shm-bytes)");
+  }
+  if (o.open_write_timeout.count() == 0) {
+    return Status::InvalidArgument(
+        "--serve-units: --open-write-timeout-ms must be > 0 (how long a storage server "
+        "keeps a declared write its controller's server never finished)");
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto range, ParseUnitRange("--serve-units", serve, o.storage_units));
+  o.storage_only = true;
+  o.first_unit = range.first;
+  o.unit_count = range.second;
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
   runtime::FlagSet fs;
@@ -173,6 +266,17 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
   fs.Add("workers", "4", "threads serving requests that do not block");
   fs.Add("max-blocking-calls", "256", "GetMeta/producer calls waiting at once");
   fs.Add("open-write-timeout-ms", "60000", "abort a write left open this long (its producer died); 0 = never");
+  fs.Add("storage-hosts", "",
+         "units of this hub served by storage servers on other hosts: UNITS@ENDPOINT,... (UNITS is N or N-M; "
+         "e.g. 1@tcp://10.0.0.2:5601,2-3@tcp://10.0.0.3:5601); needs --peer-token-file");
+  fs.Add("serve-units", "",
+         "run as a storage server holding units N or N-M of a hub of --storage-units units, whose controller's "
+         "server (--storage-hosts) is elsewhere; needs --peer-token-file");
+  fs.Add("peer-token-file", "",
+         "file holding the secret a controller's server and its storage servers share (clients never get it; "
+         "different from --token-file's)");
+  fs.Add("storage-connect-timeout-ms", "30000",
+         "how long a controller's server waits at start for its storage servers");
   SLUICE_RETURN_IF_ERROR(fs.Parse(args));
   ServerFlags out;
   out.usage = "usage: sluice_queue_server [flags]\n" + fs.Usage();
@@ -260,6 +364,7 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
   o.max_blocking_calls = static_cast<uint32_t>(blocking);
   SLUICE_ASSIGN_OR_RETURN(int64_t open_ms, fs.GetInt("open-write-timeout-ms", 0, kMaxLeaseTimeout.count()));
   o.open_write_timeout = std::chrono::milliseconds(open_ms);
+  SLUICE_RETURN_IF_ERROR(ParseStorageFlags(fs, columns, tasks, &out));
   return out;
 }
 

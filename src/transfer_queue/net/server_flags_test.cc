@@ -97,6 +97,66 @@ TEST(ServerFlagsTest, BadFlagsAreNamed) {
   TQ_EXPECT_ERROR(ParseServerFlags({"--shm-ring-bytes", "100"}), kInvalidArgument, "--shm-ring-bytes 100");
 }
 
+TEST(ServerFlagsTest, StorageServerAndStorageHostsFlags) {
+  const std::string dir = testing::TempDir();
+  testing::WriteFile(dir + "/peer", "peer secret\n");
+  testing::WriteFile(dir + "/token", "client secret\n");
+  const std::string peer = dir + "/peer";
+  Result<ServerFlags> f =
+      ParseServerFlags({"--storage-units", "4", "--storage-hosts", "1@tcp://10.0.0.2:5601,2-3@tcp://10.0.0.3:5602",
+                        "--peer-token-file", peer, "--storage-connect-timeout-ms", "2500"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_EQ(f->options.storage_hosts.size(), 2u);
+  EXPECT_EQ(f->options.storage_hosts[0].first_unit, 1u);
+  EXPECT_EQ(f->options.storage_hosts[0].count, 1u);
+  EXPECT_EQ(f->options.storage_hosts[0].endpoint, "tcp://10.0.0.2:5601");
+  EXPECT_EQ(f->options.storage_hosts[1].first_unit, 2u);
+  EXPECT_EQ(f->options.storage_hosts[1].count, 2u);
+  EXPECT_EQ(f->options.peer_token, "peer secret");
+  EXPECT_EQ(f->options.storage_connect_timeout, std::chrono::milliseconds(2500));
+  EXPECT_FALSE(f->options.storage_only);
+
+  f = ParseServerFlags({"--storage-units", "4", "--serve-units", "2-3", "--peer-token-file", peer});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_TRUE(f->options.storage_only);
+  EXPECT_EQ(f->options.first_unit, 2u);
+  EXPECT_EQ(f->options.unit_count, 2u);
+  f = ParseServerFlags({"--storage-units", "4", "--serve-units", "1", "--peer-token-file", peer});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->options.first_unit, 1u);
+  EXPECT_EQ(f->options.unit_count, 1u);
+
+  const std::vector<std::string> base = {"--storage-units", "4", "--peer-token-file", peer};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), base.begin(), base.end());
+    return ParseServerFlags(extra);
+  };
+  TQ_EXPECT_ERROR(ParseServerFlags({"--storage-units", "4", "--serve-units", "1"}), kInvalidArgument,
+                  "--serve-units needs --peer-token-file");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--storage-hosts", "1@tcp://10.0.0.2:1"}), kInvalidArgument,
+                  "--storage-hosts needs --peer-token-file");
+  TQ_EXPECT_ERROR(with({"--serve-units", "4"}), kInvalidArgument, "names unit 4, but --storage-units is 4");
+  TQ_EXPECT_ERROR(with({"--serve-units", "3-1"}), kInvalidArgument, "'3-1' is not a unit or a range");
+  TQ_EXPECT_ERROR(with({"--serve-units", "x"}), kInvalidArgument, "--serve-units: 'x'");
+  TQ_EXPECT_ERROR(with({"--serve-units", "1", "--columns", "prompt:I64:*"}), kInvalidArgument,
+                  "--columns and --tasks belong on the controller's server");
+  TQ_EXPECT_ERROR(with({"--serve-units", "1", "--shm-bytes", "64M"}), kInvalidArgument, "no shared-memory arena");
+  TQ_EXPECT_ERROR(with({"--serve-units", "1", "--open-write-timeout-ms", "0"}), kInvalidArgument,
+                  "--open-write-timeout-ms must be > 0");
+  TQ_EXPECT_ERROR(with({"--serve-units", "1", "--storage-hosts", "2@tcp://10.0.0.2:1"}), kInvalidArgument, "not both");
+  TQ_EXPECT_ERROR(with({"--storage-hosts", "1-2@tcp://10.0.0.2:1,2@tcp://10.0.0.3:1"}), kInvalidArgument,
+                  "storage unit 2 is served by two storage servers");
+  TQ_EXPECT_ERROR(with({"--storage-hosts", "tcp://10.0.0.2:1"}), kInvalidArgument, "is not UNITS@ENDPOINT");
+  TQ_EXPECT_ERROR(with({"--storage-hosts", "1@udp://x"}), kInvalidArgument, "--storage-hosts: endpoint 'udp://x'");
+  TQ_EXPECT_ERROR(with({"--storage-hosts", "1-9@tcp://10.0.0.2:1"}), kInvalidArgument, "names unit 9");
+  testing::WriteFile(dir + "/same", "client secret");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--token-file", dir + "/token", "--peer-token-file", dir + "/same"}),
+                  kInvalidArgument, "same secret as --token-file");
+  TQ_EXPECT_ERROR(ParseServerFlags({"--peer-token-file", dir + "/missing"}), kInvalidArgument,
+                  "--peer-token-file: cannot read");
+  static_cast<void>(sluice::RemoveTree(dir));
+}
+
 TEST(ServerFlagsTest, LocalhostIsLoopback) {
   Result<ServerFlags> f = ParseServerFlags({"--bind", "tcp://localhost:0"});
   EXPECT_TRUE(f.ok()) << f.status().ToString();

@@ -47,17 +47,27 @@ struct Rollout {
   double step = 0, row = 0, context = 0, prompt = 0, token = 0;
 };
 
-// The engine's steps on batches of `rows` sequences with distinct prompts of
-// `prompt` tokens: the first step prefills them (no decode rows), every later
-// one decodes all rows with contexts growing by one token.
-Result<Rollout> MeasureRollout(const std::shared_ptr<model::Transformer>& m, const CalibrationOptions& o) {
+// Rounds of every measurement, interleaved: a slow spell of a shared machine
+// (its other load) falls on one round of a point, not all of them, and each
+// point keeps its fastest round.
+int Rounds(const CalibrationOptions& o) { return o.quick ? 1 : 3; }
+
+// y[i] = min(y[i], round[i]): points measured in the same order every round.
+void KeepFastest(std::vector<double>* y, const std::vector<double>& round) {
+  if (y->empty()) {
+    *y = round;
+    return;
+  }
+  for (size_t i = 0; i < y->size() && i < round.size(); ++i) (*y)[i] = std::min((*y)[i], round[i]);
+}
+
+// One round of MeasureRollout's points: decode steps (dx, dy) and prefills
+// (px, py), in the same order every round.
+Status RolloutRound(const std::shared_ptr<model::Transformer>& m, const CalibrationOptions& o,
+                    const std::vector<int64_t>& rows_set, const std::vector<int32_t>& prompts,
+                    std::vector<std::vector<double>>* dx, std::vector<double>* dy, std::vector<std::vector<double>>* px,
+                    std::vector<double>* py) {
   const int64_t context = std::min<int64_t>(o.max_context, m->config().max_position_embeddings);
-  std::vector<int64_t> rows_set = o.quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 4, 16, 32, 64};
-  for (auto& r : rows_set) r = std::min(r, o.max_rows);
-  rows_set.erase(std::unique(rows_set.begin(), rows_set.end()), rows_set.end());
-  const std::vector<int32_t> prompts = {8, static_cast<int32_t>(std::max<int64_t>(8, context / 4))};
-  std::vector<std::vector<double>> dx, px;
-  std::vector<double> dy, py;
   std::mt19937 rng(static_cast<uint32_t>(o.seed));
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(m->config().vocab_size - 1));
   uint64_t id = 0;
@@ -80,8 +90,8 @@ Result<Rollout> MeasureRollout(const std::shared_ptr<model::Transformer>& m, con
       }
       auto t0 = Clock::now();
       SLUICE_RETURN_IF_ERROR(engine->Step().status());
-      px.push_back({static_cast<double>(rows), static_cast<double>(rows * prompt)});
-      py.push_back(Since(t0));
+      px->push_back({static_cast<double>(rows), static_cast<double>(rows * prompt)});
+      py->push_back(Since(t0));
       // Decode steps in runs of 8 (a step's own timing is noisy), each
       // attending prompt + generated positions per row.
       int64_t generated = 1;
@@ -94,10 +104,31 @@ Result<Rollout> MeasureRollout(const std::shared_ptr<model::Transformer>& m, con
           SLUICE_RETURN_IF_ERROR(engine->Step().status());
         }
         const double t = Since(t0);
-        dx.push_back({1.0, static_cast<double>(rows), attended / static_cast<double>(n)});
-        dy.push_back(t / static_cast<double>(n));
+        dx->push_back({1.0, static_cast<double>(rows), attended / static_cast<double>(n)});
+        dy->push_back(t / static_cast<double>(n));
       }
     }
+  }
+  return Status::Ok();
+}
+
+// The engine's steps on batches of `rows` sequences with distinct prompts of
+// `prompt` tokens: the first step prefills them (no decode rows), every later
+// one decodes all rows with contexts growing by one token.
+Result<Rollout> MeasureRollout(const std::shared_ptr<model::Transformer>& m, const CalibrationOptions& o) {
+  const int64_t context = std::min<int64_t>(o.max_context, m->config().max_position_embeddings);
+  std::vector<int64_t> rows_set = o.quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 4, 16, 32, 64};
+  for (auto& r : rows_set) r = std::min(r, o.max_rows);
+  rows_set.erase(std::unique(rows_set.begin(), rows_set.end()), rows_set.end());
+  const std::vector<int32_t> prompts = {8, static_cast<int32_t>(std::max<int64_t>(8, context / 4))};
+  std::vector<std::vector<double>> dx, px;
+  std::vector<double> dy, py;
+  for (int round = 0; round < Rounds(o); ++round) {
+    dx.clear(), px.clear();
+    std::vector<double> round_dy, round_py;
+    SLUICE_RETURN_IF_ERROR(RolloutRound(m, o, rows_set, prompts, &dx, &round_dy, &px, &round_py));
+    KeepFastest(&dy, round_dy);
+    KeepFastest(&py, round_py);
   }
   Rollout out;
   SLUICE_ASSIGN_OR_RETURN(auto d, simulate::FitNonNegative(dx, dy, RelativeWeights(dy)));
@@ -155,30 +186,29 @@ Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, c
     double tail;
   };
   std::vector<Batch> batches = {{8, 16, 1}, {32, 16, 1}, {16, 64, 1}, {32, 24, 8}};
-  if (!o.quick) batches.push_back({8, 160, 1}), batches.push_back({16, 48, 4});
+  // A step of a run packs up to its whole batch into one micro-batch: up to
+  // 64 rows here.
+  if (!o.quick) batches.push_back({8, 160, 1}), batches.push_back({16, 48, 4}), batches.push_back({64, 16, 1});
+  // The points: each batch under each budget.
+  struct Point {
+    std::shared_ptr<const std::vector<trainer::RolloutSample>> samples;
+    int64_t budget = 0;
+  };
+  std::vector<Point> points;
   std::vector<std::vector<double>> x;
-  std::vector<double> y;
   std::mt19937 rng(static_cast<uint32_t>(o.seed));
   for (size_t b = 0; b < batches.size(); ++b) {
     std::vector<int32_t> lengths =
         simulate::LongTailLengths(batches[b].n, std::min(batches[b].median, longest), batches[b].tail, o.seed + b);
     std::vector<int64_t> total;
     for (int32_t& len : lengths) len = std::min(len, longest), total.push_back(prompt + len);
-    SLUICE_ASSIGN_OR_RETURN(std::vector<trainer::RolloutSample> samples,
+    SLUICE_ASSIGN_OR_RETURN(std::vector<trainer::RolloutSample> batch,
                             SyntheticBatch(lengths, prompt, m->config().vocab_size, &rng));
-    std::vector<size_t> order(samples.size());
+    auto samples = std::make_shared<const std::vector<trainer::RolloutSample>>(std::move(batch));
+    std::vector<size_t> order(samples->size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     const int64_t batch_longest = *std::max_element(total.begin(), total.end());
     for (int64_t budget : {o.trainer.micro_batch_tokens, std::min(o.trainer.micro_batch_tokens, 3 * batch_longest)}) {
-      trainer::TrainerOptions to = o.trainer;
-      to.micro_batch_tokens = budget;
-      to.micro_batch_threads = 1;
-      to.may_run = nullptr;
-      to.done_running = nullptr;
-      auto policy = std::make_shared<model::Transformer>(m->config(), o.seed);
-      std::shared_ptr<model::Transformer> reference;
-      if (to.loss.kl_coef > 0) reference = std::make_shared<model::Transformer>(m->config(), o.seed);
-      SLUICE_ASSIGN_OR_RETURN(auto trainer, trainer::Trainer::Create(policy, reference, to));
       double padded = 0, padded_context = 0;
       const auto mbs = schedule::PackMicroBatches(total, order, budget, 1);
       for (const auto& mb : mbs) {
@@ -186,16 +216,33 @@ Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, c
         padded += p;
         padded_context += p * p / static_cast<double>(mb.size());
       }
-      // The faster of two: the first step of a shape also allocates.
+      x.push_back({1.0, static_cast<double>(mbs.size()), padded, padded_context});
+      points.push_back({samples, budget});
+    }
+  }
+  std::vector<double> y;
+  for (int round = 0; round < Rounds(o); ++round) {
+    std::vector<double> times;
+    for (const Point& point : points) {
+      trainer::TrainerOptions to = o.trainer;
+      to.micro_batch_tokens = point.budget;
+      to.micro_batch_threads = 1;
+      to.may_run = nullptr;
+      to.done_running = nullptr;
+      auto policy = std::make_shared<model::Transformer>(m->config(), o.seed);
+      std::shared_ptr<model::Transformer> reference;
+      if (to.loss.kl_coef > 0) reference = std::make_shared<model::Transformer>(m->config(), o.seed);
+      SLUICE_ASSIGN_OR_RETURN(auto trainer, trainer::Trainer::Create(policy, reference, to));
+      // The faster of two: the first step of a trainer also allocates.
       double best = 1e300;
       for (int rep = 0; rep < 2; ++rep) {
         const auto t0 = Clock::now();
-        SLUICE_RETURN_IF_ERROR(trainer->RlStep(samples).status());
+        SLUICE_RETURN_IF_ERROR(trainer->RlStep(*point.samples).status());
         best = std::min(best, Since(t0));
       }
-      x.push_back({1.0, static_cast<double>(mbs.size()), padded, padded_context});
-      y.push_back(best);
+      times.push_back(best);
     }
+    KeepFastest(&y, times);
   }
   SLUICE_ASSIGN_OR_RETURN(auto c, simulate::FitNonNegative(x, y, RelativeWeights(y)));
   return Training{c[0], c[1], c[2], c[3]};

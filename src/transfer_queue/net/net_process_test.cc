@@ -757,23 +757,8 @@ TEST(NetProcessTest, StorageServerProcessHoldsItsUnits) {
   };
   Result<std::vector<RowId>> rows = put(6, 0);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
-  for (const std::string task : {"reward", "train"}) {
-    GetMetaRequest get;
-    get.task = task;
-    get.partition = "p";
-    get.columns = {"prompt"};
-    get.n = 6;
-    get.timeout = 2s;
-    Result<TakenBatch> taken = client.Take(get, {"prompt"});
-    ASSERT_TRUE(taken.ok()) << taken.status().ToString();
-    ASSERT_EQ(taken->data.rows.size(), 6u);
-    for (size_t i = 0; i < 6; ++i) {
-      const std::vector<int64_t> v = ToI64(taken->data.columns.at("prompt")[i]);
-      ASSERT_EQ(v.size(), 2u);
-      EXPECT_EQ(v[1], v[0] + 100);
-    }
-    TQ_ASSERT_OK(client.Ack(taken->meta.lease_id).status());
-  }
+  testing::TakeAndAckEachTask(client, 6, 100);
+  if (::testing::Test::HasFatalFailure()) return;
   for (uint32_t u = 0; u < 3; ++u) {
     Result<StorageStats> stats = queue->storage[u]->Stats();
     ASSERT_TRUE(stats.ok()) << stats.status().ToString();

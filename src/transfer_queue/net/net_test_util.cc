@@ -204,4 +204,25 @@ WriteId ExpectOnlyDeclaredCellsStored(Controller& controller, StorageUnit& unit,
   return write->write_id;
 }
 
+void TakeAndAckEachTask(TransferQueueClient& client, size_t n, int64_t offset) {
+  using namespace std::chrono_literals;
+  for (const std::string task : {"reward", "train"}) {
+    GetMetaRequest get;
+    get.task = task;
+    get.partition = "p";
+    get.columns = {"prompt"};
+    get.n = static_cast<uint32_t>(n);
+    get.timeout = 2s;
+    Result<TakenBatch> taken = client.Take(get, {"prompt"});
+    ASSERT_TRUE(taken.ok()) << task << ": " << taken.status().ToString();
+    ASSERT_EQ(taken->data.rows.size(), n) << task;
+    for (size_t i = 0; i < n; ++i) {
+      const std::vector<int64_t> v = ToI64(taken->data.columns.at("prompt")[i]);
+      ASSERT_EQ(v.size(), 2u);
+      EXPECT_EQ(v[1], v[0] + offset);
+    }
+    TQ_ASSERT_OK(client.Ack(taken->meta.lease_id).status());
+  }
+}
+
 }  // namespace sluice::transfer_queue::testing

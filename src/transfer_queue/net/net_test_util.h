@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sluice/common/status.h"
+#include "sluice/transfer_queue/client.h"
 #include "sluice/transfer_queue/controller.h"
 #include "sluice/transfer_queue/storage.h"
 
@@ -75,6 +76,11 @@ void WriteFile(const std::string& path, const std::string& text, int mode = 0600
 // that metadata, is stored (failures are gtest failures). Returns the begun
 // write's id, its cell stored (0 if it could not be begun).
 WriteId ExpectOnlyDeclaredCellsStored(Controller& controller, StorageUnit& unit, RowId row);
+
+// Tasks "reward" and "train" each take the `n` rows of partition "p" (one
+// Take each) and ack them, after checking that every row's "prompt" is a pair
+// {v, v + offset} (failures are gtest failures).
+void TakeAndAckEachTask(TransferQueueClient& client, size_t n, int64_t offset);
 
 }  // namespace sluice::transfer_queue::testing
 

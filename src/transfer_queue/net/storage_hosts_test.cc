@@ -108,23 +108,8 @@ TEST(StorageHostsTest, RowsLiveOnTheirUnitsServerAndTheirBytesTravelThereDirectl
   EXPECT_GT(hub.storage1->counters().requests, storage1_before);
   // Read back through each unit's server, by every consuming task; once both
   // acked, every server has freed its rows.
-  for (const std::string task : {"reward", "train"}) {
-    GetMetaRequest get;
-    get.task = task;
-    get.partition = "p";
-    get.columns = {"prompt"};
-    get.n = 6;
-    get.timeout = 1s;
-    Result<TakenBatch> taken = client.Take(get, {"prompt"});
-    ASSERT_TRUE(taken.ok()) << taken.status().ToString();
-    ASSERT_EQ(taken->data.rows.size(), 6u);
-    for (size_t i = 0; i < 6; ++i) {
-      const std::vector<int64_t> v = ToI64(taken->data.columns.at("prompt")[i]);
-      ASSERT_EQ(v.size(), 2u);
-      EXPECT_EQ(v[1], v[0] + 10);
-    }
-    TQ_ASSERT_OK(client.Ack(taken->meta.lease_id).status());
-  }
+  testing::TakeAndAckEachTask(client, 6, 10);
+  if (::testing::Test::HasFatalFailure()) return;
   for (uint32_t u = 0; u < kUnits; ++u) EXPECT_EQ(hub.UnitBytes(u), 0u) << "unit " << u;
   Result<QueueStats> stats = client.Stats();
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();

@@ -23,6 +23,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev                   # TransferQueue/CheckpointEngine network transport
   libgloo-dev                              # CheckpointEngine cross-host weight broadcast (optional; skipped without)
   libgtest-dev libgmock-dev                # tests
+  libgoogle-perftools-dev                  # tcmalloc, the programs' allocator (SLUICE_MALLOC, CMakeLists.txt)
   python3-dev pybind11-dev python3-torch   # the Python package (python/, docs/python.md): headers, bindings, torch on libtorch-dev's libtorch
   python3-pytest                           # the Python package's tests
   clang libclang-rt-dev                    # fuzz smoke test (libFuzzer); the core's clang build (-Wthread-safety, TSan)

@@ -26,6 +26,13 @@ function(sluice_setup_target target)
   if(SLUICE_SANITIZE_FLAGS)
     target_link_options(${target} PRIVATE ${SLUICE_SANITIZE_FLAGS})
   endif()
+  # Programs (never libraries: a library loaded into Python must not bring its
+  # own malloc) link the chosen allocator, whose malloc then serves the whole
+  # process, libtorch included.
+  get_target_property(_type ${target} TYPE)
+  if(SLUICE_MALLOC_LIBRARY AND _type STREQUAL "EXECUTABLE")
+    target_link_libraries(${target} PRIVATE ${SLUICE_MALLOC_LIBRARY})
+  endif()
 endfunction()
 
 # Targets whose sources include libtorch headers share one precompiled header,

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/validation.h"
+#include "sluice/common/large_buffers.h"
 #include "sluice/common/mutex.h"
 #include "sluice/transfer_queue/storage.h"
 
@@ -57,7 +58,8 @@ class InProcessStorageUnit final : public StorageUnit {
         cell.owner = std::move(placed.owner);
         cell.data = placed.data;
       } else {
-        std::shared_ptr<std::byte[]> buffer(new std::byte[t.nbytes > 0 ? t.nbytes : 1]);
+        // Cells of a MiB and more reuse freed cells' memory (large_buffers.h).
+        std::shared_ptr<std::byte[]> buffer = large_buffers::TakeShared(t.nbytes);
         if (t.nbytes > 0) std::memcpy(buffer.get(), t.data, t.nbytes);
         cell.data = buffer.get();
         cell.owner = std::move(buffer);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "sluice/common/large_buffers.h"
 #include "sluice/common/logging.h"
 
 namespace sluice::transfer_queue::internal {
@@ -221,8 +222,7 @@ void RpcChannel::DropDirect(net::UniqueFd connection) {
 }
 
 Result<RpcChannel::Received> RpcChannel::DirectRoundTrip(net::UniqueFd connection, wire::MessageType type, uint64_t id,
-                                                         const wire::Message& request,
-                                                         std::chrono::milliseconds timeout,
+                                                         wire::Message request, std::chrono::milliseconds timeout,
                                                          const wire::WireLimits& limits) {
   const std::string what = wire::MessageTypeName(type) + " request";
   const Steady::time_point deadline = Steady::now() + timeout;
@@ -250,7 +250,10 @@ Result<RpcChannel::Received> RpcChannel::DirectRoundTrip(net::UniqueFd connectio
     return Status::DataLoss("malformed reply to " + what + " from " + endpoint_ + ": a frame of " +
                             std::to_string(reply_size) + " bytes");
   }
-  std::shared_ptr<std::byte[]> bytes(new std::byte[reply_size]);
+  // Large replies land in recycled buffers (see large_buffers.h); the request's
+  // is recycled first, so a put's buffer can carry the next take's reply.
+  large_buffers::Give(std::move(request.data), request.capacity);
+  std::shared_ptr<std::byte[]> bytes = large_buffers::TakeShared(reply_size);
   if (Status got = net::RecvAll(connection.get(), bytes.get(), reply_size, deadline); !got.ok()) return failed(got);
   const std::span<const std::byte> view(bytes.get(), reply_size);
   Result<wire::Header> header = ReplyHeader(view, type, id, limits);
@@ -305,7 +308,7 @@ Result<RpcChannel::Received> RpcChannel::RoundTrip(wire::MessageType type, uint6
       return RingRoundTrip(std::move(ring), type, id, request, timeout, limits);
     }
     if (net::UniqueFd direct = CheckoutDirect(); direct.valid()) {
-      return DirectRoundTrip(std::move(direct), type, id, request, timeout, limits);
+      return DirectRoundTrip(std::move(direct), type, id, std::move(request), timeout, limits);
     }
   }
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<zmq::socket_t> socket, Checkout());

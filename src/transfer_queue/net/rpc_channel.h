@@ -135,9 +135,8 @@ class RpcChannel {
   std::unique_ptr<ShmRingClientEnd> CheckoutRing();
   void CheckinRing(std::unique_ptr<ShmRingClientEnd> ring);
   void DropRing(std::unique_ptr<ShmRingClientEnd> ring);
-  Result<Received> DirectRoundTrip(net::UniqueFd connection, wire::MessageType type, uint64_t id,
-                                   const wire::Message& request, std::chrono::milliseconds timeout,
-                                   const wire::WireLimits& limits);
+  Result<Received> DirectRoundTrip(net::UniqueFd connection, wire::MessageType type, uint64_t id, wire::Message request,
+                                   std::chrono::milliseconds timeout, const wire::WireLimits& limits);
   // An idle direct connection, or a new one; invalid when the call should use ZeroMQ.
   net::UniqueFd CheckoutDirect();
   void CheckinDirect(net::UniqueFd connection);

@@ -18,6 +18,7 @@
 
 #include "net/rpc_channel.h"
 #include "net/server_impl.h"
+#include "sluice/common/large_buffers.h"
 #include "sluice/common/logging.h"
 
 namespace sluice::transfer_queue {
@@ -112,16 +113,20 @@ void TransferQueueServer::Impl::DirectLoop(DirectConnection* connection, std::st
                           << " bytes (" << wire::kHeaderBytes << ".." << limits_.max_message_bytes << " allowed)";
       break;
     }
-    std::shared_ptr<std::byte[]> bytes(new std::byte[size]);
+    // Large frames land in recycled buffers: a fresh one would fault in every
+    // page as the socket copies into it.
+    std::shared_ptr<std::byte[]> bytes = large_buffers::TakeShared(size);
     if (!net::RecvAll(fd, bytes.get(), size, FrameDeadline(size)).ok()) break;
     bool admitted = false;
-    const wire::Message reply = Answer(bytes, {bytes.get(), size}, &admitted);
+    const std::span<const std::byte> request(bytes.get(), size);
+    wire::Message reply = Answer(std::move(bytes), request, &admitted);
     if (admitted) counters_.direct_requests.fetch_add(1, std::memory_order_relaxed);
     const uint64_t reply_size = reply.size;
     if (!net::SendAllParts(fd, &reply_size, sizeof(reply_size), reply.data.get(), reply.size, FrameDeadline(reply.size))
              .ok()) {
       break;
     }
+    large_buffers::Give(std::move(reply.data), reply.capacity);
     // A connection that starts with a refused request gets no second try.
     if (!admitted && !authenticated) break;
     authenticated = true;

@@ -222,7 +222,7 @@ Message FinishMessage(WireWriter& w) {
   SLUICE_CHECK(w.size() >= kHeaderBytes);
   w.PatchU64(24, w.size() - kHeaderBytes);
   Message m;
-  m.data = w.Release(&m.size);
+  m.data = w.Release(&m.size, &m.capacity);
   return m;
 }
 

@@ -240,6 +240,7 @@ Result<Header> DecodeHeader(std::span<const std::byte> message, const WireLimits
 struct Message {
   std::unique_ptr<std::byte[]> data;
   size_t size = 0;
+  size_t capacity = 0;  // the buffer's real size (large_buffers::Give takes it back)
   std::span<const std::byte> bytes() const { return {data.get(), size}; }
 };
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "sluice/common/check.h"
+#include "sluice/common/large_buffers.h"
 
 namespace sluice::transfer_queue::wire {
 
@@ -35,11 +36,14 @@ uint64_t LoadU64(const std::byte* p) {
 
 void WireWriter::Reserve(size_t bytes) {
   if (bytes <= capacity_) return;
-  // new[] without () leaves the bytes uninitialized: no memset of payloads.
-  std::unique_ptr<std::byte[]> grown(new std::byte[bytes]);
+  // Large messages reuse recycled buffers (no page faults on the copy in);
+  // the bytes are uninitialized either way: no memset of payloads.
+  size_t capacity = 0;
+  std::unique_ptr<std::byte[]> grown = large_buffers::Take(bytes, &capacity);
   if (size_ > 0) std::memcpy(grown.get(), data_.get(), size_);
+  large_buffers::Give(std::move(data_), capacity_);
   data_ = std::move(grown);
-  capacity_ = bytes;
+  capacity_ = capacity;
 }
 
 void WireWriter::Put(const void* p, size_t n) {
@@ -88,8 +92,9 @@ void WireWriter::PatchU64(size_t offset, uint64_t v) {
   StoreU64(data_.get() + offset, v);
 }
 
-std::unique_ptr<std::byte[]> WireWriter::Release(size_t* size) {
+std::unique_ptr<std::byte[]> WireWriter::Release(size_t* size, size_t* capacity) {
   *size = size_;
+  *capacity = capacity_;
   size_ = 0;
   capacity_ = 0;
   return std::move(data_);

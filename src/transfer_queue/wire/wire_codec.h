@@ -70,8 +70,9 @@ class WireWriter {
   size_t size() const { return size_; }
   const std::byte* data() const { return data_.get(); }
   TimePoint now() const { return now_; }
-  // Hands the buffer over (allocated with new std::byte[]; free with delete[]).
-  std::unique_ptr<std::byte[]> Release(size_t* size);
+  // Hands the buffer over (allocated with new std::byte[]; free with delete[]
+  // or hand it to large_buffers::Give with *capacity).
+  std::unique_ptr<std::byte[]> Release(size_t* size, size_t* capacity);
 
  private:
   void Put(const void* p, size_t n);

@@ -194,7 +194,8 @@ void RunMemcpy(const Settings& s, Cell* cell) {
 }
 
 // An SVG chart: one panel per row size, rows/s (log) over batch (log), a
-// line per system and client count (solid: the fewest clients).
+// line per system and client count (solid: the fewest clients, then ever
+// shorter dashes), the legend wrapped under the panels.
 std::string CeilingSvg(const std::vector<Cell>& cells, const Settings& s) {
   const double panel_w = 420, panel_h = 300, left = 70, top = 40, plot_w = 320, plot_h = 210;
   double y_min = 1e12, y_max = 1;
@@ -208,14 +209,25 @@ std::string CeilingSvg(const std::vector<Cell>& cells, const Settings& s) {
   const double b_hi = std::max(b_lo + 1, std::log2(*std::max_element(s.batches.begin(), s.batches.end())));
   const std::map<std::string, std::string> color = {
       {"memcpy", "#888888"}, {"redis", "#d62728"}, {"tcp", "#1f77b4"}, {"shm", "#2ca02c"}};
-  const int fewest = *std::min_element(s.clients.begin(), s.clients.end());
+  std::vector<int> counts = s.clients;
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  auto dash_for = [&](int clients) -> std::string {
+    static constexpr const char* kDashes[] = {"8,3", "4,3", "2,2", "8,2,2,2"};
+    const size_t rank = std::find(counts.begin(), counts.end(), clients) - counts.begin();
+    if (rank == 0) return "";
+    return std::string(" stroke-dasharray=\"") + kDashes[std::min<size_t>(rank - 1, 3)] + "\"";
+  };
+  const double legend_w = 105;
+  const size_t per_row = std::max<size_t>(1, static_cast<size_t>(panel_w * s.sizes.size() / legend_w));
+  const size_t legend_rows = (kSystems.size() * counts.size() + per_row - 1) / per_row;
   std::string svg;
   char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                 "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" "
                 "fill=\"white\"/>\n",
-                panel_w * s.sizes.size(), panel_h + 40);
+                panel_w * s.sizes.size(), panel_h + 22 + 18.0 * legend_rows);
   svg += buf;
   for (size_t p = 0; p < s.sizes.size(); ++p) {
     const double x0 = p * panel_w + left;
@@ -243,7 +255,7 @@ std::string CeilingSvg(const std::vector<Cell>& cells, const Settings& s) {
     std::snprintf(buf, sizeof(buf), "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">rows per batch</text>\n",
                   x0 + plot_w / 2, top + plot_h + 30);
     svg += buf;
-    int legend = 0;
+    size_t legend = 0;
     for (const std::string& system : kSystems) {
       for (int clients : s.clients) {
         std::string points;
@@ -256,17 +268,18 @@ std::string CeilingSvg(const std::vector<Cell>& cells, const Settings& s) {
           points += buf;
         }
         if (points.empty()) continue;
-        const std::string dash = clients == fewest ? "" : " stroke-dasharray=\"5,3\"";
+        const std::string dash = dash_for(clients);
         std::snprintf(buf, sizeof(buf), "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
                       points.c_str(), color.at(system).c_str(), dash.c_str());
         svg += buf;
         if (p == 0) {
-          const double ly = top + plot_h + 48 + 0 * legend;
+          const double ly = top + plot_h + 48 + 18.0 * (legend / per_row);
+          const double lx = 10 + legend_w * (legend % per_row);
           std::snprintf(buf, sizeof(buf),
                         "<line x1=\"%.0f\" x2=\"%.0f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"%s/>"
                         "<text x=\"%.0f\" y=\"%.0f\">%s %d+%d</text>\n",
-                        10.0 + legend * 105, 30.0 + legend * 105, ly, ly, color.at(system).c_str(), dash.c_str(),
-                        34.0 + legend * 105, ly + 4, system.c_str(), clients, clients);
+                        lx, lx + 20, ly, ly, color.at(system).c_str(), dash.c_str(), lx + 24, ly + 4, system.c_str(),
+                        clients, clients);
           svg += buf;
         }
         ++legend;
@@ -531,7 +544,7 @@ int main(int argc, char** argv) {
   flags.Add("systems", "shm,tcp,redis,memcpy", "queue transports and baselines to run");
   flags.Add("sizes", "8,4K", "row sizes, binary units (8 B..1 MiB)");
   flags.Add("batches", "1,4,16,64,256", "rows per put and per take");
-  flags.Add("clients", "1,4", "producers (and as many consumers) per cell");
+  flags.Add("clients", "1,4,8", "producers (and as many consumers) per cell");
   flags.Add("seconds", "0.5", "how long each cell runs");
   flags.Add("json", "", "also write every cell as JSON to this path");
   flags.Add("svg", "", "also draw the curves as an SVG chart to this path");

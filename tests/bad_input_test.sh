@@ -177,6 +177,8 @@ plan-lengths-missing   | 2 | nowhere.jsonl                                      
 plan-lengths-bad       | 2 | metrics-bad.jsonl:1                                  | plan --lengths-from=metrics-bad.jsonl
 plan-positional        | 2 | extra                                                | plan extra
 calibrate-no-out       | 2 | --out                                                | calibrate model.preset=tiny
+calibrate-long-answers | 2 | exceeds rl.max_new_tokens 32                         | calibrate --quick --out=never.yaml model.preset=tiny rl.max_new_tokens=32 --median=16 --tail=4
+calibrate-bad-tail     | 2 | --tail                                               | calibrate --quick --out=never.yaml model.preset=tiny --tail=0.5
 server-size-suffix     | 2 | --capacity-bytes                                     | @server --capacity-bytes=12X
 server-positional      | 2 | extra                                                | @server extra
 EOF

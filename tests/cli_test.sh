@@ -457,6 +457,10 @@ expect jsonl-missing 2 "missing.jsonl" -- "$SLUICE" train "${small[@]}" run.dir=
 # sluice calibrate / simulate: a quick cost profile of the tiny model measured
 # here, then every mode of a run predicted from it.
 expect calibrate 0 "cost profile written" -- "$SLUICE" calibrate --quick --out="$tmp/tiny.profile.yaml" model.preset=tiny rl.slots=16 rl.max_new_tokens=64
+# The run's own step (prompts x group, its answer lengths) is one of the trainer's batches.
+expect calibrate-step 0 "the run's step is measured too: 16 samples, answers of median 8 and longest 64 tokens" -- \
+  "$SLUICE" calibrate --quick --out="$tmp/tiny-step.profile.yaml" model.preset=tiny rl.slots=16 rl.max_new_tokens=64 \
+  rl.prompts_per_step=4 rl.group_size=4 --median=8 --tail=8
 for key in decode_row_s token_s publish_s; do
   grep -qE "^  $key: [0-9]" "$tmp/tiny.profile.yaml" || { echo "FAIL calibrate: no $key in the profile"; failures=$((failures + 1)); }
 done

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -38,12 +39,54 @@ std::string Joined(const std::vector<std::string>& args) {
   return out;
 }
 
+// A step's answer lengths and prompts, as `simulate` predicts them and
+// `calibrate` measures them.
+struct StepLengths {
+  int64_t median = 0;
+  double tail = 1;
+  int64_t prompt_tokens = 0;
+};
+
+void AddStepLengthFlags(FlagSet* flags) {
+  flags->Add("median", "0", "median answer length in tokens (0: rl.max_new_tokens / --tail, the longest answer fits)");
+  flags->Add("tail", "16", "longest answer / median (1: every answer the median)");
+  flags->Add("prompt-tokens", "0", "tokens per prompt (0: the task's mean prompt in bytes + 1, the byte tokenizer's)");
+}
+
+// InvalidArgument for a longest answer (median x tail) over rl.max_new_tokens.
+Result<StepLengths> ReadStepLengthFlags(const FlagSet& flags, const Config& config, const pipeline::RlOptions& rl) {
+  StepLengths s;
+  SLUICE_ASSIGN_OR_RETURN(s.median, flags.GetInt("median", 0, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(s.tail, flags.GetDouble("tail", 1.0, 1000.0));
+  SLUICE_ASSIGN_OR_RETURN(s.prompt_tokens, flags.GetInt("prompt-tokens", 0, 1 << 20));
+  if (s.median == 0) s.median = std::max<int64_t>(1, static_cast<int64_t>(rl.sampling.max_new_tokens / s.tail));
+  // LongTailLengths' longest answer is the median times the tail.
+  const int64_t longest = std::lround(static_cast<double>(s.median) * s.tail);
+  if (longest > rl.sampling.max_new_tokens) {
+    return Status::InvalidArgument("the longest answer (" + std::to_string(longest) + " tokens = --median x --tail) " +
+                                   "exceeds rl.max_new_tokens " + std::to_string(rl.sampling.max_new_tokens));
+  }
+  if (s.prompt_tokens == 0) {
+    SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
+    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
+    const uint64_t n = std::min<uint64_t>(1000, task->size(reward::Split::kTrain));
+    double bytes = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      SLUICE_ASSIGN_OR_RETURN(reward::Example ex, task->Get(reward::Split::kTrain, i));
+      bytes += static_cast<double>(ex.prompt.size());
+    }
+    s.prompt_tokens = n > 0 ? 1 + static_cast<int64_t>(bytes / static_cast<double>(n) + 0.5) : 16;
+  }
+  return s;
+}
+
 Status Calibrate(const std::vector<std::string>& args) {
   FlagSet flags;
   flags.Add("config", "", "the run's YAML config (the keys of `sluice train --help-config`)");
   flags.Add("out", "", "where to write the cost profile (YAML)");
   flags.Add("quick", "false", "fewer measurements (a rough profile in a few seconds)", /*is_bool=*/true);
   flags.Add("cores", "0", "the cores the roles share, measured busy at once (0: this machine's)");
+  AddStepLengthFlags(&flags);
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::printf("usage: sluice calibrate --out=PROFILE [--config=FILE] [key=value ...]\n%s", flags.Usage().c_str());
@@ -65,6 +108,13 @@ Status Calibrate(const std::vector<std::string>& args) {
   co.max_context = std::min<int64_t>(policy->config().max_position_embeddings,
                                      64 + static_cast<int64_t>(options.rl.sampling.max_new_tokens));
   co.trainer = options.rl.trainer;
+  // One step of the run (prompts x group answers of the expected lengths) is
+  // measured too: the fit then interpolates at the run's own shape.
+  SLUICE_ASSIGN_OR_RETURN(StepLengths lengths, ReadStepLengthFlags(flags, config, options.rl));
+  co.step.samples = options.rl.prompts_per_step * options.rl.group_size;
+  co.step.median = static_cast<int32_t>(lengths.median);
+  co.step.tail = lengths.tail;
+  co.step.prompt_tokens = static_cast<int32_t>(lengths.prompt_tokens);
   co.seed = options.seed;
   co.measured_by = "sluice calibrate " + Joined(args) + " (libtorch " + TORCH_VERSION + ")";
   std::fprintf(stderr, "sluice calibrate: %s, one thread per role; decode, prefill, training, publish, reward...\n",
@@ -81,9 +131,7 @@ Status Simulate(const std::vector<std::string>& args) {
   flags.Add("config", "", "the run's YAML config (the keys of `sluice train --help-config`)");
   flags.Add("profile", "", "the cost profile (from sluice calibrate)");
   flags.Add("modes", "sync,one_step_off,async", "modes to simulate, comma-separated");
-  flags.Add("median", "0", "median answer length in tokens (0: rl.max_new_tokens / --tail, the longest answer fits)");
-  flags.Add("tail", "16", "longest answer / median (1: every answer the median)");
-  flags.Add("prompt-tokens", "0", "tokens per prompt (0: the task's mean prompt in bytes + 1, the byte tokenizer's)");
+  AddStepLengthFlags(&flags);
   flags.Add("threads", "2", "cores in every mode: sync runs that many engines and trainer workers, roles alternating");
   flags.Add("rollout-threads", "1", "one_step_off/async: the rollout's cores (the trainer gets the rest)");
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
@@ -102,9 +150,6 @@ Status Simulate(const std::vector<std::string>& args) {
     return Status::InvalidArgument(profile_path + " was measured for '" + profile.model + "', this run's model is '" +
                                    ModelShape(model_config) + "': calibrate for this model");
   }
-  SLUICE_ASSIGN_OR_RETURN(int64_t median, flags.GetInt("median", 0, 1 << 20));
-  SLUICE_ASSIGN_OR_RETURN(double tail, flags.GetDouble("tail", 1.0, 1000.0));
-  SLUICE_ASSIGN_OR_RETURN(int64_t prompt_tokens, flags.GetInt("prompt-tokens", 0, 1 << 20));
   SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 1, 4096));
   SLUICE_ASSIGN_OR_RETURN(int64_t rollout_threads, flags.GetInt("rollout-threads", 1, 4096));
   if (rollout_threads >= threads) {
@@ -112,7 +157,9 @@ Status Simulate(const std::vector<std::string>& args) {
   }
   SLUICE_ASSIGN_OR_RETURN(std::string modes, flags.GetString("modes"));
   const pipeline::RlOptions& rl = options.rl;
-  if (median == 0) median = std::max<int64_t>(1, static_cast<int64_t>(rl.sampling.max_new_tokens / tail));
+  SLUICE_ASSIGN_OR_RETURN(StepLengths lengths, ReadStepLengthFlags(flags, config, rl));
+  const int64_t median = lengths.median, prompt_tokens = lengths.prompt_tokens;
+  const double tail = lengths.tail;
   simulate::Workload w;
   w.steps = rl.steps;
   w.prompts_per_step = rl.prompts_per_step;
@@ -126,21 +173,6 @@ Status Simulate(const std::vector<std::string>& args) {
   w.response_tokens =
       simulate::LongTailLengths(static_cast<int>(answers), static_cast<int>(median), tail, options.seed);
   const int32_t longest = *std::max_element(w.response_tokens.begin(), w.response_tokens.end());
-  if (longest > rl.sampling.max_new_tokens) {
-    return Status::InvalidArgument("the longest answer (" + std::to_string(longest) + " tokens = --median x --tail) " +
-                                   "exceeds rl.max_new_tokens " + std::to_string(rl.sampling.max_new_tokens));
-  }
-  if (prompt_tokens == 0) {
-    SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
-    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
-    const uint64_t n = std::min<uint64_t>(1000, task->size(reward::Split::kTrain));
-    double bytes = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      SLUICE_ASSIGN_OR_RETURN(reward::Example ex, task->Get(reward::Split::kTrain, i));
-      bytes += static_cast<double>(ex.prompt.size());
-    }
-    prompt_tokens = n > 0 ? 1 + static_cast<int64_t>(bytes / static_cast<double>(n) + 0.5) : 16;
-  }
   w.prompt_tokens = {static_cast<int32_t>(prompt_tokens)};
 
   std::printf(

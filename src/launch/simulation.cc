@@ -178,17 +178,27 @@ Result<std::vector<trainer::RolloutSample>> SyntheticBatch(const std::vector<int
 Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, const CalibrationOptions& o) {
   const int64_t context =
       std::min<int64_t>({o.max_context, m->config().max_position_embeddings, o.trainer.micro_batch_tokens});
-  const int32_t prompt = 16;
-  const auto longest = static_cast<int32_t>(std::max<int64_t>(2, context - prompt));
   struct Batch {
     int n;
     int median;
     double tail;
+    int32_t prompt = 16;
   };
   std::vector<Batch> batches = {{8, 16, 1}, {32, 16, 1}, {16, 64, 1}, {32, 24, 8}};
   // A step of a run packs up to its whole batch into one micro-batch: up to
   // 64 rows here.
   if (!o.quick) batches.push_back({8, 160, 1}), batches.push_back({16, 48, 4}), batches.push_back({64, 16, 1});
+  // The run's own step, so its micro-batches are inside the fit, not
+  // extrapolated from the batches above.
+  if (o.step.samples > 0) {
+    const int32_t step_prompt = std::clamp<int32_t>(o.step.prompt_tokens, 1, static_cast<int32_t>(context - 1));
+    batches.push_back({static_cast<int>(o.step.samples), o.step.median, o.step.tail, step_prompt});
+    std::fprintf(stderr,
+                 "calibrate: the run's step is measured too: %lld samples, answers of median %d and longest %ld "
+                 "tokens, prompts of %d\n",
+                 static_cast<long long>(o.step.samples), o.step.median, std::lround(o.step.median * o.step.tail),
+                 step_prompt);
+  }
   // The points: each batch under each budget.
   struct Point {
     std::shared_ptr<const std::vector<trainer::RolloutSample>> samples;
@@ -198,12 +208,14 @@ Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, c
   std::vector<std::vector<double>> x;
   std::mt19937 rng(static_cast<uint32_t>(o.seed));
   for (size_t b = 0; b < batches.size(); ++b) {
+    const int32_t batch_prompt = batches[b].prompt;
+    const auto fits = static_cast<int32_t>(std::max<int64_t>(2, context - batch_prompt));
     std::vector<int32_t> lengths =
-        simulate::LongTailLengths(batches[b].n, std::min(batches[b].median, longest), batches[b].tail, o.seed + b);
+        simulate::LongTailLengths(batches[b].n, std::min(batches[b].median, fits), batches[b].tail, o.seed + b);
     std::vector<int64_t> total;
-    for (int32_t& len : lengths) len = std::min(len, longest), total.push_back(prompt + len);
+    for (int32_t& len : lengths) len = std::min(len, fits), total.push_back(batch_prompt + len);
     SLUICE_ASSIGN_OR_RETURN(std::vector<trainer::RolloutSample> batch,
-                            SyntheticBatch(lengths, prompt, m->config().vocab_size, &rng));
+                            SyntheticBatch(lengths, batch_prompt, m->config().vocab_size, &rng));
     auto samples = std::make_shared<const std::vector<trainer::RolloutSample>>(std::move(batch));
     std::vector<size_t> order(samples->size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;

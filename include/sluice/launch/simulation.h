@@ -45,6 +45,17 @@ struct CalibrationOptions {
   int64_t max_context = 384;        // prompt + response tokens measured up to (capped by the model)
   bool quick = false;               // fewer points (tests)
   trainer::TrainerOptions trainer;  // the run's trainer options (micro_batch_threads is set to 1)
+  // The run's own step: its samples (prompts x group) with long-tail answer
+  // lengths (median, longest = median x tail) after prompts of
+  // `prompt_tokens`, measured as one more trainer batch so the fit
+  // interpolates at the run's shape. samples 0: none.
+  struct StepShape {
+    int64_t samples = 0;
+    int32_t median = 16;
+    double tail = 1;
+    int32_t prompt_tokens = 16;
+  };
+  StepShape step;
   uint64_t seed = 0;
   std::string measured_by;
 };

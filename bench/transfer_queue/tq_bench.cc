@@ -16,7 +16,8 @@
 // min..max printed). Every loop is bounded by a count and a time. The server
 // children are forked first, before this process has a ZeroMQ context or a
 // thread; the memory section runs next, while this process's heap is fresh.
-// The allocator is tuned as the launcher tunes it (runtime::TuneAllocator).
+// The allocator is the programs' (tcmalloc unless built with
+// SLUICE_MALLOC=system, then glibc tuned as the launcher tunes it).
 //
 //   tq_bench [--quick] [--repeats=N] [--transports=inproc,tcp,shm,redis,memcpy]
 //            [--sizes=64,4K,256K,16M] [--batches=1,256] [--max-batch-mb=256]

@@ -12,7 +12,8 @@ namespace sluice::runtime {
 // re-exec fails, after a warning).
 void EnsurePassiveOpenMp(char** argv);
 
-// Keeps freed large buffers in the heap instead of returning them to the OS.
+// Keeps freed large buffers in the heap instead of returning them to the OS
+// (glibc's malloc; a no-op where the program links tcmalloc, SLUICE_MALLOC).
 void TuneAllocator();
 
 }  // namespace sluice::runtime

@@ -189,15 +189,19 @@ Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, c
   // 64 rows here.
   if (!o.quick) batches.push_back({8, 160, 1}), batches.push_back({16, 48, 4}), batches.push_back({64, 16, 1});
   // The run's own step, so its micro-batches are inside the fit, not
-  // extrapolated from the batches above.
+  // extrapolated from the batches above. The fit is per micro-batch, so a
+  // step of more than 256 samples is measured on 256 of the same lengths.
   if (o.step.samples > 0) {
-    const int32_t step_prompt = std::clamp<int32_t>(o.step.prompt_tokens, 1, static_cast<int32_t>(context - 1));
-    batches.push_back({static_cast<int>(o.step.samples), o.step.median, o.step.tail, step_prompt});
+    constexpr int64_t kMostStepSamples = 256;
+    const int32_t step_prompt =
+        std::clamp<int32_t>(o.step.prompt_tokens, 1, static_cast<int32_t>(std::max<int64_t>(1, context - 1)));
+    const int64_t n = std::min(o.step.samples, kMostStepSamples);
+    batches.push_back({static_cast<int>(n), o.step.median, o.step.tail, step_prompt});
     std::fprintf(stderr,
-                 "calibrate: the run's step is measured too: %lld samples, answers of median %d and longest %ld "
+                 "calibrate: the run's step is measured too: %lld samples%s, answers of median %d and longest %ld "
                  "tokens, prompts of %d\n",
-                 static_cast<long long>(o.step.samples), o.step.median, std::lround(o.step.median * o.step.tail),
-                 step_prompt);
+                 static_cast<long long>(n), n < o.step.samples ? " (of the step's more)" : "", o.step.median,
+                 std::lround(o.step.median * o.step.tail), step_prompt);
   }
   // The points: each batch under each budget.
   struct Point {

@@ -54,7 +54,10 @@ void AddStepLengthFlags(FlagSet* flags) {
 }
 
 // InvalidArgument for a longest answer (median x tail) over rl.max_new_tokens.
-Result<StepLengths> ReadStepLengthFlags(const FlagSet& flags, const Config& config, const pipeline::RlOptions& rl) {
+// `task` is the run's task when the caller has built it (else built here for
+// the prompts' mean length).
+Result<StepLengths> ReadStepLengthFlags(const FlagSet& flags, const Config& config, const pipeline::RlOptions& rl,
+                                        const reward::Task* task) {
   StepLengths s;
   SLUICE_ASSIGN_OR_RETURN(s.median, flags.GetInt("median", 0, 1 << 20));
   SLUICE_ASSIGN_OR_RETURN(s.tail, flags.GetDouble("tail", 1.0, 1000.0));
@@ -67,8 +70,12 @@ Result<StepLengths> ReadStepLengthFlags(const FlagSet& flags, const Config& conf
                                    "exceeds rl.max_new_tokens " + std::to_string(rl.sampling.max_new_tokens));
   }
   if (s.prompt_tokens == 0) {
-    SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
-    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
+    std::unique_ptr<reward::Task> built;
+    if (task == nullptr) {
+      SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
+      SLUICE_ASSIGN_OR_RETURN(built, MakeRunTask(config, task_options));
+      task = built.get();
+    }
     const uint64_t n = std::min<uint64_t>(1000, task->size(reward::Split::kTrain));
     double bytes = 0;
     for (uint64_t i = 0; i < n; ++i) {
@@ -110,7 +117,7 @@ Status Calibrate(const std::vector<std::string>& args) {
   co.trainer = options.rl.trainer;
   // One step of the run (prompts x group answers of the expected lengths) is
   // measured too: the fit then interpolates at the run's own shape.
-  SLUICE_ASSIGN_OR_RETURN(StepLengths lengths, ReadStepLengthFlags(flags, config, options.rl));
+  SLUICE_ASSIGN_OR_RETURN(StepLengths lengths, ReadStepLengthFlags(flags, config, options.rl, task.get()));
   co.step.samples = options.rl.prompts_per_step * options.rl.group_size;
   co.step.median = static_cast<int32_t>(lengths.median);
   co.step.tail = lengths.tail;
@@ -157,7 +164,7 @@ Status Simulate(const std::vector<std::string>& args) {
   }
   SLUICE_ASSIGN_OR_RETURN(std::string modes, flags.GetString("modes"));
   const pipeline::RlOptions& rl = options.rl;
-  SLUICE_ASSIGN_OR_RETURN(StepLengths lengths, ReadStepLengthFlags(flags, config, rl));
+  SLUICE_ASSIGN_OR_RETURN(StepLengths lengths, ReadStepLengthFlags(flags, config, rl, /*task=*/nullptr));
   const int64_t median = lengths.median, prompt_tokens = lengths.prompt_tokens;
   const double tail = lengths.tail;
   simulate::Workload w;

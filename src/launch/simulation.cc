@@ -140,6 +140,7 @@ Result<Rollout> MeasureRollout(const std::shared_ptr<model::Transformer>& m, con
 
 struct Training {
   double step = 0, micro_batch = 0, token = 0, token_context = 0;
+  double proximal_share = 0;  // of the micro-batches' time, the pass before the update
 };
 
 // A synthetic RL batch: one sample per response length, `prompt` tokens of
@@ -237,6 +238,7 @@ Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, c
     }
   }
   std::vector<double> y;
+  double proximal = 0, trained = 0;  // seconds over every measurement
   for (int round = 0; round < Rounds(o); ++round) {
     std::vector<double> times;
     for (const Point& point : points) {
@@ -253,15 +255,22 @@ Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, c
       double best = 1e300;
       for (int rep = 0; rep < 2; ++rep) {
         const auto t0 = Clock::now();
-        SLUICE_RETURN_IF_ERROR(trainer->RlStep(*point.samples).status());
-        best = std::min(best, Since(t0));
+        SLUICE_ASSIGN_OR_RETURN(trainer::StepMetrics sm, trainer->RlStep(*point.samples));
+        const double took = Since(t0);
+        best = std::min(best, took);
+        proximal += sm.proximal_s, trained += took;
       }
       times.push_back(best);
     }
     KeepFastest(&y, times);
   }
   SLUICE_ASSIGN_OR_RETURN(auto c, simulate::FitNonNegative(x, y, RelativeWeights(y)));
-  return Training{c[0], c[1], c[2], c[3]};
+  // The pass's share of the micro-batches' time (the step's fixed part is
+  // small beside them here).
+  const double share = trained > 0 ? std::min(0.95, proximal / trained) : 0.0;
+  std::fprintf(stderr, "calibrate: the pass before the update (proximal log-probabilities) takes %.0f%% of training\n",
+               100 * share);
+  return Training{c[0], c[1], c[2], c[3], share};
 }
 
 // How much slower decoding and training run while every core is busy,
@@ -512,6 +521,7 @@ Result<simulate::CostProfile> Calibrate(std::shared_ptr<model::Transformer> mode
     std::fprintf(stderr, "calibrate: trainer measured in %.1f s\n", Since(t0));
     p.train_step_s = t.step, p.train_micro_batch_s = t.micro_batch;
     p.train_token_s = t.token, p.train_token_context_s = t.token_context;
+    p.train_proximal_share = t.proximal_share;
     SLUICE_RETURN_IF_ERROR(MeasureWeights(model, o, &p));
     t0 = Clock::now();
     p.cores = o.cores;

@@ -16,6 +16,7 @@ struct CostField {
   const char* key;
   double CostProfile::*field;
   const char* help;
+  double most = 1e9;  // a fraction's is below 1; seconds otherwise
 };
 
 const std::vector<CostField>& CostFields() {
@@ -38,6 +39,10 @@ const std::vector<CostField>& CostFields() {
        "per padded token x the micro-batch's longest sample (attention)"},
       {"trainer.update_s", &CostProfile::train_update_s,
        "per optimizer update (each mini-batch): optimizer, gradient reduction"},
+      {"trainer.proximal_share", &CostProfile::train_proximal_share,
+       "the fraction of a micro-batch's cost in the pass before the update (proximal and reference "
+       "log-probabilities), a phase of its own",
+       0.95},
       {"weights.publish_s", &CostProfile::publish_s, "the trainer publishing a version"},
       {"weights.fill_s", &CostProfile::weight_fill_s,
        "from a publish until the rollout can switch to the version (its standby copy, in the background)"},
@@ -49,12 +54,14 @@ const std::vector<CostField>& CostFields() {
 
 runtime::ConfigSchema Schema() {
   runtime::ConfigSchema s;
-  s.AddInt("profile.format", 0, 0, 1000, "the profile format (this build reads 1 and 2)");
+  s.AddInt("profile.format", 0, 0, 1000, "the profile format (this build reads 1 to 3)");
   s.AddString("profile.model", "", "the model's shape; the profile is refused for another");
   s.AddString("profile.device", "cpu", "where it was measured");
   s.AddInt("profile.threads", 1, 1, 1 << 20, "threads per role when measured");
   s.AddString("profile.measured_by", "", "the command and build that wrote it");
-  for (const CostField& f : CostFields()) s.AddDouble(f.key, 0.0, 0.0, 1e9, std::string(f.help) + " (seconds)");
+  for (const CostField& f : CostFields()) {
+    s.AddDouble(f.key, 0.0, 0.0, f.most, std::string(f.help) + (f.most < 1 ? " (a fraction)" : " (seconds)"));
+  }
   s.AddInt("cpu.cores", 0, 0, 1 << 20, "cores the threads share (0: each thread its own hardware)");
   s.AddDouble("cpu.rollout_slowdown", 1.0, 1.0, 1000.0, "how much slower an engine runs with every core busy");
   s.AddDouble("cpu.trainer_slowdown", 1.0, 1.0, 1000.0, "how much slower training runs with every core busy");
@@ -76,6 +83,11 @@ Status CostProfile::Validate() const {
     const double v = this->*f.field;
     if (!std::isfinite(v) || v < 0) {
       return Status::InvalidArgument(std::string("cost profile: ") + f.key + " must be a finite cost >= 0");
+    }
+    if (v > f.most) {
+      char most[32];
+      std::snprintf(most, sizeof(most), "%g", f.most);
+      return Status::InvalidArgument(std::string("cost profile: ") + f.key + " must be at most " + most);
     }
   }
   return Status::Ok();

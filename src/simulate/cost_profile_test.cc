@@ -48,11 +48,17 @@ TEST(CostProfileTest, RooflineTermTakesTheLongerOfMemoryAndCompute) {
   // Many rows: compute bound.
   EXPECT_DOUBLE_EQ(p.DecodeStep(1000, 0), 0.001 + 0.01);
   p.train_update_s = 0.25;
+  p.train_proximal_share = 0.3;
   auto back = ParseCostProfile(FormatCostProfile(p), "p.yaml");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_DOUBLE_EQ(back->memory_step_s, 0.004);
   EXPECT_DOUBLE_EQ(back->compute_context_s, 1e-10);
   EXPECT_DOUBLE_EQ(back->train_update_s, 0.25);
+  EXPECT_DOUBLE_EQ(back->train_proximal_share, 0.3);
+  // Format 2 (before the proximal share) reads as no pass of its own.
+  auto two = ParseCostProfile("profile:\n  format: 2\n  model: m\ntrainer:\n  step_s: 0.5\n", "two.yaml");
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_DOUBLE_EQ(two->train_proximal_share, 0.0);
   // Format 1 (before the roofline keys) still reads.
   auto old = ParseCostProfile("profile:\n  format: 1\n  model: m\nrollout:\n  decode_step_s: 0.5\n", "old.yaml");
   ASSERT_TRUE(old.ok()) << old.status().ToString();
@@ -75,6 +81,16 @@ TEST(CostProfileTest, RefusesWhatIsNotAProfileOfThisFormat) {
   auto negative = ParseCostProfile("profile:\n  format: 1\n  model: m\ntrainer:\n  step_s: -1\n", "p.yaml");
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.status().message().find("trainer.step_s"), std::string::npos);
+
+  // A share is a fraction: the whole micro-batch cannot be the pass before it.
+  auto whole = ParseCostProfile("profile:\n  format: 3\n  model: m\ntrainer:\n  proximal_share: 1\n", "p.yaml");
+  ASSERT_FALSE(whole.ok());
+  EXPECT_NE(whole.status().message().find("proximal_share"), std::string::npos) << whole.status().ToString();
+  CostProfile direct;
+  direct.model = "m";
+  direct.train_proximal_share = 0.99;
+  EXPECT_NE(direct.Validate().message().find("trainer.proximal_share must be at most 0.95"), std::string::npos)
+      << direct.Validate().ToString();
 
   auto nomodel = ParseCostProfile("profile:\n  format: 1\n", "p.yaml");
   ASSERT_FALSE(nomodel.ok());

@@ -235,6 +235,11 @@ class Run {
   std::vector<std::vector<std::vector<size_t>>> parts_;
   size_t part_ = 0;
   std::vector<std::vector<size_t>> micro_batches_;  // the part under way
+  // The pass before the update (CostProfile::train_proximal_share) is under
+  // way, over every part's micro-batches; `share_` of each micro-batch's
+  // cost is the phase's under way.
+  bool proximal_pass_ = false;
+  double share_ = 1;
   std::vector<int64_t> sample_lengths_;
   size_t next_micro_batch_ = 0;
   bool publishing_ = false;
@@ -412,7 +417,14 @@ void Run::RewardWake(double t) {
 }
 
 void Run::StartPart(double t) {
-  micro_batches_ = parts_[part_];
+  if (proximal_pass_) {
+    micro_batches_.clear();
+    for (const auto& part : parts_) micro_batches_.insert(micro_batches_.end(), part.begin(), part.end());
+    share_ = c_.train_proximal_share;
+  } else {
+    micro_batches_ = parts_[part_];
+    share_ = 1 - c_.train_proximal_share;
+  }
   next_micro_batch_ = 0;
   phase_ = TrainerPhase::kTraining;
   // As the trainer's ForEachMicroBatch: min(workers, micro-batches) of them.
@@ -472,6 +484,14 @@ Status Run::TrainerWake(double t) {
                                                   l_.trainer_workers + l_.lent_workers));
     }
     part_ = 0;
+    // As RlStep: the proximal (and reference) log-probabilities of every
+    // micro-batch first, a phase of its own.
+    proximal_pass_ = c_.train_proximal_share > 0;
+    StartPart(t);
+    return Status::Ok();
+  }
+  if (phase_ == TrainerPhase::kTraining && proximal_pass_) {
+    proximal_pass_ = false;
     StartPart(t);
     return Status::Ok();
   }
@@ -551,6 +571,7 @@ void Run::WorkerWake(size_t w, double t) {
       for (size_t i : mb) longest = std::max(longest, sample_lengths_[i]);
       cost = c_.MicroBatch(schedule::PaddedTokens(sample_lengths_, mb), longest);
     }
+    cost *= share_;
     out_.trainer_compute_s += cost;
     if (wk.lent) ++lent_running_, ++out_.lent_micro_batches;
     wk.running = true;

@@ -128,6 +128,38 @@ TEST(SimulatorTest, LentWorkersTrainOnlyWhileTheRolloutIdles) {
   EXPECT_LT(lent->wall_s, alone->wall_s);
 }
 
+TEST(SimulatorTest, ThePassBeforeTheUpdateIsAPhaseOfItsOwn) {
+  // One-step-off: the rollout generates the next step (0.2 s) while the
+  // trainer trains, so the lent worker joins 0.2 s into each step. With the
+  // micro-batches' cost in one phase it can take only what is left then;
+  // with half of it in a pass before the update (as RlStep recomputes the
+  // proximal log-probabilities), it joins the second phase from its start
+  // and the step ends sooner. The work is the same; with no lent worker
+  // the split changes nothing.
+  CostProfile c = Simple();
+  c.train_step_s = 0;
+  c.train_micro_batch_s = 0.3;
+  Layout l;
+  l.mode = Mode::kOneStepOff;
+  l.micro_batch_tokens = 64;
+  l.lent_workers = 1;
+  const Workload w = Uniform(4, 2, 4, 21);
+  auto lumped = Simulate(w, l, c);
+  c.train_proximal_share = 0.5;
+  auto phased = Simulate(w, l, c);
+  ASSERT_TRUE(lumped.ok() && phased.ok());
+  EXPECT_NEAR(phased->trainer_compute_s, lumped->trainer_compute_s, 1e-9);
+  EXPECT_LT(phased->wall_s, lumped->wall_s - 0.1);
+  EXPECT_GT(phased->lent_micro_batches, lumped->lent_micro_batches);
+
+  l.lent_workers = 0;
+  auto alone_phased = Simulate(w, l, c);
+  c.train_proximal_share = 0;
+  auto alone_lumped = Simulate(w, l, c);
+  ASSERT_TRUE(alone_phased.ok() && alone_lumped.ok());
+  EXPECT_NEAR(alone_phased->wall_s, alone_lumped->wall_s, 1e-9);
+}
+
 TEST(SimulatorTest, SharedCoresSlowWorkThatOverlaps) {
   // Async overlaps 0.2 s of generation per step with 0.5 s of training.
   // Two threads on two cores that each run half as fast while both work:

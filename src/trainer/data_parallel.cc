@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -203,26 +204,42 @@ Status DataParallelGroup::Run(const std::string& op, const std::function<void()>
   return Status::Ok();
 }
 
+namespace {
+
+// Buckets of one dtype and device, at most `bucket_bytes` each (a larger
+// tensor alone), members in the order given: the same on every rank.
+std::vector<std::vector<size_t>> Buckets(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
+  std::vector<std::vector<size_t>> buckets;
+  std::vector<int64_t> bytes;
+  std::map<std::pair<int, std::string>, size_t> open;  // (dtype, device) -> bucket being filled
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    const auto key = std::make_pair(static_cast<int>(t.scalar_type()), t.device().str());
+    const int64_t size = t.numel() * static_cast<int64_t>(t.element_size());
+    auto it = open.find(key);
+    if (it == open.end() || bytes[it->second] + size > bucket_bytes) {
+      buckets.emplace_back();
+      bytes.push_back(0);
+      it = open.insert_or_assign(key, buckets.size() - 1).first;
+    }
+    buckets[it->second].push_back(i);
+    bytes[it->second] += size;
+  }
+  return buckets;
+}
+
+}  // namespace
+
 Status DataParallelGroup::AllReduce(const std::vector<at::Tensor>& tensors, Reduce op) {
   if (size() == 1 || tensors.empty()) return Status::Ok();
-  // Buckets of one dtype and device, in the order given (the same on every rank).
   struct Bucket {
     std::vector<at::Tensor> members;
-    int64_t bytes = 0;
     at::Tensor flat;
   };
   std::vector<Bucket> buckets;
-  std::map<std::pair<int, std::string>, size_t> open;  // (dtype, device) -> bucket being filled
-  for (const at::Tensor& t : tensors) {
-    const auto key = std::make_pair(static_cast<int>(t.scalar_type()), t.device().str());
-    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
-    auto it = open.find(key);
-    if (it == open.end() || buckets[it->second].bytes + bytes > options_.bucket_bytes) {
-      buckets.emplace_back();
-      it = open.insert_or_assign(key, buckets.size() - 1).first;
-    }
-    buckets[it->second].members.push_back(t);
-    buckets[it->second].bytes += bytes;
+  for (const std::vector<size_t>& members : Buckets(tensors, options_.bucket_bytes)) {
+    buckets.emplace_back();
+    for (size_t i : members) buckets.back().members.push_back(tensors[i]);
   }
   return Run("all-reduce", [&] {
     c10d::AllreduceOptions opts;
@@ -249,6 +266,117 @@ Status DataParallelGroup::AllReduce(const std::vector<at::Tensor>& tensors, Redu
         t.copy_(b.flat.narrow(0, offset, t.numel()).view(t.sizes()));
         offset += t.numel();
       }
+    }
+  });
+}
+
+struct DataParallelGroup::PendingSum::State {
+  DataParallelGroup* group = nullptr;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  struct Bucket {
+    at::Tensor flat;
+    size_t waiting = 0;  // members not yet ready
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  std::vector<Bucket> buckets;
+  std::vector<std::pair<size_t, int64_t>> where;  // per tensor: its bucket and offset
+  std::vector<int64_t> numel;
+  std::mutex mu;
+  std::vector<bool> ready;  // guarded by mu
+  size_t next = 0;          // the next bucket to send; guarded by mu
+  Status error;             // guarded by mu
+  int64_t early = 0;
+
+  // Sends every bucket whose turn it is and whose members are all ready.
+  void SendReady() {
+    if (!error.ok()) return;
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.timeout = group->options_.timeout;
+    try {
+      for (; next < buckets.size() && buckets[next].waiting == 0; ++next) {
+        std::vector<at::Tensor> one{buckets[next].flat};
+        buckets[next].work = pg->allreduce(one, opts);
+      }
+    } catch (const std::exception& e) {
+      error = Status::Unavailable(Where(group->options_) + ": sending a gradient bucket failed: " + ExceptionText(e));
+    }
+  }
+  void Copy(size_t index, const at::Tensor& value) {
+    torch::NoGradGuard no_grad;
+    const auto [b, offset] = where[index];
+    buckets[b].flat.narrow(0, offset, numel[index]).copy_(value.reshape({-1}));
+  }
+};
+
+DataParallelGroup::PendingSum::PendingSum(std::unique_ptr<State> state) : state_(std::move(state)) {}
+// A bucket still in flight holds its own reference to its buffer.
+DataParallelGroup::PendingSum::~PendingSum() = default;
+int64_t DataParallelGroup::PendingSum::sent_early() const { return state_->early; }
+int64_t DataParallelGroup::PendingSum::buckets() const { return static_cast<int64_t>(state_->buckets.size()); }
+
+Result<std::unique_ptr<DataParallelGroup::PendingSum>> DataParallelGroup::BeginSum(
+    const std::vector<at::Tensor>& like) {
+  if (like.empty()) return Status::InvalidArgument("a pending sum of no tensors");
+  auto s = std::make_unique<PendingSum::State>();
+  s->group = this;
+  s->pg = impl_->group;
+  s->ready.assign(like.size(), false);
+  s->where.resize(like.size());
+  for (const at::Tensor& t : like) {
+    if (!t.defined()) return Status::InvalidArgument("a pending sum of an undefined tensor");
+    s->numel.push_back(t.numel());
+  }
+  for (const std::vector<size_t>& members : Buckets(like, options_.bucket_bytes)) {
+    int64_t offset = 0;
+    for (size_t i : members) s->where[i] = {s->buckets.size(), offset}, offset += like[i].numel();
+    PendingSum::State::Bucket b;
+    b.flat = at::empty({offset}, like[members[0]].options().requires_grad(false));
+    b.waiting = members.size();
+    s->buckets.push_back(std::move(b));
+  }
+  return std::unique_ptr<PendingSum>(new PendingSum(std::move(s)));
+}
+
+void DataParallelGroup::PendingSum::Ready(size_t index, const at::Tensor& value) {
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (index >= s.ready.size() || s.ready[index] || !s.error.ok()) return;
+    s.ready[index] = true;
+  }
+  // Each tensor has a slot of its own: copied outside the lock.
+  s.Copy(index, value);
+  std::lock_guard<std::mutex> lock(s.mu);
+  --s.buckets[s.where[index].first].waiting;
+  const size_t before = s.next;
+  s.SendReady();
+  s.early += static_cast<int64_t>(s.next - before);
+}
+
+Status DataParallelGroup::PendingSum::Finish(const std::vector<at::Tensor>& finals) {
+  State& s = *state_;
+  if (finals.size() != s.ready.size()) {
+    return Status::InvalidArgument("a pending sum of " + std::to_string(s.ready.size()) + " tensors finished with " +
+                                   std::to_string(finals.size()));
+  }
+  return s.group->Run("all-reduce", [&] {
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      for (size_t i = 0; i < finals.size(); ++i) {
+        if (s.ready[i]) continue;
+        s.ready[i] = true;
+        s.Copy(i, finals[i]);
+        --s.buckets[s.where[i].first].waiting;
+      }
+      s.SendReady();
+      if (!s.error.ok()) throw std::runtime_error(s.error.message());
+    }
+    for (auto& b : s.buckets) b.work->wait(s.group->options_.timeout);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < finals.size(); ++i) {
+      const auto [b, offset] = s.where[i];
+      finals[i].copy_(s.buckets[b].flat.narrow(0, offset, s.numel[i]).view(finals[i].sizes()));
     }
   });
 }

@@ -116,33 +116,39 @@ struct RankRun {
   Status status;
   std::vector<StepMetrics> metrics;
   std::map<std::string, torch::Tensor> weights;
+  Trainer::GradientSums sums;
 };
 
 // Two RL steps and one SFT step on `world` ranks; rank r's model starts
-// from seed 1 + r (rank 0's weights must win).
-RankRun Train(const Store* store, int64_t rank, int64_t world, LossAggregation aggregation) {
+// from seed 1 + r (rank 0's weights must win). `overlap`: gradient buckets
+// sent during the backward passes, on `threads` micro-batch workers.
+RankRun Train(const Store* store, int64_t rank, int64_t world, LossAggregation aggregation, bool overlap = true,
+              int32_t threads = 1) {
   RankRun run;
   std::shared_ptr<DataParallelGroup> group;
   if (store != nullptr) {
     auto connected = DataParallelGroup::Connect(store->Options(rank, world));
-    if (!connected.ok()) return {connected.status(), {}, {}};
+    if (!connected.ok()) return {connected.status(), {}, {}, {}};
     group = std::move(connected).value();
   }
   TrainerOptions o = Options();
   o.loss.aggregation = aggregation;
+  o.overlap_gradient_sum = overlap;
+  o.micro_batch_threads = threads;
   auto trainer = Trainer::Create(TinyModel(1 + rank), TinyModel(100 + rank), o, group);
-  if (!trainer.ok()) return {trainer.status(), {}, {}};
+  if (!trainer.ok()) return {trainer.status(), {}, {}, {}};
   for (uint64_t salt : {1, 2}) {
     auto m = (*trainer)->RlStep(Batch(salt));
-    if (!m.ok()) return {m.status(), {}, {}};
+    if (!m.ok()) return {m.status(), {}, {}, {}};
     run.metrics.push_back(*m);
   }
   std::vector<SftExample> sft;
   for (const RolloutSample& s : Batch(3)) sft.push_back({s.prompt, s.response});
   auto m = (*trainer)->SftStep(sft);
-  if (!m.ok()) return {m.status(), {}, {}};
+  if (!m.ok()) return {m.status(), {}, {}, {}};
   run.metrics.push_back(*m);
   for (auto& p : (*trainer)->policy().named_parameters()) run.weights[p.key()] = p.value().detach().clone();
+  run.sums = (*trainer)->gradient_sums();
   return run;
 }
 
@@ -179,14 +185,31 @@ void ExpectSameRun(const RankRun& one, const RankRun& dp, const std::string& wha
 }
 
 TEST(DataParallelTrainerTest, TwoAndThreeRanksTakeTheStepsOneProcessTakes) {
+  struct Variant {
+    int64_t world;
+    bool overlap;
+    int32_t threads;
+  };
   for (LossAggregation aggregation : {LossAggregation::kTokenMean, LossAggregation::kSequenceMean}) {
     const RankRun one = Train(nullptr, 0, 1, aggregation);
-    for (int64_t world : {2, 3}) {
+    for (const Variant v : {Variant{2, true, 1}, Variant{2, true, 2}, Variant{2, false, 1}, Variant{3, true, 1}}) {
       Store store;
-      const std::vector<RankRun> runs =
-          OnRanks<RankRun>(world, [&](int64_t rank) { return Train(&store, rank, world, aggregation); });
-      for (int64_t r = 0; r < world; ++r) {
-        ExpectSameRun(one, runs[r], std::to_string(world) + " ranks, rank " + std::to_string(r));
+      const std::vector<RankRun> runs = OnRanks<RankRun>(
+          v.world, [&](int64_t rank) { return Train(&store, rank, v.world, aggregation, v.overlap, v.threads); });
+      for (int64_t r = 0; r < v.world; ++r) {
+        const std::string what = std::to_string(v.world) + " ranks, rank " + std::to_string(r) +
+                                 (v.overlap ? ", sums during backward" : ", one sum after backward") + ", " +
+                                 std::to_string(v.threads) + " micro-batch thread(s)";
+        ExpectSameRun(one, runs[r], what);
+        // Five sums (two updates per RL step, one SFT step), every bucket
+        // counted; with the overlap most leave while the passes still run
+        // (or as the last one returns), not after them.
+        if (v.overlap) {
+          EXPECT_GT(runs[r].sums.buckets, 0) << what;
+          EXPECT_GT(runs[r].sums.sent_during_backward, runs[r].sums.buckets / 2) << what;
+        } else {
+          EXPECT_EQ(runs[r].sums.buckets, 0) << what;
+        }
       }
     }
   }
@@ -203,6 +226,19 @@ TEST(DataParallelTrainerTest, RanksThatDisagreeFailOnEveryRank) {
     });
     for (const Status& s : statuses) {
       EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+      EXPECT_NE(s.message().find("ranks 1 differ from rank 0 in trainer options"), std::string::npos) << s.ToString();
+    }
+  }
+  {  // one rank sums gradients during backward, the other after: their
+     // buckets would not pair up
+    Store store;
+    auto statuses = OnRanks<Status>(2, [&](int64_t rank) -> Status {
+      SLUICE_ASSIGN_OR_RETURN(auto group, DataParallelGroup::Connect(store.Options(rank, 2)));
+      TrainerOptions o = Options();
+      o.overlap_gradient_sum = rank == 0;
+      return Trainer::Create(TinyModel(1), TinyModel(100), o, std::move(group)).status();
+    });
+    for (const Status& s : statuses) {
       EXPECT_NE(s.message().find("ranks 1 differ from rank 0 in trainer options"), std::string::npos) << s.ToString();
     }
   }

@@ -75,6 +75,64 @@ Trainer::Trainer(std::shared_ptr<model::Transformer> policy, std::shared_ptr<mod
   }
 }
 
+// Gradient buckets sent while the backward passes run. libtorch 1.13's
+// stable API has no hook after a parameter's gradient is accumulated (2.1
+// added one), only before: a leaf's hook runs just before its AccumulateGrad
+// node, on the thread running that backward pass (on CPU, the caller's), and
+// that thread runs one node at a time. So when a hook fires, the parameter
+// whose hook fired last on the same thread is accumulated; the pass's last
+// is accumulated once backward() returns (BackwardDone). A parameter is
+// final when every pass of the mini-batch has accumulated into it.
+struct Trainer::Overlap {
+  std::vector<torch::Tensor> params;  // the sum's order: the model's last parameters first
+  std::vector<std::pair<torch::Tensor, unsigned>> hooks;
+  std::unique_ptr<std::atomic<int64_t>[]> remaining;  // passes still to accumulate, per parameter
+  std::unique_ptr<DataParallelGroup::PendingSum> pending;
+  std::atomic<bool> armed{false};
+  std::atomic<uint64_t> generation{0};  // one per mini-batch: a stale thread-local entry is ignored
+
+  void Accumulated(size_t k) {
+    if (remaining[k].fetch_sub(1) == 1) pending->Ready(k, params[k].grad());
+  }
+};
+
+namespace {
+
+// The parameter whose hook fired last on this thread in the current pass.
+struct LastHooked {
+  const void* overlap = nullptr;
+  uint64_t generation = 0;
+  int64_t param = -1;
+};
+thread_local LastHooked t_last_hooked;
+
+}  // namespace
+
+Trainer::~Trainer() {
+  if (overlap_) {
+    for (auto& [param, hook] : overlap_->hooks) param.remove_hook(hook);
+  }
+}
+
+Status Trainer::BeginGradientSum(size_t micro_batches) {
+  if (!overlap_) return Status::Ok();
+  Overlap& o = *overlap_;
+  SLUICE_ASSIGN_OR_RETURN(o.pending, data_parallel_->BeginSum(o.params));
+  for (size_t k = 0; k < o.params.size(); ++k) o.remaining[k].store(static_cast<int64_t>(micro_batches));
+  o.generation.fetch_add(1);
+  o.armed.store(true);
+  return Status::Ok();
+}
+
+void Trainer::BackwardDone() {
+  if (!overlap_ || !overlap_->armed.load()) return;
+  LastHooked& last = t_last_hooked;
+  if (last.overlap == overlap_.get() && last.generation == overlap_->generation.load() && last.param >= 0) {
+    overlap_->Accumulated(static_cast<size_t>(last.param));
+  }
+  last.param = -1;
+}
+
 Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transformer> policy,
                                                  std::shared_ptr<model::Transformer> reference,
                                                  const TrainerOptions& options,
@@ -89,6 +147,33 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transfor
     return Status::InvalidArgument("kl_coef > 0 needs a reference model");
   }
   std::unique_ptr<Trainer> trainer(new Trainer(std::move(policy), std::move(reference), options, data_parallel));
+  const bool on_cpu = trainer->params_.empty() || trainer->params_.front().second.device().is_cpu();
+  if (data_parallel && data_parallel->size() > 1 && options.overlap_gradient_sum && on_cpu &&
+      !trainer->params_.empty()) {
+    // On CUDA a backward pass runs on the device's thread, not the caller's,
+    // and a gradient is final only once its stream says so: one sum after
+    // the passes there.
+    auto o = std::make_unique<Overlap>();
+    const size_t n = trainer->params_.size();
+    o->remaining = std::make_unique<std::atomic<int64_t>[]>(n);
+    for (size_t k = 0; k < n; ++k) o->params.push_back(trainer->params_[n - 1 - k].second);
+    Overlap* raw = o.get();
+    for (size_t k = 0; k < n; ++k) {
+      torch::Tensor& p = o->params[k];
+      if (!p.requires_grad()) continue;  // no gradient: zeros, sent at the end
+      const unsigned hook = p.register_hook([raw, k](const torch::Tensor&) {
+        if (!raw->armed.load()) return;
+        LastHooked& last = t_last_hooked;
+        const uint64_t generation = raw->generation.load();
+        if (last.overlap == raw && last.generation == generation && last.param >= 0) {
+          raw->Accumulated(static_cast<size_t>(last.param));
+        }
+        last = {raw, generation, static_cast<int64_t>(k)};
+      });
+      o->hooks.emplace_back(p, hook);
+    }
+    trainer->overlap_ = std::move(o);
+  }
   if (data_parallel && data_parallel->size() > 1) {
     SLUICE_RETURN_IF_ERROR(data_parallel->CheckSame("trainer options or model shapes", trainer->Fingerprint()));
     SLUICE_RETURN_IF_ERROR(trainer->SyncFromRankZero());
@@ -134,7 +219,8 @@ uint64_t Trainer::Fingerprint() const {
   const OptimizerOptions& o = options_.optimizer;
   for (double x : {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm, o.min_lr_ratio}) Mix(h, Exact(x));
   for (int64_t x : {o.warmup_steps, o.decay_steps, options_.mini_batches, options_.ppo_epochs,
-                    static_cast<int64_t>(options_.recompute_old_logprobs), static_cast<int64_t>(options_.pad_token)}) {
+                    static_cast<int64_t>(options_.recompute_old_logprobs), static_cast<int64_t>(options_.pad_token),
+                    static_cast<int64_t>(overlap_ != nullptr)}) {
     Mix(h, std::to_string(x));
   }
   const PolicyLossOptions& l = options_.loss;
@@ -180,6 +266,21 @@ Status Trainer::SumOverRanks(std::vector<double>& values) {
 
 Status Trainer::SyncGradients() {
   if (!data_parallel_ || data_parallel_->size() == 1) return Status::Ok();
+  if (overlap_ && overlap_->armed.load()) {
+    Overlap& o = *overlap_;
+    o.armed.store(false);
+    std::vector<torch::Tensor> finals;
+    for (torch::Tensor& p : o.params) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      finals.push_back(p.grad());
+    }
+    // Counted before Finish sends the rest.
+    gradient_sums_.sent_during_backward += o.pending->sent_early();
+    gradient_sums_.buckets += o.pending->buckets();
+    Status summed = o.pending->Finish(finals);
+    o.pending.reset();
+    return summed;
+  }
   std::vector<torch::Tensor> grads;
   for (auto& [name, p] : params_) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
@@ -330,6 +431,10 @@ double Trainer::CurrentLr() const {
 }
 
 void Trainer::ZeroGrads() {
+  if (overlap_) {
+    overlap_->armed.store(false);
+    overlap_->pending.reset();
+  }
   torch::NoGradGuard no_grad;
   for (auto& [name, p] : params_) {
     if (p.grad().defined()) p.grad().zero_();
@@ -449,7 +554,9 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
   StepMetrics m;
   double gap_total = 0, gap_counted = 0;
   try {
-    {  // The proximal and reference policies, before any update.
+    if (options_.recompute_old_logprobs || options_.loss.kl_coef > 0) {
+      // The proximal and reference policies, before any update.
+      const auto pass_start = std::chrono::steady_clock::now();
       std::vector<Batch*> all;
       for (auto& mini : mini_batches) {
         for (Batch& b : mini) all.push_back(&b);
@@ -478,6 +585,11 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
         gap_counted += gap_tokens[i];
         m.rollout_logprob_gap_max = std::max(m.rollout_logprob_gap_max, gap_max[i]);
       }
+      m.proximal_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_start).count();
+    } else {
+      for (auto& mini : mini_batches) {
+        for (Batch& b : mini) b.old_logprobs = b.behavior;
+      }
     }
     // Sums per micro-batch, added up in micro-batch order (deterministic
     // whatever the thread schedule).
@@ -499,6 +611,7 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
         const double normalizer =
             options_.loss.aggregation == LossAggregation::kTokenMean ? mini_size[0] : mini_size[1];
         std::vector<Sums> sums(mini.size());
+        SLUICE_RETURN_IF_ERROR(BeginGradientSum(mini.size()));
         ForEachMicroBatch(mini.size(), [&](size_t i, int32_t) {
           const Batch& b = mini[i];
           torch::Tensor logits;
@@ -506,6 +619,7 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
           PolicyLossInputs in{logp, b.old_logprobs, b.behavior, b.advantages, b.mask, b.ref_logprobs};
           PolicyLossResult r = PolicyLoss(in, options_.loss, normalizer);
           r.loss.backward();
+          BackwardDone();
           Sums& s = sums[i];
           s.loss = r.loss.item<double>();
           s.pg = r.pg_loss_sum;
@@ -587,15 +701,21 @@ Result<StepMetrics> Trainer::SftStep(const std::vector<SftExample>& examples) {
     SLUICE_RETURN_IF_ERROR(SumOverRanks(total_tokens));
     const double total = total_tokens[0];
     std::vector<std::pair<double, double>> sums(batches.size());  // loss, entropy
+    SLUICE_RETURN_IF_ERROR(BeginGradientSum(batches.size()));
     ForEachMicroBatch(batches.size(), [&](size_t i, int32_t) {
       const Batch& b = batches[i];
       torch::Tensor logits;
       auto logp = TokenLogprobs(*policy_, b, &logits);
       auto loss = -(logp * b.mask).sum() / total;
       loss.backward();
+      BackwardDone();
       torch::NoGradGuard no_grad;
       sums[i] = {loss.item<double>(), (Entropy(logits.detach()) * b.mask).sum().item<double>()};
     });
+    if (Status synced = SyncGradients(); !synced.ok()) {
+      ZeroGrads();
+      return synced;
+    }
     std::vector<double> totals = {0, 0, static_cast<double>(batches.size())};  // loss, entropy, micro-batches
     for (const auto& [loss, entropy] : sums) totals[0] += loss, totals[1] += entropy;
     SLUICE_RETURN_IF_ERROR(SumOverRanks(totals));
@@ -604,10 +724,6 @@ Result<StepMetrics> Trainer::SftStep(const std::vector<SftExample>& examples) {
     m.entropy = totals[1] / total;
     m.tokens = static_cast<int64_t>(total);
     m.sequences = static_cast<int64_t>(examples.size());
-    if (Status synced = SyncGradients(); !synced.ok()) {
-      ZeroGrads();
-      return synced;
-    }
     m.grad_norm = OptimizerStep();
     m.optimizer_steps = 1;
     m.lr = CurrentLr();

@@ -13,7 +13,11 @@
 //   micro-batch   = train_micro_batch_s + train_token_s x padded tokens
 //                   + train_token_context_s x padded tokens x longest sample
 //   trainer step  = train_step_s + its micro-batches (spread over the workers)
-//                   + train_update_s per optimizer update (Layout::mini_batches)
+//                   + train_update_s per optimizer update (Layout::mini_batches);
+//                   train_proximal_share of each micro-batch's cost is the
+//                   pass before the update (recomputing the proximal and
+//                   reference log-probabilities), which every micro-batch of
+//                   the step goes through first, the workers meeting at its end
 //   publish       = publish_s (the trainer); then weight_fill_s until the rollout
 //                   can switch to it (its standby copy, in the background), and
 //                   weight_switch_s (each rollout engine) to switch
@@ -38,8 +42,9 @@
 
 namespace sluice::simulate {
 
-// The format this build writes; it reads 1 (no roofline keys) and 2.
-inline constexpr int kCostProfileFormat = 2;
+// The format this build writes; it reads 1 (no roofline keys), 2 (no
+// proximal share) and 3.
+inline constexpr int kCostProfileFormat = 3;
 inline constexpr int kOldestCostProfileFormat = 1;
 
 struct CostProfile {
@@ -67,6 +72,7 @@ struct CostProfile {
   double train_token_s = 0;
   double train_token_context_s = 0;
   double train_update_s = 0;
+  double train_proximal_share = 0;  // a fraction in [0, 0.95], not seconds
   double publish_s = 0;
   double weight_switch_s = 0;
   double weight_fill_s = 0;

@@ -88,6 +88,43 @@ class DataParallelGroup {
   // Sums (or takes the maximum of) each tensor over the ranks, in place.
   // Tensors of one dtype and device are flattened into buckets.
   Status AllReduce(const std::vector<at::Tensor>& tensors, Reduce op = Reduce::kSum);
+
+  // A sum over the ranks of tensors that become final one at a time while
+  // this rank still computes (gradients during backward, overlapped with
+  // it as DDP's reducer does): bucketed as AllReduce buckets them, each
+  // bucket sent once all of its members are final and every bucket before
+  // it was sent, so every rank sends the same collectives in the same order
+  // whatever order its tensors become final in. Only one PendingSum (or other
+  // collective) of a group may be under way at a time.
+  class PendingSum {
+   public:
+    ~PendingSum();
+    PendingSum(const PendingSum&) = delete;
+    PendingSum& operator=(const PendingSum&) = delete;
+    // Tensor `index` holds its final value: a copy is taken now. Thread-safe;
+    // a second call for an index is ignored. A failure to send is kept for
+    // Finish to return.
+    void Ready(size_t index, const at::Tensor& value);
+    // Sends the rest (each tensor not yet ready copied from `finals` as it
+    // is now), waits for every bucket and writes the sums into `finals`
+    // (the shapes BeginSum was given). Unavailable when a collective failed
+    // or timed out; only the time spent here counts in collective_seconds.
+    Status Finish(const std::vector<at::Tensor>& finals);
+    // How many buckets were sent before Finish began (sent while the caller
+    // still computed).
+    int64_t sent_early() const;
+    int64_t buckets() const;
+
+    struct State;  // data_parallel.cc's
+
+   private:
+    friend class DataParallelGroup;
+    explicit PendingSum(std::unique_ptr<State> state);
+    std::unique_ptr<State> state_;
+  };
+  // `like`: the tensors' shapes, dtypes and devices, the same list on every
+  // rank. InvalidArgument for an empty list or undefined tensors.
+  Result<std::unique_ptr<PendingSum>> BeginSum(const std::vector<at::Tensor>& like);
   Status AllReduce(std::vector<double>& values, Reduce op);
   // Copies rank `root`'s tensors into every other rank's, in place.
   Status Broadcast(const std::vector<at::Tensor>& tensors, int64_t root = 0);

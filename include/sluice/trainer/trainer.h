@@ -45,6 +45,9 @@ class Trainer {
                                                  std::shared_ptr<model::Transformer> reference,
                                                  const TrainerOptions& options,
                                                  std::shared_ptr<DataParallelGroup> data_parallel = nullptr);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // One RL update on `samples` (advantages set): old logprobs recomputed
   // (if enabled), then ppo_epochs x mini_batches optimizer steps. Errors:
@@ -84,6 +87,13 @@ class Trainer {
                               std::function<void(int32_t)> done_running = {});
   model::Transformer& policy() { return *policy_; }
   const std::shared_ptr<DataParallelGroup>& data_parallel() const { return data_parallel_; }
+  // Gradient buckets summed over the ranks so far, and how many of them were
+  // sent while backward passes still ran (overlap_gradient_sum).
+  struct GradientSums {
+    int64_t buckets = 0;
+    int64_t sent_during_backward = 0;
+  };
+  GradientSums gradient_sums() const { return gradient_sums_; }
   // With data-parallel ranks (a collective): every rank takes rank 0's
   // weights, reference weights, optimizer moments and step count (Create
   // does it once; again after rank 0 alone loaded a checkpoint).
@@ -99,8 +109,18 @@ class Trainer {
   // Sums `values` over the ranks (no-op on one).
   Status SumOverRanks(std::vector<double>& values);
   // The gradients summed over the ranks (every parameter's, zeros where a
-  // rank had none).
+  // rank had none): the sum begun by BeginGradientSum finished, or one sum
+  // now. No other collective may come between the two (the ranks would
+  // send them in different orders).
   Status SyncGradients();
+  // Before a mini-batch's `micro_batches` backward passes on this rank: its
+  // gradient buckets are sent as they become final (overlap_gradient_sum);
+  // each pass calls BackwardDone after its backward(). No-op when off.
+  Status BeginGradientSum(size_t micro_batches);
+  void BackwardDone();
+  struct Overlap;
+  std::unique_ptr<Overlap> overlap_;  // null: no overlapped sums
+  GradientSums gradient_sums_;
   uint64_t Fingerprint() const;
   struct Batch;
   Result<std::vector<Batch>> Pack(const std::vector<RolloutSample>& samples, const std::vector<size_t>& order) const;
@@ -110,7 +130,7 @@ class Trainer {
   void ForEachMicroBatch(size_t n, const std::function<void(size_t, int32_t)>& fn);
   torch::Tensor TokenLogprobs(model::Transformer& model, const Batch& batch, torch::Tensor* logits_out);
   double OptimizerStep();  // clip, AdamW update, zero grads; returns the grad norm
-  void ZeroGrads();
+  void ZeroGrads();        // and drops a gradient sum under way
 
   std::shared_ptr<model::Transformer> policy_;
   std::shared_ptr<model::Transformer> reference_;

@@ -98,6 +98,12 @@ struct TrainerOptions {
   // On CUDA: forward passes under bfloat16 autocast (float32 master weights,
   // gradients and optimizer state; the loss in float32). Ignored on CPU.
   bool bf16_autocast = false;
+  // With data-parallel ranks on CPU: each bucket of gradients is sent to be
+  // summed over the ranks as soon as every backward pass of the mini-batch
+  // has accumulated into all of its members, while the passes go on with
+  // the rest (as DDP's reducer overlaps them). Off: one sum after the last
+  // pass. The ranks must agree (part of the trainer's fingerprint).
+  bool overlap_gradient_sum = true;
   // Threads computing micro-batches at once (data parallel inside the step:
   // each runs libtorch with one intra-op thread and gradients accumulate into
   // the shared model). Two one-thread workers train ~2x one thread, where
@@ -128,6 +134,10 @@ struct StepMetrics {
   // |log pi_prox - log pi_behav| per token. Measured only where pi_prox is
   // recomputed (0 otherwise); includes staleness when samples are behind.
   double rollout_logprob_gap_mean = 0, rollout_logprob_gap_max = 0;
+  // Seconds of the pass before the update that recomputes the proximal and
+  // reference log-probabilities (0 when neither is recomputed): its
+  // micro-batches are a phase of their own, the workers meeting at its end.
+  double proximal_s = 0;
   int64_t tokens = 0, sequences = 0, micro_batches = 0, optimizer_steps = 0;
 };
 

@@ -8,6 +8,11 @@
 //   ranks-N-netns   the same ranks, each in a network namespace of its own
 //                   (veth pairs to a bridge): traffic crosses a network stack
 //                   as between hosts (root only; skipped otherwise)
+//   ...-after       the same ranks summing their gradients in one all-reduce
+//                   after the backward passes, where the others send each
+//                   bucket as it becomes final (TrainerOptions::
+//                   overlap_gradient_sum); --overlap=compare (the default)
+//                   runs both
 //
 // Each configuration runs `--repeat` times, interleaved; medians with min
 // and max. Ratios: scaling efficiency = ranks-N / (N x one-thread), and
@@ -70,10 +75,13 @@ int64_t BatchTokens(const std::vector<RolloutSample>& batch) {
 struct Timing {
   double seconds = 0;     // the timed steps
   double collective = 0;  // of which in collectives (ranks only)
+  // Gradient buckets summed, and how many left during the backward passes.
+  int64_t buckets = 0, early = 0;
 };
 
 // Trains w.steps steps after one untimed warm-up step.
-Result<Timing> TrainSteps(const Workload& w, int32_t workers, std::shared_ptr<trainer::DataParallelGroup> group) {
+Result<Timing> TrainSteps(const Workload& w, int32_t workers, std::shared_ptr<trainer::DataParallelGroup> group,
+                          bool overlap = true) {
   SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(w.preset));
   config.max_position_embeddings = std::max<int64_t>(config.max_position_embeddings, w.prompt + 2 * w.response);
   auto policy = std::make_shared<model::Transformer>(config, 1);
@@ -81,15 +89,19 @@ Result<Timing> TrainSteps(const Workload& w, int32_t workers, std::shared_ptr<tr
   o.optimizer.lr = 1e-4;
   o.micro_batch_tokens = w.micro_batch_tokens;
   o.micro_batch_threads = workers;
+  o.overlap_gradient_sum = overlap;
   SLUICE_ASSIGN_OR_RETURN(auto t, trainer::Trainer::Create(policy, nullptr, o, group));
   const std::vector<RolloutSample> batch = Batch(w, config.vocab_size);
   SLUICE_RETURN_IF_ERROR(t->RlStep(batch).status());
   const double before = group ? group->collective_seconds() : 0;
+  const trainer::Trainer::GradientSums sums_before = t->gradient_sums();
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < w.steps; ++i) SLUICE_RETURN_IF_ERROR(t->RlStep(batch).status());
   Timing out;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.collective = group ? group->collective_seconds() - before : 0;
+  out.buckets = t->gradient_sums().buckets - sums_before.buckets;
+  out.early = t->gradient_sums().sent_during_backward - sums_before.sent_during_backward;
   return out;
 }
 
@@ -114,15 +126,17 @@ Status ChildMain(const runtime::FlagSet& flags, const Workload& w) {
   dp.store_served_by_launcher = !serve;
   SLUICE_ASSIGN_OR_RETURN(dp.bind_address, flags.GetString("bind"));
   dp.timeout = milliseconds(120000);
+  SLUICE_ASSIGN_OR_RETURN(bool overlap, flags.GetBool("overlap-child"));
   SLUICE_ASSIGN_OR_RETURN(auto group, trainer::DataParallelGroup::Connect(dp));
-  SLUICE_ASSIGN_OR_RETURN(Timing t, TrainSteps(w, 1, std::move(group)));
-  std::printf("RESULT %.9f %.9f\n", t.seconds, t.collective);
+  SLUICE_ASSIGN_OR_RETURN(Timing t, TrainSteps(w, 1, std::move(group), overlap));
+  std::printf("RESULT %.9f %.9f %lld %lld\n", t.seconds, t.collective, static_cast<long long>(t.buckets),
+              static_cast<long long>(t.early));
   return Status::Ok();
 }
 
 // Runs `world` ranks (in namespaces when `net` is set) and returns the
 // slowest rank's timing (the step ends when the last rank's does).
-Result<Timing> RunRanks(const Workload& w, int64_t world, const ce::NetTopology* net) {
+Result<Timing> RunRanks(const Workload& w, int64_t world, const ce::NetTopology* net, bool overlap) {
   std::string store_at;
   static int runs = 0;
   const std::string store_file =
@@ -148,6 +162,7 @@ Result<Timing> RunRanks(const Workload& w, int64_t world, const ce::NetTopology*
     argv.push_back("--store=" + store_at);
     argv.push_back(std::string("--serve=") + (net != nullptr && r == 0 ? "true" : "false"));
     argv.push_back("--bind=" + (net != nullptr ? net->ip(static_cast<int>(r)) : std::string("127.0.0.1")));
+    argv.push_back(std::string("--overlap-child=") + (overlap ? "true" : "false"));
     SLUICE_ASSIGN_OR_RETURN(ce::Child child, ce::Child::Spawn(argv, /*capture_stdout=*/true, /*signal_pipe=*/false));
     ce::CleanupRegistry::Get().AddChild(child.pid());
     children.push_back(std::move(child));
@@ -166,7 +181,9 @@ Result<Timing> RunRanks(const Workload& w, int64_t world, const ce::NetTopology*
     bool found = false;
     while (std::getline(in, line)) {
       Timing t;
-      if (std::sscanf(line.c_str(), "RESULT %lf %lf", &t.seconds, &t.collective) == 2) {
+      long long buckets = 0, early = 0;
+      if (std::sscanf(line.c_str(), "RESULT %lf %lf %lld %lld", &t.seconds, &t.collective, &buckets, &early) == 4) {
+        t.buckets = buckets, t.early = early;
         found = true;
         if (t.seconds > slowest.seconds) slowest = t;
       }
@@ -194,6 +211,10 @@ Status Main(int argc, char** argv) {
   flags.Add("store", "", "internal (--child-rank): HOST:PORT of the rendezvous store");
   flags.Add("serve", "false", "internal (--child-rank): serve the store", /*is_bool=*/true);
   flags.Add("bind", "", "internal (--child-rank): the address to bind");
+  flags.Add("overlap", "compare",
+            "gradient sums of the ranks: compare (both), during (each bucket sent as it becomes final), after (one "
+            "all-reduce after the backward passes)");
+  flags.Add("overlap-child", "true", "internal (--child-rank): sum during backward", /*is_bool=*/true);
   SLUICE_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(argv + 1, argv + argc)));
   SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
   if (flags.help_requested()) {
@@ -219,6 +240,7 @@ Status Main(int argc, char** argv) {
   SLUICE_ASSIGN_OR_RETURN(int64_t repeat, flags.GetInt("repeat", 1, 100));
   SLUICE_ASSIGN_OR_RETURN(std::string netns, flags.GetChoice("netns", {"auto", "on", "off"}));
   SLUICE_ASSIGN_OR_RETURN(std::string json_path, flags.GetString("json"));
+  SLUICE_ASSIGN_OR_RETURN(std::string overlap, flags.GetChoice("overlap", {"compare", "during", "after"}));
   std::unique_ptr<ce::NetTopology> net;
   if (netns != "off") {
     Status usable = ce::CheckCanUseNetns();
@@ -243,8 +265,12 @@ Status Main(int argc, char** argv) {
       static_cast<long long>(repeat));
   const std::string threads_name = "threads-" + std::to_string(ranks), ranks_name = "ranks-" + std::to_string(ranks),
                     netns_name = ranks_name + "-netns";
-  std::vector<std::string> names = {"one-thread", threads_name, ranks_name};
-  if (net) names.push_back(netns_name);
+  std::vector<std::string> names = {"one-thread", threads_name};
+  for (const std::string& base : net ? std::vector<std::string>{ranks_name, netns_name} : std::vector{ranks_name}) {
+    if (overlap != "after") names.push_back(base);
+    if (overlap != "during") names.push_back(base + "-after");
+  }
+  std::map<std::string, std::pair<int64_t, int64_t>> buckets;  // (sent during backward, all), over the repeats
   std::map<std::string, std::vector<double>> rate, collective_share;
   for (int64_t rep = 0; rep < repeat; ++rep) {
     for (const std::string& name : names) {
@@ -253,7 +279,11 @@ Status Main(int argc, char** argv) {
         torch::set_num_threads(1);
         SLUICE_ASSIGN_OR_RETURN(t, TrainSteps(w, name == "one-thread" ? 1 : static_cast<int32_t>(ranks), nullptr));
       } else {
-        SLUICE_ASSIGN_OR_RETURN(t, RunRanks(w, ranks, name == netns_name ? net.get() : nullptr));
+        const bool after = name.size() > 6 && name.compare(name.size() - 6, 6, "-after") == 0;
+        const bool in_netns = name.rfind(netns_name, 0) == 0;
+        SLUICE_ASSIGN_OR_RETURN(t, RunRanks(w, ranks, in_netns ? net.get() : nullptr, !after));
+        buckets[name].first += t.early;
+        buckets[name].second += t.buckets;
       }
       rate[name].push_back(static_cast<double>(tokens) / t.seconds);
       collective_share[name].push_back(t.collective / t.seconds);
@@ -274,13 +304,26 @@ Status Main(int argc, char** argv) {
         {"tokens_per_s", s.median}, {"min", s.min}, {"max", s.max}, {"cores", cores}, {"collective_share", c.median}};
   }
   const double one = Summarize(rate["one-thread"]).median, threads = Summarize(rate[threads_name]).median;
-  for (const std::string& name : {ranks_name, netns_name}) {
-    if (rate.count(name) == 0) continue;
+  for (const std::string& name : names) {
+    if (name.rfind(ranks_name, 0) != 0) continue;
     const double r = Summarize(rate[name]).median;
     std::printf("%s: scaling efficiency %.2f (%.2fx one thread on %lld cores); %.2fx %s (the same cores)\n",
                 name.c_str(), r / (static_cast<double>(ranks) * one), r / one, static_cast<long long>(ranks),
                 r / threads, threads_name.c_str());
     out["ratios"][name] = {{"scaling_efficiency", r / (static_cast<double>(ranks) * one)}, {"vs_threads", r / threads}};
+  }
+  // The overlap: the same ranks summing during backward against after it.
+  for (const std::string& base : {ranks_name, netns_name}) {
+    if (rate.count(base) == 0 || rate.count(base + "-after") == 0) continue;
+    const double during = Summarize(rate[base]).median, after = Summarize(rate[base + "-after"]).median;
+    std::printf(
+        "%s: gradient buckets sent during backward %.2fx one sum after it (%lld of %lld buckets sent while a "
+        "backward pass still ran; waiting in collectives %.1f%% against %.1f%%, where the overlap's Gloo work "
+        "during the passes is not counted)\n",
+        base.c_str(), during / after, static_cast<long long>(buckets[base].first),
+        static_cast<long long>(buckets[base].second), 100 * Summarize(collective_share[base]).median,
+        100 * Summarize(collective_share[base + "-after"]).median);
+    out["ratios"][base]["overlap_vs_after"] = during / after;
   }
   if (!json_path.empty()) {
     std::ofstream f(json_path);

@@ -149,6 +149,10 @@ ConfigSchema TrainSchema() {
             "recompute the proximal logprobs on the trainer before each update (one forward pass); auto: yes, "
             "except with the behavior correction, whose loss does not use them (then the rollout_logprob_gap "
             "metrics are not measured)");
+  s.AddBool("trainer.overlap_gradient_sum", true,
+            "with pipeline.trainer_ranks > 1 on CPU: send each bucket of gradients to be summed over the ranks as soon "
+            "as the mini-batch's backward passes have all accumulated into it, while they go on with the rest; false: "
+            "one sum after the passes");
   s.AddEnum("trainer.precision", "auto", {"auto", "float32", "bf16-mixed"},
             "bf16-mixed: forward passes under bfloat16 autocast on float32 master weights (CUDA only); auto: "
             "bf16-mixed on CUDA, float32 on CPU");
@@ -410,6 +414,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   t.recompute_old_logprobs =
       recompute == "true" || (recompute == "auto" && t.loss.correction != trainer::OffPolicyCorrection::kBehavior);
   t.temperature = rl.sampling.temperature > 0 ? rl.sampling.temperature : 1.0f;
+  t.overlap_gradient_sum = c.GetBool("trainer.overlap_gradient_sum");
   o.eval.interval = c.GetInt("eval.interval");
   o.eval.size = c.GetInt("eval.size");
   o.eval.max_new_tokens = static_cast<int32_t>(c.GetInt("eval.max_new_tokens"));

@@ -285,7 +285,6 @@ struct DataParallelGroup::PendingSum::State {
   std::vector<bool> ready;  // guarded by mu
   size_t next = 0;          // the next bucket to send; guarded by mu
   Status error;             // guarded by mu
-  int64_t early = 0;
 
   // Sends every bucket whose turn it is and whose members are all ready.
   void SendReady() {
@@ -312,7 +311,6 @@ struct DataParallelGroup::PendingSum::State {
 DataParallelGroup::PendingSum::PendingSum(std::unique_ptr<State> state) : state_(std::move(state)) {}
 // A bucket still in flight holds its own reference to its buffer.
 DataParallelGroup::PendingSum::~PendingSum() = default;
-int64_t DataParallelGroup::PendingSum::sent_early() const { return state_->early; }
 int64_t DataParallelGroup::PendingSum::buckets() const { return static_cast<int64_t>(state_->buckets.size()); }
 
 Result<std::unique_ptr<DataParallelGroup::PendingSum>> DataParallelGroup::BeginSum(
@@ -338,11 +336,11 @@ Result<std::unique_ptr<DataParallelGroup::PendingSum>> DataParallelGroup::BeginS
   return std::unique_ptr<PendingSum>(new PendingSum(std::move(s)));
 }
 
-void DataParallelGroup::PendingSum::Ready(size_t index, const at::Tensor& value) {
+int64_t DataParallelGroup::PendingSum::Ready(size_t index, const at::Tensor& value) {
   State& s = *state_;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (index >= s.ready.size() || s.ready[index] || !s.error.ok()) return;
+    if (index >= s.ready.size() || s.ready[index] || !s.error.ok()) return 0;
     s.ready[index] = true;
   }
   // Each tensor has a slot of its own: copied outside the lock.
@@ -351,7 +349,7 @@ void DataParallelGroup::PendingSum::Ready(size_t index, const at::Tensor& value)
   --s.buckets[s.where[index].first].waiting;
   const size_t before = s.next;
   s.SendReady();
-  s.early += static_cast<int64_t>(s.next - before);
+  return static_cast<int64_t>(s.next - before);
 }
 
 Status DataParallelGroup::PendingSum::Finish(const std::vector<at::Tensor>& finals) {
@@ -371,6 +369,7 @@ Status DataParallelGroup::PendingSum::Finish(const std::vector<at::Tensor>& fina
       }
       s.SendReady();
       if (!s.error.ok()) throw std::runtime_error(s.error.message());
+      if (s.next != s.buckets.size()) throw std::runtime_error("a gradient bucket was never sent");
     }
     for (auto& b : s.buckets) b.work->wait(s.group->options_.timeout);
     torch::NoGradGuard no_grad;

@@ -8,6 +8,7 @@
 #include <exception>
 #include <mutex>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "sluice/common/check.h"
@@ -89,10 +90,17 @@ struct Trainer::Overlap {
   std::unique_ptr<std::atomic<int64_t>[]> remaining;  // passes still to accumulate, per parameter
   std::unique_ptr<DataParallelGroup::PendingSum> pending;
   std::atomic<bool> armed{false};
-  std::atomic<uint64_t> generation{0};  // one per mini-batch: a stale thread-local entry is ignored
+  // The mini-batch's number, unique in the process: a thread-local entry
+  // left by an earlier one (a pass that threw) is ignored.
+  std::atomic<uint64_t> generation{0};
+  // Buckets sent from a hook, i.e. while a backward pass still ran.
+  std::atomic<int64_t> sent_in_backward{0};
 
-  void Accumulated(size_t k) {
-    if (remaining[k].fetch_sub(1) == 1) pending->Ready(k, params[k].grad());
+  // `in_pass`: called from a hook (a pass still runs), not after backward().
+  void Accumulated(size_t k, bool in_pass) {
+    if (remaining[k].fetch_sub(1) != 1) return;
+    const int64_t sent = pending->Ready(k, params[k].grad());
+    if (in_pass) sent_in_backward.fetch_add(sent);
   }
 };
 
@@ -105,12 +113,18 @@ struct LastHooked {
   int64_t param = -1;
 };
 thread_local LastHooked t_last_hooked;
+std::atomic<uint64_t> g_mini_batches{0};  // numbers the overlapped sums of every trainer
 
 }  // namespace
 
 Trainer::~Trainer() {
-  if (overlap_) {
-    for (auto& [param, hook] : overlap_->hooks) param.remove_hook(hook);
+  if (!overlap_) return;
+  for (auto& [param, hook] : overlap_->hooks) {
+    try {
+      param.remove_hook(hook);
+    } catch (const std::exception& e) {
+      SLUICE_LOG(WARNING) << "removing a gradient hook: " << e.what();
+    }
   }
 }
 
@@ -119,7 +133,8 @@ Status Trainer::BeginGradientSum(size_t micro_batches) {
   Overlap& o = *overlap_;
   SLUICE_ASSIGN_OR_RETURN(o.pending, data_parallel_->BeginSum(o.params));
   for (size_t k = 0; k < o.params.size(); ++k) o.remaining[k].store(static_cast<int64_t>(micro_batches));
-  o.generation.fetch_add(1);
+  o.generation.store(g_mini_batches.fetch_add(1) + 1);
+  o.sent_in_backward.store(0);
   o.armed.store(true);
   return Status::Ok();
 }
@@ -128,7 +143,7 @@ void Trainer::BackwardDone() {
   if (!overlap_ || !overlap_->armed.load()) return;
   LastHooked& last = t_last_hooked;
   if (last.overlap == overlap_.get() && last.generation == overlap_->generation.load() && last.param >= 0) {
-    overlap_->Accumulated(static_cast<size_t>(last.param));
+    overlap_->Accumulated(static_cast<size_t>(last.param), /*in_pass=*/false);
   }
   last.param = -1;
 }
@@ -148,7 +163,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transfor
   }
   std::unique_ptr<Trainer> trainer(new Trainer(std::move(policy), std::move(reference), options, data_parallel));
   const bool on_cpu = trainer->params_.empty() || trainer->params_.front().second.device().is_cpu();
-  if (data_parallel && data_parallel->size() > 1 && options.overlap_gradient_sum && on_cpu &&
+  // A tensor listed twice would have two hooks, the second taken for the
+  // first's accumulation: then one sum after the passes.
+  std::set<const void*> distinct;
+  for (const auto& [name, p] : trainer->params_) distinct.insert(p.unsafeGetTensorImpl());
+  const bool each_once = distinct.size() == trainer->params_.size();
+  if (data_parallel && data_parallel->size() > 1 && options.overlap_gradient_sum && on_cpu && each_once &&
       !trainer->params_.empty()) {
     // On CUDA a backward pass runs on the device's thread, not the caller's,
     // and a gradient is final only once its stream says so: one sum after
@@ -166,7 +186,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transfor
         LastHooked& last = t_last_hooked;
         const uint64_t generation = raw->generation.load();
         if (last.overlap == raw && last.generation == generation && last.param >= 0) {
-          raw->Accumulated(static_cast<size_t>(last.param));
+          raw->Accumulated(static_cast<size_t>(last.param), /*in_pass=*/true);
         }
         last = {raw, generation, static_cast<int64_t>(k)};
       });
@@ -274,8 +294,7 @@ Status Trainer::SyncGradients() {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       finals.push_back(p.grad());
     }
-    // Counted before Finish sends the rest.
-    gradient_sums_.sent_during_backward += o.pending->sent_early();
+    gradient_sums_.sent_during_backward += o.sent_in_backward.exchange(0);
     gradient_sums_.buckets += o.pending->buckets();
     Status summed = o.pending->Finish(finals);
     o.pending.reset();

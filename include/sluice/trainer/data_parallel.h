@@ -59,9 +59,11 @@ struct DataParallelOptions {
   std::string bind_address;
   // Bounds the rendezvous and every collective.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  // Gradients are flattened into buckets of at most this many bytes, all
-  // in flight at once.
-  int64_t bucket_bytes = 32 << 20;
+  // Gradients are flattened into buckets of at most this many bytes (a
+  // larger tensor alone), all in flight at once; small enough that a
+  // model's gradients make several, so the first can be summed while
+  // backward computes the rest (Trainer's overlap_gradient_sum).
+  int64_t bucket_bytes = 4 << 20;
 
   Status Validate() const;
 };
@@ -101,18 +103,15 @@ class DataParallelGroup {
     ~PendingSum();
     PendingSum(const PendingSum&) = delete;
     PendingSum& operator=(const PendingSum&) = delete;
-    // Tensor `index` holds its final value: a copy is taken now. Thread-safe;
-    // a second call for an index is ignored. A failure to send is kept for
-    // Finish to return.
-    void Ready(size_t index, const at::Tensor& value);
+    // Tensor `index` holds its final value: a copy is taken now. Returns how
+    // many buckets this call sent. Thread-safe; a second call for an index
+    // is ignored. A failure to send is kept for Finish to return.
+    int64_t Ready(size_t index, const at::Tensor& value);
     // Sends the rest (each tensor not yet ready copied from `finals` as it
     // is now), waits for every bucket and writes the sums into `finals`
     // (the shapes BeginSum was given). Unavailable when a collective failed
     // or timed out; only the time spent here counts in collective_seconds.
     Status Finish(const std::vector<at::Tensor>& finals);
-    // How many buckets were sent before Finish began (sent while the caller
-    // still computed).
-    int64_t sent_early() const;
     int64_t buckets() const;
 
     struct State;  // data_parallel.cc's

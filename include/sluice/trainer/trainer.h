@@ -87,8 +87,10 @@ class Trainer {
                               std::function<void(int32_t)> done_running = {});
   model::Transformer& policy() { return *policy_; }
   const std::shared_ptr<DataParallelGroup>& data_parallel() const { return data_parallel_; }
-  // Gradient buckets summed over the ranks so far, and how many of them were
-  // sent while backward passes still ran (overlap_gradient_sum).
+  // Gradient buckets summed over the ranks so far by overlapped sums
+  // (overlap_gradient_sum), and how many of them were sent from a hook, while
+  // a backward pass still ran (the rest went when the last pass returned, or
+  // at the sum's end).
   struct GradientSums {
     int64_t buckets = 0;
     int64_t sent_during_backward = 0;

@@ -274,6 +274,55 @@ TEST(DataParallelTrainerTest, RanksThatDisagreeFailOnEveryRank) {
   }
 }
 
+TEST(DataParallelTrainerTest, PendingSumsPairUpWhateverOrderTensorsBecomeFinal) {
+  // Three tensors of 8000 bytes: a bucket each (4096-byte buckets). Rank 0
+  // marks them final last to first, rank 1 first to last and the middle
+  // one twice; rank 1 leaves the third for Finish. Each bucket leaves in
+  // bucket order on both, so the sums pair up.
+  Store store;
+  auto sums = OnRanks<Result<std::vector<double>>>(2, [&](int64_t rank) -> Result<std::vector<double>> {
+    SLUICE_ASSIGN_OR_RETURN(auto group, DataParallelGroup::Connect(store.Options(rank, 2)));
+    std::vector<at::Tensor> values;
+    for (int k = 0; k < 3; ++k) values.push_back(torch::full({2000}, 1.0f + k + 10.0f * rank));
+    SLUICE_ASSIGN_OR_RETURN(auto pending, group->BeginSum(values));
+    if (pending->buckets() != 3) return Status::Internal("buckets: " + std::to_string(pending->buckets()));
+    int64_t sent = 0;
+    if (rank == 0) {
+      for (size_t k : {2, 1, 0}) sent += pending->Ready(k, values[k]);
+    } else {
+      for (size_t k : {0, 1, 1}) sent += pending->Ready(k, values[k]);
+    }
+    // Rank 0: nothing until the first was ready, then all three; rank 1:
+    // the first two (the third waits for Finish).
+    if (sent != (rank == 0 ? 3 : 2)) return Status::Internal("sent early: " + std::to_string(sent));
+    values[2].fill_(3.0f + 10.0f * rank);  // what Finish takes for rank 1's third
+    SLUICE_RETURN_IF_ERROR(pending->Finish(values));
+    std::vector<double> out;
+    for (const at::Tensor& v : values) out.push_back(v.sum().item<double>() / 2000);
+    return out;
+  });
+  for (int64_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(sums[r].ok()) << sums[r].status().ToString();
+    EXPECT_EQ(*sums[r], (std::vector<double>{1 + 11, 2 + 12, 3 + 13})) << "rank " << r;
+  }
+  {  // the other rank leaves with a bucket in flight: Finish fails in bounded time
+    Store gone;
+    auto statuses = OnRanks<Status>(2, [&](int64_t rank) -> Status {
+      SLUICE_ASSIGN_OR_RETURN(auto group, DataParallelGroup::Connect(gone.Options(rank, 2, milliseconds(3000))));
+      std::vector<double> v = {1.0};
+      SLUICE_RETURN_IF_ERROR(group->AllReduce(v, DataParallelGroup::Reduce::kSum));  // both joined
+      if (rank == 1) return Status::Ok();
+      std::this_thread::sleep_for(milliseconds(200));
+      std::vector<at::Tensor> values = {torch::ones({2000}), torch::ones({2000})};
+      SLUICE_ASSIGN_OR_RETURN(auto pending, group->BeginSum(values));
+      pending->Ready(0, values[0]);
+      return pending->Finish(values);
+    });
+    EXPECT_TRUE(statuses[1].ok()) << statuses[1].ToString();
+    EXPECT_EQ(statuses[0].code(), StatusCode::kUnavailable) << statuses[0].ToString();
+  }
+}
+
 TEST(DataParallelTrainerTest, AMissingOrDeadRankIsAnErrorNotAHang) {
   {  // rank 1 never joins: the rendezvous ends in a bounded time
     Store store;

@@ -77,8 +77,8 @@ Trainer::Trainer(std::shared_ptr<model::Transformer> policy, std::shared_ptr<mod
 }
 
 // Gradient buckets sent while the backward passes run. libtorch 1.13's
-// stable API has no hook after a parameter's gradient is accumulated (2.1
-// added one), only before: a leaf's hook runs just before its AccumulateGrad
+// stable API has no hook after a parameter's gradient is accumulated (PyTorch 2.1
+// added one to its Python API), only before: a leaf's hook runs just before its AccumulateGrad
 // node, on the thread running that backward pass (on CPU, the caller's), and
 // that thread runs one node at a time. So when a hook fires, the parameter
 // whose hook fired last on the same thread is accumulated; the pass's last

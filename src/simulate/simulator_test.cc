@@ -107,17 +107,28 @@ TEST(SimulatorTest, ContinuousBatchingOnlyPaysForRowsDecoding) {
   EXPECT_LT(r->occupancy, 0.2);
 }
 
+// Of the trainer's work only micro-batches, `seconds` each; a layout of
+// `mode` with a worker lent by the rollout and micro-batches of 64 tokens.
+CostProfile MicroBatchesOnly(double seconds) {
+  CostProfile c = Simple();
+  c.train_step_s = 0;
+  c.train_micro_batch_s = seconds;
+  return c;
+}
+Layout OneLentWorker(Mode mode) {
+  Layout l;
+  l.mode = mode;
+  l.micro_batch_tokens = 64;
+  l.lent_workers = 1;
+  return l;
+}
+
 TEST(SimulatorTest, LentWorkersTrainOnlyWhileTheRolloutIdles) {
   // Micro-batch cost only; with every prompt generated the rollout idles
   // and the lent worker takes micro-batches.
-  CostProfile c = Simple();
-  c.train_step_s = 0;
-  c.train_micro_batch_s = 0.1;
-  Layout l;
-  l.mode = Mode::kAsync;
+  const CostProfile c = MicroBatchesOnly(0.1);
+  Layout l = OneLentWorker(Mode::kAsync);
   l.max_staleness = 4;
-  l.micro_batch_tokens = 64;
-  l.lent_workers = 1;
   auto lent = Simulate(Uniform(4, 2, 4, 21), l, c);
   ASSERT_TRUE(lent.ok()) << lent.status().ToString();
   l.lent_workers = 0;
@@ -136,13 +147,8 @@ TEST(SimulatorTest, ThePassBeforeTheUpdateIsAPhaseOfItsOwn) {
   // proximal log-probabilities), it joins the second phase from its start
   // and the step ends sooner. The work is the same; with no lent worker
   // the split changes nothing.
-  CostProfile c = Simple();
-  c.train_step_s = 0;
-  c.train_micro_batch_s = 0.3;
-  Layout l;
-  l.mode = Mode::kOneStepOff;
-  l.micro_batch_tokens = 64;
-  l.lent_workers = 1;
+  CostProfile c = MicroBatchesOnly(0.3);
+  Layout l = OneLentWorker(Mode::kOneStepOff);
   const Workload w = Uniform(4, 2, 4, 21);
   auto lumped = Simulate(w, l, c);
   c.train_proximal_share = 0.5;

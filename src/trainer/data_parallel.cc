@@ -359,15 +359,9 @@ Status DataParallelGroup::PendingSum::Finish(const std::vector<at::Tensor>& fina
                                    std::to_string(finals.size()));
   }
   return s.group->Run("all-reduce", [&] {
+    for (size_t i = 0; i < finals.size(); ++i) Ready(i, finals[i]);  // (those already ready are ignored)
     {
       std::lock_guard<std::mutex> lock(s.mu);
-      for (size_t i = 0; i < finals.size(); ++i) {
-        if (s.ready[i]) continue;
-        s.ready[i] = true;
-        s.Copy(i, finals[i]);
-        --s.buckets[s.where[i].first].waiting;
-      }
-      s.SendReady();
       if (!s.error.ok()) throw std::runtime_error(s.error.message());
       if (s.next != s.buckets.size()) throw std::runtime_error("a gradient bucket was never sent");
     }

@@ -76,6 +76,19 @@ Trainer::Trainer(std::shared_ptr<model::Transformer> policy, std::shared_ptr<mod
   }
 }
 
+namespace {
+
+// The parameter whose hook fired last on this thread in the current pass.
+struct LastHooked {
+  const void* overlap = nullptr;
+  uint64_t generation = 0;
+  int64_t param = -1;
+};
+thread_local LastHooked t_last_hooked;
+std::atomic<uint64_t> g_mini_batches{0};  // numbers the overlapped sums of every trainer
+
+}  // namespace
+
 // Gradient buckets sent while the backward passes run. libtorch 1.13's
 // stable API has no hook after a parameter's gradient is accumulated (PyTorch 2.1
 // added one to its Python API), only before: a leaf's hook runs just before its AccumulateGrad
@@ -102,20 +115,17 @@ struct Trainer::Overlap {
     const int64_t sent = pending->Ready(k, params[k].grad());
     if (in_pass) sent_in_backward.fetch_add(sent);
   }
+  // The parameter whose hook fired last on this thread in this mini-batch
+  // is accumulated; this thread's next is `next` (-1: the pass is over).
+  void AccumulatedLast(bool in_pass, int64_t next) {
+    LastHooked& last = t_last_hooked;
+    const uint64_t now = generation.load();
+    if (last.overlap == this && last.generation == now && last.param >= 0) {
+      Accumulated(static_cast<size_t>(last.param), in_pass);
+    }
+    last = {this, now, next};
+  }
 };
-
-namespace {
-
-// The parameter whose hook fired last on this thread in the current pass.
-struct LastHooked {
-  const void* overlap = nullptr;
-  uint64_t generation = 0;
-  int64_t param = -1;
-};
-thread_local LastHooked t_last_hooked;
-std::atomic<uint64_t> g_mini_batches{0};  // numbers the overlapped sums of every trainer
-
-}  // namespace
 
 Trainer::~Trainer() {
   if (!overlap_) return;
@@ -140,12 +150,7 @@ Status Trainer::BeginGradientSum(size_t micro_batches) {
 }
 
 void Trainer::BackwardDone() {
-  if (!overlap_ || !overlap_->armed.load()) return;
-  LastHooked& last = t_last_hooked;
-  if (last.overlap == overlap_.get() && last.generation == overlap_->generation.load() && last.param >= 0) {
-    overlap_->Accumulated(static_cast<size_t>(last.param), /*in_pass=*/false);
-  }
-  last.param = -1;
+  if (overlap_ && overlap_->armed.load()) overlap_->AccumulatedLast(/*in_pass=*/false, -1);
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transformer> policy,
@@ -182,13 +187,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<model::Transfor
       torch::Tensor& p = o->params[k];
       if (!p.requires_grad()) continue;  // no gradient: zeros, sent at the end
       const unsigned hook = p.register_hook([raw, k](const torch::Tensor&) {
-        if (!raw->armed.load()) return;
-        LastHooked& last = t_last_hooked;
-        const uint64_t generation = raw->generation.load();
-        if (last.overlap == raw && last.generation == generation && last.param >= 0) {
-          raw->Accumulated(static_cast<size_t>(last.param), /*in_pass=*/true);
-        }
-        last = {raw, generation, static_cast<int64_t>(k)};
+        if (raw->armed.load()) raw->AccumulatedLast(/*in_pass=*/true, static_cast<int64_t>(k));
       });
       o->hooks.emplace_back(p, hook);
     }
@@ -284,16 +283,23 @@ Status Trainer::SumOverRanks(std::vector<double>& values) {
   return data_parallel_->AllReduce(values, DataParallelGroup::Reduce::kSum);
 }
 
+namespace {
+
+// p's gradient, zeros where this rank had none (every rank sums every one).
+torch::Tensor DefinedGrad(torch::Tensor& p) {
+  if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  return p.grad();
+}
+
+}  // namespace
+
 Status Trainer::SyncGradients() {
   if (!data_parallel_ || data_parallel_->size() == 1) return Status::Ok();
   if (overlap_ && overlap_->armed.load()) {
     Overlap& o = *overlap_;
     o.armed.store(false);
     std::vector<torch::Tensor> finals;
-    for (torch::Tensor& p : o.params) {
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      finals.push_back(p.grad());
-    }
+    for (torch::Tensor& p : o.params) finals.push_back(DefinedGrad(p));
     gradient_sums_.sent_during_backward += o.sent_in_backward.exchange(0);
     gradient_sums_.buckets += o.pending->buckets();
     Status summed = o.pending->Finish(finals);
@@ -301,10 +307,7 @@ Status Trainer::SyncGradients() {
     return summed;
   }
   std::vector<torch::Tensor> grads;
-  for (auto& [name, p] : params_) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    grads.push_back(p.grad());
-  }
+  for (auto& [name, p] : params_) grads.push_back(DefinedGrad(p));
   return data_parallel_->AllReduce(grads, DataParallelGroup::Reduce::kSum);
 }
 

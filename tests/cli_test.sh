@@ -68,6 +68,14 @@ cp -r "$tmp/run" "$tmp/attempt" && mkdir "$tmp/attempt0" && cp "$tmp/run/config.
 expect torchrun-restart 0 "torchrun restart 1: resuming from the run's latest checkpoint" -- \
   env RANK=0 WORLD_SIZE=1 TORCHELASTIC_RESTART_COUNT=1 "$SLUICE" train "${small[@]}" run.dir="$tmp/attempt" rl.steps=4
 [ "$(wc -l < "$tmp/attempt/metrics.jsonl")" -eq 4 ] || { echo "FAIL torchrun-restart did not continue at step 4"; failures=$((failures + 1)); }
+# With the roles as processes too: the trainer process takes up the checkpoint (its metrics lines
+# and optimizer state), not only the launcher.
+cp -r "$tmp/run" "$tmp/attempt-p"
+expect torchrun-restart-processes 0 "torchrun restart 1: resuming from the run's latest checkpoint" -- \
+  env RANK=0 WORLD_SIZE=1 TORCHELASTIC_RESTART_COUNT=1 "$SLUICE" train "${small[@]}" run.dir="$tmp/attempt-p" rl.steps=4 \
+  pipeline.mode=sync pipeline.processes=true
+[ "$(wc -l < "$tmp/attempt-p/metrics.jsonl")" -eq 4 ] \
+  || { echo "FAIL torchrun-restart-processes did not continue at step 4"; failures=$((failures + 1)); }
 expect torchrun-restart-early 0 "torchrun restart 2: no checkpoint yet, starting over" -- \
   env RANK=0 WORLD_SIZE=1 TORCHELASTIC_RESTART_COUNT=2 "$SLUICE" train "${small[@]}" run.dir="$tmp/attempt0"
 [ "$(wc -l < "$tmp/attempt0/metrics.jsonl")" -eq 2 ] || { echo "FAIL torchrun-restart-early"; failures=$((failures + 1)); }

@@ -53,6 +53,17 @@
 #                 storage rank served requests and stopped after the hub;
 #                 a storage rank SIGKILLed mid-run ends the run (an error
 #                 naming its server, within the ranks' timeout), not a hang
+#   torchrun      real torchrun agents (--max_restarts, static rendezvous, the
+#                 agent's store) on the three hosts: trainer ranks 0-1 on
+#                 hosts 0-1, a rollout replica and a hub storage rank on host
+#                 2; the storage rank, then rank 0 (the hub) SIGKILLed mid-run,
+#                 each after the run moved on: every host's ranks fail that
+#                 attempt and torchrun starts them all again, the run resumes
+#                 from its latest checkpoint each time and finishes, every
+#                 prompt trained once, every agent exits 0
+#   torchrun-soak (only when named; labelled long) the same with five kills:
+#                 trainer rank 1, the storage rank, rank 0, the replica,
+#                 trainer rank 1
 #   stall         the replica on host 1 is frozen (SIGSTOP): rank 0's watchdog,
 #                 reading the heartbeats processes elsewhere report to the
 #                 ranks' store, names it, its host and what it was doing, and
@@ -84,6 +95,7 @@ cleanup() {
 trap cleanup EXIT
 failures=0
 want() { [ -z "${CASES:-}" ] || [[ " $CASES " == *" $1 "* ]]; }
+named() { [[ " ${CASES:-} " == *" $1 "* ]]; }
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 
 net=10.$((RANDOM % 200 + 20)).$((RANDOM % 250)).
@@ -427,6 +439,55 @@ if want storage; then
     && grep -q "${net}3" "$tmp/sk0.log" \
     && echo "ok   storage" \
     || fail "storage: after the storage rank's death (at step $steps_at_kill): rank 0 rc=$rc after ${took}s: $(grep -v "^I" "$tmp/sk0.log" | tail -3)"
+fi
+
+# --- torchrun: real agents restart every host's ranks after each SIGKILL
+# torchrun_kills NAME STEPS "HOST:RANK:STEP ...": a run of STEPS steps under one torchrun agent per
+# host (host 2 runs two ranks), each kill after the run has STEP steps; checks that it finishes.
+torchrun_kills() {
+  local name=$1 steps=$2 kills=($3) d="$tmp/$1" h k kh kr ks p n ino killed=0
+  local tr=("${run[@]}" pipeline.mode=async rl.steps="$steps" rl.max_new_tokens=32 checkpoint.interval=2
+            cluster.rollout_ranks=1 cluster.storage_ranks=1 pipeline.rank_timeout_seconds=30 run.dir="$d/run")
+  mkdir -p "$d"
+  for h in 1 2 0; do
+    # (--redirects/--tee: Debian 12's torchrun on Python 3.11 cannot start workers with their default 0)
+    ip netns exec "${hosts[$h]}" timeout 300 torchrun --nnodes=3 --nproc_per_node=$((h == 2 ? 2 : 1)) \
+      --node_rank="$h" --master_addr="${net}1" --master_port=29571 --max_restarts=${#kills[@]} --monitor_interval=1 \
+      --redirects=1 --tee=1 --log_dir="$d/logs$h" --no_python "$SLUICE" train "${tr[@]}" > "$d/node$h.log" 2>&1 &
+    pids+=($!)
+  done
+  for k in "${kills[@]}"; do
+    IFS=: read -r kh kr ks <<< "$k"
+    wait_progress "$d/run" "$ks" 60 || break
+    ino=$(stat -c %i "$d/run/metrics.jsonl")
+    # the `sluice train` torchrun started as rank $kr (not the role processes rank 0 starts)
+    for p in $(ip netns pids "${hosts[$kh]}"); do
+      [ "$(readlink -f "/proc/$p/exe" 2>/dev/null)" = "$(readlink -f "$SLUICE")" ] || continue
+      grep -q torchrun "/proc/$(awk '/^PPid/ {print $2}' "/proc/$p/status" 2>/dev/null)/cmdline" 2>/dev/null || continue
+      tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$kr" || continue
+      n=$(cat "$d/run/metrics.jsonl" | wc -l)
+      [ "$n" -lt "$steps" ] && kill -9 "$p" && killed=$((killed + 1)) && echo "$name: killed rank $kr (pid $p) on host $kh after $n steps"
+    done
+    # (the next kill once the restarted rank 0 took up the checkpoint: a new metrics.jsonl)
+    for _ in $(seq 900); do [ "$(stat -c %i "$d/run/metrics.jsonl")" != "$ino" ] && break; sleep 0.1; done
+  done
+  local rcs=""
+  for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
+  pids=()
+  [ "$killed" -eq ${#kills[@]} ] && [ "$rcs" = " 0 0 0" ] && trained_once "$d/run" "$steps" \
+    && [ "$(grep -c "torchrun restart [0-9]*: resuming from the run's latest checkpoint" "$d/node0.log")" -eq "$killed" ] \
+    && echo "ok   $name ($killed kills, every host restarted each time)" \
+    || fail "$name: $killed kills, agents exited$rcs: $(grep -h "^error" "$d"/node*.log | tail -4)"
+}
+if want torchrun; then
+  if command -v torchrun > /dev/null; then
+    torchrun_kills torchrun 24 "2:3:4 0:0:12"
+  else
+    echo "skip torchrun: no torchrun (Debian's python3-torch)"
+  fi
+fi
+if named torchrun-soak; then
+  torchrun_kills torchrun-soak 60 "1:1:4 2:3:12 0:0:20 2:2:28 1:1:36"
 fi
 
 # --- stall: freeze the replica on host 1 once a step is trained

@@ -598,6 +598,7 @@ Status MeetAt(const runtime::ProcessPlacement& p, const Config& config, pipeline
   // torchrun's agent store lives across --max-restarts attempts: each
   // attempt's ranks meet in a namespace of their own.
   po->trainer_store_prefix = "sluice/attempt-" + std::to_string(p.restart_count);
+  if (p.restart_count > 0) po->previous_store_prefix = "sluice/attempt-" + std::to_string(p.restart_count - 1);
   po->hub_bind = ip.rfind("127.", 0) == 0 ? "" : "tcp://" + ip + ":0";
   char digest[17];  // of the config as every rank read it
   std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(Fnv1a(config.ToYaml())));
@@ -768,6 +769,15 @@ Status Train(const std::vector<std::string>& args) {
   }
   if (placement.world_size > 1) {
     SLUICE_RETURN_IF_ERROR(PlaceRanks(placement, config, &options));
+    if (placement.rank > 0 && std::getenv(kSupervisedRankVariable) == nullptr) {
+      // A torchrun restart: this attempt starts when rank 0 has ended the last.
+      SLUICE_ASSIGN_OR_RETURN(const bool finished, pipeline::AwaitPreviousAttempt(options.pipeline));
+      if (finished) {
+        std::fprintf(stderr, "sluice train: %s: the attempt before this one finished the run; nothing to do\n",
+                     placement.ToString().c_str());
+        return Status::Ok();
+      }
+    }
     const int64_t storage_from = placement.world_size - options.pipeline.remote_storage_units;
     if (placement.rank >= storage_from) {
       return pipeline::ServeHubStorage(options, placement.rank - storage_from, placement.ToString());

@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -224,6 +225,56 @@ Result<std::unique_ptr<trainer::DataParallelStore>> ConnectRanksStore(const std:
   SLUICE_RETURN_IF_ERROR(ParseListenAddress(at, &host, &port).WithContext(what));
   return trainer::DataParallelStore::Connect(host, port, wait, prefix);
 }
+
+// kRanksEndedKey's value: "ok", or "failed: " and why.
+std::string RunEndedValue(const Status& outcome) {
+  return outcome.ok() ? "ok" : "failed: " + outcome.ToString().substr(0, 400);
+}
+
+// What a process elsewhere makes of that value (from the network: anything
+// but "ok" is a failure).
+Status RunEndedOutcome(const std::string& value) {
+  if (value == "ok") return Status::Ok();
+  const std::string why =
+      value.rfind("failed: ", 0) == 0 ? value.substr(8, 400) : "an unreadable end ('" + value.substr(0, 40) + "')";
+  return Status::Aborted("rank 0's run failed: " + why);
+}
+
+// How long rank 0's launcher may be silent in the ranks' store before the
+// processes elsewhere take it for dead.
+std::chrono::seconds LauncherSilenceLimit(const PipelineOptions& po) {
+  return std::chrono::seconds(std::clamp<int64_t>(po.rank_timeout_seconds, 1, 60));
+}
+
+// Whether rank 0's launcher lives, from the beat it sets in the ranks' store
+// once a second (kLauncherBeatKey): one that has not moved for the limit,
+// or a store that is gone, means it died.
+class LauncherLife {
+ public:
+  explicit LauncherLife(std::chrono::seconds limit) : limit_(limit) {}
+  // Reads the beat at most once a second.
+  Status Check(trainer::DataParallelStore& store) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_look_) return Status::Ok();
+    next_look_ = now + std::chrono::seconds(1);
+    Result<std::string> beat = store.GetShared(kLauncherBeatKey, milliseconds(0));
+    if (!beat.ok() && beat.status().code() != StatusCode::kTimeout) {
+      return Status::Unavailable("rank 0's store is gone (" + beat.status().message() + "): rank 0 died");
+    }
+    if (beat.ok() && *beat != last_) last_ = *beat, since_ = now;
+    if (now - since_ > limit_) {
+      return Status::Unavailable("rank 0's launcher gave no sign of life in the ranks' store for " +
+                                 std::to_string(limit_.count()) + " s: it died or hangs");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::chrono::seconds limit_;
+  std::string last_;
+  std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point next_look_{};
+};
 
 // This host's name, for the names a process on another host goes by.
 std::string HostName() {
@@ -674,6 +725,45 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     }
     store_at = store_host + ":" + std::to_string(rank_store->port());
   }
+  // How this attempt ended, said once in the ranks' store however it ends:
+  // the ranks elsewhere stop waiting and exit as the run did (so a failed
+  // attempt fails on every host, and torchrun starts every host's ranks
+  // again).
+  struct EndForRanks {
+    trainer::DataParallelStore* store;
+    bool said = false;
+    void Say(const Status& outcome) {
+      if (store == nullptr || said) return;
+      said = true;
+      (void)store->SetShared(kRanksEndedKey, RunEndedValue(outcome));
+    }
+    ~EndForRanks() { Say(Status::Aborted("rank 0's launcher stopped before its run's processes")); }
+  } end_for_ranks{rank_store.get()};
+  // A torchrun restart: the attempt before ends now if it has not (its
+  // rank 0 died), so its processes elsewhere stop, and the new ones stop
+  // waiting for it (AwaitPreviousAttempt).
+  if (rank_store && remote_processes && !po.previous_store_prefix.empty()) {
+    Result<std::unique_ptr<trainer::DataParallelStore>> last =
+        ConnectRanksStore(store_at, rank_timeout, po.previous_store_prefix);
+    if (last.ok() && !(*last)->GetShared(kRanksEndedKey, milliseconds(0)).ok()) {
+      (void)(*last)->SetShared(
+          kRanksEndedKey,
+          RunEndedValue(Status::Aborted("rank 0 was started again (a torchrun restart) before it ended")));
+    }
+  }
+  // That this launcher lives, for the processes elsewhere (LauncherLife):
+  // a beat once a second on a connection of its own.
+  BackgroundThread launcher_beat("launcher beat");
+  if (rank_store && remote_processes) {
+    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<trainer::DataParallelStore> beat_store,
+                            ConnectRanksStore(store_at, rank_timeout, StoreKeys(po)));
+    SLUICE_RETURN_IF_ERROR(launcher_beat.Start([beat_store](std::stop_token stop) {
+      for (int64_t beat = 1; !stop.stop_requested(); ++beat) {
+        (void)beat_store->SetShared(kLauncherBeatKey, std::to_string(beat));
+        for (int i = 0; i < 10 && !stop.stop_requested(); ++i) std::this_thread::sleep_for(milliseconds(100));
+      }
+    }));
+  }
 
   tq::ServerOptions so;
   if (!po.hub_bind.empty()) {
@@ -704,9 +794,11 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     trainer::DataParallelStore* store;
     tq::TransferQueueServer* hub;
     int32_t ranks;
+    EndForRanks& end;
     ~StoppedForStorage() {
       if (store == nullptr) return;
       hub->Stop();
+      end.Say(Status::Aborted("rank 0's launcher stopped early"));  // (said already unless it failed)
       if (!store->SetShared(kHubStoppedKey, "1").ok()) return;
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
       for (int32_t i = 0; i < ranks; ++i) {
@@ -714,8 +806,8 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         (void)store->GetShared(kHubStoragePrefix + std::to_string(i) + "/done", std::max(left, milliseconds(0)));
       }
     }
-  } stopped_for_storage{po.remote_storage_units > 0 ? rank_store.get() : nullptr, server.get(),
-                        po.remote_storage_units};
+  } stopped_for_storage{po.remote_storage_units > 0 ? rank_store.get() : nullptr, server.get(), po.remote_storage_units,
+                        end_for_ranks};
   tq::TransferQueueClient local(server->controller(), server->storage());  // this process's view of the hub
   SLUICE_RETURN_IF_ERROR(CreateHubPartitions(local, s.options.rl.group_size));
   SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment board_segment,
@@ -794,13 +886,6 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         SLUICE_RETURN_IF_ERROR(rank_store->SetShared(kRanksRunInfoKey, info.dump()));
       }
     }
-    // However the run ends, ranks elsewhere stop waiting for rank 0's plans.
-    struct EndForRanks {
-      trainer::DataParallelStore* store;
-      ~EndForRanks() {
-        if (store != nullptr) (void)store->SetShared(kRanksEndedKey, "1");
-      }
-    } end_for_ranks{rank_store.get()};
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
     std::vector<StallWatch::Role> watched;
     for (const auto& [role, rank, slot] : processes) {
@@ -821,7 +906,10 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       }
       spec.path = po.role_command.front();
       spec.args.assign(po.role_command.begin() + 1, po.role_command.end());
-      if (resumed) spec.args.push_back("run.resume=true");  // the trainer takes up the checkpoint
+      // The trainer takes up the checkpoint (its optimizer state and the
+      // metrics lines it covers), also when this launcher resumed the run
+      // (a torchrun restart resumes without run.resume in the saved config).
+      if (resumed || s.options.resume) spec.args.push_back("run.resume=true");
       spec.args.push_back("--role=" + PipelineRoleName(role));
       spec.args.push_back("--hub=" + server->endpoint());
       spec.args.push_back("--weights=" + store_name);
@@ -954,7 +1042,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     supervisor->StopAll();
     if (!remote_beats.empty()) {
       // The processes elsewhere stop now: their last counters and trace.
-      (void)rank_store->SetShared(kRanksEndedKey, "1");
+      end_for_ranks.Say(waited);
       remote_beats.Finish(*rank_store, *board, std::min<milliseconds>(rank_timeout, milliseconds(10000)));
       SLUICE_LOG(INFO) << "rollout: " << board->rollout_tokens.load() << " tokens generated, " << remote_beats.tokens()
                        << " of them on other hosts; " << board->reward_errors.load() << " reward error(s), "
@@ -972,6 +1060,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   feeder.Stop();
   // A feeding error is the cause when there is one (the roles it stopped fail after it).
   if (!fed.ok()) result = fed.WithContext("feeding prompts");
+  end_for_ranks.Say(result);
   s.stream_stats = board->Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
   const tq::ServerCounters hub = server->counters();
   s.stream_stats.hub_requests = static_cast<int64_t>(hub.requests);
@@ -1032,9 +1121,13 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   const BoardSlot slot(c.role, c.board_slot >= 0 ? static_cast<int>(c.board_slot) : static_cast<int>(c.role));
   // The launcher stops a role process on its host by signal and reads its
   // heartbeat on the board. A process elsewhere stops when rank 0's launcher
-  // marks the run ended in the ranks' store, and reports its heartbeat there
-  // once a second (for the launcher's watchdog).
+  // marks the run ended in the ranks' store (or is gone: LauncherLife), ends
+  // as the run did, and reports its heartbeat there once a second (for the
+  // launcher's watchdog).
   std::atomic<bool> ended{false}, failed{true};  // failed: until the role returns OK
+  std::mutex end_mu;
+  Status run_end;  // (guarded by end_mu) how the run ended, once `ended`
+  LauncherLife launcher(LauncherSilenceLimit(po));
   std::unique_ptr<trainer::DataParallelStore> link_store;
   // run.trace elsewhere: the process's part goes to a file on its host, and
   // from there through the ranks' store to rank 0's (TraceShipper).
@@ -1058,7 +1151,16 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       for (int64_t seq = 1; !stop.stop_requested(); ++seq) {
         if (shipper) shipper->Ship(*link_store, /*max_chunks=*/8);  // (before the report that announces it)
         (void)link_store->SetShared(key, EncodeRemoteBeat(board, slot.index, seq, ::getpid(), where));
-        if (!ended.load() && link_store->GetShared(kRanksEndedKey, milliseconds(0)).ok()) ended.store(true);
+        if (!ended.load()) {
+          Result<std::string> said = link_store->GetShared(kRanksEndedKey, milliseconds(0));
+          Status end = said.ok() ? RunEndedOutcome(*said) : launcher.Check(*link_store);
+          if (said.ok() || !end.ok()) {
+            if (!end.ok()) board.stop.store(1);  // (a trainer rank waiting for a plan stops too)
+            std::lock_guard lock(end_mu);
+            run_end = end;
+            ended.store(true);
+          }
+        }
         for (int i = 0; i < 10 && !stop.stop_requested(); ++i) std::this_thread::sleep_for(milliseconds(100));
       }
       // The last word (stopped after the role returned): the rest of the
@@ -1073,15 +1175,25 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     }));
   }
   auto stopping = [&] { return ended.load(); };
+  // A process elsewhere that did its part ends as the run does: it waits
+  // (heartbeats going on) for rank 0's word, so a failed attempt fails here
+  // too (torchrun then starts this host's ranks again with the others').
+  auto end_as_the_run = [&](Status done) {
+    if (!c.remote || !done.ok()) return done;
+    while (!ended.load()) std::this_thread::sleep_for(milliseconds(100));
+    std::lock_guard lock(end_mu);
+    return run_end;
+  };
   if (c.role != PipelineRole::kTrainer) {
     // Started again after the others finished the run's work (the trainer
     // may be gone, and its weight store with it): nothing to do.
     SLUICE_ASSIGN_OR_RETURN(const bool finished, StreamRoles::RoleDone(s, client, c.role));
     if (finished) {
       SLUICE_LOG(INFO) << ProcessName(c.role, index) << ": the run's work for this role is done";
+      const Status done = end_as_the_run(Status::Ok());
       board.Finished(slot);
-      failed.store(false);
-      return Status::Ok();
+      failed.store(!done.ok());
+      return done;
     }
   }
   if (!c.remote) {
@@ -1184,6 +1296,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       }
       break;
   }
+  done = end_as_the_run(done);
   board.Finished(slot);
   failed.store(!done.ok());  // (for a process elsewhere: its last report)
   // The others stop at their next check. Not for a rollout replica or reward
@@ -1326,13 +1439,16 @@ Status TrainingRun::SuperviseLaunchedRank(const std::string& store, PipelineRole
     seen = now;
     return Status::Ok();
   };
-  // Once the run is over (rank 0's launcher marked it ended, or it and its
-  // store are gone), nothing is started again: a child waiting for its
-  // restart is not started, one running gets kGrace to finish by itself.
+  // Once the run is over (rank 0's launcher marked it ended), nothing is
+  // started again: a child waiting for its restart is not started, one
+  // running gets kGrace to finish by itself. A run that failed, or a rank 0
+  // that is gone (LauncherLife), ends this process at once with that error
+  // (its child ends as the run did, so this host's torchrun sees a failure).
   SLUICE_ASSIGN_OR_RETURN(auto ranks, ConnectRanksStore(store, wait, c.trainer_store_prefix));
   constexpr auto kGrace = std::chrono::seconds(10);
   std::optional<std::chrono::steady_clock::time_point> over_since;
   auto next_look = std::chrono::steady_clock::now();
+  LauncherLife launcher(LauncherSilenceLimit(po));
   const Status kRunOver = Status::Aborted("the run is over");
   auto watch = [&]() -> Status {
     SLUICE_RETURN_IF_ERROR(release_dead());
@@ -1340,7 +1456,12 @@ Status TrainingRun::SuperviseLaunchedRank(const std::string& store, PipelineRole
     if (!over_since && now >= next_look) {
       next_look = now + std::chrono::seconds(1);
       Result<std::string> ended = ranks->GetShared(kRanksEndedKey, milliseconds(0));
-      if (ended.ok() || ended.status().code() != StatusCode::kTimeout) over_since = now;
+      if (ended.ok()) {
+        SLUICE_RETURN_IF_ERROR(RunEndedOutcome(*ended));
+        over_since = now;
+      } else {
+        SLUICE_RETURN_IF_ERROR(launcher.Check(*ranks));
+      }
     }
     if (over_since && (supervisor->PidOf(spec.name) < 0 || now - *over_since > kGrace)) return kRunOver;
     return Status::Ok();
@@ -1405,22 +1526,35 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
   SLUICE_RETURN_IF_ERROR(store->SetShared(kHubStoragePrefix + std::to_string(index), server->endpoint()));
   std::fprintf(stderr, "sluice train: %s, %s of the run at %s, serving on %s\n", placed.c_str(), what.c_str(),
                po.trainer_store.c_str(), server->endpoint().c_str());
-  // Until rank 0's hub has stopped (said before its store goes; a store
-  // gone first means rank 0 died), or at most 30 s after rank 0 ended the run.
+  // Until rank 0's hub has stopped (said after how the run ended, and before
+  // its store goes), or at most 30 s after rank 0 ended the run; then ends as
+  // the run did. A store gone first, or a launcher silent (LauncherLife),
+  // means rank 0 died.
   Status ended = Status::Ok();
   std::optional<std::chrono::steady_clock::time_point> run_ended;
+  LauncherLife launcher(LauncherSilenceLimit(po));
   while (true) {
     Result<std::string> stopped = store->GetShared(kHubStoppedKey, milliseconds(1000));
     if (stopped.ok()) {
       (void)store->SetShared(kHubStoragePrefix + std::to_string(index) + "/done", "1");
+      Result<std::string> said = store->GetShared(kRanksEndedKey, milliseconds(5000));
+      ended = said.ok() ? RunEndedOutcome(*said) : said.status().WithContext("rank 0's hub stopped; how the run ended");
       break;
     }
     if (stopped.status().code() != StatusCode::kTimeout) {
-      ended = stopped.status().WithContext(what + ": rank 0's store is gone before its hub said it stopped");
+      ended = stopped.status().WithContext("rank 0's store is gone before its hub said it stopped");
       break;
     }
-    if (!run_ended && store->GetShared(kRanksEndedKey, milliseconds(0)).ok())
-      run_ended = std::chrono::steady_clock::now();
+    if (Status alive = launcher.Check(*store); !alive.ok()) {
+      ended = alive;
+      break;
+    }
+    if (!run_ended) {
+      if (Result<std::string> said = store->GetShared(kRanksEndedKey, milliseconds(0)); said.ok()) {
+        run_ended = std::chrono::steady_clock::now();
+        ended = RunEndedOutcome(*said);
+      }
+    }
     if (run_ended && std::chrono::steady_clock::now() - *run_ended > std::chrono::seconds(30)) {
       std::fprintf(stderr, "%s: the run ended 30 s ago and rank 0's hub has not said it stopped; stopping\n",
                    what.c_str());
@@ -1431,7 +1565,38 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
   const tq::ServerCounters served = server->counters();
   std::fprintf(stderr, "%s: %llu requests served; done\n", what.c_str(),
                static_cast<unsigned long long>(served.requests));
-  return ended;
+  return ended.WithContext(what);
+}
+
+Result<bool> AwaitPreviousAttempt(const PipelineOptions& po) {
+  if (po.previous_store_prefix.empty()) return false;
+  SLUICE_ASSIGN_OR_RETURN(
+      std::unique_ptr<trainer::DataParallelStore> store,
+      ConnectRanksStore(po.trainer_store, std::chrono::seconds(po.rank_timeout_seconds), po.previous_store_prefix));
+  // A store without the attempt (torchrun's c10d rendezvous gives each
+  // attempt a store of its own): nothing to wait for.
+  if (!store->GetShared(kRanksRunInfoKey, milliseconds(0)).ok() &&
+      !store->GetShared(kLauncherBeatKey, milliseconds(0)).ok()) {
+    return false;
+  }
+  LauncherLife launcher(LauncherSilenceLimit(po));
+  const auto start = std::chrono::steady_clock::now();
+  bool told = false;
+  while (true) {
+    Result<std::string> said = store->GetShared(kRanksEndedKey, milliseconds(1000));
+    if (said.ok()) {
+      const Status outcome = RunEndedOutcome(*said);
+      if (told) SLUICE_LOG(INFO) << "rank 0 ended the attempt before: " << (outcome.ok() ? "ok" : outcome.message());
+      return outcome.ok();
+    }
+    // A store gone, or a rank 0 gone: this attempt's own wait decides.
+    if (said.status().code() != StatusCode::kTimeout || !launcher.Check(*store).ok()) return false;
+    if (!told && std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) {
+      told = true;
+      SLUICE_LOG(INFO) << "waiting for rank 0 to end the attempt before this one (" << po.previous_store_prefix
+                       << " in the ranks' store) before meeting this one's";
+    }
+  }
 }
 
 }  // namespace sluice::pipeline

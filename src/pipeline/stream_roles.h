@@ -172,10 +172,13 @@ class RoleDoing {
 
 // Keys in the trainer ranks' store (pipeline.trainer_ranks > 1), besides
 // each step's plan: what rank 0's launcher tells ranks launched elsewhere
-// (JSON: hub, token, start_step, start_version, config_digest), and that
-// the run has ended (set however it ends; the ranks then stop waiting).
+// (JSON: hub, token, start_step, start_version, config_digest), that the
+// run has ended and how ("ok" or "failed: <why>", set however it ends; the
+// ranks then stop waiting, and exit as the run did), and rank 0's
+// launcher's beat (a counter it sets once a second while it runs).
 inline constexpr char kRanksRunInfoKey[] = "run";
 inline constexpr char kRanksEndedKey[] = "ended";
+inline constexpr char kLauncherBeatKey[] = "launcher/beat";
 // Set by a launched rank that refuses the run (why): rank 0's launcher then
 // stops the run instead of waiting for it.
 inline constexpr char kRanksRefusedKey[] = "refused";

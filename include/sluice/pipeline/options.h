@@ -208,6 +208,10 @@ struct PipelineOptions {
   // key_prefix; empty: the default): one namespace per torchrun restart
   // attempt, since torchrun's agent store outlives the attempts.
   std::string trainer_store_prefix;
+  // The namespace of the attempt before this one (a torchrun restart; empty
+  // for the first): a process elsewhere waits for rank 0 to end that attempt
+  // before it waits for this one's (AwaitPreviousAttempt).
+  std::string previous_store_prefix;
   int32_t local_trainer_ranks = 0;
   std::string hub_bind;
   // A digest of the run's config, which every launched rank must share.

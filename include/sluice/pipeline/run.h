@@ -108,8 +108,8 @@ class TrainingRun {
   Status PrepareTraining();                                // reference model, trainer, resume
   Status TrainStreaming(const ProgressFn& progress);       // stream_train.cc: roles as threads
   Status TrainInProcesses(const std::atomic<bool>* stop);  // stream_launch.cc (the trainer role reports progress)
-  // One start of the role processes; `resumed`: they resume from the run's
-  // latest checkpoint (a restart after a failure).
+  // One start of the role processes; they resume from the run's latest
+  // checkpoint when `resumed` (a restart after a failure) or the run resumed.
   Status RunProcessesOnce(const std::atomic<bool>* stop, bool resumed);
   // RunLaunchedRank's meeting: rank 0's run from the store, checked.
   Result<RoleConnection> JoinLaunchedRun(const std::string& store, PipelineRole role, int64_t index,
@@ -126,6 +126,15 @@ class TrainingRun {
 // rendezvous, tells rank 0 where, and serves until rank 0's hub has
 // stopped. `placed` says how it was launched, for its first line.
 Status ServeHubStorage(const RunOptions& options, int64_t index, const std::string& placed);
+
+// A launched process of a torchrun restart attempt (options.
+// previous_store_prefix set), before it meets rank 0: waits until rank 0's
+// launcher has ended the attempt before (said how in the ranks' store, or
+// is gone), however long that attempt still runs, so that its wait for
+// this attempt's rank 0 (pipeline.rank_timeout_seconds) starts when rank 0
+// does. Returns true when that attempt finished the run (nothing is left
+// to do), false to go on; Unavailable when the store cannot be reached.
+Result<bool> AwaitPreviousAttempt(const PipelineOptions& options);
 
 }  // namespace sluice::pipeline
 

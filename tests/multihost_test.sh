@@ -445,7 +445,7 @@ fi
 # torchrun_kills NAME STEPS "HOST:RANK:STEP ...": a run of STEPS steps under one torchrun agent per
 # host (host 2 runs two ranks), each kill after the run has STEP steps; checks that it finishes.
 torchrun_kills() {
-  local name=$1 steps=$2 kills=($3) d="$tmp/$1" h k kh kr ks p n ino killed=0
+  local name=$1 steps=$2 kills=($3) d="$tmp/$1" h k kh kr ks p n ino killed=0 floor=0
   local tr=("${run[@]}" pipeline.mode=async rl.steps="$steps" rl.max_new_tokens=32 checkpoint.interval=2
             cluster.rollout_ranks=1 cluster.storage_ranks=1 pipeline.rank_timeout_seconds=30 run.dir="$d/run")
   mkdir -p "$d"
@@ -458,7 +458,7 @@ torchrun_kills() {
   done
   for k in "${kills[@]}"; do
     IFS=: read -r kh kr ks <<< "$k"
-    wait_progress "$d/run" "$ks" 60 || break
+    wait_progress "$d/run" $((ks > floor ? ks : floor)) 60 || break
     ino=$(stat -c %i "$d/run/metrics.jsonl")
     # the `sluice train` torchrun started as rank $kr (not the role processes rank 0 starts)
     for p in $(ip netns pids "${hosts[$kh]}"); do
@@ -470,6 +470,7 @@ torchrun_kills() {
     done
     # (the next kill once the restarted rank 0 took up the checkpoint: a new metrics.jsonl)
     for _ in $(seq 900); do [ "$(stat -c %i "$d/run/metrics.jsonl")" != "$ino" ] && break; sleep 0.1; done
+    floor=$(($(cat "$d/run/metrics.jsonl" | wc -l) + 2))  # (and two steps into the new attempt)
   done
   local rcs=""
   for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done

@@ -1527,9 +1527,9 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
   std::fprintf(stderr, "sluice train: %s, %s of the run at %s, serving on %s\n", placed.c_str(), what.c_str(),
                po.trainer_store.c_str(), server->endpoint().c_str());
   // Until rank 0's hub has stopped (said after how the run ended, and before
-  // its store goes), or at most 30 s after rank 0 ended the run; then ends as
-  // the run did. A store gone first, or a launcher silent (LauncherLife),
-  // means rank 0 died.
+  // its store goes), or at most 30 s after rank 0 ended the run well, or
+  // at once when it failed; then ends as the run did. A store gone first, or
+  // a launcher silent (LauncherLife), means rank 0 died.
   Status ended = Status::Ok();
   std::optional<std::chrono::steady_clock::time_point> run_ended;
   LauncherLife launcher(LauncherSilenceLimit(po));
@@ -1553,6 +1553,7 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
       if (Result<std::string> said = store->GetShared(kRanksEndedKey, milliseconds(0)); said.ok()) {
         run_ended = std::chrono::steady_clock::now();
         ended = RunEndedOutcome(*said);
+        if (!ended.ok()) break;  // (a failed attempt's rows are not read again)
       }
     }
     if (run_ended && std::chrono::steady_clock::now() - *run_ended > std::chrono::seconds(30)) {

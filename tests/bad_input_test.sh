@@ -171,6 +171,7 @@ plan-no-fit-trainer    | 2 | does not train on                                  
 plan-median            | 2 | --median 9000 is over --max-response 4096            | plan --median=9000 --max-response=4096
 plan-split             | 2 | --rollout-gpus 64 leaves none                        | plan --gpus=64 --rollout-gpus=64
 plan-tp-split          | 2 | not a multiple of rollout_tp                         | plan --gpus=16 --rollout-gpus=6 --rollout-tp=4 --policies=sluice
+plan-one-gpu           | 2 | split_sync: no split of 1 accelerators gives         | plan --gpus=1 --model=qwen2.5-72b --hardware=a100 --max-response=1024 --median=512
 plan-micro-batch       | 2 | cannot hold a prompt and the longest answer          | plan --micro-batch-tokens=1000 --max-response=4096 --median=512
 plan-huge              | 2 | plan simulates at most                               | plan --steps=1000 --prompts=1024 --group=16
 plan-lengths-missing   | 2 | nowhere.jsonl                                        | plan --lengths-from=nowhere.jsonl

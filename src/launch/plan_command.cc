@@ -471,6 +471,12 @@ Status Plan(const std::vector<std::string>& args) {
     } else {
       std::string reasons;
       for (const std::string& r : why) reasons += (reasons.empty() ? "" : "; ") + r;
+      if (reasons.empty()) {  // no split was tried
+        std::string engines;
+        for (const int32_t tp : tps) engines += (engines.empty() ? "" : " or ") + std::to_string(tp);
+        reasons = "no split of " + std::to_string(gpus) + " accelerators gives the rollout whole engines (" + engines +
+                  " each) and the trainer whole ranks (" + std::to_string(train_mp) + " each)";
+      }
       skipped.push_back(simulate::PolicyName(policy) + ": " + reasons);
     }
   }

@@ -277,8 +277,10 @@ Result<Training> MeasureTraining(const std::shared_ptr<model::Transformer>& m, c
 // shared as the pipeline shares them: engines decoding on one model (data
 // parallel rollout), the trainer's workers splitting a step's micro-batches
 // (data parallel training), and, half and half, training next to decoding
-// (the split modes). Each kind's slowdown is the mean of its two ratios, of
-// the fastest runs over interleaved rounds.
+// (the split modes). Each ratio is the median over interleaved rounds of
+// the round's own ratio (a slow spell of the machine falls on both sides
+// of a round's ratio, and an odd round does not move a median); each kind's
+// slowdown is the mean of its two ratios.
 Status MeasureSlowdown(const std::shared_ptr<model::Transformer>& m, const CalibrationOptions& o,
                        simulate::CostProfile* p) {
   const int32_t k = o.cores;
@@ -347,38 +349,45 @@ Status MeasureSlowdown(const std::shared_ptr<model::Transformer>& m, const Calib
     }
     return out;
   };
-  // Rounds of every measurement, interleaved so the machine's drift falls on
-  // all alike; each the fastest of its rounds.
-  double decode_alone = 1e300, train_alone = 1e300, decode_all = 1e300, train_parallel = 1e300;
-  double train_next = 1e300, decode_next = 1e300;
-  for (int round = 0; round < (o.quick ? 2 : 4); ++round) {
-    SLUICE_ASSIGN_OR_RETURN(double t, decode(0));
-    decode_alone = std::min(decode_alone, t);
-    SLUICE_ASSIGN_OR_RETURN(t, train());
-    train_alone = std::min(train_alone, t);
+  // Rounds of every measurement, interleaved; each round's four ratios.
+  std::vector<double> decode_all, decode_mixed, train_all, train_mixed;
+  for (int round = 0; round < (o.quick ? 2 : 6); ++round) {
+    SLUICE_ASSIGN_OR_RETURN(const double decode_alone, decode(0));
+    SLUICE_ASSIGN_OR_RETURN(const double train_alone, train());
     // Data parallel decoding: the slowest engine.
     SLUICE_ASSIGN_OR_RETURN(auto times, together([&](int32_t j) { return decode(j); }));
-    decode_all = std::min(decode_all, *std::max_element(times.begin(), times.end()));
-    // Data parallel training: k workers on the step.
+    decode_all.push_back(*std::max_element(times.begin(), times.end()) / decode_alone);
+    // Data parallel training: k workers on the step (a perfect split would
+    // take 1/k of it).
     serial.store(false);
-    SLUICE_ASSIGN_OR_RETURN(t, train());
+    SLUICE_ASSIGN_OR_RETURN(const double train_parallel, train());
     serial.store(true);
-    train_parallel = std::min(train_parallel, t);
+    train_all.push_back(train_parallel * k / train_alone);
     // Half and half: the trainer on one thread, engines on the others.
     SLUICE_ASSIGN_OR_RETURN(times, together([&](int32_t j) { return j == 0 ? train() : decode(j); }));
-    train_next = std::min(train_next, times[0]);
-    decode_next = std::min(decode_next, *std::max_element(times.begin() + 1, times.end()));
+    train_mixed.push_back(times[0] / train_alone);
+    decode_mixed.push_back(*std::max_element(times.begin() + 1, times.end()) / decode_alone);
   }
-  // A perfect split of the step over k workers would take 1/k of it.
-  const double train_all = train_parallel * k / train_alone;
-  const double decode_mixed = decode_next / decode_alone, train_mixed = train_next / train_alone;
-  decode_all /= decode_alone;
-  p->rollout_slowdown = std::max(1.0, (decode_all + decode_mixed) / 2);
-  p->trainer_slowdown = std::max(1.0, (train_all + train_mixed) / 2);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  auto spread = [](const std::vector<double>& v) {
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    char text[48];
+    std::snprintf(text, sizeof(text), "%.2f-%.2f", *lo, *hi);
+    return std::string(text);
+  };
+  const double da = median(decode_all), dm = median(decode_mixed), ta = median(train_all), tm = median(train_mixed);
+  p->rollout_slowdown = std::max(1.0, (da + dm) / 2);
+  p->trainer_slowdown = std::max(1.0, (ta + tm) / 2);
   std::fprintf(stderr,
-               "calibrate: with %d cores busy: decoding %.2fx slower (all decoding) / %.2fx (next to training), "
-               "training %.2fx (data parallel) / %.2fx (next to decoding)\n",
-               k, decode_all, decode_mixed, train_all, train_mixed);
+               "calibrate: with %d cores busy (medians of %zu rounds, their ranges in brackets): decoding %.2fx "
+               "slower (all decoding) [%s] / %.2fx (next to training) [%s], training %.2fx (data parallel) [%s] / "
+               "%.2fx (next to decoding) [%s]\n",
+               k, decode_all.size(), da, spread(decode_all).c_str(), dm, spread(decode_mixed).c_str(), ta,
+               spread(train_all).c_str(), tm, spread(train_mixed).c_str());
   return Status::Ok();
 }
 

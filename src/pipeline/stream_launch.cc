@@ -1178,11 +1178,15 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   // A process elsewhere that did its part ends as the run does: it waits
   // (heartbeats going on) for rank 0's word, so a failed attempt fails here
   // too (torchrun then starts this host's ranks again with the others').
+  // A role stopped by a failed run reports the run's failure, its cause.
   auto end_as_the_run = [&](Status done) {
-    if (!c.remote || !done.ok()) return done;
-    while (!ended.load()) std::this_thread::sleep_for(milliseconds(100));
+    if (!c.remote) return done;
+    if (done.ok()) {
+      while (!ended.load()) std::this_thread::sleep_for(milliseconds(100));
+    }
+    if (!ended.load()) return done;
     std::lock_guard lock(end_mu);
-    return run_end;
+    return run_end.ok() ? done : run_end;
   };
   if (c.role != PipelineRole::kTrainer) {
     // Started again after the others finished the run's work (the trainer
@@ -1594,8 +1598,8 @@ Result<bool> AwaitPreviousAttempt(const PipelineOptions& po) {
     if (said.status().code() != StatusCode::kTimeout || !launcher.Check(*store).ok()) return false;
     if (!told && std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) {
       told = true;
-      SLUICE_LOG(INFO) << "waiting for rank 0 to end the attempt before this one (" << po.previous_store_prefix
-                       << " in the ranks' store) before meeting this one's";
+      SLUICE_LOG(INFO) << "waiting until rank 0 ends the previous attempt (" << po.previous_store_prefix
+                       << " in the ranks' store) before joining this one";
     }
   }
 }

@@ -446,14 +446,14 @@ fi
 # host (host 2 runs two ranks), each kill after the run has STEP steps; checks that it finishes.
 torchrun_kills() {
   local name=$1 steps=$2 kills=($3) d="$tmp/$1" h k kh kr ks p n ino killed=0 floor=0
-  local tr=("${run[@]}" pipeline.mode=async rl.steps="$steps" rl.max_new_tokens=32 checkpoint.interval=2
+  local cfg=("${run[@]}" pipeline.mode=async rl.steps="$steps" rl.max_new_tokens=32 checkpoint.interval=2
             cluster.rollout_ranks=1 cluster.storage_ranks=1 pipeline.rank_timeout_seconds=30 run.dir="$d/run")
   mkdir -p "$d"
   for h in 1 2 0; do
     # (--redirects/--tee: Debian 12's torchrun on Python 3.11 cannot start workers with their default 0)
     ip netns exec "${hosts[$h]}" timeout 300 torchrun --nnodes=3 --nproc_per_node=$((h == 2 ? 2 : 1)) \
       --node_rank="$h" --master_addr="${net}1" --master_port=29571 --max_restarts=${#kills[@]} --monitor_interval=1 \
-      --redirects=1 --tee=1 --log_dir="$d/logs$h" --no_python "$SLUICE" train "${tr[@]}" > "$d/node$h.log" 2>&1 &
+      --redirects=1 --tee=1 --log_dir="$d/logs$h" --no_python "$SLUICE" train "${cfg[@]}" > "$d/node$h.log" 2>&1 &
     pids+=($!)
   done
   for k in "${kills[@]}"; do

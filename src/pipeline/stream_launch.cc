@@ -268,6 +268,15 @@ class LauncherLife {
     }
     return Status::Ok();
   }
+  // How the attempt under the store's prefix ended: nothing while it runs,
+  // its outcome once rank 0 said it (waiting up to `wait`), Unavailable
+  // once rank 0 is gone.
+  std::optional<Status> Ended(trainer::DataParallelStore& store, milliseconds wait = milliseconds(0)) {
+    Result<std::string> said = store.GetShared(kRanksEndedKey, wait);
+    if (said.ok()) return RunEndedOutcome(*said);
+    if (Status alive = Check(store); !alive.ok()) return alive;
+    return std::nullopt;
+  }
 
  private:
   std::chrono::seconds limit_;
@@ -1151,15 +1160,11 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       for (int64_t seq = 1; !stop.stop_requested(); ++seq) {
         if (shipper) shipper->Ship(*link_store, /*max_chunks=*/8);  // (before the report that announces it)
         (void)link_store->SetShared(key, EncodeRemoteBeat(board, slot.index, seq, ::getpid(), where));
-        if (!ended.load()) {
-          Result<std::string> said = link_store->GetShared(kRanksEndedKey, milliseconds(0));
-          Status end = said.ok() ? RunEndedOutcome(*said) : launcher.Check(*link_store);
-          if (said.ok() || !end.ok()) {
-            if (!end.ok()) board.stop.store(1);  // (a trainer rank waiting for a plan stops too)
-            std::lock_guard lock(end_mu);
-            run_end = end;
-            ended.store(true);
-          }
+        if (std::optional<Status> end; !ended.load() && (end = launcher.Ended(*link_store))) {
+          if (!end->ok()) board.stop.store(1);  // (a trainer rank waiting for a plan stops too)
+          std::lock_guard lock(end_mu);
+          run_end = *end;
+          ended.store(true);
         }
         for (int i = 0; i < 10 && !stop.stop_requested(); ++i) std::this_thread::sleep_for(milliseconds(100));
       }
@@ -1459,12 +1464,9 @@ Status TrainingRun::SuperviseLaunchedRank(const std::string& store, PipelineRole
     const auto now = std::chrono::steady_clock::now();
     if (!over_since && now >= next_look) {
       next_look = now + std::chrono::seconds(1);
-      Result<std::string> ended = ranks->GetShared(kRanksEndedKey, milliseconds(0));
-      if (ended.ok()) {
-        SLUICE_RETURN_IF_ERROR(RunEndedOutcome(*ended));
+      if (std::optional<Status> ended = launcher.Ended(*ranks)) {
+        SLUICE_RETURN_IF_ERROR(*ended);
         over_since = now;
-      } else {
-        SLUICE_RETURN_IF_ERROR(launcher.Check(*ranks));
       }
     }
     if (over_since && (supervisor->PidOf(spec.name) < 0 || now - *over_since > kGrace)) return kRunOver;
@@ -1588,14 +1590,11 @@ Result<bool> AwaitPreviousAttempt(const PipelineOptions& po) {
   const auto start = std::chrono::steady_clock::now();
   bool told = false;
   while (true) {
-    Result<std::string> said = store->GetShared(kRanksEndedKey, milliseconds(1000));
-    if (said.ok()) {
-      const Status outcome = RunEndedOutcome(*said);
-      if (told) SLUICE_LOG(INFO) << "rank 0 ended the attempt before: " << (outcome.ok() ? "ok" : outcome.message());
-      return outcome.ok();
+    // Said, or a store or rank 0 gone (then this attempt's own wait decides).
+    if (std::optional<Status> ended = launcher.Ended(*store, milliseconds(1000))) {
+      if (told) SLUICE_LOG(INFO) << "the attempt before ended: " << (ended->ok() ? "ok" : ended->message());
+      return ended->ok();
     }
-    // A store gone, or a rank 0 gone: this attempt's own wait decides.
-    if (said.status().code() != StatusCode::kTimeout || !launcher.Check(*store).ok()) return false;
     if (!told && std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) {
       told = true;
       SLUICE_LOG(INFO) << "waiting until rank 0 ends the previous attempt (" << po.previous_store_prefix

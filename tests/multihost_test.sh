@@ -447,7 +447,7 @@ fi
 torchrun_kills() {
   local name=$1 steps=$2 kills=($3) d="$tmp/$1" h k kh kr ks p n ino killed=0 floor=0
   local cfg=("${run[@]}" pipeline.mode=async rl.steps="$steps" rl.max_new_tokens=32 checkpoint.interval=2
-            cluster.rollout_ranks=1 cluster.storage_ranks=1 pipeline.rank_timeout_seconds=30 run.dir="$d/run")
+            cluster.rollout_ranks=1 cluster.storage_ranks=1 pipeline.rank_timeout_seconds=60 run.dir="$d/run")
   mkdir -p "$d"
   for h in 1 2 0; do
     # (--redirects/--tee: Debian 12's torchrun on Python 3.11 cannot start workers with their default 0)
@@ -478,7 +478,7 @@ torchrun_kills() {
   [ "$killed" -eq ${#kills[@]} ] && [ "$rcs" = " 0 0 0" ] && trained_once "$d/run" "$steps" \
     && [ "$(grep -c "torchrun restart [0-9]*: resuming from the run's latest checkpoint" "$d/node0.log")" -eq "$killed" ] \
     && echo "ok   $name ($killed kills, every host restarted each time)" \
-    || fail "$name: $killed kills, agents exited$rcs: $(grep -h "^error" "$d"/node*.log | tail -4)"
+    || fail "$name: $killed kills, agents exited$rcs: $(for h in 0 1 2; do echo "host $h:"; grep -h "^error" "$d/node$h.log" | tail -3; done)"
 }
 if want torchrun; then
   if command -v torchrun > /dev/null; then

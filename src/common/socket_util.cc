@@ -112,7 +112,8 @@ Result<std::string> LocalAddressToward(const std::string& host) {
   return std::string(text);
 }
 
-Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline deadline) {
+Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline deadline, bool* refused) {
+  if (refused != nullptr) *refused = false;
   const std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -124,6 +125,7 @@ Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline dea
   }
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, ::freeaddrinfo);
   std::string last_error = "no address";
+  int last_errno = 0;
   auto backoff = std::chrono::milliseconds(2);
   while (true) {
     for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
@@ -135,11 +137,13 @@ Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline dea
       int err = 0;
       if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
         if (errno != EINPROGRESS) {
+          last_errno = errno;
           last_error = Errno(errno);
           continue;
         }
         Status ready = WaitFd(fd.get(), POLLOUT, deadline, "connect");
         if (!ready.ok()) {
+          last_errno = 0;
           last_error = ready.message();
           continue;
         }
@@ -147,6 +151,7 @@ Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline dea
         if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
       }
       if (err != 0) {
+        last_errno = err;
         last_error = Errno(err);
         continue;
       }
@@ -157,10 +162,12 @@ Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline dea
       (void)::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
       return fd;
     }
+    if (refused != nullptr && last_errno == ECONNREFUSED) break;  // (the caller's to retry)
     if (std::chrono::steady_clock::now() + backoff >= deadline) break;
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
   }
+  if (refused != nullptr) *refused = last_errno == ECONNREFUSED;
   return Status::Unavailable("cannot connect to " + where + ": " + last_error);
 }
 

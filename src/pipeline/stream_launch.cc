@@ -734,6 +734,16 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     }
     store_at = store_host + ":" + std::to_string(rank_store->port());
   }
+  // Said last, once everything below has stopped: the processes of the
+  // next attempt elsewhere start their wait for its rank 0 from here
+  // (AwaitPreviousAttempt), not from the word below, which comes before
+  // this launcher's shutdown (seconds, more with a dead storage rank).
+  struct ExitedForRanks {
+    trainer::DataParallelStore* store;
+    ~ExitedForRanks() {
+      if (store != nullptr) (void)store->SetShared(kLauncherExitedKey, "1");
+    }
+  } exited_for_ranks{remote_processes ? rank_store.get() : nullptr};
   // How this attempt ended, said once in the ranks' store however it ends:
   // the ranks elsewhere stop waiting and exit as the run did (so a failed
   // attempt fails on every host, and torchrun starts every host's ranks
@@ -759,6 +769,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
           kRanksEndedKey,
           RunEndedValue(Status::Aborted("rank 0 was started again (a torchrun restart) before it ended")));
     }
+    if (last.ok()) (void)(*last)->SetShared(kLauncherExitedKey, "1");  // (its process is gone)
   }
   // That this launcher lives, for the processes elsewhere (LauncherLife):
   // a beat once a second on a connection of its own.
@@ -1593,7 +1604,12 @@ Result<bool> AwaitPreviousAttempt(const PipelineOptions& po) {
     // Said, or a store or rank 0 gone (then this attempt's own wait decides).
     if (std::optional<Status> ended = launcher.Ended(*store, milliseconds(1000))) {
       if (told) SLUICE_LOG(INFO) << "the attempt before ended: " << (ended->ok() ? "ok" : ended->message());
-      return ended->ok();
+      if (ended->ok()) return true;
+      // Failed: its rank 0 still stops its hub and processes before its
+      // agent starts the next one, whose wait starts once it let go.
+      while (!store->GetShared(kLauncherExitedKey, milliseconds(1000)).ok() && launcher.Check(*store).ok()) {
+      }
+      return false;
     }
     if (!told && std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) {
       told = true;

@@ -175,10 +175,13 @@ class RoleDoing {
 // (JSON: hub, token, start_step, start_version, config_digest), that the
 // run has ended and how ("ok" or "failed: <why>", set however it ends; the
 // ranks then stop waiting, and exit as the run did), and rank 0's
-// launcher's beat (a counter it sets once a second while it runs).
+// launcher's beat (a counter it sets once a second while it runs), and
+// that the launcher has let go of the attempt (its hub stopped, its
+// processes ended: a torchrun agent may start the next attempt's rank 0).
 inline constexpr char kRanksRunInfoKey[] = "run";
 inline constexpr char kRanksEndedKey[] = "ended";
 inline constexpr char kLauncherBeatKey[] = "launcher/beat";
+inline constexpr char kLauncherExitedKey[] = "launcher/exited";
 // Set by a launched rank that refuses the run (why): rank 0's launcher then
 // stops the run instead of waiting for it.
 inline constexpr char kRanksRefusedKey[] = "refused";

@@ -63,7 +63,9 @@ Result<std::string> LocalAddressToward(const std::string& host);
 
 // A blocking, connected socket (TCP_NODELAY) to host:port, retrying refused
 // connections until `deadline`. Unavailable naming the address and error.
-Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline deadline);
+// With `refused` given, a refusal (nothing listens on the port) is not
+// retried: *refused says whether that is why it failed.
+Result<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, Deadline deadline, bool* refused = nullptr);
 
 // Send/receive exactly `n` bytes before `deadline` (poll-bounded).
 // Unavailable if the peer closed or a socket error occurred; Timeout if the

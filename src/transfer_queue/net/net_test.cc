@@ -496,6 +496,29 @@ TEST(NetServerTest, DirectConnectionsCarryCallsAndFallBackToZeroMq) {
   EXPECT_EQ(server->counters().direct_open, 0u);
 }
 
+// A server gone after it took direct connections: calls fail in
+// seconds, not after their timeout on ZeroMQ (a dead storage rank's peers).
+TEST(NetServerTest, DeadServerFailsCallsFastOverDirectConnections) {
+  std::unique_ptr<TransferQueueServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  RemoteOptions options;
+  options.rpc_timeout = 30s;
+  Result<RemoteQueue> queue = ConnectTransferQueue(server->endpoint(), options);
+  ASSERT_TRUE(queue.ok()) << queue.status().ToString();
+  TransferQueueClient client = queue->client();
+  TQ_ASSERT_OK(client.CreatePartition("p"));
+  ASSERT_GT(server->counters().direct_requests, 0u);
+  server.reset();
+  // The idle connection's call sees it closed; the next ones find nothing
+  // listening on the direct port.
+  EXPECT_FALSE(client.Stats().ok());
+  for (int i = 0; i < 2; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    TQ_EXPECT_ERROR(client.Stats(), kUnavailable, "the server is down");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "call " << i;
+  }
+}
+
 TEST(NetServerTest, DirectConnectionsRefuseGarbageAndStrangers) {
   ServerOptions o = DefaultServerOptions();
   o.token = "secret";

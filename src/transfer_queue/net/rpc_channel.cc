@@ -183,30 +183,49 @@ uint32_t RpcChannel::direct_open() const {
   return direct_.open;
 }
 
-net::UniqueFd RpcChannel::CheckoutDirect() {
+net::UniqueFd RpcChannel::CheckoutDirect(Status* down) {
   uint16_t port = 0;
   {
     MutexLock lock(&mu_);
     if (direct_port_ == 0) return net::UniqueFd();
     net::UniqueFd idle;
-    if (direct_.Take(options_.direct_connections, &idle) != HandlePool<net::UniqueFd>::Taken::kOpenOne) return idle;
+    switch (direct_.Take(options_.direct_connections, &idle)) {
+      case HandlePool<net::UniqueFd>::Taken::kIdle:
+        return idle;
+      case HandlePool<net::UniqueFd>::Taken::kNone:
+        *down = down_;  // (OK unless the last try was refused)
+        return idle;
+      case HandlePool<net::UniqueFd>::Taken::kOpenOne:
+        break;
+    }
     port = direct_port_;
   }
   const Steady::time_point deadline =
       Steady::now() + std::min<std::chrono::milliseconds>(options_.rpc_timeout, std::chrono::seconds(2));
   const std::string host = endpoint_.substr(6, endpoint_.rfind(':') - 6);
-  Result<net::UniqueFd> fd = net::ConnectTcp(host, port, deadline);
+  bool refused = false;
+  Result<net::UniqueFd> fd = net::ConnectTcp(host, port, deadline, &refused);
   uint64_t greeting = 0;
   Status ready = fd.ok() ? net::RecvAll(fd->get(), &greeting, sizeof(greeting), deadline) : fd.status();
   if (ready.ok() && greeting != kDirectAccepted) {
     ready = Status::ResourceExhausted(greeting == kDirectRefused ? "every direct connection is taken"
                                                                  : "not a TransferQueue direct listener");
   }
-  if (ready.ok()) return std::move(*fd);
+  MutexLock lock(&mu_);
+  if (ready.ok()) {
+    direct_taken_ = true;
+    down_ = Status::Ok();
+    return std::move(*fd);
+  }
+  direct_.Refused();  // (the calls of the next second do not try)
+  if (refused && direct_taken_) {
+    down_ = Status::Unavailable("the server is down: its direct port " + std::to_string(port) +
+                                " took connections and now refuses them (" + ready.message() + ")");
+    *down = down_;
+    return net::UniqueFd();
+  }
   SLUICE_LOG(DEBUG) << "TransferQueue " << endpoint_ << ": no direct connection (" << ready.ToString()
                     << "); this call uses ZeroMQ";
-  MutexLock lock(&mu_);
-  direct_.Refused();
   return net::UniqueFd();
 }
 
@@ -307,9 +326,11 @@ Result<RpcChannel::Received> RpcChannel::RoundTrip(wire::MessageType type, uint6
     if (std::unique_ptr<ShmRingClientEnd> ring = CheckoutRing()) {
       return RingRoundTrip(std::move(ring), type, id, request, timeout, limits);
     }
-    if (net::UniqueFd direct = CheckoutDirect(); direct.valid()) {
+    Status down;
+    if (net::UniqueFd direct = CheckoutDirect(&down); direct.valid()) {
       return DirectRoundTrip(std::move(direct), type, id, std::move(request), timeout, limits);
     }
+    if (!down.ok()) return Status::Unavailable(what + " to " + endpoint_ + " failed: " + down.message());
   }
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<zmq::socket_t> socket, Checkout());
   try {

@@ -11,6 +11,11 @@
 // opening one when none is idle and fewer than
 // RemoteOptions::direct_connections are open (kDirectRefused, or no
 // connection: the call uses ZeroMQ, and connecting is tried again later).
+// A server that took a direct connection before and now refuses one (no
+// listener on the port: its process is gone) is down: the call fails at
+// once instead of waiting out its timeout on ZeroMQ, and so do the calls of
+// the next second (then a call tries to connect again). A port that never
+// took one (a firewall) falls back to ZeroMQ as above.
 //
 // With rings enabled (EnableRings: a client on the server's host), a call
 // checks out a shared-memory ring instead (shm_ring.h), opening one through
@@ -137,8 +142,9 @@ class RpcChannel {
   void DropRing(std::unique_ptr<ShmRingClientEnd> ring);
   Result<Received> DirectRoundTrip(net::UniqueFd connection, wire::MessageType type, uint64_t id, wire::Message request,
                                    std::chrono::milliseconds timeout, const wire::WireLimits& limits);
-  // An idle direct connection, or a new one; invalid when the call should use ZeroMQ.
-  net::UniqueFd CheckoutDirect();
+  // An idle direct connection, or a new one; invalid when the call should
+  // use ZeroMQ, or fail with *down (the server is down).
+  net::UniqueFd CheckoutDirect(Status* down);
   void CheckinDirect(net::UniqueFd connection);
   void DropDirect(net::UniqueFd connection);
 
@@ -153,6 +159,8 @@ class RpcChannel {
   HandlePool<std::unique_ptr<ShmRingClientEnd>> rings_ SLUICE_GUARDED_BY(mu_);
   uint16_t direct_port_ SLUICE_GUARDED_BY(mu_) = 0;  // 0: not enabled
   HandlePool<net::UniqueFd> direct_ SLUICE_GUARDED_BY(mu_);
+  bool direct_taken_ SLUICE_GUARDED_BY(mu_) = false;  // the server took a direct connection once
+  Status down_ SLUICE_GUARDED_BY(mu_);                // why, while its last connection was refused
 };
 
 }  // namespace sluice::transfer_queue::internal

@@ -61,6 +61,11 @@
 #                 attempt and torchrun starts them all again, the run resumes
 #                 from its latest checkpoint each time and finishes, every
 #                 prompt trained once, every agent exits 0
+#   torchrun-c10d the same under torchrun's c10d rendezvous (hosts numbered as
+#                 they arrive, each host named, each attempt's rank 0 serving
+#                 its own store): the storage rank, rank 0, trainer rank 1
+#                 SIGKILLed; a host whose agent starts rank 0 again without
+#                 counting a restart (another host failed) still resumes
 #   torchrun-soak (only when named; labelled long) the same with five kills:
 #                 trainer rank 1, the storage rank, rank 0, the replica,
 #                 trainer rank 1
@@ -89,7 +94,7 @@ hosts=("$tag-h0" "$tag-h1" "$tag-h2")
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  for n in "$sw" "${hosts[@]}"; do ip netns pids "$n" 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del "$n" 2>/dev/null; done
+  for n in "$sw" "${hosts[@]}"; do ip netns pids "$n" 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del "$n" 2>/dev/null; rm -rf "/etc/netns/$n"; done
   if [ -n "${KEEP:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
@@ -442,31 +447,47 @@ if want storage; then
 fi
 
 # --- torchrun: real agents restart every host's ranks after each SIGKILL
-# torchrun_kills NAME STEPS "HOST:RANK:STEP ...": a run of STEPS steps under one torchrun agent per
-# host (host 2 runs two ranks), each kill after the run has STEP steps; checks that it finishes.
+# torchrun_kills NAME STEPS "RANK:STEP ..." [c10d]: a run of STEPS steps under one torchrun agent
+# per host (host 2 runs two ranks), each kill of a rank after the run has STEP steps; checks that it
+# finishes. Static rendezvous (the agents' store on host 0; host h is node h), or with c10d
+# torchrun's c10d rendezvous: nodes numbered as they arrive, each attempt's rank 0 serves a store
+# of its own at its host's name (each host gets a name of its own, and every host's /etc/hosts
+# maps the three).
 torchrun_kills() {
-  local name=$1 steps=$2 kills=($3) d="$tmp/$1" h k kh kr ks p n ino killed=0 floor=0
+  local name=$1 steps=$2 kills=($3) d="$tmp/$1" h k kh kr ks p n ino killed=0 floor=0 rdzv names=""
+  if [ "${4:-}" = c10d ]; then
+    rdzv=(--rdzv_backend=c10d --rdzv_endpoint="${net}1:29572" --rdzv_id="$name-$$")
+    for h in 0 1 2; do names="$names$net$((h + 1)) $tag-n$h\n"; done
+    for h in "${hosts[@]}"; do
+      mkdir -p "/etc/netns/$h" && printf "127.0.0.1 localhost\n$names" > "/etc/netns/$h/hosts"
+    done
+  else
+    rdzv=(--master_addr="${net}1" --master_port=29571)
+  fi
   local cfg=("${run[@]}" pipeline.mode=async rl.steps="$steps" rl.max_new_tokens=32 checkpoint.interval=2
             cluster.rollout_ranks=1 cluster.storage_ranks=1 pipeline.rank_timeout_seconds=60 run.dir="$d/run")
   mkdir -p "$d"
   for h in 1 2 0; do
     # (--redirects/--tee: Debian 12's torchrun on Python 3.11 cannot start workers with their default 0)
-    ip netns exec "${hosts[$h]}" timeout 300 torchrun --nnodes=3 --nproc_per_node=$((h == 2 ? 2 : 1)) \
-      --node_rank="$h" --master_addr="${net}1" --master_port=29571 --max_restarts=${#kills[@]} --monitor_interval=1 \
+    ip netns exec "${hosts[$h]}" unshare -u sh -c 'hostname "$0" && exec "$@"' "$tag-n$h" \
+      timeout 300 torchrun --nnodes=3 --nproc_per_node=$((h == 2 ? 2 : 1)) \
+      --node_rank="$h" "${rdzv[@]}" --max_restarts=${#kills[@]} --monitor_interval=1 \
       --redirects=1 --tee=1 --log_dir="$d/logs$h" --no_python "$SLUICE" train "${cfg[@]}" > "$d/node$h.log" 2>&1 &
     pids+=($!)
   done
   for k in "${kills[@]}"; do
-    IFS=: read -r kh kr ks <<< "$k"
+    IFS=: read -r kr ks <<< "$k"
     wait_progress "$d/run" $((ks > floor ? ks : floor)) 60 || break
     ino=$(stat -c %i "$d/run/metrics.jsonl")
     # the `sluice train` torchrun started as rank $kr (not the role processes rank 0 starts)
-    for p in $(ip netns pids "${hosts[$kh]}"); do
-      [ "$(readlink -f "/proc/$p/exe" 2>/dev/null)" = "$(readlink -f "$SLUICE")" ] || continue
+    for p in $(for kh in 0 1 2; do ip netns pids "${hosts[$kh]}" | sed "s/$/:$kh/"; done); do
+      kh=${p#*:} p=${p%:*}
+      [ "/proc/$p/exe" -ef "$SLUICE" ] || continue  # (no fork per process: the kill comes on time)
       grep -q torchrun "/proc/$(awk '/^PPid/ {print $2}' "/proc/$p/status" 2>/dev/null)/cmdline" 2>/dev/null || continue
-      tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$kr" || continue
+      tr '\0' '\n' 2>/dev/null < "/proc/$p/environ" | grep -qx "RANK=$kr" || continue
       n=$(cat "$d/run/metrics.jsonl" | wc -l)
-      [ "$n" -lt "$steps" ] && kill -9 "$p" && killed=$((killed + 1)) && echo "$name: killed rank $kr (pid $p) on host $kh after $n steps"
+      # (not near the end: a c10d agent whose rank dies after the others finished waits for them)
+      [ "$n" -lt $((steps - 8)) ] && kill -9 "$p" && killed=$((killed + 1)) && echo "$name: killed rank $kr (pid $p) on host $kh after $n steps"
     done
     # (the next kill once the restarted rank 0 took up the checkpoint: a new metrics.jsonl)
     for _ in $(seq 900); do [ "$(stat -c %i "$d/run/metrics.jsonl")" != "$ino" ] && break; sleep 0.1; done
@@ -476,19 +497,22 @@ torchrun_kills() {
   for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
   pids=()
   [ "$killed" -eq ${#kills[@]} ] && [ "$rcs" = " 0 0 0" ] && trained_once "$d/run" "$steps" \
-    && [ "$(grep -c "torchrun restart [0-9]*: resuming from the run's latest checkpoint" "$d/node0.log")" -eq "$killed" ] \
+    && [ "$(cat "$d"/node*.log | grep -c "torchrun restart [0-9]*[^:]*: resuming from the run's latest checkpoint")" -eq "$killed" ] \
     && echo "ok   $name ($killed kills, every host restarted each time)" \
     || fail "$name: $killed kills, agents exited$rcs: $(for h in 0 1 2; do echo "host $h:"; grep -h "^error" "$d/node$h.log" | tail -3; done)"
 }
 if want torchrun; then
   if command -v torchrun > /dev/null; then
-    torchrun_kills torchrun 24 "2:3:4 0:0:12"
+    torchrun_kills torchrun 24 "3:4 0:12"
   else
     echo "skip torchrun: no torchrun (Debian's python3-torch)"
   fi
 fi
+if want torchrun-c10d && command -v torchrun > /dev/null; then
+  torchrun_kills torchrun-c10d 60 "3:4 0:12 1:20" c10d
+fi
 if named torchrun-soak; then
-  torchrun_kills torchrun-soak 60 "1:1:4 2:3:12 0:0:20 2:2:28 1:1:36"
+  torchrun_kills torchrun-soak 60 "1:4 3:12 0:20 2:28 1:36"
 fi
 
 # --- stall: freeze the replica on host 1 once a step is trained

@@ -595,10 +595,14 @@ Status MeetAt(const runtime::ProcessPlacement& p, const Config& config, pipeline
   SLUICE_ASSIGN_OR_RETURN(const std::string ip, ResolveIPv4(p.master_addr));
   po->trainer_store = ip + ":" + std::to_string(p.master_port);
   po->trainer_store_external = p.store_served_by_launcher;
-  // torchrun's agent store lives across --max-restarts attempts: each
-  // attempt's ranks meet in a namespace of their own.
-  po->trainer_store_prefix = "sluice/attempt-" + std::to_string(p.restart_count);
-  if (p.restart_count > 0) po->previous_store_prefix = "sluice/attempt-" + std::to_string(p.restart_count - 1);
+  // torchrun's agent store (its static rendezvous) lives across
+  // --max-restarts attempts: each attempt's ranks meet in a namespace of
+  // their own. A store rank 0 serves (torchrun's c10d rendezvous, Slurm,
+  // MPI) is new with every attempt; and c10d's agents do not count the
+  // restarts that another host's failure brings, so their counts differ.
+  const int64_t attempt = p.store_served_by_launcher ? p.restart_count : 0;
+  po->trainer_store_prefix = "sluice/attempt-" + std::to_string(attempt);
+  if (attempt > 0) po->previous_store_prefix = "sluice/attempt-" + std::to_string(attempt - 1);
   po->hub_bind = ip.rfind("127.", 0) == 0 ? "" : "tcp://" + ip + ":0";
   char digest[17];  // of the config as every rank read it
   std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(Fnv1a(config.ToYaml())));
@@ -804,7 +808,14 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<reward::Task> task, MakeRunTask(config, task_options));
   SLUICE_ASSIGN_OR_RETURN(auto policy, InitialModel(config));
   bool overwrite = config.GetBool("run.overwrite");
-  if (placement.restart_count > 0 && !options.resume) {
+  // The torchrun job that started the run (its --rdzv_id), kept in the run
+  // directory: the same job starting rank 0 again is a restart even when
+  // its agent did not count one (c10d: another host failed).
+  const fs::path job_file = fs::path(options.run_dir) / "torchrun_job";
+  Result<std::string> started_by =
+      placement.job_id.empty() ? Result<std::string>(Status::NotFound("no job")) : ReadFileToString(job_file.string());
+  const bool same_job = started_by.ok() && *started_by == placement.job_id;
+  if ((placement.restart_count > 0 || same_job) && !options.resume) {
     // torchrun --max-restarts started this command again after a failure:
     // take up the failed attempt's run (its latest checkpoint), or, with
     // none yet, start it over in place.
@@ -815,10 +826,14 @@ Status Train(const std::vector<std::string>& args) {
     } else {
       overwrite = true;
     }
-    std::fprintf(stderr, "sluice train: torchrun restart %lld: %s\n", static_cast<long long>(placement.restart_count),
+    std::fprintf(stderr, "sluice train: torchrun restart %lld%s: %s\n", static_cast<long long>(placement.restart_count),
+                 placement.restart_count == 0 ? (" (job " + placement.job_id + " started again)").c_str() : "",
                  options.resume ? "resuming from the run's latest checkpoint" : "no checkpoint yet, starting over");
   }
   SLUICE_RETURN_IF_ERROR(PrepareRunDir(options.run_dir, options.resume, overwrite));
+  if (!placement.job_id.empty() && !same_job) {
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(job_file.string(), placement.job_id));
+  }
   std::fprintf(
       stderr, "sluice train: task %s, %.2fM-parameter model, %lld RL steps x %lld prompts x %lld answers, run dir %s\n",
       task->name().c_str(), policy->config().NumParameters() / 1e6, static_cast<long long>(options.rl.steps),

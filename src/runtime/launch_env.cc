@@ -104,6 +104,9 @@ Result<ProcessPlacement> FromTorchrun(const Getenv& getenv) {
   const char* agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
   p.store_served_by_launcher = agent_store != nullptr && std::string_view(agent_store) == "True";
   SLUICE_ASSIGN_OR_RETURN(p.restart_count, CountOr(getenv, "TORCHELASTIC_RESTART_COUNT", 0));
+  if (const char* job = getenv("TORCHELASTIC_RUN_ID"); job != nullptr && std::string_view(job) != "none") {
+    p.job_id = std::string(job).substr(0, 256);
+  }
   if (p.world_size > 1 && getenv("MASTER_ADDR") == nullptr) {
     return Status::InvalidArgument("RANK and WORLD_SIZE are set but MASTER_ADDR is not: torchrun sets them together");
   }

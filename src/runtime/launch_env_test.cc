@@ -57,6 +57,14 @@ TEST(LaunchEnvTest, TorchrunVariables) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->restart_count, 2);
   EXPECT_NE(p->ToString().find("from torchrun (restart 2)"), std::string::npos) << p->ToString();
+  EXPECT_EQ(p->job_id, "");
+  // The job (--rdzv_id); torchrun's default "none" names none.
+  p = From({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RUN_ID", "job-17"}});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->job_id, "job-17");
+  p = From({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RUN_ID", "none"}});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->job_id, "");
 }
 
 TEST(LaunchEnvTest, SlurmVariablesAndTheFirstHostAsRendezvous) {

@@ -37,6 +37,10 @@ struct ProcessPlacement {
   // more after each --max-restarts restart); 0 from the other launchers.
   // Its agent store lives across attempts, so each keeps its keys apart.
   int64_t restart_count = 0;
+  // torchrun's job (TORCHELASTIC_RUN_ID, its --rdzv_id; "none", its default,
+  // is left empty). With the c10d rendezvous a host's agent starts its
+  // workers again, without counting a restart, when another host's failed.
+  std::string job_id;
 
   std::string ToString() const;  // e.g. "rank 3 of 8 (local 1 of 4, node 0), rendezvous at host:29500, from slurm"
 };

@@ -83,36 +83,11 @@
 # CASES="chaos stall" runs only the cases named.
 set -uo pipefail
 SLUICE=$1
-if [ "$(id -u)" -ne 0 ] || ! command -v ip > /dev/null || ! ip netns list > /dev/null 2>&1; then
-  echo "skipped: network namespaces need root and iproute2"
-  exit 77
-fi
-tmp=$(mktemp -d)
-tag=slmh$$
-sw=$tag-sw
-hosts=("$tag-h0" "$tag-h1" "$tag-h2")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  for n in "$sw" "${hosts[@]}"; do ip netns pids "$n" 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del "$n" 2>/dev/null; rm -rf "/etc/netns/$n"; done
-  if [ -n "${KEEP:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
+source "$(dirname "$0")/netns_hosts.sh"
 failures=0
 want() { [ -z "${CASES:-}" ] || [[ " $CASES " == *" $1 "* ]]; }
 named() { [[ " ${CASES:-} " == *" $1 "* ]]; }
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
-
-net=10.$((RANDOM % 200 + 20)).$((RANDOM % 250)).
-ip netns add "$sw" && ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up || { echo "FAIL netns setup"; exit 1; }
-for i in 0 1 2; do
-  h=${hosts[$i]}
-  ip netns add "$h" \
-    && ip link add "e$i-$$" netns "$h" type veth peer name "p$i" netns "$sw" \
-    && ip -n "$sw" link set "p$i" master br0 && ip -n "$sw" link set "p$i" up \
-    && ip -n "$h" addr add "$net$((i + 1))/24" dev "e$i-$$" && ip -n "$h" link set "e$i-$$" up \
-    && ip -n "$h" link set lo up || { echo "FAIL netns setup of $h"; exit 1; }
-done
 
 rewards="$(dirname "$0")/data/rewards/arithmetic_reward.py"
 run=(model.preset=tiny sft.steps=0 rl.steps=6 rl.prompts_per_step=3 rl.group_size=2 rl.max_new_tokens=8
@@ -136,18 +111,6 @@ wait_steps() {
   done
   cat "$1/metrics.jsonl" 2>/dev/null | wc -l
 }
-# Waits until run directory $1 has $2 steps, as long as a step comes every
-# $3 s; false if one did not.
-wait_progress() {
-  local last=-1 since=$SECONDS n
-  while true; do
-    n=$(cat "$1/metrics.jsonl" 2>/dev/null | wc -l)
-    [ "$n" -ge "$2" ] && return 0
-    [ "$n" -ne "$last" ] && { last=$n; since=$SECONDS; }
-    [ $((SECONDS - since)) -ge "$3" ] && return 1
-    sleep 0.2
-  done
-}
 # The replicas and workers that hosts $@'s `sluice train` supervise (pipeline.max_restarts):
 # sluice processes with SLUICE_SUPERVISED_RANK set (not their reward.python workers).
 supervised_children() {
@@ -162,17 +125,6 @@ supervised_children() {
 }
 # The `sluice` processes in host $1's namespace.
 sluice_pids() { ip netns pids "${hosts[$1]}" | xargs -r ps -o pid=,args= -p | awk -v s="$SLUICE" '$2 == s {print $1}'; }
-# Every prompt of run directory $1 trained once in its $2 steps of 3 prompts.
-trained_once() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, sys
-steps = int(sys.argv[2])
-rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
-assert [r["step"] for r in rows] == list(range(1, steps + 1)), [r["step"] for r in rows]
-assert sorted(p for r in rows for p in r["prompts"]) == list(range(3 * steps))
-PY
-}
-
 # The single-rank run the sync cases compare with.
 if want three-hosts || want remote-rollout; then
   "$SLUICE" train "${run[@]}" run.dir="$tmp/one" > "$tmp/one.log" 2>&1 || fail "single-rank run: $(tail -3 "$tmp/one.log")"
@@ -447,53 +399,27 @@ if want storage; then
 fi
 
 # --- torchrun: real agents restart every host's ranks after each SIGKILL
-# torchrun_kills NAME STEPS "RANK:STEP ..." [c10d]: a run of STEPS steps under one torchrun agent
-# per host (host 2 runs two ranks), each kill of a rank after the run has STEP steps; checks that it
-# finishes. Static rendezvous (the agents' store on host 0; host h is node h), or with c10d
-# torchrun's c10d rendezvous: nodes numbered as they arrive, each attempt's rank 0 serves a store
-# of its own at its host's name (each host gets a name of its own, and every host's /etc/hosts
-# maps the three).
+# torchrun_kills NAME STEPS "RANK:STEP ..." [static|c10d]: a run of STEPS steps under one torchrun
+# agent per host (torchrun_agents), each kill of a rank after the run has STEP steps (not in its
+# last 8: a c10d agent whose rank dies after the others finished waits for them); checks that it
+# finishes.
 torchrun_kills() {
-  local name=$1 steps=$2 kills=($3) d="$tmp/$1" h k kh kr ks p n ino killed=0 floor=0 rdzv names=""
-  if [ "${4:-}" = c10d ]; then
-    rdzv=(--rdzv_backend=c10d --rdzv_endpoint="${net}1:29572" --rdzv_id="$name-$$")
-    for h in 0 1 2; do names="$names$net$((h + 1)) $tag-n$h\n"; done
-    for h in "${hosts[@]}"; do
-      mkdir -p "/etc/netns/$h" && printf "127.0.0.1 localhost\n$names" > "/etc/netns/$h/hosts"
-    done
-  else
-    rdzv=(--master_addr="${net}1" --master_port=29571)
-  fi
-  local cfg=("${run[@]}" pipeline.mode=async rl.steps="$steps" rl.max_new_tokens=32 checkpoint.interval=2
-            cluster.rollout_ranks=1 cluster.storage_ranks=1 pipeline.rank_timeout_seconds=60 run.dir="$d/run")
-  mkdir -p "$d"
-  for h in 1 2 0; do
-    # (--redirects/--tee: Debian 12's torchrun on Python 3.11 cannot start workers with their default 0)
-    ip netns exec "${hosts[$h]}" unshare -u sh -c 'hostname "$0" && exec "$@"' "$tag-n$h" \
-      timeout 300 torchrun --nnodes=3 --nproc_per_node=$((h == 2 ? 2 : 1)) \
-      --node_rank="$h" "${rdzv[@]}" --max_restarts=${#kills[@]} --monitor_interval=1 \
-      --redirects=1 --tee=1 --log_dir="$d/logs$h" --no_python "$SLUICE" train "${cfg[@]}" > "$d/node$h.log" 2>&1 &
-    pids+=($!)
-  done
+  local name=$1 steps=$2 kills=($3) d="$tmp/$1" k kr ks n ino who killed=0 floor=0
+  torchrun_agents "$SLUICE" "$d" ${#kills[@]} "${4:-static}" "${run[@]}" pipeline.mode=async rl.steps="$steps" \
+    rl.max_new_tokens=32 checkpoint.interval=2 cluster.rollout_ranks=1 cluster.storage_ranks=1 \
+    pipeline.rank_timeout_seconds=60 run.dir="$d/run"
   for k in "${kills[@]}"; do
     IFS=: read -r kr ks <<< "$k"
     wait_progress "$d/run" $((ks > floor ? ks : floor)) 60 || break
     ino=$(stat -c %i "$d/run/metrics.jsonl")
-    # the `sluice train` torchrun started as rank $kr (not the role processes rank 0 starts)
-    for p in $(for kh in 0 1 2; do ip netns pids "${hosts[$kh]}" | sed "s/$/:$kh/"; done); do
-      kh=${p#*:} p=${p%:*}
-      [ "/proc/$p/exe" -ef "$SLUICE" ] || continue  # (no fork per process: the kill comes on time)
-      grep -q torchrun "/proc/$(awk '/^PPid/ {print $2}' "/proc/$p/status" 2>/dev/null)/cmdline" 2>/dev/null || continue
-      tr '\0' '\n' 2>/dev/null < "/proc/$p/environ" | grep -qx "RANK=$kr" || continue
-      n=$(cat "$d/run/metrics.jsonl" | wc -l)
-      # (not near the end: a c10d agent whose rank dies after the others finished waits for them)
-      [ "$n" -lt $((steps - 8)) ] && kill -9 "$p" && killed=$((killed + 1)) && echo "$name: killed rank $kr (pid $p) on host $kh after $n steps"
-    done
+    n=$(cat "$d/run/metrics.jsonl" | wc -l)
+    [ "$n" -lt $((steps - 8)) ] && who=$(kill_torchrun_rank "$SLUICE" "$kr") \
+      && killed=$((killed + 1)) && echo "$name: killed $who after $n steps"
     # (the next kill once the restarted rank 0 took up the checkpoint: a new metrics.jsonl)
     for _ in $(seq 900); do [ "$(stat -c %i "$d/run/metrics.jsonl")" != "$ino" ] && break; sleep 0.1; done
     floor=$(($(cat "$d/run/metrics.jsonl" | wc -l) + 2))  # (and two steps into the new attempt)
   done
-  local rcs=""
+  local rcs="" p
   for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
   pids=()
   [ "$killed" -eq ${#kills[@]} ] && [ "$rcs" = " 0 0 0" ] && trained_once "$d/run" "$steps" \
@@ -503,7 +429,7 @@ torchrun_kills() {
 }
 if want torchrun; then
   if command -v torchrun > /dev/null; then
-    torchrun_kills torchrun 24 "3:4 0:12"
+    torchrun_kills torchrun 36 "3:4 0:12"
   else
     echo "skip torchrun: no torchrun (Debian's python3-torch)"
   fi

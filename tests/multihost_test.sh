@@ -429,7 +429,7 @@ torchrun_kills() {
 }
 if want torchrun; then
   if command -v torchrun > /dev/null; then
-    torchrun_kills torchrun 36 "3:4 0:12"
+    torchrun_kills torchrun 48 "3:4 0:12"
   else
     echo "skip torchrun: no torchrun (Debian's python3-torch)"
   fi

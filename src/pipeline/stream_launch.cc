@@ -751,9 +751,11 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   struct EndForRanks {
     trainer::DataParallelStore* store;
     bool said = false;
+    bool ok = false;
     void Say(const Status& outcome) {
       if (store == nullptr || said) return;
       said = true;
+      ok = outcome.ok();
       (void)store->SetShared(kRanksEndedKey, RunEndedValue(outcome));
     }
     ~EndForRanks() { Say(Status::Aborted("rank 0's launcher stopped before its run's processes")); }
@@ -807,9 +809,9 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       where += ", unit " + std::to_string(h.first_unit) + " at " + h.endpoint;
     SLUICE_LOG(INFO) << "hub: " << so.storage_units << " storage units, unit 0 on this host" << where;
   }
-  // However the run ends, the storage ranks stop once the hub has; the
-  // ranks' store (which may be this process's) stays until each has seen
-  // that, or for 5 s.
+  // However the run ends, the storage ranks stop once the hub has; after a
+  // run that finished, the ranks' store (which may be this process's) stays
+  // until each has seen that, or for 5 s.
   struct StoppedForStorage {
     trainer::DataParallelStore* store;
     tq::TransferQueueServer* hub;
@@ -819,7 +821,8 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       if (store == nullptr) return;
       hub->Stop();
       end.Say(Status::Aborted("rank 0's launcher stopped early"));  // (said already unless it failed)
-      if (!store->SetShared(kHubStoppedKey, "1").ok()) return;
+      // (After a failure they exit at the word, and a dead one never says.)
+      if (!store->SetShared(kHubStoppedKey, "1").ok() || !end.ok) return;
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
       for (int32_t i = 0; i < ranks; ++i) {
         const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());

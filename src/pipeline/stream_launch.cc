@@ -1609,8 +1609,15 @@ Result<bool> AwaitPreviousAttempt(const PipelineOptions& po) {
       if (told) SLUICE_LOG(INFO) << "the attempt before ended: " << (ended->ok() ? "ok" : ended->message());
       if (ended->ok()) return true;
       // Failed: its rank 0 still stops its hub and processes before its
-      // agent starts the next one, whose wait starts once it let go.
+      // agent starts the next one, whose wait starts once it let go (or
+      // after the ranks' timeout: then this attempt's own wait decides).
+      const auto let_go_by = std::chrono::steady_clock::now() + std::chrono::seconds(po.rank_timeout_seconds);
       while (!store->GetShared(kLauncherExitedKey, milliseconds(1000)).ok() && launcher.Check(*store).ok()) {
+        if (std::chrono::steady_clock::now() > let_go_by) {
+          SLUICE_LOG(WARNING) << "rank 0 of the previous attempt has not let go of it after " << po.rank_timeout_seconds
+                              << " s; joining this one";
+          break;
+        }
       }
       return false;
     }

@@ -438,7 +438,7 @@ if want torchrun-c10d && command -v torchrun > /dev/null; then
   torchrun_kills torchrun-c10d 60 "3:4 0:12 1:20" c10d
 fi
 if named torchrun-soak; then
-  torchrun_kills torchrun-soak 60 "1:4 3:12 0:20 2:28 1:36"
+  torchrun_kills torchrun-soak 80 "1:4 3:12 0:20 2:28 1:36"
 fi
 
 # --- stall: freeze the replica on host 1 once a step is trained

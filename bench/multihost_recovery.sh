@@ -61,10 +61,11 @@ range() { printf '%s\n' $1 | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {pri
 echo
 echo "multihost recovery: 3 hosts (network namespaces on one machine, $(nproc) cores shared), torchrun $rdzv rendezvous,"
 echo "async, $steps steps of 3 prompts x 2 answers (tiny model), checkpoint every 2 steps, one kill at step $kill_at, $repeats repeats"
-printf '%-18s %-24s %s\n' "killed" "wall s: median (range)" "lost per kill (s)"
+printf '%-18s %-24s %-18s %s\n' "killed" "wall s: median (range)" "lost per kill (s)" "vs no kill"
 base=$(median "${walls[none]}")
 for m in "${modes[@]}"; do
   name=${m%%:*} med=$(median "${walls[${m%%:*}]}")
-  lost=$([ "$name" = none ] && echo "-" || awk -v a="$med" -v b="$base" 'BEGIN {printf "%.1f", a - b}')
-  printf '%-18s %-24s %s\n' "$name" "$(printf '%.1f' "$med") ($(range "${walls[$name]}"))" "$lost"
+  lost=$([ "$name" = none ] && echo "-" || awk -v a="$med" -v b="$base" 'BEGIN {printf "%+.1f", a - b}')
+  ratio=$(awk -v a="$med" -v b="$base" 'BEGIN {printf "%.2fx", a / b}')
+  printf '%-18s %-24s %-18s %s\n' "$name" "$(printf '%.1f' "$med") ($(range "${walls[$name]}"))" "$lost" "$ratio"
 done

@@ -812,9 +812,11 @@ Status Train(const std::vector<std::string>& args) {
   // directory: the same job starting rank 0 again is a restart even when
   // its agent did not count one (c10d: another host failed).
   const fs::path job_file = fs::path(options.run_dir) / "torchrun_job";
-  Result<std::string> started_by =
-      placement.job_id.empty() ? Result<std::string>(Status::NotFound("no job")) : ReadFileToString(job_file.string());
-  const bool same_job = started_by.ok() && *started_by == placement.job_id;
+  bool same_job = false;
+  if (!placement.job_id.empty()) {
+    Result<std::string> started_by = ReadFileToString(job_file.string());
+    same_job = started_by.ok() && *started_by == placement.job_id;
+  }
   if ((placement.restart_count > 0 || same_job) && !options.resume) {
     // torchrun --max-restarts started this command again after a failure:
     // take up the failed attempt's run (its latest checkpoint), or, with

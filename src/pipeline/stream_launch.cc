@@ -766,12 +766,14 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   if (rank_store && remote_processes && !po.previous_store_prefix.empty()) {
     Result<std::unique_ptr<trainer::DataParallelStore>> last =
         ConnectRanksStore(store_at, rank_timeout, po.previous_store_prefix);
-    if (last.ok() && !(*last)->GetShared(kRanksEndedKey, milliseconds(0)).ok()) {
-      (void)(*last)->SetShared(
-          kRanksEndedKey,
-          RunEndedValue(Status::Aborted("rank 0 was started again (a torchrun restart) before it ended")));
+    if (last.ok()) {
+      if (!(*last)->GetShared(kRanksEndedKey, milliseconds(0)).ok()) {
+        (void)(*last)->SetShared(
+            kRanksEndedKey,
+            RunEndedValue(Status::Aborted("rank 0 was started again (a torchrun restart) before it ended")));
+      }
+      (void)(*last)->SetShared(kLauncherExitedKey, "1");  // (its process is gone)
     }
-    if (last.ok()) (void)(*last)->SetShared(kLauncherExitedKey, "1");  // (its process is gone)
   }
   // That this launcher lives, for the processes elsewhere (LauncherLife):
   // a beat once a second on a connection of its own.

@@ -26,7 +26,7 @@ PACKAGES=(
   libgoogle-perftools-dev                  # tcmalloc, the programs' allocator (SLUICE_MALLOC, CMakeLists.txt)
   python3-dev pybind11-dev python3-torch   # the Python package (python/, docs/python.md): headers, bindings, torch on libtorch-dev's libtorch
   python3-pytest                           # the Python package's tests
-  clang libclang-rt-dev                    # fuzz smoke test (libFuzzer); the core's clang build (-Wthread-safety, TSan)
+  clang libclang-rt-dev                    # fuzz smoke test (libFuzzer); the core's clang builds (-Wthread-safety, TSan, ASan + UBSan)
   clang-format                             # the format check of the test suite
   redis-server libhiredis-dev              # TransferQueue benchmark's Redis baseline (bench/transfer_queue)
 )

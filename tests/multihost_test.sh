@@ -72,7 +72,9 @@
 #   stall         the replica on host 1 is frozen (SIGSTOP): rank 0's watchdog,
 #                 reading the heartbeats processes elsewhere report to the
 #                 ranks' store, names it, its host and what it was doing, and
-#                 (pipeline.stop_on_stall) stops the run
+#                 (pipeline.stop_on_stall) stops the run; the same for a hub
+#                 storage rank (cluster.storage_ranks) frozen, shown in rank 0's
+#                 live counters while it serves
 #   config        a rank started with another config is refused, names both
 #                 digests, and rank 0's run stops instead of waiting for it
 #   unreachable   a rank whose rendezvous host does not answer gives up after
@@ -459,7 +461,30 @@ if want stall; then
   [ -n "$frozen" ] && [ "$rc" -ne 0 ] && [ "$took" -lt 60 ] \
     && grep -q "rollout replica 0 (pid $frozen on host [^ ]*) has made no progress for" "$tmp/st0.log" \
     && grep -q "on another host: its heartbeat comes through the ranks' store" "$tmp/st0.log" \
-    && echo "ok   stall" || fail "stall: rc=$rc after ${took}s: $(grep -m1 "no progress" "$tmp/st0.log"; tail -2 "$tmp/st0.log")"
+    || fail "stall: rc=$rc after ${took}s: $(grep -m1 "no progress" "$tmp/st0.log"; tail -2 "$tmp/st0.log")"
+  # A hub storage rank frozen: named the same way (it beats while its server goes round its loop).
+  stall=("${run[@]}" pipeline.mode=async rl.steps=40 rl.max_new_tokens=64 cluster.storage_ranks=1
+         pipeline.stall_seconds=3 pipeline.stop_on_stall=true run.metrics_listen=127.0.0.1:0 run.dir="$tmp/ss")
+  start_rank 1 2 "$tmp/ss1.log" "${stall[@]}"
+  start_rank 0 2 "$tmp/ss0.log" "${stall[@]}"
+  wait_steps "$tmp/ss" 1 > /dev/null
+  # Rank 0's live counters show it while it serves.
+  url=$(grep -o "live counters: http://[^ ]*" "$tmp/ss0.log" | head -1 | cut -d' ' -f3)
+  counters=$(ip netns exec "${hosts[0]}" /usr/bin/python3 -c \
+    "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" "$url" 2>&1)
+  grep -q '^sluice_role_activity{role="hub_storage",index="0",activity="serve hub storage"} 1' <<<"$counters" \
+    || fail "stall: rank 0's live counters ($url): $(grep -E "role_activity" <<<"$counters" | head -4)"
+  frozen=$(sluice_pids 1)
+  [ -n "$frozen" ] && kill -STOP $frozen
+  start=$(date +%s)
+  wait "${pids[1]}"; rc=$?
+  took=$(( $(date +%s) - start ))
+  [ -n "$frozen" ] && kill -9 $frozen
+  wait "${pids[0]}" 2>/dev/null
+  pids=()
+  [ -n "$frozen" ] && [ "$rc" -ne 0 ] && [ "$took" -lt 60 ] \
+    && grep -q "hub storage rank 0 (pid $frozen on host [^ ]*) has made no progress for [0-9]* s (pipeline.stall_seconds=3): in 'serve hub storage' for" "$tmp/ss0.log" \
+    && echo "ok   stall" || fail "stall (storage rank): rc=$rc after ${took}s: $(grep -m1 "no progress" "$tmp/ss0.log"; tail -2 "$tmp/ss0.log")"
 fi
 
 # --- config: rank 1 with another learning rate

@@ -117,8 +117,8 @@ void TraceShipper::Ship(trainer::DataParallelStore& store, int max_chunks) {
   }
 }
 
-void RemoteBeats::Add(const std::string& name, PipelineRole role, int64_t index, int slot) {
-  Process p{name, role, index, slot, 0};
+void RemoteBeats::Add(const std::string& name, int slot, int64_t rollout_replica) {
+  Process p{name, slot, rollout_replica, 0};
   // Each process's threads on trace rows of their own (ids below 2^32).
   p.tid_base = std::min<int64_t>(static_cast<int64_t>(processes_.size()) + 1, 1023) << 22;
   processes_.push_back(std::move(p));
@@ -204,9 +204,9 @@ void RemoteBeats::Poll(trainer::DataParallelStore& store, RoleBoard& board, bool
       board.reward_errors += c.reward_errors - p.seen.reward_errors;
       added_.tokens += c.tokens - p.seen.tokens;
       added_.reward_errors += c.reward_errors - p.seen.reward_errors;
-      if (p.role == PipelineRole::kRollout && p.index < RoleBoard::kMaxReplicas) {
-        board.replica_tokens[p.index] += c.tokens - p.seen.tokens;
-        board.replica_busy_us[p.index] += c.busy_us - p.seen.busy_us;
+      if (p.rollout_replica >= 0 && p.rollout_replica < RoleBoard::kMaxReplicas) {
+        board.replica_tokens[p.rollout_replica] += c.tokens - p.seen.tokens;
+        board.replica_busy_us[p.rollout_replica] += c.busy_us - p.seen.busy_us;
       }
     } else if (!p.warned) {
       SLUICE_LOG(WARNING) << p.name << ": its counters went backwards in one life; they are not added";

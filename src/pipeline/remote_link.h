@@ -88,7 +88,9 @@ class RemoteBeats {
     std::function<std::string(const std::string& name)> trace_part;
   };
   explicit RemoteBeats(Options options) : options_(std::move(options)) {}
-  void Add(const std::string& name, PipelineRole role, int64_t index, int slot);
+  // A process to hear from, mirrored onto board slot `slot`; a rollout
+  // replica's counters go to its replica's too (`rollout_replica` >= 0).
+  void Add(const std::string& name, int slot, int64_t rollout_replica = -1);
   bool empty() const { return processes_.empty(); }
 
   // Reads the reports, once a second (`now`: at once).
@@ -108,9 +110,8 @@ class RemoteBeats {
  private:
   struct Process {
     std::string name;
-    PipelineRole role;
-    int64_t index;
     int slot;
+    int64_t rollout_replica;  // -1: not a rollout replica
     int64_t tid_base;
     int64_t seq = 0, pid = 0, clock_us = 0;
     RemoteCounters seen{};

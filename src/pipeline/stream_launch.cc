@@ -90,6 +90,8 @@ Result<std::string> RandomToken() {
 std::string ProcessName(PipelineRole role, int64_t index) {
   return index == 0 ? PipelineRoleName(role) : PipelineRoleName(role) + "-" + std::to_string(index);
 }
+// A hub storage rank's (cluster.storage_ranks), for its heartbeat's key.
+std::string HubStorageProcessName(int64_t index) { return "hub-storage-" + std::to_string(index); }
 
 // Where the trainer ranks' keys live in their store (a torchrun restart
 // attempt's own namespace when a launcher placed the ranks).
@@ -363,6 +365,9 @@ Result<MappedBoard> OpenBoard(const std::string& name) {
 // WriteAnswerOnce in stream_roles.cc: a restarted replica or worker waits
 // that long for an answer a dead one was writing).
 constexpr std::chrono::milliseconds kOpenWriteTimeout{10000};
+// A hub storage rank's heartbeat stops when its server's I/O thread has not
+// gone round its loop (at least every 200 ms while it serves) for this long.
+constexpr std::chrono::milliseconds kServerTurnLimit{2000};
 
 // Hub capacity for the run: every answer that can be in flight, at its
 // longest, with room to spare.
@@ -975,19 +980,25 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     if (s.options.trace) {
       remote_options.trace_part = [&s](const std::string& name) { return StreamRoles::TracePart(s, name); };
     }
-    RemoteBeats remote_beats(std::move(remote_options));
+    RemoteBeats remote_beats(remote_options);
     int next_slot = 3;
     for (const BoardProcess& p : processes) next_slot = std::max(next_slot, p.slot + 1);
-    auto remote_role = [&](PipelineRole role, int64_t i) -> std::optional<StallWatch::Role> {
-      if (next_slot >= RoleBoard::kSlots) return std::nullopt;  // beyond the board: not watched
+    // The next free slot, as at a process's start (none beyond the board: not watched).
+    auto fresh_slot = [&]() -> std::optional<int> {
+      if (next_slot >= RoleBoard::kSlots) return std::nullopt;
       const int slot = next_slot++;
       board->heartbeat_ns[slot].store(0);
       board->activity[slot].store(static_cast<uint32_t>(RoleActivity::kStarting));
       board->activity_since_ns[slot].store(0);
-      board->Label(slot, role, i);
-      StallWatch::Role r{ProcessName(role, i), PipelineProcessTitle(role, i), slot, -1};
+      return slot;
+    };
+    auto remote_role = [&](PipelineRole role, int64_t i) -> std::optional<StallWatch::Role> {
+      const std::optional<int> slot = fresh_slot();
+      if (!slot) return std::nullopt;
+      board->Label(*slot, role, i);
+      StallWatch::Role r{ProcessName(role, i), PipelineProcessTitle(role, i), *slot, -1};
       r.remote = true;
-      remote_beats.Add(r.name, role, i, slot);
+      remote_beats.Add(r.name, *slot, role == PipelineRole::kRollout ? i : -1);
       if (s.options.trace) {
         std::remove(StreamRoles::TracePart(s, r.name).c_str());  // one a killed run left
         trace_parts.push_back(r.name);
@@ -1003,6 +1014,19 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       watch_remote(PipelineRole::kTrainer, local_ranks, po.trainer_ranks);
       watch_remote(PipelineRole::kRollout, po.rollout_replicas, po.AllRolloutReplicas());
       watch_remote(PipelineRole::kReward, po.reward_workers, po.AllRewardWorkers());
+    }
+    // The hub's storage ranks too: each reports a heartbeat while its
+    // server goes round its loop (ServeHubStorage). They stop after this
+    // watch, once the hub has: no last report is waited for.
+    RemoteBeats storage_beats({.on_new_life = remote_options.on_new_life, .trace_part = {}});
+    for (int64_t i = 0; i < po.remote_storage_units; ++i) {
+      const std::optional<int> slot = fresh_slot();
+      if (!slot) break;
+      board->LabelHubStorage(*slot, i);
+      StallWatch::Role r{HubStorageProcessName(i), "hub storage rank " + std::to_string(i), *slot, -1};
+      r.remote = true;
+      storage_beats.Add(r.name, *slot);
+      watched.push_back(std::move(r));
     }
     StallWatch watch(*board, std::move(watched), po, [&](const std::string& name) { return supervisor->PidOf(name); });
     watch_of_remote = &watch;
@@ -1033,6 +1057,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       release_dead();
       if (relay) SLUICE_RETURN_IF_ERROR(relay->status());
       if (!remote_beats.empty()) remote_beats.Poll(*rank_store, *board);
+      if (!storage_beats.empty()) storage_beats.Poll(*rank_store, *board);
       // A rank launched elsewhere that refused the run, and processes that
       // joined it (once a second).
       if (rank_store && remote_processes && std::chrono::steady_clock::now() >= next_refusal_check) {
@@ -1555,7 +1580,22 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
   Status ended = Status::Ok();
   std::optional<std::chrono::steady_clock::time_point> run_ended;
   LauncherLife launcher(LauncherSilenceLimit(po));
-  while (true) {
+  // Its heartbeat for rank 0's watchdog, once a second, as a role process
+  // elsewhere reports its own: it beats while its server's I/O thread goes
+  // round its loop, and what it does ("serve hub storage") dates from that
+  // thread's last turn. A frozen process or server shows there by name.
+  RoleBoard board{};
+  const BoardSlot slot(PipelineRole::kTrainer, 0);  // (its own board's first slot)
+  board.activity[slot.index].store(static_cast<uint32_t>(RoleActivity::kServeHub));
+  const std::string beat_key = RemoteBeatKey(HubStorageProcessName(index)), host = HostName();
+  for (int64_t seq = 1;; ++seq) {
+    const int64_t io_age_ms = server->counters().io_loop_age_ms;
+    if (io_age_ms < kServerTurnLimit.count()) {
+      board.Beat(slot);
+      board.activity_since_ns[slot.index].store(
+          (std::chrono::steady_clock::now() - milliseconds(io_age_ms)).time_since_epoch().count());
+    }
+    (void)store->SetShared(beat_key, EncodeRemoteBeat(board, slot.index, seq, ::getpid(), host));
     Result<std::string> stopped = store->GetShared(kHubStoppedKey, milliseconds(1000));
     if (stopped.ok()) {
       (void)store->SetShared(kHubStoragePrefix + std::to_string(index) + "/done", "1");

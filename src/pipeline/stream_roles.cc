@@ -254,6 +254,8 @@ const char* RoleActivityName(RoleActivity a) {
       return "wait for step plan";
     case RoleActivity::kReadShard:
       return "read shard";
+    case RoleActivity::kServeHub:
+      return "serve hub storage";
     case RoleActivity::kCount:
       break;
   }
@@ -373,15 +375,21 @@ Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingR
     value("sluice_rollout_idle", static_cast<double>(board.rollout_idle.load()));
     metric("sluice_reward_errors_total", "counter", "answers a reward.python function failed on");
     value("sluice_reward_errors_total", static_cast<double>(board.reward_errors.load()));
-    // Per role process (trainer rank, rollout replica, reward worker), as
-    // labelled on the board (those elsewhere once the launcher knows them).
+    // Per role process (trainer rank, rollout replica, reward worker; hub
+    // storage ranks too), as labelled on the board (those elsewhere once the
+    // launcher knows them).
     std::vector<std::pair<int, std::string>> labelled;  // (slot, labels)
     for (int slot = 0; slot < RoleBoard::kSlots; ++slot) {
-      const uint32_t p = board.slot_process[slot].load();
-      const uint32_t role = (p >> 16) - 1;
-      if (p == 0 || role > static_cast<uint32_t>(PipelineRole::kReward)) continue;
-      labelled.emplace_back(slot, "role=\"" + PipelineRoleName(static_cast<PipelineRole>(role)) + "\",index=\"" +
-                                      std::to_string(p & 0xffff) + "\"");
+      const uint32_t p = board.slot_process[slot].load(), kind = p >> 16;
+      std::string role;
+      if (kind == RoleBoard::kHubStorageLabel) {
+        role = "hub_storage";
+      } else if (kind >= 1 && kind - 1 <= static_cast<uint32_t>(PipelineRole::kReward)) {
+        role = PipelineRoleName(static_cast<PipelineRole>(kind - 1));
+      } else {
+        continue;
+      }
+      labelled.emplace_back(slot, "role=\"" + role + "\",index=\"" + std::to_string(p & 0xffff) + "\"");
     }
     const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
     metric("sluice_role_seconds_since_progress", "gauge", "since the role's process last went round its loop");

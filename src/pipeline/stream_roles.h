@@ -102,12 +102,16 @@ struct RoleBoard {
   std::atomic<int64_t> trainer_step;
   std::atomic<int64_t> trainer_version;
   // Which process each slot watches, for the live counters: 0 for none,
-  // else (role + 1) << 16 | index. Set by the launcher (for the processes
-  // elsewhere too, whose heartbeats it mirrors onto their slots).
+  // else (role + 1) << 16 | index, or kHubStorageLabel << 16 | index for a
+  // hub storage rank. Set by the launcher (for the processes elsewhere too,
+  // whose heartbeats it mirrors onto their slots).
   std::atomic<uint32_t> slot_process[kSlots];
-  void Label(int slot, PipelineRole role, int64_t index) {
+  static constexpr uint32_t kHubStorageLabel = 4;
+  void Label(int slot, PipelineRole role, int64_t index) { LabelSlot(slot, static_cast<uint32_t>(role) + 1, index); }
+  void LabelHubStorage(int slot, int64_t index) { LabelSlot(slot, kHubStorageLabel, index); }
+  void LabelSlot(int slot, uint32_t kind, int64_t index) {
     if (slot >= 0 && slot < kSlots && index >= 0 && index < 0x10000) {
-      slot_process[slot].store((static_cast<uint32_t>(role) + 1) << 16 | static_cast<uint32_t>(index));
+      slot_process[slot].store(kind << 16 | static_cast<uint32_t>(index));
     }
   }
   // Rollout replicas that joined the run beyond its launch (`sluice train
@@ -138,6 +142,7 @@ enum class RoleActivity : uint32_t {
   kEvaluate,
   kWaitForPlan,  // trainer ranks above 0
   kReadShard,
+  kServeHub,  // a hub storage rank (cluster.storage_ranks): since its server last went round its loop
   kCount,
 };
 const char* RoleActivityName(RoleActivity a);

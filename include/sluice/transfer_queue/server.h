@@ -172,6 +172,9 @@ struct ServerCounters {
   uint64_t direct_open = 0;      // direct TCP connections served now
   uint64_t ring_requests = 0;    // requests that came through a shared-memory ring (part of the above)
   uint64_t direct_requests = 0;  // requests that came through a direct TCP connection
+  // Since the I/O thread last went round its loop (it does at least every
+  // 200 ms while it serves; it has no turn yet just after Start: 0).
+  int64_t io_loop_age_ms = 0;
 };
 
 class TransferQueueServer {

@@ -320,6 +320,18 @@ TEST(NetServerTest, StopWakesBlockedCallsWithAborted) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 
+// The I/O thread's last turn (a hub storage rank's heartbeat follows it):
+// recent while the server serves, idle or not; it ages once the thread stops.
+TEST(NetServerTest, IoLoopAgeIsRecentWhileServingAndGrowsOnceStopped) {
+  std::unique_ptr<TransferQueueServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  std::this_thread::sleep_for(2000ms);                 // idle: the loop still turns (every 200 ms)
+  EXPECT_LT(server->counters().io_loop_age_ms, 1500);  // (room for a loaded machine)
+  server->Stop();
+  std::this_thread::sleep_for(1700ms);
+  EXPECT_GE(server->counters().io_loop_age_ms, 1600);
+}
+
 // A client's limits rise to the server's at connect: big tensors pass both ways.
 TEST(NetServerTest, ClientLimitsRiseToTheServers) {
   std::unique_ptr<TransferQueueServer> server = StartServer();

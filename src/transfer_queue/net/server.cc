@@ -286,6 +286,7 @@ void TransferQueueServer::Impl::IoLoop(std::stop_token stop) {
       options_.open_write_timeout / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
   Steady::time_point next_expiry = Steady::now() + expiry_period;
   while (!stop.stop_requested()) {
+    counters_.io_turn_ns.store(Steady::now().time_since_epoch().count(), std::memory_order_relaxed);
     try {
       zmq::poll(items, 2, std::chrono::milliseconds(200));
     } catch (const zmq::error_t& e) {
@@ -527,6 +528,9 @@ ServerCounters TransferQueueServer::Impl::counters() const {
                      c.unauthenticated.load(), c.busy.load(),          c.writes_expired.load()};
   out.ring_requests = c.ring_requests.load();
   out.direct_requests = c.direct_requests.load();
+  if (const int64_t turn = c.io_turn_ns.load(std::memory_order_relaxed); turn > 0) {
+    out.io_loop_age_ms = std::max<int64_t>(0, (Steady::now().time_since_epoch().count() - turn) / 1000000);
+  }
   {
     MutexLock lock(&rings_mu_);
     for (const auto& ring : rings_) out.rings_open += ring->done.load() ? 0 : 1;

@@ -160,6 +160,8 @@ class TransferQueueServer::Impl {
     std::atomic<uint64_t> writes_expired{0};
     std::atomic<uint64_t> ring_requests{0};
     std::atomic<uint64_t> direct_requests{0};
+    // The steady clock (ns) when the I/O thread last went round its loop.
+    std::atomic<int64_t> io_turn_ns{0};
   } counters_;
 
   zmq::context_t context_;

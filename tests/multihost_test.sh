@@ -76,7 +76,9 @@
 #                 storage rank (cluster.storage_ranks) frozen, shown in rank 0's
 #                 live counters while it serves
 #   config        a rank started with another config is refused, names both
-#                 digests, and rank 0's run stops instead of waiting for it
+#                 digests, and rank 0's run stops instead of waiting for it; so
+#                 is one whose host holds another model at the same model.path
+#                 (naming the files that differ)
 #   unreachable   a rank whose rendezvous host does not answer gives up after
 #                 pipeline.rank_timeout_seconds, naming the store
 #
@@ -495,7 +497,26 @@ if want config; then
   pids=()
   grep -q "trainer rank 1 of 2: this process's config (digest [0-9a-f]*) differs from rank 0's" "$tmp/c1.log" \
     && grep -q "differs from rank 0's" "$tmp/c0.log" && ! grep -q "held-out accuracy:" "$tmp/c0.log" \
-    && echo "ok   config" || fail "config: $(tail -n 2 "$tmp/c1.log" "$tmp/c0.log")"
+    || fail "config: $(tail -n 2 "$tmp/c1.log" "$tmp/c0.log")"
+  # Rank 1's host holds another model at the same model.path (a relative one: each host's working
+  # directory has its own): refused at start-up, naming what differs, and rank 0 stops.
+  "$SLUICE" train "${run[@]}" rl.steps=1 run.dir="$tmp/mdl" > "$tmp/mdl.log" 2>&1 \
+    || fail "config: making a model: $(tail -2 "$tmp/mdl.log")"
+  for h in 0 1; do mkdir -p "$tmp/host$h" && cp -r "$tmp/mdl/final" "$tmp/host$h/model"; done
+  echo >> "$tmp/host1/model/config.json"
+  echo '{"chat_template": "{{ messages[0].content }}"}' > "$tmp/host1/model/tokenizer_config.json"
+  for h in 1 0; do
+    ip netns exec "${hosts[$h]}" env -C "$tmp/host$h" RANK=$h WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+      GROUP_RANK=$h MASTER_ADDR="${net}1" MASTER_PORT=29561 timeout 240 "$(readlink -f "$SLUICE")" train "${run[@]}" \
+      model.path=model reward.python="$(readlink -f "$rewards"):length_score" run.dir="$tmp/cfgm" > "$tmp/cm$h.log" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[1]}"; rc=$?
+  wait "${pids[0]}"
+  pids=()
+  differs="model.path (model) holds another model on this host than on rank 0's (config.json differs, tokenizer_config.json only here): every host must load the same model"
+  [ "$rc" -ne 0 ] && grep -qF "$differs" "$tmp/cm1.log" && grep -qF "$differs" "$tmp/cm0.log" \
+    && echo "ok   config" || fail "config (model): rank 0 rc=$rc: $(tail -n 2 "$tmp/cm1.log" "$tmp/cm0.log")"
 fi
 
 # --- unreachable: nobody serves the rendezvous

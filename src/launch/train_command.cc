@@ -607,6 +607,7 @@ Status MeetAt(const runtime::ProcessPlacement& p, const Config& config, pipeline
   char digest[17];  // of the config as every rank read it
   std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(Fnv1a(config.ToYaml())));
   po->config_digest = digest;
+  po->model_path = config.GetString("model.path");
   return Status::Ok();
 }
 

@@ -1,11 +1,13 @@
 #include "sluice/model/config.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
 
+#include "sluice/common/random.h"
 #include "sluice/model/tokenizer.h"
 
 namespace sluice::model {
@@ -255,6 +257,56 @@ Status CheckSameArchitecture(const std::string& dir, const ModelConfig& model) {
   }
   if (diff.empty()) return Status::Ok();
   return Status::FailedPrecondition(dir + " holds another model than this run's (" + diff + ")");
+}
+
+Result<std::map<std::string, std::string>> ModelFilesDigests(const std::string& dir) {
+  namespace fs = std::filesystem;
+  constexpr size_t kMaxFiles = 4096;
+  constexpr uintmax_t kMaxWholeFile = uintmax_t{64} << 20;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return Status::NotFound(dir + ": cannot list the model directory: " + ec.message());
+  std::map<std::string, std::string> out;
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return Status::NotFound(dir + ": cannot list the model directory: " + ec.message());
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.' || !it->is_regular_file(ec)) continue;
+    if (out.size() == kMaxFiles) {
+      return Status::InvalidArgument(dir + ": holds over " + std::to_string(kMaxFiles) +
+                                     " files: not a model directory");
+    }
+    const uintmax_t size = it->file_size(ec);
+    std::ifstream in(it->path(), std::ios::binary);
+    if (ec || !in) return Status::NotFound(it->path().string() + ": cannot read");
+    std::string bytes;
+    const bool safetensors = name.size() > 12 && name.ends_with(".safetensors");
+    if (safetensors) {
+      // The 8-byte little-endian header length, then the header (its length
+      // checked against the file's: a torn file shows as its size).
+      unsigned char n[8] = {};
+      in.read(reinterpret_cast<char*>(n), 8);
+      uint64_t header = 0;
+      for (int i = 7; i >= 0; --i) header = header << 8 | n[i];
+      if (in.gcount() == 8 && header <= size - 8) {
+        bytes.resize(static_cast<size_t>(header));
+        in.read(bytes.data(), static_cast<std::streamsize>(header));
+        bytes.insert(0, reinterpret_cast<const char*>(n), 8);
+      } else {
+        in.clear();  // (a file shorter than its 8 bytes)
+        bytes = "size " + std::to_string(size);
+      }
+    } else if (size > kMaxWholeFile) {
+      bytes = "size " + std::to_string(size);
+    } else {
+      bytes.resize(static_cast<size_t>(size));
+      in.read(bytes.data(), static_cast<std::streamsize>(size));
+    }
+    if (!in) return Status::NotFound(it->path().string() + ": cannot read");
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Fnv1a(bytes)));
+    out[name] = hex;
+  }
+  return out;
 }
 
 std::string ModelConfigToJson(const ModelConfig& c) {

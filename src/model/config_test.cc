@@ -469,6 +469,46 @@ TEST(ModelConfigFileTest, SaveThenLoad) {
   static_cast<void>(sluice::RemoveTree(dir));
 }
 
+// A model directory's files as processes on several hosts compare them:
+// what the model is (config, tokenizer, the weights' header), not the weights' values.
+TEST(ModelConfigFileTest, FilesDigestsTellModelsApart) {
+  const std::string dir = testing::TempDir() + "sluice_digest_test_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir + "/original");
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+  };
+  // A safetensors file: 8-byte little-endian header length, header, data.
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  auto safetensors = [&](const std::string& data) {
+    std::string n(8, '\0');
+    n[0] = static_cast<char>(header.size());
+    return n + header + data;
+  };
+  write("config.json", "{\"hidden_size\": 64}");
+  write("tokenizer.json", "{}");
+  write("model.safetensors", safetensors("abcd"));
+  write("short.safetensors", "xyz");
+  write(".hidden", "left out");
+  write("original/consolidated.pth", "left out");
+  Result<std::map<std::string, std::string>> a = ModelFilesDigests(dir);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->size(), 4u);  // config.json, model.safetensors, short.safetensors, tokenizer.json
+  for (const auto& [name, digest] : *a) EXPECT_EQ(digest.size(), 16u) << name;
+  // Other weights' values under the same header: the same model.
+  write("model.safetensors", safetensors("efgh"));
+  Result<std::map<std::string, std::string>> b = ModelFilesDigests(dir);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*a, *b);
+  // Another tokenizer: not.
+  write("tokenizer.json", "{\"model\": {}}");
+  b = ModelFilesDigests(dir);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(a->at("tokenizer.json"), b->at("tokenizer.json"));
+  EXPECT_EQ(a->at("config.json"), b->at("config.json"));
+  ExpectError(ModelFilesDigests(dir + "/none").status(), StatusCode::kNotFound, {dir + "/none"});
+  static_cast<void>(sluice::RemoveTree(dir));
+}
+
 TEST(ModelConfigFileTest, MissingFileIsNotFound) {
   auto r = LoadModelConfig("/nonexistent/sluice/config.json");
   ExpectError(r.status(), StatusCode::kNotFound, {"/nonexistent/sluice/config.json"});

@@ -58,6 +58,7 @@
 #include "sluice/common/shm.h"
 #include "sluice/common/socket_util.h"
 #include "sluice/common/trace.h"
+#include "sluice/model/config.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/runtime/supervisor.h"
 #include "sluice/transfer_queue/remote.h"
@@ -907,11 +908,16 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
                                                           po.remote_rollout_replicas, rank_timeout));
       }
       if (remote_processes) {
+        std::map<std::string, std::string> model_files;  // (a preset: none)
+        if (!po.model_path.empty()) {
+          SLUICE_ASSIGN_OR_RETURN(model_files, model::ModelFilesDigests(po.model_path));
+        }
         const nlohmann::json info = {{"hub", server->endpoint()},
                                      {"token", so.token},
                                      {"start_step", s.step},
                                      {"start_version", s.version},
                                      {"config_digest", po.config_digest},
+                                     {"model_files", model_files},
                                      {"weights", relay ? relay->address() : ""}};
         SLUICE_RETURN_IF_ERROR(rank_store->SetShared(kRanksRunInfoKey, info.dump()));
       }
@@ -1378,15 +1384,58 @@ Result<nlohmann::json> ReadRunInfo(trainer::DataParallelStore& client, const Pip
       !info["token"].is_string() || !info.contains("start_step") || !info["start_step"].is_number_integer() ||
       !info.contains("start_version") || !info["start_version"].is_number_integer() ||
       !info.contains("config_digest") || !info["config_digest"].is_string() || !info.contains("weights") ||
-      !info["weights"].is_string()) {
+      !info["weights"].is_string() || !info.contains("model_files") || !info["model_files"].is_object() ||
+      info["model_files"].size() > 4096) {
     return Status::DataLoss(who + ": the run rank 0 published in the store is malformed: " + text->substr(0, 200));
   }
-  if (info["config_digest"].get<std::string>() != po.config_digest) {
-    const Status refused = Status::FailedPrecondition(
-        who + ": this process's config (digest " + po.config_digest + ") differs from rank 0's (digest " +
-        info["config_digest"].get<std::string>() + "): start every rank with the same config and overrides");
+  auto refuse = [&](const std::string& why) {
+    const Status refused = Status::FailedPrecondition(who + ": " + why);
     if (!joined) (void)client.SetShared(kRanksRefusedKey, refused.message());
     return refused;
+  };
+  if (info["config_digest"].get<std::string>() != po.config_digest) {
+    return refuse("this process's config (digest " + po.config_digest + ") differs from rank 0's (digest " +
+                  info["config_digest"].get<std::string>() + "): start every rank with the same config and overrides");
+  }
+  // The same config names the same model.path: the files there must be
+  // rank 0's too (its tokenizer and config above all; weights come from rank 0).
+  std::map<std::string, std::string> theirs;
+  for (const auto& [name, digest] : info["model_files"].items()) {
+    if (!digest.is_string() || name.size() > 255 || digest.get<std::string>().size() > 64) {
+      return Status::DataLoss(who + ": the run rank 0 published in the store is malformed: " + text->substr(0, 200));
+    }
+    theirs[name] = digest.get<std::string>();
+  }
+  std::map<std::string, std::string> mine;
+  if (!po.model_path.empty()) {
+    Result<std::map<std::string, std::string>> here = model::ModelFilesDigests(po.model_path);
+    if (!here.ok()) return refuse("model.path on this host: " + here.status().message());
+    mine = std::move(*here);
+  }
+  if (mine != theirs) {
+    std::string diff;
+    int listed = 0, more = 0;
+    auto note = [&](const std::string& line) {
+      if (listed++ < 6) {
+        diff += (diff.empty() ? "" : ", ") + line;
+      } else {
+        ++more;
+      }
+    };
+    for (const auto& [name, digest] : mine) {
+      auto at = theirs.find(name);
+      if (at == theirs.end()) {
+        note(name + " only here");
+      } else if (at->second != digest) {
+        note(name + " differs");
+      }
+    }
+    for (const auto& [name, digest] : theirs) {
+      if (!mine.contains(name)) note(name + " only on rank 0's host");
+    }
+    if (more > 0) diff += " and " + std::to_string(more) + " more";
+    return refuse("model.path (" + po.model_path + ") holds another model on this host than on rank 0's (" + diff +
+                  "): every host must load the same model");
   }
   if (joined && role == PipelineRole::kRollout && info["weights"].get<std::string>().empty()) {
     return Status::FailedPrecondition(who +

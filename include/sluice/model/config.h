@@ -6,6 +6,7 @@
 #define SLUICE_MODEL_CONFIG_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "sluice/common/status.h"
@@ -69,6 +70,16 @@ Status SaveModelConfig(const std::string& path, const ModelConfig& config);
 // listing each difference ("num_hidden_layers 2 there, 4 here"); NotFound or
 // InvalidArgument from reading config.json.
 Status CheckSameArchitecture(const std::string& dir, const ModelConfig& model);
+
+// What makes the checkpoint in `dir` the model it is, apart from its
+// weights' values, file by file: each regular file's name (subdirectories
+// and hidden files left out) and a 16-hex-digit digest of its contents; of a
+// *.safetensors file its header only (tensor names, dtypes, shapes,
+// offsets), of any other file over 64 MiB its size only. Processes on
+// several hosts compare theirs to load the same model (the config.json,
+// tokenizer and chat template above all). NotFound: `dir` cannot be
+// listed; InvalidArgument: it holds over 4096 files.
+Result<std::map<std::string, std::string>> ModelFilesDigests(const std::string& dir);
 
 // Built-in presets for demos, tests and benchmarks ("tiny" ~27K, "1m" ~1M,
 // "5m", "20m" parameters), all with the byte-level tokenizer's vocabulary.

@@ -216,6 +216,9 @@ struct PipelineOptions {
   std::string hub_bind;
   // A digest of the run's config, which every launched rank must share.
   std::string config_digest;
+  // model.path as this process reads it (empty: a preset): the files there
+  // must be rank 0's (model::ModelFilesDigests) on every host.
+  std::string model_path;
   // Versions a sample may lag the weights it is trained with.
   int64_t EffectiveMaxStaleness() const;
   // Whether the rollout's cores train while it idles (lend_idle_cores in

@@ -129,6 +129,26 @@ supervised_children() {
 }
 # The `sluice` processes in host $1's namespace.
 sluice_pids() { ip netns pids "${hosts[$1]}" | xargs -r ps -o pid=,args= -p | awk -v s="$SLUICE" '$2 == s {print $1}'; }
+# Rank 0's live counters (run.metrics_listen), at the address its log $1 gives, read from host 0.
+live_counters() {
+  local url
+  url=$(grep -o "live counters: http://[^ ]*" "$1" | head -1 | cut -d' ' -f3)
+  ip netns exec "${hosts[0]}" /usr/bin/python3 -c \
+    "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" "$url" 2>&1
+}
+# Freezes (SIGSTOP) host 1's sluice processes until rank 0 (pids[1]) ends, then kills them; sets
+# frozen (their pids), rc (rank 0's exit status) and took (seconds from the freeze).
+freeze_host1_until_rank0_ends() {
+  local start
+  frozen=$(sluice_pids 1)
+  [ -n "$frozen" ] && kill -STOP $frozen
+  start=$(date +%s)
+  wait "${pids[1]}"; rc=$?
+  took=$(( $(date +%s) - start ))
+  [ -n "$frozen" ] && kill -9 $frozen
+  wait "${pids[0]}" 2>/dev/null
+  pids=()
+}
 # The single-rank run the sync cases compare with.
 if want three-hosts || want remote-rollout; then
   "$SLUICE" train "${run[@]}" run.dir="$tmp/one" > "$tmp/one.log" 2>&1 || fail "single-rank run: $(tail -3 "$tmp/one.log")"
@@ -336,12 +356,10 @@ if want grow; then
   done
   steps_at_kill=$(cat "$tmp/gr/metrics.jsonl" 2>/dev/null | wc -l)
   # Rank 0's live counters: the joined replica (index 1), and tokens, all generated elsewhere.
-  url=$(grep -o "live counters: http://[^ ]*" "$tmp/gr0.log" | head -1 | cut -d' ' -f3)
-  counters=$(sleep 1.5; ip netns exec "${hosts[0]}" /usr/bin/python3 -c \
-    "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" "$url" 2>&1)
+  counters=$(sleep 1.5; live_counters "$tmp/gr0.log")
   grep -q '^sluice_role_activity{role="rollout",index="1",activity=' <<<"$counters" \
     && grep -Eq '^sluice_rollout_tokens_total [1-9]' <<<"$counters" \
-    || fail "grow: rank 0's live counters ($url): $(grep -E "tokens_total|role_activity" <<<"$counters" | head -8)"
+    || fail "grow: rank 0's live counters: $(grep -E "tokens_total|role_activity" <<<"$counters" | head -8)"
   joined_child=$(for c in $(supervised_children 2); do
     tr '\0' '\n' < "/proc/$c/cmdline" | grep -qx -- "--join=rollout" && echo "$c"; done)
   [ -n "$joined_child" ] && kill -9 "$joined_child"
@@ -452,14 +470,7 @@ if want stall; then
   start_rank 1 2 "$tmp/st1.log" "${stall[@]}"
   start_rank 0 2 "$tmp/st0.log" "${stall[@]}"
   wait_steps "$tmp/st" 1 > /dev/null
-  frozen=$(sluice_pids 1)
-  [ -n "$frozen" ] && kill -STOP $frozen
-  start=$(date +%s)
-  wait "${pids[1]}"; rc=$?
-  took=$(( $(date +%s) - start ))
-  [ -n "$frozen" ] && kill -9 $frozen
-  wait "${pids[0]}" 2>/dev/null
-  pids=()
+  freeze_host1_until_rank0_ends
   [ -n "$frozen" ] && [ "$rc" -ne 0 ] && [ "$took" -lt 60 ] \
     && grep -q "rollout replica 0 (pid $frozen on host [^ ]*) has made no progress for" "$tmp/st0.log" \
     && grep -q "on another host: its heartbeat comes through the ranks' store" "$tmp/st0.log" \
@@ -471,19 +482,10 @@ if want stall; then
   start_rank 0 2 "$tmp/ss0.log" "${stall[@]}"
   wait_steps "$tmp/ss" 1 > /dev/null
   # Rank 0's live counters show it while it serves.
-  url=$(grep -o "live counters: http://[^ ]*" "$tmp/ss0.log" | head -1 | cut -d' ' -f3)
-  counters=$(ip netns exec "${hosts[0]}" /usr/bin/python3 -c \
-    "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" "$url" 2>&1)
+  counters=$(live_counters "$tmp/ss0.log")
   grep -q '^sluice_role_activity{role="hub_storage",index="0",activity="serve hub storage"} 1' <<<"$counters" \
-    || fail "stall: rank 0's live counters ($url): $(grep -E "role_activity" <<<"$counters" | head -4)"
-  frozen=$(sluice_pids 1)
-  [ -n "$frozen" ] && kill -STOP $frozen
-  start=$(date +%s)
-  wait "${pids[1]}"; rc=$?
-  took=$(( $(date +%s) - start ))
-  [ -n "$frozen" ] && kill -9 $frozen
-  wait "${pids[0]}" 2>/dev/null
-  pids=()
+    || fail "stall: rank 0's live counters: $(grep -E "role_activity" <<<"$counters" | head -4)"
+  freeze_host1_until_rank0_ends
   [ -n "$frozen" ] && [ "$rc" -ne 0 ] && [ "$took" -lt 60 ] \
     && grep -q "hub storage rank 0 (pid $frozen on host [^ ]*) has made no progress for [0-9]* s (pipeline.stall_seconds=3): in 'serve hub storage' for" "$tmp/ss0.log" \
     && echo "ok   stall" || fail "stall (storage rank): rc=$rc after ${took}s: $(grep -m1 "no progress" "$tmp/ss0.log"; tail -2 "$tmp/ss0.log")"

@@ -1,11 +1,13 @@
 #include "sluice/model/config.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "sluice/common/random.h"
 #include "sluice/model/tokenizer.h"
@@ -306,6 +308,27 @@ Result<std::map<std::string, std::string>> ModelFilesDigests(const std::string& 
     std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Fnv1a(bytes)));
     out[name] = hex;
   }
+  return out;
+}
+
+std::string DescribeFilesDifference(const std::map<std::string, std::string>& here,
+                                    const std::map<std::string, std::string>& there, const std::string& where) {
+  std::vector<std::string> lines;
+  for (const auto& [name, digest] : here) {
+    auto at = there.find(name);
+    if (at == there.end()) {
+      lines.push_back(name + " only here");
+    } else if (at->second != digest) {
+      lines.push_back(name + " differs");
+    }
+  }
+  for (const auto& [name, digest] : there) {
+    if (!here.contains(name)) lines.push_back(name + " only on " + where);
+  }
+  constexpr size_t kListed = 6;
+  std::string out;
+  for (size_t i = 0; i < std::min(lines.size(), kListed); ++i) out += (i == 0 ? "" : ", ") + lines[i];
+  if (lines.size() > kListed) out += " and " + std::to_string(lines.size() - kListed) + " more";
   return out;
 }
 

@@ -505,6 +505,15 @@ TEST(ModelConfigFileTest, FilesDigestsTellModelsApart) {
   ASSERT_TRUE(b.ok());
   EXPECT_NE(a->at("tokenizer.json"), b->at("tokenizer.json"));
   EXPECT_EQ(a->at("config.json"), b->at("config.json"));
+  EXPECT_EQ(DescribeFilesDifference(*a, *a, "rank 0's host"), "");
+  b->erase("config.json");
+  (*b)["vocab.json"] = "0123456789abcdef";
+  EXPECT_EQ(DescribeFilesDifference(*a, *b, "rank 0's host"),
+            "config.json only here, tokenizer.json differs, vocab.json only on rank 0's host");
+  for (int i = 0; i < 8; ++i) (*b)["extra" + std::to_string(i)] = "x";
+  EXPECT_EQ(DescribeFilesDifference(*a, *b, "rank 0's host"),
+            "config.json only here, tokenizer.json differs, extra0 only on rank 0's host, extra1 only on rank 0's "
+            "host, extra2 only on rank 0's host, extra3 only on rank 0's host and 5 more");
   ExpectError(ModelFilesDigests(dir + "/none").status(), StatusCode::kNotFound, {dir + "/none"});
   static_cast<void>(sluice::RemoveTree(dir));
 }

@@ -1412,28 +1412,7 @@ Result<nlohmann::json> ReadRunInfo(trainer::DataParallelStore& client, const Pip
     if (!here.ok()) return refuse("model.path on this host: " + here.status().message());
     mine = std::move(*here);
   }
-  if (mine != theirs) {
-    std::string diff;
-    int listed = 0, more = 0;
-    auto note = [&](const std::string& line) {
-      if (listed++ < 6) {
-        diff += (diff.empty() ? "" : ", ") + line;
-      } else {
-        ++more;
-      }
-    };
-    for (const auto& [name, digest] : mine) {
-      auto at = theirs.find(name);
-      if (at == theirs.end()) {
-        note(name + " only here");
-      } else if (at->second != digest) {
-        note(name + " differs");
-      }
-    }
-    for (const auto& [name, digest] : theirs) {
-      if (!mine.contains(name)) note(name + " only on rank 0's host");
-    }
-    if (more > 0) diff += " and " + std::to_string(more) + " more";
+  if (const std::string diff = model::DescribeFilesDifference(mine, theirs, "rank 0's host"); !diff.empty()) {
     return refuse("model.path (" + po.model_path + ") holds another model on this host than on rank 0's (" + diff +
                   "): every host must load the same model");
   }

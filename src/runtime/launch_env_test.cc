@@ -67,6 +67,29 @@ TEST(LaunchEnvTest, TorchrunVariables) {
   EXPECT_EQ(p->job_id, "");
 }
 
+// `srun torchrun ...` (one agent per node, for torchrun's restarts under
+// Slurm): the worker sees both launchers' variables, and its rank is
+// torchrun's (Slurm's SLURM_PROCID numbers the agents).
+TEST(LaunchEnvTest, TorchrunUnderSrunTakesTorchrunsRank) {
+  auto p = From({{"RANK", "3"},
+                 {"WORLD_SIZE", "4"},
+                 {"LOCAL_RANK", "1"},
+                 {"LOCAL_WORLD_SIZE", "2"},
+                 {"GROUP_RANK", "1"},
+                 {"MASTER_ADDR", "node0"},
+                 {"MASTER_PORT", "29600"},
+                 {"SLURM_PROCID", "1"},
+                 {"SLURM_NTASKS", "2"},
+                 {"SLURM_LOCALID", "0"},
+                 {"SLURM_NODEID", "1"},
+                 {"SLURM_JOB_NODELIST", "node[0-1]"}});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->launcher, "torchrun");
+  EXPECT_EQ(p->rank, 3);
+  EXPECT_EQ(p->world_size, 4);
+  EXPECT_EQ(p->local_rank, 1);
+}
+
 TEST(LaunchEnvTest, SlurmVariablesAndTheFirstHostAsRendezvous) {
   auto p = From({{"SLURM_PROCID", "6"},
                  {"SLURM_NTASKS", "7"},

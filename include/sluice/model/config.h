@@ -80,6 +80,11 @@ Status CheckSameArchitecture(const std::string& dir, const ModelConfig& model);
 // tokenizer and chat template above all). NotFound: `dir` cannot be
 // listed; InvalidArgument: it holds over 4096 files.
 Result<std::map<std::string, std::string>> ModelFilesDigests(const std::string& dir);
+// How two such digests differ, for a message: "config.json differs,
+// tokenizer_config.json only here, vocab.json only on <there>" (six at
+// most, then how many more); empty when they are the same.
+std::string DescribeFilesDifference(const std::map<std::string, std::string>& here,
+                                    const std::map<std::string, std::string>& there, const std::string& where);
 
 // Built-in presets for demos, tests and benchmarks ("tiny" ~27K, "1m" ~1M,
 // "5m", "20m" parameters), all with the byte-level tokenizer's vocabulary.

@@ -1379,6 +1379,9 @@ Result<nlohmann::json> ReadRunInfo(trainer::DataParallelStore& client, const Pip
                                " within " + std::to_string(wait.count() / 1000) + " s (" + text.status().message() +
                                ")");
   }
+  auto malformed = [&] {
+    return Status::DataLoss(who + ": the run rank 0 published in the store is malformed: " + text->substr(0, 200));
+  };
   nlohmann::json info = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!info.is_object() || !info.contains("hub") || !info["hub"].is_string() || !info.contains("token") ||
       !info["token"].is_string() || !info.contains("start_step") || !info["start_step"].is_number_integer() ||
@@ -1386,7 +1389,7 @@ Result<nlohmann::json> ReadRunInfo(trainer::DataParallelStore& client, const Pip
       !info.contains("config_digest") || !info["config_digest"].is_string() || !info.contains("weights") ||
       !info["weights"].is_string() || !info.contains("model_files") || !info["model_files"].is_object() ||
       info["model_files"].size() > 4096) {
-    return Status::DataLoss(who + ": the run rank 0 published in the store is malformed: " + text->substr(0, 200));
+    return malformed();
   }
   auto refuse = [&](const std::string& why) {
     const Status refused = Status::FailedPrecondition(who + ": " + why);
@@ -1402,7 +1405,7 @@ Result<nlohmann::json> ReadRunInfo(trainer::DataParallelStore& client, const Pip
   std::map<std::string, std::string> theirs;
   for (const auto& [name, digest] : info["model_files"].items()) {
     if (!digest.is_string() || name.size() > 255 || digest.get<std::string>().size() > 64) {
-      return Status::DataLoss(who + ": the run rank 0 published in the store is malformed: " + text->substr(0, 200));
+      return malformed();
     }
     theirs[name] = digest.get<std::string>();
   }

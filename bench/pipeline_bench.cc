@@ -214,7 +214,8 @@ Result<BoundParts> MeasureBound(const pipeline::RunOptions& base, const model::M
             sluice::reward::Example ex,
             task.Get(sluice::reward::Split::kTrain, cursor % task.size(sluice::reward::Split::kTrain)));
         std::vector<model::TokenId> prompt = {tok.bos_id()};
-        for (model::TokenId t : tok.Encode(ex.prompt)) prompt.push_back(t);
+        SLUICE_ASSIGN_OR_RETURN(const std::vector<model::TokenId> ids, tok.Encode(ex.prompt));
+        prompt.insert(prompt.end(), ids.begin(), ids.end());
         for (int64_t g = 0; g < G; ++g) {
           sluice::trainer::RolloutSample smp;
           smp.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
@@ -308,7 +309,7 @@ Status PrintSimulated(const std::string& profile_path, const std::vector<ModeRes
     SLUICE_ASSIGN_OR_RETURN(
         sluice::reward::Example ex,
         task.Get(sluice::reward::Split::kTrain, static_cast<uint64_t>(c) % task.size(sluice::reward::Split::kTrain)));
-    w.prompt_tokens.push_back(1 + static_cast<int32_t>(tok.Encode(ex.prompt).size()));
+    w.prompt_tokens.push_back(1 + static_cast<int32_t>(tok.Encode(ex.prompt)->size()));
   }
   std::printf("simulated with %s (%s):\n", profile_path.c_str(), profile.measured_by.c_str());
   // The profile's trainer costs and slowdowns are each the fastest of

@@ -62,7 +62,7 @@ Status Run(const std::vector<std::string>& args) {
   for (int64_t r = 0; r < rounds; ++r) {
     tokens = 0;
     const auto t0 = std::chrono::steady_clock::now();
-    for (const std::string& t : texts) tokens += tokenizer->Encode(t).size();
+    for (const std::string& t : texts) tokens += tokenizer->Encode(t)->size();
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   const double ours = static_cast<double>(bytes) / best / 1e6;

@@ -11,6 +11,7 @@ show=false
 if [ "${1:-}" = --show ]; then show=true; shift; fi
 SLUICE=$(realpath "$1")
 SERVER=$(realpath "$2")
+DATA=$(realpath "$(dirname "$0")/data")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
@@ -74,8 +75,34 @@ printf '{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2=", "answer": "4"} tra
 printf '{"prompt": "", "answer": "2"}\n' > jsonl-empty-prompt.jsonl
 echo "secret" > token.txt
 
+# A downloaded model directory is untrusted input: FIFOs for its files (open
+# blocked for ever), hostile chat templates (they crashed or rendered for
+# ever), a tokenizer.json nested 40,000 deep (it overflowed the stack).
+model fifo-config && rm fifo-config/config.json && mkfifo fifo-config/config.json
+model fifo-weights && rm fifo-weights/model.safetensors && mkfifo fifo-weights/model.safetensors
+mkdir fifo-tokenizer && mkfifo fifo-tokenizer/tokenizer.json
+mkfifo fifo.yaml
+chat_model() {  # chat_model NAME TEMPLATE: Qwen3's tokenizer with TEMPLATE as its chat template
+  mkdir "$1" && cp "$DATA/tokenizers/qwen3/tokenizer.json" "$1/" &&
+    python3 -c 'import json, sys; print(json.dumps({"chat_template": sys.argv[1]}))' "$2" > "$1/tokenizer_config.json"
+}
+chat_model template-loops '{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}'
+chat_model template-doubling "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+chat_model template-list-doubling '{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}'
+chat_model template-attr-chain "{{ messages$(printf '.a%.0s' $(seq 20000)) }}"
+chat_model template-filter-chain "{{ 'x'$(printf '|upper%.0s' $(seq 20000)) }}"
+echo '{"messages": [{"role": "user", "content": "hi"}]}' > conversation.jsonl
+mkdir deep-tokenizer && python3 - "$DATA/tokenizers/qwen3/tokenizer.json" deep-tokenizer/tokenizer.json <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+deep = '{"type": "Sequence", "pretokenizers": [' * 40000 + '{"type": "ByteLevel"}' + ']}' * 40000
+j["pre_tokenizer"] = "DEEP"
+open(sys.argv[2], "w").write(json.dumps(j).replace('"DEEP"', deep))
+PY
+
 # ---------------------------------------------------------------- the table
-# NAME | EXIT CODE | TEXT THE MESSAGE MUST HOLD | COMMAND (word-split; no quoting inside)
+# NAME | EXIT CODE | TEXT THE MESSAGE MUST HOLD | COMMAND (word-split; no quoting inside;
+# a first word @in=FILE gives the command FILE as its stdin)
 cases=$(cat <<'EOF'
 model-no-config        | 2 | config.json: cannot open model config                | generate --model no-config
 model-config-not-json  | 2 | config.json: not valid JSON                          | generate --model config-not-json
@@ -113,6 +140,7 @@ train-rollout-dtype    | 2 | pipeline.rollout_dtype                             
 train-direct-rollout   | 2 | direct mode generates with the trainer's model       | train pipeline.mode=direct model.device=cpu pipeline.rollout_device=cuda
 train-trace-direct     | 2 | run.trace: records the roles of a streaming          | train pipeline.mode=direct run.trace=true
 train-metrics-host     | 2 | host 'localhost' is not an IPv4 address              | train pipeline.mode=async run.metrics_listen=localhost:9400
+train-metrics-public   | 2 | 0.0.0.0 is not a loopback address                    | train pipeline.mode=async run.metrics_listen=0.0.0.0:0
 train-metrics-port     | 2 | port '99999' is not in 0..65535                      | train pipeline.mode=async run.metrics_listen=127.0.0.1:99999
 train-trainer-command  | 2 | pipeline.trainer_command: needs pipeline.processes   | train pipeline.mode=async pipeline.trainer_command=true
 train-ranks-threads    | 2 | pipeline.trainer_ranks: needs pipeline.processes     | train pipeline.mode=async pipeline.trainer_ranks=2
@@ -142,6 +170,16 @@ jsonl-trailing         | 2 | jsonl-trailing.jsonl:2: malformed JSON             
 jsonl-empty-prompt     | 2 | jsonl-empty-prompt.jsonl:1                           | train task.name=jsonl task.jsonl.train_path=jsonl-empty-prompt.jsonl
 jsonl-no-file          | 2 | nothere.jsonl                                        | train task.name=jsonl task.jsonl.train_path=nothere.jsonl
 eval-bad-model         | 1 | st-truncated/model.safetensors                       | eval --model st-truncated
+fifo-config            | 2 | config.json: not a regular file (a FIFO)             | generate --model fifo-config
+fifo-weights           | 2 | model.safetensors: not a regular file (a FIFO)       | generate --model fifo-weights
+fifo-tokenizer         | 2 | tokenizer.json: not a regular file (a FIFO)          | tokenize --model fifo-tokenizer --text x
+fifo-config-file       | 2 | fifo.yaml: not a regular file (a FIFO)               | train --config=fifo.yaml
+template-loops         | 2 | the rendering takes more than 20000000 steps         | @in=conversation.jsonl tokenize --model template-loops --chat
+template-doubling      | 2 | a string longer than 64 MiB                          | @in=conversation.jsonl tokenize --model template-doubling --chat
+template-list-doubling | 2 | a list too long                                      | @in=conversation.jsonl tokenize --model template-list-doubling --chat
+template-attr-chain    | 2 | an expression nests too deeply                       | @in=conversation.jsonl tokenize --model template-attr-chain --chat
+template-filter-chain  | 2 | an expression nests too deeply                       | @in=conversation.jsonl tokenize --model template-filter-chain --chat
+tokenizer-deep         | 2 | JSON nested deeper than 128 levels                   | tokenize --model deep-tokenizer --text x
 report-no-run          | 2 | metrics.jsonl                                        | report no-such-run
 server-public-no-token | 2 | --token-file                                         | @server --bind=tcp://0.0.0.0:0
 server-bad-port        | 2 | 99999                                                | @server --bind=tcp://127.0.0.1:99999
@@ -190,12 +228,14 @@ while IFS='|' read -r name want needle command; do
   name=$(echo $name); want=$(echo $want); needle=$(echo "$needle" | sed 's/^ *//; s/ *$//')
   [ -z "$name" ] && continue
   read -r -a words <<< "$command"
+  input=/dev/null
+  if [[ "${words[0]}" == @in=* ]]; then input=${words[0]#@in=}; words=("${words[@]:1}"); fi
   if [ "${words[0]}" = "@server" ]; then
-    timeout 20 "$SERVER" "${words[@]:1}" > out.txt 2>&1 < /dev/null; rc=$?
+    timeout 20 "$SERVER" "${words[@]:1}" > out.txt 2>&1 < "$input"; rc=$?
   elif [ "${words[0]}" = train ]; then  # a run directory of its own, in case a case is not refused
-    timeout 60 "$SLUICE" "${words[@]}" run.dir="$tmp/runs/$name" > out.txt 2>&1 < /dev/null; rc=$?
+    timeout 60 "$SLUICE" "${words[@]}" run.dir="$tmp/runs/$name" > out.txt 2>&1 < "$input"; rc=$?
   else
-    timeout 60 "$SLUICE" "${words[@]}" > out.txt 2>&1 < /dev/null; rc=$?
+    timeout 60 "$SLUICE" "${words[@]}" > out.txt 2>&1 < "$input"; rc=$?
   fi
   if $show; then printf '%-24s rc=%s %s\n' "$name" "$rc" "$(grep -v '^\s*$' out.txt | tail -1 | cut -c1-220)"; continue; fi
   if [ "$rc" != "$want" ] || ! grep -qF -- "$needle" out.txt; then

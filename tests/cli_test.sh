@@ -126,6 +126,16 @@ rc=$?
   && grep -q '"reward_errors":[1-9]' "$tmp/pyerr/metrics.jsonl" \
   && echo "ok   python-reward-raises" \
   || { echo "FAIL python-reward-raises: rc=$rc, errors not logged or not counted"; tail -3 "$tmp/pyerr.log"; failures=$((failures + 1)); }
+# Errors in the evaluations, the final one included, are counted too (the final one's were lost).
+"$SLUICE" train "${small[@]}" run.dir="$tmp/pyeval" reward.python="$rewards:eval_only_error" > "$tmp/pyeval.log" 2>&1
+rc=$?
+# Step 1 holds the errors of the evaluation before RL; step 2 adds the final one's, and no others.
+count() { local n; n=$(echo "$2" | grep -o "\"$1\":[0-9]*" | cut -d: -f2); echo "${n:-0}"; }
+first=$(head -1 "$tmp/pyeval/metrics.jsonl" 2>/dev/null); last=$(tail -1 "$tmp/pyeval/metrics.jsonl" 2>/dev/null)
+[ "$rc" -eq 0 ] && echo "$last" | grep -q '"step":2,' && echo "$last" | grep -q '"eval_reward_errors":[1-9]' \
+  && [ "$(($(count reward_errors "$last") - $(count reward_errors "$first")))" = "$(count eval_reward_errors "$last")" ] \
+  && echo "ok   python-reward-eval-errors" \
+  || { echo "FAIL python-reward-eval-errors: rc=$rc, the final evaluation's errors are not in metrics.jsonl: $last"; failures=$((failures + 1)); }
 # Refused before anything is built, naming the problem (the run directory is not even created).
 expect python-reward-spec 2 "expected 'package.module:function'" -- "$SLUICE" train run.dir="$tmp/pybad" reward.python=rewards
 expect python-reward-module 2 "cannot import module 'no_such_module_sluice': ModuleNotFoundError" -- \
@@ -346,6 +356,15 @@ wait $launcher; rc=$?
   && echo "ok   stalled trainer rank reported" \
   || { echo "FAIL stall-rank: rc=$rc"; tail -3 "$tmp/stall-rank.log"; failures=$((failures + 1)); }
 [ -n "$rank1" ] && kill -0 "$rank1" 2>/dev/null && { echo "FAIL stall-rank: rank 1 still runs"; kill -9 "$rank1"; failures=$((failures + 1)); }
+# A trainer command that hangs (acks nothing, publishes nothing) is watched by what it does: the
+# rollout's polls of the hub counted as the run's progress, and such a run waited for ever.
+timeout 120 "$SLUICE" train "${proc[@]}" run.dir="$tmp/stall-command" rl.steps=3 pipeline.trainer_command="exec sleep 600" \
+  pipeline.stall_seconds=2 pipeline.stall_start_seconds=2 pipeline.stop_on_stall=true > "$tmp/stall-command.log" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] \
+  && grep -q "Timeout: .*pipeline.trainer_command (pid [0-9]*) has made no progress for [0-9]* s (since it started, pipeline.stall_seconds=2): in 'starting' for [0-9]* s; it is sleeping" "$tmp/stall-command.log" \
+  && echo "ok   stalled trainer command reported" \
+  || { echo "FAIL stall-command: rc=$rc"; tail -3 "$tmp/stall-command.log"; failures=$((failures + 1)); }
 
 # sluice tokenize: a model directory's tokenizer.json both ways; bad lines named.
 qwen="$(dirname "$0")/data/tokenizers/qwen3"

@@ -60,7 +60,9 @@ NO_VERSION = -1
 
 _STORE_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _MAX_SECONDS = 7 * 24 * 3600 * 52
-_MAX_VERSION = 2**63 - 1
+#: The largest version a store accepts (as the C++ publishers): room is left
+#: for "the latest + 1" wherever a next version is computed.
+_MAX_VERSION = 2**62
 
 
 # ---------------------------------------------------------------- layouts
@@ -383,7 +385,14 @@ class _Publisher:
         impl = self._check_open()
         if impl is None:
             raise ValueError("the store's layout is not known yet: pass layout= or publish() a state_dict first")
-        v = impl.latest_version() + 1 if version is None else _check_version(version)
+        if version is None:
+            latest = impl.latest_version()
+            if latest >= _MAX_VERSION:
+                raise ValueError(f"version {latest} is the last a store accepts (versions are in 0..{_MAX_VERSION}): "
+                                 "no version can follow it; publish to a new store")
+            v = latest + 1
+        else:
+            v = _check_version(version)
         return StagedPublish(impl.begin_publish(v), self._layout)
 
     def publish(self, state_dict: Mapping[str, torch.Tensor], version: Optional[int] = None) -> int:

@@ -515,6 +515,21 @@ def test_version_store_in_process():
         store.publish(weights(6))
 
 
+def test_the_largest_version_is_refused_clearly_and_the_store_keeps_working():
+    # Version 2**63 - 1 wedged the store: the default next publish (latest + 1)
+    # failed with a pybind signature dump, and no version could follow.
+    store = ce.VersionStore(weights(0))
+    with pytest.raises(ValueError, match=r"version must be in 0\.\.4611686018427387904, not 9223372036854775807"):
+        store.publish(weights(0), version=2**63 - 1)
+    assert store.latest_version() == ce.NO_VERSION  # nothing was stored
+    assert store.publish(weights(1), version=2**62 - 1) == 2**62 - 1
+    assert store.publish(weights(2)) == 2**62  # the default next one, the last there is
+    with pytest.raises(ValueError, match="version 4611686018427387904 is the last a store accepts"):
+        store.publish(weights(3))
+    assert mismatch(store.acquire(), 2) == ""  # and it keeps serving
+    store.close()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_tensors_are_published_through_the_host_and_copied_back():
     store = ce.VersionStore(weights(0))

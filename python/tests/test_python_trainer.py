@@ -128,6 +128,35 @@ for _ in range((info["steps"] - info["start_step"]) * info["prompts_per_step"]):
     assert "exited 0 without publishing a weight version after 0" in run.stderr, run.stderr[-3000:]
 
 
+def test_a_trainer_that_publishes_nan_weights_is_refused(tmp_path):
+    # Acks every group, then publishes weights of NaN: the run ended with
+    # exit 0, reported 0% -> 0% and wrote a final/ of NaN.
+    script = tmp_path / "nan_weights.py"
+    script.write_text('''
+import json, os, torch
+from sluice import checkpoint_engine, transfer_queue
+info = json.load(open(os.environ["SLUICE_RUN_INFO"]))
+reader = checkpoint_engine.ShmSubscriber(info["weight_store"], shm_prefix=info["shm_prefix"])
+with reader.acquire() as weights:
+    nan = {name: torch.full_like(t, float("nan")) for name, t in weights.items()}
+    version = weights.version
+publisher = checkpoint_engine.ShmPublisher(info["weight_store"], reader.layout, shm_prefix=info["shm_prefix"])
+reader.close()
+hub = transfer_queue.connect(info["hub"])
+for _ in range((info["steps"] - info["start_step"]) * info["prompts_per_step"]):
+    meta = hub.get_meta(info["columns"], info["group_size"], info["partition"], task_name=info["task"],
+                        sampling_config={"group_size": info["group_size"]}, timeout=60)
+    hub.ack(meta)
+publisher.publish(nan, version + 1)
+''')
+    run = train(tmp_path / "run", "pipeline.mode=sync", "pipeline.sync_interval=4",
+                f"pipeline.trainer_command={sys.executable} {script}")
+    assert run.returncode != 0
+    assert "pipeline.trainer_command published version 1: tensor" in run.stderr and "holds NaN or inf values" in \
+        run.stderr, run.stderr[-3000:]
+    assert not (tmp_path / "run" / "final" / "model.safetensors").exists()
+
+
 @pytest.mark.parametrize("overrides,message", [
     (["pipeline.mode=async", "pipeline.processes=false", "pipeline.trainer_command=true"],
      "pipeline.trainer_command: needs pipeline.processes=true"),

@@ -342,7 +342,7 @@ Result<BroadcastPublishReport> BroadcastPublisher::PublishWithReport(int64_t ver
     MutexLock stats_lock(&m.stats_mu);
     delivered = m.stats.latest_version;
   }
-  if (version < 0) return Status::InvalidArgument(what + ": versions are >= 0");
+  SLUICE_RETURN_IF_ERROR(internal::CheckPublishVersion(version, what));
   // The last version delivered may be sent again (to subscribers that joined since).
   if (version < delivered || version < m.last_attempted) {
     return Status::FailedPrecondition(what + ": version " + std::to_string(std::max(delivered, m.last_attempted)) +

@@ -64,4 +64,11 @@ Status CheckTensorMatchesSpec(const std::string& where, const TensorSpec& spec, 
   return Status::Ok();
 }
 
+Status CheckPublishVersion(int64_t version, const std::string& what) {
+  if (version < 0 || version > kMaxPublishVersion) {
+    return Status::InvalidArgument(what + ": versions are in [0, 2^62]");
+  }
+  return Status::Ok();
+}
+
 }  // namespace sluice::checkpoint_engine::internal

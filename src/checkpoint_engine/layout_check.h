@@ -27,6 +27,16 @@ std::string Quoted(std::string_view name);
 Result<std::vector<size_t>> ValidateLayout(const Layout& layout, size_t max_tensor_bytes,
                                            std::string_view options_name);
 
+// The versions a publisher accepts: [0, 2^62]. The bound leaves room for
+// "the latest + 1" wherever a caller computes the next version: at 2^63 - 1
+// that sum overflows, and Python's default next publish failed with a
+// binding's type error instead of a word about the limit.
+inline constexpr int64_t kMaxPublishVersion = int64_t{1} << 62;
+
+// InvalidArgument ("<what>: versions are in [0, 2^62]") for a version outside
+// them.
+Status CheckPublishVersion(int64_t version, const std::string& what);
+
 // Checks a tensor offered for `spec` (Put). `where` prefixes every message.
 //   ResourceExhausted - tensor.nbytes > max_tensor_bytes
 //   InvalidArgument   - dtype or shape differ from the spec; nbytes does not

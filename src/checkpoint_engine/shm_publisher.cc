@@ -384,7 +384,7 @@ ShmPublisher::~ShmPublisher() = default;
 
 Result<std::unique_ptr<StagedWeights>> ShmPublisher::BeginPublish(int64_t version) {
   const std::string what = "cannot begin publishing version " + std::to_string(version);
-  if (version < 0) return Status::InvalidArgument(what + ": versions are >= 0");
+  SLUICE_RETURN_IF_ERROR(internal::CheckPublishVersion(version, what));
   {
     MutexLock lock(&core_->mu);
     if (core_->publishing)

@@ -445,7 +445,7 @@ VersionStore::~VersionStore() = default;
 
 Result<std::unique_ptr<StagedWeights>> VersionStore::BeginPublish(int64_t version) {
   const std::string what = "cannot begin publishing version " + std::to_string(version);
-  if (version < 0) return Status::InvalidArgument(what + ": versions are >= 0");
+  SLUICE_RETURN_IF_ERROR(internal::CheckPublishVersion(version, what));
   if (internal::tls_notifying == core_.get()) {
     return Status::FailedPrecondition(what + " from a subscriber callback of the same store");
   }

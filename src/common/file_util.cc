@@ -13,12 +13,63 @@
 
 namespace sluice {
 
+namespace {
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "of an unknown kind";
+}
+}  // namespace
+
+Result<int> OpenRegularFile(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO for reading blocks until a writer comes;
+  // non-blocking, it returns at once and fstat tells what it is.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status::NotFound(path + ": cannot open: no such file");
+    if (err == ENXIO) return Status::InvalidArgument(path + ": not a regular file (a socket or device)");
+    return Status::Unavailable(path + ": cannot open: " + std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::Unavailable(path + ": cannot stat: " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument(path + ": not a regular file (" + FileKind(st.st_mode) + ")");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::Unavailable(path + ": cannot set blocking reads: " + std::strerror(err));
+  }
+  return fd;
+}
+
 Result<std::string> ReadFileToString(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path + ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  SLUICE_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path));
+  std::string text;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::Unavailable(path + ": read failed: " + std::strerror(err));
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
 }
 
 namespace {

@@ -187,7 +187,8 @@ Status Generate(const std::vector<std::string>& args) {
   for (const std::string& p : prompts) {
     std::vector<model::TokenId> ids;
     if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
-    for (model::TokenId t : tokenizer.Encode(p)) ids.push_back(t);
+    SLUICE_ASSIGN_OR_RETURN(const std::vector<model::TokenId> text_ids, tokenizer.Encode(p));
+    ids.insert(ids.end(), text_ids.begin(), text_ids.end());
     for (int64_t s = 0; s < samples; ++s, ++id) {
       rollout::GenerationRequest r{id, ids, sampling};
       r.sampling.seed = static_cast<uint64_t>(seed) + id;

@@ -67,7 +67,9 @@ Status Tokenize(const std::vector<std::string>& args) {
       Result<std::string> rendered = chat_template.Render(context);
       if (!rendered.ok()) return rendered.status().WithContext(where);
       if (chat_ids) {
-        std::printf("%s\n", json(tokenizer->Encode(*rendered)).dump().c_str());
+        Result<std::vector<model::TokenId>> ids = tokenizer->Encode(*rendered);
+        if (!ids.ok()) return ids.status().WithContext(where);
+        std::printf("%s\n", json(*ids).dump().c_str());
       } else {
         std::printf("%s\n", json(*rendered).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
       }
@@ -76,11 +78,12 @@ Status Tokenize(const std::vector<std::string>& args) {
   }
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<model::HfTokenizer> tokenizer, model::HfTokenizer::Load(dir));
 
-  auto encode = [&](const std::string& s) { std::printf("%s\n", json(tokenizer->Encode(s)).dump().c_str()); };
-  if (!text.empty()) {
-    encode(text);
+  auto encode = [&](const std::string& s) -> Status {
+    SLUICE_ASSIGN_OR_RETURN(const std::vector<model::TokenId> ids, tokenizer->Encode(s));
+    std::printf("%s\n", json(ids).dump().c_str());
     return Status::Ok();
-  }
+  };
+  if (!text.empty()) return encode(text);
   std::string line;
   for (int64_t n = 1; std::getline(std::cin, line); ++n) {
     if (line.empty()) continue;
@@ -88,7 +91,7 @@ Status Tokenize(const std::vector<std::string>& args) {
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!decode) {
       if (!j.is_string()) return Status::InvalidArgument(where + ": expected a JSON string, e.g. \"Hello\"");
-      encode(j.get<std::string>());
+      SLUICE_RETURN_IF_ERROR(encode(j.get<std::string>()).WithContext(where));
       continue;
     }
     if (!j.is_array()) return Status::InvalidArgument(where + ": expected a JSON array of token ids, e.g. [9707, 11]");

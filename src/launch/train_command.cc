@@ -60,6 +60,9 @@ ConfigSchema TrainSchema() {
   s.AddString("run.metrics_listen", "",
               "streaming modes: serve live counters in Prometheus's text format at http://HOST:PORT/metrics (e.g. "
               "127.0.0.1:9400; port 0: any free port, logged); empty: off");
+  s.AddBool("run.metrics_allow_non_loopback", false,
+            "run.metrics_listen may be an address beyond loopback (e.g. 0.0.0.0:9400), where anyone who reaches it "
+            "reads the counters without authentication");
   s.AddBool("run.trace", false,
             "streaming modes: record every role's timeline (decode steps, hub calls, scoring, training steps, "
             "publishes) to run.dir/trace.json, Chrome trace-event JSON for ui.perfetto.dev or chrome://tracing");
@@ -227,6 +230,9 @@ ConfigSchema TrainSchema() {
   s.AddBool("pipeline.hub_fast_paths", true,
             "pipeline.processes: role processes call the hub through shared-memory rings (same host) or direct TCP "
             "connections; false: every call through its ZeroMQ socket (slower; for comparison)");
+  s.AddInt("pipeline.stall_start_seconds", 60, 1, 604800,
+           "pipeline.processes: the silence a role may keep before its first turn (its start: the model, the hub; a "
+           "trainer command's first ack or publish) when longer than pipeline.stall_seconds");
   s.AddBool("pipeline.stop_on_stall", false,
             "pipeline.processes: stop the run with an error when a role stalls (pipeline.stall_seconds), instead "
             "of only reporting it");
@@ -360,6 +366,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.resume = c.GetBool("run.resume");
   o.trace = c.GetBool("run.trace");
   o.metrics_listen = c.GetString("run.metrics_listen");
+  o.metrics_allow_non_loopback = c.GetBool("run.metrics_allow_non_loopback");
   o.checkpoint_interval = c.GetInt("checkpoint.interval");
   o.tokenizer_dir = c.GetString("model.path");  // its tokenizer.json, if it has one
   o.sft.steps = c.GetInt("sft.steps");
@@ -440,6 +447,7 @@ Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
   o.pipeline.lease_seconds = c.GetInt("pipeline.lease_seconds");
   o.pipeline.stall_seconds = c.GetInt("pipeline.stall_seconds");
   o.pipeline.stop_on_stall = c.GetBool("pipeline.stop_on_stall");
+  o.pipeline.stall_start_seconds = c.GetInt("pipeline.stall_start_seconds");
   o.pipeline.hub_fast_paths = c.GetBool("pipeline.hub_fast_paths");
   o.pipeline.train_order = c.GetString("pipeline.train_order") == "prompt" ? pipeline::TrainOrder::kPrompt
                                                                            : pipeline::TrainOrder::kCompletion;

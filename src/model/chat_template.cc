@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "bounded_json.h"
 #include "sluice/common/file_util.h"
 #include "utf8.h"
 
@@ -27,13 +28,20 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// Bounds that keep a broken or hostile template from exhausting the stack or
-// memory: the nesting of expressions and statements, of values, and the size
-// of what one rendering produces.
+// Bounds that keep a broken or hostile template (a downloaded model's
+// template is a program from an untrusted source) from exhausting the stack,
+// memory or time: the nesting of expressions (postfix chains and filters
+// included) and statements, of values; the size of any one string and of
+// what one rendering produces; the steps of one rendering (each expression
+// evaluated, statement run and loop iteration; a value copied or compared,
+// by its size); and the bytes of the strings and lists it builds, in all
+// (a bound on its memory too: nothing lives that was not built).
 constexpr int kMaxNesting = 200;
 constexpr int kMaxValueDepth = 500;
 constexpr size_t kMaxOutputBytes = size_t{64} << 20;
 constexpr int64_t kMaxSequenceLength = 10'000'000;
+constexpr uint64_t kMaxSteps = 20'000'000;
+constexpr uint64_t kMaxBuiltBytes = uint64_t{1} << 30;
 
 // ------------------------------------------------------------ positions
 
@@ -47,6 +55,58 @@ std::string Where(Pos pos) {
 }
 
 Status Error(Pos pos, const std::string& what) { return Status::InvalidArgument(Where(pos) + ": " + what); }
+
+// ------------------------------------------------------------- budgets
+
+// What one rendering has spent of kMaxSteps and kMaxBuiltBytes. Sticky:
+// once over, every later charge fails with the first error, so a helper
+// that cannot return a Status (Equal) stops early and the next charge in
+// the evaluator reports it.
+class RenderBudget {
+ public:
+  Status Spend(uint64_t steps, Pos pos) {
+    if (!over_.ok()) return over_;
+    steps_ += steps;
+    if (steps_ > kMaxSteps) {
+      over_ = Error(pos, "the rendering takes more than " + std::to_string(kMaxSteps) +
+                             " steps (a loop too long, or a value too large to copy or compare this often)");
+    }
+    return over_;
+  }
+  Status Build(uint64_t bytes, Pos pos) {
+    if (!over_.ok()) return over_;
+    built_ += bytes;
+    if (built_ > kMaxBuiltBytes) {
+      over_ = Error(
+          pos, "the rendering builds more than " + std::to_string(kMaxBuiltBytes >> 20) + " MiB of strings and lists");
+    }
+    return over_;
+  }
+  bool over() const { return !over_.ok(); }
+
+ private:
+  uint64_t steps_ = 0;
+  uint64_t built_ = 0;
+  Status over_;
+};
+
+// The budget of the rendering running on this thread (null outside one):
+// the value helpers below charge it without a parameter threaded through
+// every call.
+thread_local RenderBudget* active_budget = nullptr;
+
+Status Spend(uint64_t steps, Pos pos) {
+  return active_budget == nullptr ? Status::Ok() : active_budget->Spend(steps, pos);
+}
+
+// A string about to grow by `more` bytes: refused past kMaxOutputBytes
+// before anything is allocated.
+Status CheckGrowth(size_t size, size_t more, Pos pos) {
+  if (more > kMaxOutputBytes || size > kMaxOutputBytes - more) {
+    return Error(pos, "a string longer than " + std::to_string(kMaxOutputBytes >> 20) + " MiB");
+  }
+  return Status::Ok();
+}
 
 // -------------------------------------------------------------- Unicode
 
@@ -278,13 +338,15 @@ std::vector<std::string> PySplit(const std::string& s, const std::string& sep, i
 
 // Python's str.replace(old, new, count): an empty `old` inserts `new`
 // before every code point and at the end.
-std::string PyReplace(const std::string& s, const std::string& old, const std::string& repl, int64_t count) {
+Result<std::string> PyReplace(const std::string& s, const std::string& old, const std::string& repl, int64_t count,
+                              Pos pos) {
   std::string out;
   int64_t done = 0;
   if (old.empty()) {
     size_t i = 0;
     while (true) {
       if (count < 0 || done < count) {
+        SLUICE_RETURN_IF_ERROR(CheckGrowth(out.size(), repl.size() + s.size() - i, pos));
         out += repl;
         ++done;
       }
@@ -298,6 +360,7 @@ std::string PyReplace(const std::string& s, const std::string& old, const std::s
   size_t at = 0;
   for (size_t hit = 0; (count < 0 || done < count) && (hit = s.find(old, at)) != std::string::npos;
        at = hit + old.size()) {
+    SLUICE_RETURN_IF_ERROR(CheckGrowth(out.size(), hit - at + repl.size(), pos));
     out.append(s, at, hit - at);
     out += repl;
     ++done;
@@ -415,6 +478,24 @@ Value DictValue(Dict dict) {
   return Make<DictPtr>(std::make_shared<const Dict>(std::move(dict)));
 }
 
+// The bytes a value's own storage holds: a string's, or a list's or dict's
+// items (strings are held by value, so copying a list copies them), not
+// what the sublists it shares hold.
+uint64_t ShallowBytes(const Value& v) {
+  auto item_bytes = [](const Value& item) {
+    return sizeof(Value) + (item.Is<std::string>() ? item.As<std::string>().size() : 0);
+  };
+  uint64_t n = 0;
+  if (v.Is<std::string>()) {
+    n = v.As<std::string>().size();
+  } else if (v.Is<ListPtr>()) {
+    for (const Value& item : v.As<ListPtr>()->items) n += item_bytes(item);
+  } else if (v.Is<DictPtr>()) {
+    for (const auto& [k, item] : v.As<DictPtr>()->items) n += k.size() + item_bytes(item);
+  }
+  return n;
+}
+
 Value StringList(const std::vector<std::string>& items) {
   std::vector<Value> out;
   out.reserve(items.size());
@@ -461,6 +542,11 @@ bool Truthy(const Value& v) {
 // Python's ==. Numbers compare by value across int, float and bool; a list
 // never equals a tuple; namespaces and functions only themselves.
 bool Equal(const Value& a, const Value& b) {
+  // A list may hold one sublist many times: comparing such values is
+  // exponential in their nesting, so each comparison is a step (a string
+  // comparison one per 64 bytes); over budget, the answer is moot.
+  const uint64_t bytes = a.Is<std::string>() ? a.As<std::string>().size() : 0;
+  if (!Spend(1 + bytes / 64, Pos{}).ok()) return false;
   if (IsNumber(a) && IsNumber(b)) {
     if (IsIntegral(a) && IsIntegral(b)) return AsInt(a) == AsInt(b);
     return AsDouble(a) == AsDouble(b);
@@ -605,6 +691,9 @@ void AppendStrRepr(std::string_view s, std::string* out) {
 // Python's repr() (as str() of a list or dict prints its items).
 Status AppendRepr(const Value& v, std::string* out, int depth, Pos pos) {
   if (depth > kMaxValueDepth) return Error(pos, "a value nested too deeply to print");
+  // A list holding one sublist many times prints exponentially long.
+  SLUICE_RETURN_IF_ERROR(CheckGrowth(out->size(), v.Is<std::string>() ? v.As<std::string>().size() : 0, pos));
+  SLUICE_RETURN_IF_ERROR(Spend(1, pos));
   if (v.Is<std::string>()) {
     AppendStrRepr(v.As<std::string>(), out);
   } else if (v.Is<Undefined>()) {
@@ -715,6 +804,10 @@ void AppendJsonString(std::string_view s, bool ensure_ascii, std::string* out) {
 
 Status AppendJson(const Value& v, const JsonStyle& style, int level, std::string* out, Pos pos) {
   if (level > kMaxValueDepth) return Error(pos, "tojson: a value nested too deeply");
+  const size_t indent = style.indent ? style.indent->size() * static_cast<size_t>(level + 1) : 0;
+  SLUICE_RETURN_IF_ERROR(
+      CheckGrowth(out->size(), indent + (v.Is<std::string>() ? v.As<std::string>().size() : 0), pos));
+  SLUICE_RETURN_IF_ERROR(Spend(1, pos));
   if (v.Is<None>()) {
     *out += "null";
   } else if (v.Is<bool>()) {
@@ -1245,6 +1338,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
   bool negated = false;
+  int height = 1;  // of the tree this node tops: how deep evaluating it recurses
 };
 
 // An assignment target: a name, names to unpack a sequence into, or a
@@ -1374,6 +1468,27 @@ class Parser {
     e->kind = kind;
     e->pos = pos;
     return e;
+  }
+
+  // A node whose operands are all in place: its height checked against the
+  // nesting limit. Chains the parser builds in loops (x.a.a..., |f|f...,
+  // a + b + ..., `or`, `and`) do not recurse in the parser, so its depth_
+  // does not see them; evaluating them does recurse, and so does freeing
+  // them.
+  Result<ExprPtr> Grown(std::shared_ptr<Expr> n) const {
+    int below = 0;
+    for (const ExprPtr& a : n->args) {
+      if (a) below = std::max(below, a->height);
+    }
+    for (const auto& [key, value] : n->kwargs) {
+      if (value) below = std::max(below, value->height);
+    }
+    n->height = below + 1;
+    if (n->height > kMaxNesting) {
+      return Error(n->pos, "an expression nests too deeply (over " + std::to_string(kMaxNesting) +
+                               " levels of attributes, items, calls, filters or operators)");
+    }
+    return ExprPtr(std::move(n));
   }
 
   // ---------------------------------------------------------- statements
@@ -1620,7 +1735,7 @@ class Parser {
     }
     auto e = Node(Expr::Kind::kTuple, pos);
     e->args = std::move(items);
-    return ExprPtr(e);
+    return Grown(std::move(e));
   }
 
   Result<ExprPtr> ParseConditional() {
@@ -1636,7 +1751,7 @@ class Parser {
       }
       auto c = Node(Expr::Kind::kCond, pos);
       c->args = {e, cond, other};
-      e = c;
+      SLUICE_ASSIGN_OR_RETURN(e, Grown(std::move(c)));
     }
     return e;
   }
@@ -1648,7 +1763,7 @@ class Parser {
       Advance();
       SLUICE_ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
       n->args = {e, right};
-      e = n;
+      SLUICE_ASSIGN_OR_RETURN(e, Grown(std::move(n)));
     }
     return e;
   }
@@ -1660,7 +1775,7 @@ class Parser {
       Advance();
       SLUICE_ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
       n->args = {e, right};
-      e = n;
+      SLUICE_ASSIGN_OR_RETURN(e, Grown(std::move(n)));
     }
     return e;
   }
@@ -1673,7 +1788,7 @@ class Parser {
       SLUICE_ASSIGN_OR_RETURN(ExprPtr operand, ParseNot());
       --depth_;
       n->args = {operand};
-      return ExprPtr(n);
+      return Grown(std::move(n));
     }
     return ParseCompare();
   }
@@ -1704,14 +1819,14 @@ class Parser {
     auto n = Node(Expr::Kind::kCompare, pos);
     n->args = std::move(operands);
     n->ops = std::move(ops);
-    return ExprPtr(n);
+    return Grown(std::move(n));
   }
 
-  static ExprPtr Binary(ExprPtr left, ExprPtr right, const std::string& op, Pos pos) {
+  Result<ExprPtr> Binary(ExprPtr left, ExprPtr right, const std::string& op, Pos pos) const {
     auto n = Node(Expr::Kind::kBinary, pos);
     n->name = op;
     n->args = {std::move(left), std::move(right)};
-    return n;
+    return Grown(std::move(n));
   }
 
   Result<ExprPtr> ParseMath1() {
@@ -1721,7 +1836,7 @@ class Parser {
       const Pos pos = Cur().pos;
       Advance();
       SLUICE_ASSIGN_OR_RETURN(ExprPtr right, ParseConcat());
-      e = Binary(e, right, op, pos);
+      SLUICE_ASSIGN_OR_RETURN(e, Binary(e, right, op, pos));
     }
     return e;
   }
@@ -1738,7 +1853,7 @@ class Parser {
     if (parts.size() == 1) return first;
     auto n = Node(Expr::Kind::kConcat, pos);
     n->args = std::move(parts);
-    return ExprPtr(n);
+    return Grown(std::move(n));
   }
 
   Result<ExprPtr> ParseMath2() {
@@ -1748,7 +1863,7 @@ class Parser {
       const Pos pos = Cur().pos;
       Advance();
       SLUICE_ASSIGN_OR_RETURN(ExprPtr right, ParsePow());
-      e = Binary(e, right, op, pos);
+      SLUICE_ASSIGN_OR_RETURN(e, Binary(e, right, op, pos));
     }
     return e;
   }
@@ -1760,7 +1875,7 @@ class Parser {
       const Pos pos = Cur().pos;
       Advance();
       SLUICE_ASSIGN_OR_RETURN(ExprPtr right, ParseUnary(true));
-      e = Binary(e, right, "**", pos);
+      SLUICE_ASSIGN_OR_RETURN(e, Binary(e, right, "**", pos));
     }
     return e;
   }
@@ -1773,7 +1888,7 @@ class Parser {
       Advance();
       SLUICE_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
       n->args = {operand};
-      e = n;
+      SLUICE_ASSIGN_OR_RETURN(e, Grown(std::move(n)));
     } else {
       SLUICE_ASSIGN_OR_RETURN(e, ParsePrimary());
     }
@@ -1836,7 +1951,7 @@ class Parser {
         n->args.push_back(std::move(item));
       }
       Advance();
-      return ExprPtr(n);
+      return Grown(std::move(n));
     }
     if (IsOp("{")) {
       Advance();
@@ -1851,7 +1966,7 @@ class Parser {
         n->args.push_back(std::move(value));
       }
       Advance();
-      return ExprPtr(n);
+      return Grown(std::move(n));
     }
     return Unexpected("an expression");
   }
@@ -1865,13 +1980,13 @@ class Parser {
           auto n = Node(Expr::Kind::kAttr, Cur().pos);
           n->name = Cur().text;
           n->args = {e};
-          e = n;
+          SLUICE_ASSIGN_OR_RETURN(e, Grown(std::move(n)));
         } else if (Cur().type == Tok::kInt) {  // x.0 is x[0]
           auto key = Node(Expr::Kind::kConst, Cur().pos);
           key->value = Int(Cur().i);
           auto n = Node(Expr::Kind::kItem, pos);
           n->args = {e, key};
-          e = n;
+          SLUICE_ASSIGN_OR_RETURN(e, Grown(std::move(n)));
         } else {
           return Unexpected("an attribute name after '.'");
         }
@@ -1916,7 +2031,7 @@ class Parser {
     } else {
       n->args = {std::move(base), parts[0]};
     }
-    return ExprPtr(n);
+    return Grown(std::move(n));
   }
 
   // Call arguments into e->args (after what is there) and e->kwargs.
@@ -1959,7 +2074,7 @@ class Parser {
     auto n = Node(Expr::Kind::kCall, pos);
     n->args = {std::move(callee)};
     SLUICE_RETURN_IF_ERROR(ParseArgs(n.get()));
-    return ExprPtr(n);
+    return Grown(std::move(n));
   }
 
   Result<ExprPtr> ParseFilterExpr(ExprPtr e) {
@@ -1973,7 +2088,7 @@ class Parser {
         n->name = std::move(name);
         n->args = {e};
         if (IsOp("(")) SLUICE_RETURN_IF_ERROR(ParseArgs(n.get()));
-        e = n;
+        SLUICE_ASSIGN_OR_RETURN(e, Grown(std::move(n)));
       } else if (IsName("is")) {
         Advance();
         const bool negated = IsName("not");
@@ -1996,7 +2111,7 @@ class Parser {
           SLUICE_ASSIGN_OR_RETURN(arg, ParsePostfix(arg));
           n->args.push_back(std::move(arg));
         }
-        e = n;
+        SLUICE_ASSIGN_OR_RETURN(e, Grown(std::move(n)));
       } else if (IsOp("(")) {
         SLUICE_ASSIGN_OR_RETURN(e, ParseCall(e));
       } else {
@@ -2059,12 +2174,16 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
-  Renderer(const std::tm& now, std::string* out) : now_(now), out_(out) { frames_.emplace_back(); }
+  Renderer(const std::tm& now, std::string* out) : now_(now), out_(out), outer_budget_(active_budget) {
+    frames_.emplace_back();
+    active_budget = &budget_;
+  }
 
   // Namespaces may hold each other in cycles; emptying them at the end frees
   // every one.
   ~Renderer() {
     for (const NamespacePtr& ns : namespaces_) ns->attrs.items.clear();
+    active_budget = outer_budget_;
   }
   Renderer(const Renderer&) = delete;
   Renderer& operator=(const Renderer&) = delete;
@@ -2091,6 +2210,7 @@ class Renderer {
   }
 
   Result<Flow> ExecOne(const Stmt& s) {
+    SLUICE_RETURN_IF_ERROR(budget_.Spend(1, s.pos));
     switch (s.kind) {
       case Stmt::Kind::kText:
         SLUICE_RETURN_IF_ERROR(Append(s.text, s.pos));
@@ -2141,6 +2261,7 @@ class Renderer {
   // The items a for loop or a filter iterates: a list's items, a dict's
   // keys, a string's code points; nothing for an undefined value.
   static Result<std::vector<Value>> Iterate(const Value& v, Pos pos) {
+    SLUICE_RETURN_IF_ERROR(Spend(1 + ShallowBytes(v) / 64, pos));  // the items are copied
     std::vector<Value> items;
     if (v.Is<ListPtr>()) return v.As<ListPtr>()->items;
     if (v.Is<DictPtr>()) {
@@ -2203,6 +2324,7 @@ class Renderer {
     }
     const auto n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      SLUICE_RETURN_IF_ERROR(budget_.Spend(kLoopIterationSteps, s.pos));
       frames_.emplace_back();
       Dict loop;
       loop.items = {
@@ -2491,7 +2613,8 @@ class Renderer {
       SLUICE_ASSIGN_OR_RETURN(auto repl, OptionalString(a[1], what, pos));
       SLUICE_ASSIGN_OR_RETURN(auto count, OptionalInt(a[2], what, pos));
       if (!old || !repl) return Error(pos, what + " needs two strings");
-      return Str(PyReplace(s, *old, *repl, count.value_or(-1)));
+      SLUICE_ASSIGN_OR_RETURN(std::string replaced, PyReplace(s, *old, *repl, count.value_or(-1), pos));
+      return Str(std::move(replaced));
     }
     if (name == "join") {
       SLUICE_ASSIGN_OR_RETURN(auto a, Bind(args, {"iterable"}, what, pos));
@@ -2500,6 +2623,8 @@ class Renderer {
       std::string out;
       for (size_t i = 0; i < items.size(); ++i) {
         if (!items[i].Is<std::string>()) return Error(pos, what + " takes strings, not " + TypeName(items[i]));
+        SLUICE_RETURN_IF_ERROR(
+            CheckGrowth(out.size(), (i > 0 ? s.size() : 0) + items[i].As<std::string>().size(), pos));
         if (i > 0) out += s;
         out += items[i].As<std::string>();
       }
@@ -2696,7 +2821,8 @@ class Renderer {
         SLUICE_ASSIGN_OR_RETURN(std::string old, ToStr(*a[0], pos));
         SLUICE_ASSIGN_OR_RETURN(std::string repl, ToStr(*a[1], pos));
         SLUICE_ASSIGN_OR_RETURN(auto count, OptionalInt(a[2], what, pos));
-        return Str(PyReplace(s, old, repl, count.value_or(-1)));
+        SLUICE_ASSIGN_OR_RETURN(std::string replaced, PyReplace(s, old, repl, count.value_or(-1), pos));
+        return Str(std::move(replaced));
       }
       SLUICE_RETURN_IF_ERROR(Bind(args, {}, what, pos).status());
       if (name == "string") return Str(std::move(s));
@@ -2726,6 +2852,7 @@ class Renderer {
           SLUICE_ASSIGN_OR_RETURN(item, GetPath(item, *attribute, pos));
         }
         SLUICE_ASSIGN_OR_RETURN(std::string s, ToStr(item, pos));
+        SLUICE_RETURN_IF_ERROR(CheckGrowth(out.size(), (i > 0 ? sep.size() : 0) + s.size(), pos));
         if (i > 0) out += sep;
         out += s;
       }
@@ -2930,6 +3057,10 @@ class Renderer {
     if (!list.items.empty() && n > kMaxSequenceLength / static_cast<int64_t>(list.items.size())) {
       return Error(pos, "a list too long");
     }
+    const uint64_t bytes = ShallowBytes(seq);
+    if (bytes > 0 && static_cast<uint64_t>(n) > kMaxBuiltBytes / bytes) {
+      return Error(pos, "a list larger than " + std::to_string(kMaxBuiltBytes >> 20) + " MiB");
+    }
     std::vector<Value> out;
     for (int64_t i = 0; i < n; ++i) out.insert(out.end(), list.items.begin(), list.items.end());
     return ListValue(std::move(out), list.tuple);
@@ -2938,8 +3069,15 @@ class Renderer {
   static Result<Value> Arithmetic(const std::string& op, const Value& a, const Value& b, Pos pos) {
     if (a.Is<Undefined>()) return UndefinedError(pos, a);
     if (b.Is<Undefined>()) return UndefinedError(pos, b);
-    if (op == "+" && a.Is<std::string>() && b.Is<std::string>()) return Str(a.As<std::string>() + b.As<std::string>());
+    if (op == "+" && a.Is<std::string>() && b.Is<std::string>()) {
+      SLUICE_RETURN_IF_ERROR(CheckGrowth(a.As<std::string>().size(), b.As<std::string>().size(), pos));
+      return Str(a.As<std::string>() + b.As<std::string>());
+    }
     if (op == "+" && a.Is<ListPtr>() && b.Is<ListPtr>() && a.As<ListPtr>()->tuple == b.As<ListPtr>()->tuple) {
+      if (a.As<ListPtr>()->items.size() + b.As<ListPtr>()->items.size() > static_cast<size_t>(kMaxSequenceLength) ||
+          ShallowBytes(a) + ShallowBytes(b) > kMaxBuiltBytes) {
+        return Error(pos, "a list too long");
+      }
       std::vector<Value> items = a.As<ListPtr>()->items;
       items.insert(items.end(), b.As<ListPtr>()->items.begin(), b.As<ListPtr>()->items.end());
       return ListValue(std::move(items), a.As<ListPtr>()->tuple);
@@ -2999,7 +3137,29 @@ class Renderer {
 
   // ---------------------------------------------------------- evaluation
 
+  // Evaluates `e`, charging the budget a step for the node, one per 64
+  // bytes of a string it yields (strings are copied by value), and the
+  // bytes of a string or list it builds.
   Result<Value> Eval(const Expr& e) {
+    SLUICE_RETURN_IF_ERROR(budget_.Spend(1, e.pos));
+    SLUICE_ASSIGN_OR_RETURN(Value v, EvalNode(e));
+    SLUICE_RETURN_IF_ERROR(budget_.Spend(v.Is<std::string>() ? v.As<std::string>().size() / 64 : 0, e.pos));
+    switch (e.kind) {
+      case Expr::Kind::kConst:
+      case Expr::Kind::kName:
+      case Expr::Kind::kAttr:
+      case Expr::Kind::kItem:
+      case Expr::Kind::kCond:
+      case Expr::Kind::kAnd:
+      case Expr::Kind::kOr:
+        break;  // a value that exists already
+      default:
+        SLUICE_RETURN_IF_ERROR(budget_.Build(ShallowBytes(v), e.pos));
+    }
+    return v;
+  }
+
+  Result<Value> EvalNode(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kConst:
         return e.value;
@@ -3108,6 +3268,7 @@ class Renderer {
         for (const auto& a : e.args) {
           SLUICE_ASSIGN_OR_RETURN(Value v, Eval(*a));
           SLUICE_ASSIGN_OR_RETURN(std::string s, ToStr(v, a->pos));
+          SLUICE_RETURN_IF_ERROR(CheckGrowth(out.size(), s.size(), e.pos));
           out += s;
         }
         return Str(std::move(out));
@@ -3116,24 +3277,16 @@ class Renderer {
     return Error(e.pos, "unknown expression");
   }
 
+  // A loop iteration builds its frame and its `loop` dict: a few steps.
+  static constexpr uint64_t kLoopIterationSteps = 8;
+
   std::tm now_;
   std::string* out_;
   std::vector<Frame> frames_;
   std::vector<NamespacePtr> namespaces_;
+  RenderBudget budget_;
+  RenderBudget* outer_budget_;  // a rendering's within another's: none here, but restored all the same
 };
-
-// A special token of tokenizer_config.json: a string or {"content": ...};
-// null (Qwen's bos_token) leaves the variable undefined, as in transformers.
-std::optional<std::string> TokenText(const Json& config, const char* key) {
-  const auto it = config.find(key);
-  if (it == config.end()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object()) {
-    const auto content = it->find("content");
-    if (content != it->end() && content->is_string()) return content->get<std::string>();
-  }
-  return std::nullopt;
-}
 
 Result<std::string> ReadFile(const std::filesystem::path& path) { return ReadFileToString(path.string()); }
 
@@ -3164,7 +3317,7 @@ Result<ChatTemplate> ChatTemplate::Load(const std::string& model_dir) {
   const std::filesystem::path dir(model_dir);
   const std::filesystem::path path = dir / "tokenizer_config.json";
   SLUICE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  const Json config = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  SLUICE_ASSIGN_OR_RETURN(const Json config, ParseBoundedJson<Json>(text, path.string()));
   if (config.is_discarded() || !config.is_object()) {
     return Status::InvalidArgument(path.string() + ": not a JSON object");
   }
@@ -3208,7 +3361,8 @@ Result<ChatTemplate> ChatTemplate::Load(const std::string& model_dir) {
     }
   }
   for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
-    if (std::optional<std::string> token = TokenText(config, key)) chosen->special_tokens_[key] = *token;
+    SLUICE_ASSIGN_OR_RETURN(std::optional<std::string> token, SpecialTokenText(config, key, path.string()));
+    if (token) chosen->special_tokens_[key] = *token;
   }
   return std::move(*chosen);
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -463,6 +464,100 @@ TEST_F(ChatTemplateLoadTest, ErrorsNameTheFile) {
   EXPECT_NE(bad.message().find("tokenizer_config.json: chat template line 2, column 4: statement 'frobnicate'"),
             std::string::npos)
       << bad.ToString();
+}
+
+TEST_F(ChatTemplateLoadTest, ASpecialTokenOfTheWrongTypeIsRefused) {
+  // Ignored before: the template rendered without the model's bos_token.
+  Write("tokenizer_config.json", Json{{"chat_template", "{{ bos_token }}"}, {"bos_token", 7}}.dump());
+  const Status bad = Load().status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("tokenizer_config.json: bos_token must be a string or an object with a string "
+                               "'content', not 7"),
+            std::string::npos)
+      << bad.ToString();
+  Write("tokenizer_config.json", Json{{"chat_template", "{{ bos_token }}"}, {"bos_token", nullptr}}.dump());
+  EXPECT_TRUE(Load().ok());  // null (Qwen's) leaves it undefined
+}
+
+// A downloaded model's template is a program from an untrusted source.
+// Each case crashed (std::bad_alloc, SIGSEGV on the stack) or rendered for
+// ever before its budget; now each is an error naming where it went over.
+TEST(ChatTemplateTest, HostileTemplatesStopAtTheirBudgets) {
+  auto chain = [](const std::string& head, const std::string& link) {
+    std::string source = "{{ " + head;
+    for (int i = 0; i < 20000; ++i) source += link;
+    return source + " }}";
+  };
+  const std::string deep_attrs = chain("x", ".a"), deep_filters = chain("'x'", "|upper");
+  const std::string deep_sum = chain("1", " + 1"), deep_items = chain("xs", "[0]");
+  struct Case {
+    std::string what, source, message;
+  };
+  const std::vector<Case> cases = {
+      {"attribute chain", deep_attrs, "PARSE ERROR: InvalidArgument: chat template line 1, column "},
+      {"filter chain", deep_filters, "PARSE ERROR: InvalidArgument: chat template line 1, column "},
+      {"operator chain", deep_sum, "PARSE ERROR: InvalidArgument: chat template line 1, column "},
+      {"item chain", deep_items, "PARSE ERROR: InvalidArgument: chat template line 1, column "},
+      {"string + doubling",
+       "{% set ns = namespace(s='ab') %}\n{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+       "line 2, column 44: a string longer than 64 MiB"},
+      {"string ~ doubling",
+       "{% set ns = namespace(s='ab') %}\n{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+       "line 2, column 39: a string longer than 64 MiB"},
+      {"list + doubling",
+       "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+       "a list too long"},
+      {"nested loops over range(100000)",
+       "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+       "line 1, column 32: the rendering takes more than 20000000 steps"},
+      {"a list holding one sublist twice, 40 levels, printed",
+       "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l }}",
+       "line 1, column 103: the rendering takes more than 20000000 steps"},
+      {"the same, compared",
+       "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+       "{{ ns.l == [ns.l[0], ns.l[1]] }}",
+       "the rendering takes more than 20000000 steps"},
+      {"the same, as JSON",
+       "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+       "{{ ns.l | tojson }}",
+       "the rendering takes more than 20000000 steps"},
+      {"a growing list of big strings",
+       "{% set s = 'x' * 60000000 %}{% set ns = namespace(l=[]) %}"
+       "{% for i in range(100) %}{% set ns.l = ns.l + [s] %}{% endfor %}",
+       "the rendering builds more than 1024 MiB of strings and lists"},
+      {"a list of a big string, repeated", "{{ (['x' * 60000000] * 100) | length }}", "a list larger than 1024 MiB"},
+      {"replace growing a string", "{{ ('x' * 2000000).replace('', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}",
+       "a string longer than 64 MiB"},
+      {"join growing a string", "{{ ('x' * 10000000).join(['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']) }}",
+       "a string longer than 64 MiB"},
+      {"tojson with an indent of 64 MiB", "{{ [[1]] | tojson(indent=' ' * 40000000) }}", "a string longer than 64 MiB"},
+      {"copying a big string many times",
+       "{% set s = 'x' * 30000000 %}{% for i in range(100000) %}{% set t = s %}{% endfor %}",
+       "the rendering takes more than 20000000 steps"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string got = R(c.source);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(got.find("InvalidArgument: chat template line "), std::string::npos) << got.substr(0, 300);
+    EXPECT_NE(got.find(c.message), std::string::npos) << got.substr(0, 300);
+    EXPECT_LT(seconds, 20.0);  // bounded: the budgets end it, not the test's timeout
+  }
+  // Just under the limits, the same constructs render.
+  std::string attrs = "{{ d";
+  for (int i = 0; i < 150; ++i) attrs += ".items";
+  EXPECT_NE(R(attrs + " }}").find("ERROR"), std::string::npos);  // an error of values, not of nesting
+  EXPECT_EQ(R(attrs + " }}").find("nests too deeply"), std::string::npos);
+  std::string filters = "{{ 'x'";
+  for (int i = 0; i < 150; ++i) filters += "|upper";
+  EXPECT_EQ(R(filters + " }}"), "X");
+  EXPECT_EQ(R("{% set ns = namespace(s='ab') %}{% for i in range(20) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
+              "{{ ns.s | length }}"),
+            "2097152");
+  EXPECT_EQ(R("{% set ns = namespace(n=0) %}{% for i in range(1000) %}{% for j in range(1000) %}"
+              "{% endfor %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}"),
+            "1000");
 }
 
 TEST(ChatTemplateTest, PromptFormatMakesAConversationOfAPrompt) {

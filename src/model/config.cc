@@ -9,6 +9,8 @@
 #include <tuple>
 #include <vector>
 
+#include "bounded_json.h"
+#include "sluice/common/file_util.h"
 #include "sluice/common/random.h"
 #include "sluice/model/tokenizer.h"
 
@@ -170,7 +172,7 @@ Status ReadRopeScaling(const json& j, RopeScaling* out) {
 }  // namespace
 
 Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& origin) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  SLUICE_ASSIGN_OR_RETURN(json j, ParseBoundedJson<json>(json_text, origin));
   if (j.is_discarded()) return Status::InvalidArgument(origin + ": not valid JSON");
   if (!j.is_object()) return Status::InvalidArgument(origin + ": not a JSON object");
   ModelConfig c;
@@ -221,11 +223,12 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
 }
 
 Result<ModelConfig> LoadModelConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": cannot open model config");
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseModelConfig(text.str(), path);
+  Result<std::string> text = ReadFileToString(path);
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound) {
+    return Status::NotFound(path + ": cannot open model config");
+  }
+  if (!text.ok()) return text.status();
+  return ParseModelConfig(*text, path);
 }
 
 Status CheckSameArchitecture(const std::string& dir, const ModelConfig& model) {

@@ -1,5 +1,6 @@
 #include "sluice/model/hf_tokenizer.h"
 
+#include "bounded_json.h"
 #include "sluice/common/file_util.h"
 #include "utf8.h"
 
@@ -114,16 +115,28 @@ class Regex {
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
 
-  // The [begin, end) byte ranges of the non-empty matches in `text`, left to right.
-  std::vector<std::pair<size_t, size_t>> Matches(std::string_view text) const {
+  // The [begin, end) byte ranges of the non-empty matches in `text`, left
+  // to right. Errors: ResourceExhausted when the regex engine gives up (its
+  // match, depth or heap limit, the JIT's stack, memory): ending the matches
+  // there would make the rest of the text one piece and change the ids.
+  Result<std::vector<std::pair<size_t, size_t>>> Matches(std::string_view text) const {
     std::vector<std::pair<size_t, size_t>> out;
     pcre2_match_data* data = pcre2_match_data_create_from_pattern(code_, nullptr);
+    if (data == nullptr) return Status::ResourceExhausted("tokenizer regex: no memory for its match data");
     size_t start = 0;
     while (start < text.size()) {
       const int rc =
           jit_ ? pcre2_jit_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start, 0, data, nullptr)
                : pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start, 0, data, nullptr);
-      if (rc < 0) break;
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        pcre2_match_data_free(data);
+        std::array<PCRE2_UCHAR, 256> message{};
+        pcre2_get_error_message(rc, message.data(), message.size());
+        return Status::ResourceExhausted("tokenizer regex failed at byte " + std::to_string(start) + " of a " +
+                                         std::to_string(text.size()) +
+                                         "-byte piece: " + reinterpret_cast<const char*>(message.data()));
+      }
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
       const size_t b = ovector[0], e = ovector[1];
       if (e > b) {
@@ -386,8 +399,8 @@ struct HfTokenizer::Impl {
 
   // Normalizes, pre-tokenizes and encodes text that holds no added token;
   // starts_input: the text starts the input (no added token before it).
-  void EncodeSegment(std::string_view text, bool starts_input, std::vector<TokenId>* out) const {
-    if (text.empty()) return;
+  Status EncodeSegment(std::string_view text, bool starts_input, std::vector<TokenId>* out) const {
+    if (text.empty()) return Status::Ok();
     std::string normalized;
     for (const NormalizerStep& step : normalizers) {
       switch (step.kind) {
@@ -438,7 +451,8 @@ struct HfTokenizer::Impl {
           next.push_back(Piece{piece.text.substr(b, e - b), piece.starts_input && b == 0});
         };
         size_t at = 0;
-        for (auto [b, e] : regex->Matches(piece.text)) {
+        SLUICE_ASSIGN_OR_RETURN(const auto matches, regex->Matches(piece.text));
+        for (auto [b, e] : matches) {
           if (b > at) add(at, b);
           if (keep_matches) add(b, e);
           at = e;
@@ -448,6 +462,7 @@ struct HfTokenizer::Impl {
       pieces = std::move(next);
     }
     for (const Piece& piece : pieces) EncodePiece(piece.text, out);
+    return Status::Ok();
   }
 
   // The SentencePiece-style decoder over the tokens' strings.
@@ -527,7 +542,7 @@ struct HfTokenizer::Impl {
   // pieces between are normalized, pre-tokenized and encoded. An lstrip
   // token also takes the whitespace before it, an rstrip one the whitespace
   // after it.
-  void SplitOnAdded(std::string_view text, std::vector<TokenId>* out) const {
+  Status SplitOnAdded(std::string_view text, std::vector<TokenId>* out) const {
     size_t segment = 0;
     for (size_t i = 0; i < text.size() && !added.empty();) {
       size_t end = 0;
@@ -544,11 +559,11 @@ struct HfTokenizer::Impl {
         if (!IsWhitespace(NextCodePoint(text, &q))) break;
         before = p;
       }
-      EncodeSegment(text.substr(segment, before - segment), segment == 0, out);
+      SLUICE_RETURN_IF_ERROR(EncodeSegment(text.substr(segment, before - segment), segment == 0, out));
       out->push_back(t->id);
       i = segment = end;
     }
-    EncodeSegment(text.substr(segment), segment == 0, out);
+    return EncodeSegment(text.substr(segment), segment == 0, out);
   }
 
   // The added token matching at text[i] (longest first), with the span it
@@ -789,20 +804,11 @@ Status ParsePreTokenizer(const json& p, const std::string& origin, std::vector<P
   return Unsupported(origin, "pre_tokenizer type", p["type"]);
 }
 
-// A bos/eos/pad entry of tokenizer_config.json: a string or {"content": ...}.
-std::string SpecialTokenText(const json& config, const char* key) {
-  if (!config.is_object() || !config.contains(key)) return "";
-  const json& v = config[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return "";
-}
-
 }  // namespace
 
 Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& tokenizer_json,
                                                            const std::string& config_json, const std::string& origin) {
-  json j = json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
+  SLUICE_ASSIGN_OR_RETURN(json j, ParseBoundedJson<json>(tokenizer_json, origin));
   if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(origin + ": not a JSON object");
   auto impl = std::make_unique<Impl>();
   impl->origin = origin;
@@ -835,11 +841,19 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
   if (!model.contains("vocab") || !model["vocab"].is_object())
     return Status::InvalidArgument(origin + ": no model.vocab");
   TokenId max_id = -1;
+  // Which token each id belongs to: two tokens with one id would decode as
+  // whichever came last.
+  std::unordered_map<TokenId, std::string> id_owner;
   for (const auto& [token, id] : model["vocab"].items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t{1} << 24)) {
       return Status::InvalidArgument(origin + ": model.vocab['" + token + "'] is not an id in [0, 2^24)");
     }
     const TokenId v = id.get<TokenId>();
+    const auto [owner, fresh] = id_owner.emplace(v, token);
+    if (!fresh) {
+      return Status::InvalidArgument(origin + ": model.vocab gives id " + std::to_string(v) + " to both '" +
+                                     owner->second + "' and '" + token + "'");
+    }
     impl->vocab.emplace(token, v);
     max_id = std::max(max_id, v);
   }
@@ -866,6 +880,16 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
       if (a.value("normalized", !t.special)) normalized_added = t.content;
       t.rstrip = a.value("rstrip", false);
       t.single_word = a.value("single_word", false);
+      // The same token in model.vocab under the same id (Llama 2's <s>) is
+      // fine; another id, or an id another token holds, is a contradiction.
+      if (const auto known = impl->vocab.find(t.content); known != impl->vocab.end() && known->second != t.id) {
+        return Status::InvalidArgument(origin + ": added token '" + t.content + "' has id " + std::to_string(t.id) +
+                                       " but is already token " + std::to_string(known->second));
+      }
+      if (const auto [owner, fresh] = id_owner.emplace(t.id, t.content); !fresh && owner->second != t.content) {
+        return Status::InvalidArgument(origin + ": added token '" + t.content + "' has id " + std::to_string(t.id) +
+                                       ", which is already token '" + owner->second + "'");
+      }
       impl->vocab[t.content] = t.id;
       max_id = std::max(max_id, t.id);
       impl->added.push_back(std::move(t));
@@ -967,15 +991,17 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
   }
   // Special tokens named by tokenizer_config.json.
   if (!config_json.empty()) {
-    json c = json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+    SLUICE_ASSIGN_OR_RETURN(json c, ParseBoundedJson<json>(config_json, origin + ": its tokenizer_config.json"));
     if (c.is_discarded() || !c.is_object()) {
       return Status::InvalidArgument(origin + ": its tokenizer_config.json is not a JSON object");
     }
     for (auto [key, slot] : {std::pair<const char*, TokenId*>{"bos_token", &impl->bos},
                              {"eos_token", &impl->eos},
                              {"pad_token", &impl->pad}}) {
-      const std::string text = SpecialTokenText(c, key);
-      if (text.empty()) continue;
+      SLUICE_ASSIGN_OR_RETURN(const std::optional<std::string> token,
+                              SpecialTokenText(c, key, origin + ": its tokenizer_config.json"));
+      if (!token || token->empty()) continue;
+      const std::string& text = *token;
       auto it = impl->vocab.find(text);
       if (it == impl->vocab.end()) {
         return Status::InvalidArgument(origin + ": tokenizer_config.json " + key + " '" + text +
@@ -987,9 +1013,10 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
   return std::unique_ptr<HfTokenizer>(new HfTokenizer(std::move(impl)));
 }
 
-std::vector<TokenId> HfTokenizer::Encode(std::string_view text) const {
+Result<std::vector<TokenId>> HfTokenizer::Encode(std::string_view text) const {
   std::vector<TokenId> out;
-  impl_->SplitOnAdded(text, &out);
+  Status encoded = impl_->SplitOnAdded(text, &out);
+  if (!encoded.ok()) return encoded.WithContext(impl_->origin);
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace sluice::model {
@@ -63,7 +64,7 @@ TEST_P(ReferenceTest, SameIdsAsTheReferenceOnTheCorpus) {
   ASSERT_GE(corpus.size(), 40u);
   size_t tokens = 0;
   for (size_t i = 0; i < corpus.size(); ++i) {
-    const std::vector<TokenId> got = (*tokenizer)->Encode(corpus[i].get<std::string>());
+    const std::vector<TokenId> got = *(*tokenizer)->Encode(corpus[i].get<std::string>());
     EXPECT_EQ(json(got), expected[i]) << "line " << i + 1 << ": " << corpus[i].dump().substr(0, 80);
     tokens += got.size();
   }
@@ -97,7 +98,7 @@ TEST_P(ReferenceTest, DecodingGivesTheTextBack) {
     const std::string text = line.get<std::string>();
     const bool ascii = std::all_of(text.begin(), text.end(), [](char c) { return (c & 0x80) == 0; });
     if (nfc && !ascii) continue;
-    auto decoded = (*tokenizer)->Decode((*tokenizer)->Encode(text), /*skip_special=*/false);
+    auto decoded = (*tokenizer)->Decode(*(*tokenizer)->Encode(text), /*skip_special=*/false);
     ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
     EXPECT_EQ(*decoded, text);
   }
@@ -109,7 +110,7 @@ TEST_P(ReferenceTest, StreamingDecodeHoldsBackPartialCharacters) {
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
   int held_back = 0;
   for (const json& line : ReadJsonLines(kData / "corpus.jsonl")) {
-    const std::vector<TokenId> ids = (*tokenizer)->Encode(line.get<std::string>());
+    const std::vector<TokenId> ids = *(*tokenizer)->Encode(line.get<std::string>());
     StreamingDecoder stream(**tokenizer, /*skip_special=*/false);
     std::string joined;
     for (TokenId id : ids) {
@@ -192,16 +193,16 @@ TEST(HfTokenizerTest, MetaspacePrependsWhereTheSchemeSays) {
   ASSERT_TRUE(never.ok()) << never.status().ToString();
   using Ids = std::vector<TokenId>;
   // 295 "▁h", 28716 "h", 28710 "i", 1 "<s>", 2 "</s>".
-  EXPECT_EQ((*first)->Encode("hi"), (Ids{295, 28710}));
-  EXPECT_EQ((*first)->Encode(" hi"), (Ids{295, 28710}));  // already there: not doubled
-  EXPECT_EQ((*first)->Encode("<s>hi"), (Ids{1, 28716, 28710}));
-  EXPECT_EQ((*first)->Encode("<s> hi"), (Ids{1, 295, 28710}));
-  EXPECT_EQ((*first)->Encode("hi</s>hi"), (Ids{295, 28710, 2, 28716, 28710}));
-  EXPECT_EQ((*always)->Encode("<s>hi"), (Ids{1, 295, 28710}));
-  EXPECT_EQ((*always)->Encode("hi</s>hi"), (Ids{295, 28710, 2, 295, 28710}));
-  EXPECT_EQ((*never)->Encode("hi"), (Ids{28716, 28710}));
-  EXPECT_EQ((*never)->Encode(" hi"), (Ids{295, 28710}));
-  EXPECT_EQ((*never)->Encode("hi</s>hi"), (Ids{28716, 28710, 2, 28716, 28710}));
+  EXPECT_EQ(*(*first)->Encode("hi"), (Ids{295, 28710}));
+  EXPECT_EQ(*(*first)->Encode(" hi"), (Ids{295, 28710}));  // already there: not doubled
+  EXPECT_EQ(*(*first)->Encode("<s>hi"), (Ids{1, 28716, 28710}));
+  EXPECT_EQ(*(*first)->Encode("<s> hi"), (Ids{1, 295, 28710}));
+  EXPECT_EQ(*(*first)->Encode("hi</s>hi"), (Ids{295, 28710, 2, 28716, 28710}));
+  EXPECT_EQ(*(*always)->Encode("<s>hi"), (Ids{1, 295, 28710}));
+  EXPECT_EQ(*(*always)->Encode("hi</s>hi"), (Ids{295, 28710, 2, 295, 28710}));
+  EXPECT_EQ(*(*never)->Encode("hi"), (Ids{28716, 28710}));
+  EXPECT_EQ(*(*never)->Encode(" hi"), (Ids{295, 28710}));
+  EXPECT_EQ(*(*never)->Encode("hi</s>hi"), (Ids{28716, 28710, 2, 28716, 28710}));
   // Decoding: the Strip decoder (mistral_metaspace) and Metaspace's strip
   // only the first token's; a special token kept in front keeps the next
   // one's space.
@@ -259,9 +260,9 @@ TEST(HfTokenizerTest, MetaspaceLegacyAddPrefixSpace) {
   size_t differ = 0;
   for (const json& line : ReadJsonLines(kData / "corpus.jsonl")) {
     const std::string text = line.get<std::string>();
-    EXPECT_EQ((*no_prefix)->Encode(text), (*never)->Encode(text)) << text;
-    EXPECT_EQ((*prefix)->Encode(text), (*always)->Encode(text)) << text;
-    differ += (*never)->Encode(text) != (*always)->Encode(text);
+    EXPECT_EQ(*(*no_prefix)->Encode(text), *(*never)->Encode(text)) << text;
+    EXPECT_EQ(*(*prefix)->Encode(text), *(*always)->Encode(text)) << text;
+    differ += *(*never)->Encode(text) != *(*always)->Encode(text);
   }
   EXPECT_GT(differ, 20u);
 }
@@ -274,13 +275,13 @@ TEST(HfTokenizerTest, SpecialTokensComeFromTheConfigAndAreSkippedWhenDecoding) {
   EXPECT_EQ((*qwen)->bos_id(), -1);      // Qwen has none
   EXPECT_EQ((*qwen)->TokenToId("<think>"), 151667);
   EXPECT_EQ((*qwen)->vocab_size(), 151669);
-  const std::vector<TokenId> ids = (*qwen)->Encode("<|im_start|>user\nhi<|im_end|>");
+  const std::vector<TokenId> ids = *(*qwen)->Encode("<|im_start|>user\nhi<|im_end|>");
   EXPECT_EQ(ids.front(), 151644);
   EXPECT_EQ(ids.back(), 151645);
   EXPECT_EQ(*(*qwen)->Decode(ids), "user\nhi");
   EXPECT_EQ(*(*qwen)->Decode(ids, /*skip_special=*/false), "<|im_start|>user\nhi<|im_end|>");
   // <think> is an added token that is not special: kept when decoding.
-  EXPECT_EQ(*(*qwen)->Decode((*qwen)->Encode("<think>x</think>")), "<think>x</think>");
+  EXPECT_EQ(*(*qwen)->Decode(*(*qwen)->Encode("<think>x</think>")), "<think>x</think>");
   EXPECT_EQ((*qwen)->Decode({151669}).status().code(), StatusCode::kOutOfRange);
   EXPECT_EQ((*qwen)->Decode({-1}).status().code(), StatusCode::kOutOfRange);
 
@@ -294,7 +295,7 @@ TEST(HfTokenizerTest, BytesThatAreNotUtf8AreEncodedOneByOneAndComeBack) {
   auto llama = HfTokenizer::Load((kData / "llama3_2").string());
   ASSERT_TRUE(llama.ok()) << llama.status().ToString();
   const std::string text = std::string("ok \xff\xfe bad \xe2\x82 cut ") + std::string(1, '\0') + "nul";
-  const std::vector<TokenId> ids = (*llama)->Encode(text);
+  const std::vector<TokenId> ids = *(*llama)->Encode(text);
   EXPECT_FALSE(ids.empty());
   EXPECT_EQ(*(*llama)->Decode(ids), text);
 }
@@ -328,8 +329,8 @@ json MinimalTokenizer() {
 TEST(HfTokenizerTest, MinimalTokenizerMergesInRankOrder) {
   auto t = HfTokenizer::FromJson(MinimalTokenizer().dump(), R"({"eos_token": "<eos>"})", "mini");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ((*t)->Encode("abc"), (std::vector<TokenId>{257}));
-  EXPECT_EQ((*t)->Encode("abcab<eos>ac"), (std::vector<TokenId>{257, 256, 300, 'a', 'c'}));
+  EXPECT_EQ(*(*t)->Encode("abc"), (std::vector<TokenId>{257}));
+  EXPECT_EQ(*(*t)->Encode("abcab<eos>ac"), (std::vector<TokenId>{257, 256, 300, 'a', 'c'}));
   EXPECT_EQ((*t)->eos_id(), 300);
 }
 
@@ -348,12 +349,12 @@ TEST(HfTokenizerTest, UnknownCharactersBecomeTheUnknownToken) {
         {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}})");
   auto fused = HfTokenizer::FromJson(j.dump(), "", "unk");
   ASSERT_TRUE(fused.ok()) << fused.status().ToString();
-  EXPECT_EQ((*fused)->Encode("a\u2603\u2603b a"), (std::vector<TokenId>{4, 0, 3, 4}));
+  EXPECT_EQ(*(*fused)->Encode("a\u2603\u2603b a"), (std::vector<TokenId>{4, 0, 3, 4}));
   EXPECT_EQ(*(*fused)->Decode({4, 3, 4}), "ab a");
   j["model"]["fuse_unk"] = false;
   auto unfused = HfTokenizer::FromJson(j.dump(), "", "unk");
   ASSERT_TRUE(unfused.ok()) << unfused.status().ToString();
-  EXPECT_EQ((*unfused)->Encode("a\u2603\u2603b"), (std::vector<TokenId>{4, 0, 0, 3}));
+  EXPECT_EQ(*(*unfused)->Encode("a\u2603\u2603b"), (std::vector<TokenId>{4, 0, 0, 3}));
 }
 
 // An lstrip added token takes the whitespace before it. Expected ids from
@@ -370,9 +371,9 @@ TEST(HfTokenizerTest, LstripTokensTakeTheWhitespaceBeforeThem) {
                                {"special", false}});
   auto t = HfTokenizer::FromJson(j.dump(), "", "llama2+x");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ((*t)->Encode("a  <x>b"), (std::vector<TokenId>{264, 32000, 287}));
-  EXPECT_EQ((*t)->Encode("x <x> hi<x>"), (std::vector<TokenId>{1318, 32000, 28705, 295, 28710, 32000}));
-  EXPECT_EQ((*t)->Encode("\thi  <x>"), (std::vector<TokenId>{28705, 12, 28716, 28710, 32000}));
+  EXPECT_EQ(*(*t)->Encode("a  <x>b"), (std::vector<TokenId>{264, 32000, 287}));
+  EXPECT_EQ(*(*t)->Encode("x <x> hi<x>"), (std::vector<TokenId>{1318, 32000, 28705, 295, 28710, 32000}));
+  EXPECT_EQ(*(*t)->Encode("\thi  <x>"), (std::vector<TokenId>{28705, 12, 28716, 28710, 32000}));
   // Matched in normalized text, a token's text would change under Prepend/Replace: refused.
   j["added_tokens"].back()["normalized"] = true;
   auto refused = HfTokenizer::FromJson(j.dump(), "", "llama2+x");
@@ -387,10 +388,10 @@ TEST(HfTokenizerTest, LongSegmentsMergeAsShortOnes) {
   auto llama2 = HfTokenizer::Load((kData / "llama2").string());
   ASSERT_TRUE(llama2.ok()) << llama2.status().ToString();
   const std::string sentence = " the quick brown fox jumps over the lazy dog";
-  const std::vector<TokenId> one = (*llama2)->Encode(sentence.substr(1));
+  const std::vector<TokenId> one = *(*llama2)->Encode(sentence.substr(1));
   std::string many = sentence.substr(1);
   for (int i = 0; i < 2000; ++i) many += sentence;  // ~90 KB, one segment
-  const std::vector<TokenId> ids = (*llama2)->Encode(many);
+  const std::vector<TokenId> ids = *(*llama2)->Encode(many);
   ASSERT_EQ(ids.size() % one.size(), 0u);
   EXPECT_EQ(ids.size(), one.size() * 2001);
   EXPECT_EQ(*(*llama2)->Decode(ids), many);
@@ -535,6 +536,26 @@ TEST(HfTokenizerTest, BadFilesAreRefusedNamingTheProblem) {
        },
        StatusCode::kInvalidArgument, "needs an id"},
       {"no model", [](json& j) { j.erase("model"); }, StatusCode::kInvalidArgument, "no 'model'"},
+      // A hostile file: a Sequence nested 40,000 deep overflowed the stack of
+      // the recursive component parsers (SIGSEGV) before the nesting limit.
+      // Two tokens with one id decoded as whichever came last.
+      {"two vocabulary tokens share an id", [](json& j) { j["model"]["vocab"]["zz"] = 256; },
+       StatusCode::kInvalidArgument, "model.vocab gives id 256 to both"},
+      {"added token with the id of a vocabulary token",
+       [](json& j) {
+         j["added_tokens"].push_back({{"id", 257}, {"content", "<tool>"}, {"special", true}});
+       },
+       StatusCode::kInvalidArgument, "added token '<tool>' has id 257, which is already token 'abc'"},
+      {"added token that is a vocabulary token under another id",
+       [](json& j) {
+         j["added_tokens"].push_back({{"id", 301}, {"content", "abc"}});
+       },
+       StatusCode::kInvalidArgument, "added token 'abc' has id 301 but is already token 257"},
+      {"two added tokens share an id",
+       [](json& j) {
+         j["added_tokens"].push_back({{"id", 300}, {"content", "<bos>"}, {"special", true}});
+       },
+       StatusCode::kInvalidArgument, "added token '<bos>' has id 300, which is already token '<eos>'"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -546,12 +567,65 @@ TEST(HfTokenizerTest, BadFilesAreRefusedNamingTheProblem) {
     EXPECT_NE(t.status().message().find(c.needle), std::string::npos) << t.status().ToString();
     EXPECT_NE(t.status().message().find("fixture/tokenizer.json"), std::string::npos) << t.status().ToString();
   }
+  // A hostile file: a Sequence nested 40,000 deep overflowed the stack of the
+  // recursive component parsers (SIGSEGV) before the nesting limit. Written
+  // as text: building it as a json value copies it at every level.
+  for (const auto& [key, list, leaf] :
+       {std::tuple<std::string, std::string, std::string>{"pre_tokenizer", "pretokenizers", R"({"type": "ByteLevel"})"},
+        {"normalizer", "normalizers", R"({"type": "NFC"})"}}) {
+    SCOPED_TRACE(key);
+    std::string deep;
+    for (int i = 0; i < 40000; ++i) deep += R"({"type": "Sequence", ")" + list + R"(": [)";
+    deep += leaf;
+    for (int i = 0; i < 40000; ++i) deep += "]}";
+    std::string text = MinimalTokenizer().dump();
+    text.insert(text.size() - 1, R"(, ")" + key + R"(": )" + deep);  // a later key replaces the first
+    auto nested = HfTokenizer::FromJson(text, "", "deep/tokenizer.json");
+    ASSERT_FALSE(nested.ok());
+    EXPECT_EQ(nested.status().message(), "deep/tokenizer.json: JSON nested deeper than 128 levels");
+  }
   auto not_json = HfTokenizer::FromJson("{\"model\": [", "", "x.json");
   EXPECT_EQ(not_json.status().code(), StatusCode::kInvalidArgument);
   auto bad_eos = HfTokenizer::FromJson(MinimalTokenizer().dump(), R"({"eos_token": "</s>"})", "x.json");
   EXPECT_EQ(bad_eos.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad_eos.status().message().find("eos_token '</s>' is not a token"), std::string::npos);
   EXPECT_EQ(HfTokenizer::Load("/nonexistent/model").status().code(), StatusCode::kNotFound);
+  // A special token of the wrong type was ignored: the model ran without its
+  // end-of-sequence token.
+  for (const char* config : {R"({"eos_token": 5})", R"({"bos_token": ["<eos>"]})", R"({"pad_token": {"id": 3}})"}) {
+    auto wrong_type = HfTokenizer::FromJson(MinimalTokenizer().dump(), config, "x.json");
+    ASSERT_FALSE(wrong_type.ok()) << config;
+    EXPECT_NE(wrong_type.status().message().find("must be a string or an object with a string 'content'"),
+              std::string::npos)
+        << wrong_type.status().ToString();
+  }
+  // The same token in the vocabulary and the added tokens under one id
+  // (Llama 2's <s>) is not a collision.
+  json same = MinimalTokenizer();
+  same["added_tokens"].push_back({{"id", 257}, {"content", "abc"}});
+  EXPECT_TRUE(HfTokenizer::FromJson(same.dump(), "", "x.json").ok());
+}
+
+// The regex engine giving up (its match limit: this pattern backtracks
+// exponentially on a run of a's not followed by b) ended the matches as if
+// there were no more, so the rest of the text became one piece and the ids
+// changed without a word. Now it is an error naming the file.
+TEST(HfTokenizerTest, ARegexEngineFailureIsAnErrorNotOnePiece) {
+  json j = MinimalTokenizer();
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"}, {"pattern", {{"Regex", "(a+)+b"}}}, {"behavior", "Isolated"}},
+                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  auto t = HfTokenizer::FromJson(j.dump(), "", "fixture/tokenizer.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(*(*t)->Encode("xaab"), (std::vector<TokenId>{'x', 'a', 256}));  // x | aab: a, ab
+  auto failed = (*t)->Encode(std::string(40, 'a') + "c b");
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(failed.status().message().find("fixture/tokenizer.json: tokenizer regex failed at byte 0"),
+            std::string::npos)
+      << failed.status().ToString();
+  EXPECT_NE(failed.status().message().find("limit"), std::string::npos) << failed.status().ToString();
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <set>
 #include <vector>
 
+#include "bounded_json.h"
 #include "sluice/common/check.h"
 #include "sluice/common/file_util.h"
 
@@ -113,7 +114,8 @@ Result<SafetensorsContents> ParseSafetensors(std::span<const std::byte> bytes, s
   if (header_len < 2 || header_begin[0] != '{') {
     return Status::DataLoss(origin + ": header does not start with a JSON object");
   }
-  json header = json::parse(header_begin, header_begin + header_len, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  SLUICE_ASSIGN_OR_RETURN(json header,
+                          ParseBoundedJson<json>(std::string_view(header_begin, header_len), origin + ": header"));
   if (header.is_discarded()) return Status::DataLoss(origin + ": header is not valid JSON");
   if (!header.is_object()) return Status::DataLoss(origin + ": header is not a JSON object");
 
@@ -164,20 +166,12 @@ Result<SafetensorsContents> ParseSafetensors(std::span<const std::byte> bytes, s
 }
 
 Result<SafetensorsContents> ReadSafetensorsFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound(path + ": no such file");
-    return Status::Unavailable(path + ": cannot open: " + std::strerror(errno));
-  }
+  SLUICE_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
     return Status::Unavailable(path + ": cannot stat: " + std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::InvalidArgument(path + ": not a regular file");
   }
   size_t size = static_cast<size_t>(st.st_size);
   std::shared_ptr<const void> owner;
@@ -251,8 +245,8 @@ Result<TensorMap> LoadCheckpointTensors(const std::string& dir) {
   if (!fs::exists(index_path, ec)) {
     return Status::NotFound(dir + ": neither " + kSingleFile + " nor " + kIndexFile + " is present");
   }
-  std::ifstream in(index_path);
-  json index = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  SLUICE_ASSIGN_OR_RETURN(const std::string index_text, ReadFileToString(index_path.string()));
+  SLUICE_ASSIGN_OR_RETURN(json index, ParseBoundedJson<json>(index_text, index_path.string()));
   if (index.is_discarded() || !index.is_object()) return Status::DataLoss(index_path.string() + ": not a JSON object");
   if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
     return Status::DataLoss(index_path.string() + ": missing object \"weight_map\"");

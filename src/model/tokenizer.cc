@@ -64,7 +64,7 @@ std::string StreamingDecoder::Finish() {
   return full->substr(out->size());
 }
 
-std::vector<TokenId> ByteTokenizer::Encode(std::string_view text) const {
+Result<std::vector<TokenId>> ByteTokenizer::Encode(std::string_view text) const {
   std::vector<TokenId> ids;
   ids.reserve(text.size());
   for (char c : text) ids.push_back(static_cast<TokenId>(static_cast<unsigned char>(c)));

@@ -164,19 +164,25 @@ Result<std::shared_ptr<Transformer>> LoadPretrained(const std::string& dir, torc
   }
   auto model = std::make_shared<Transformer>(config, /*seed=*/0);
   SLUICE_RETURN_IF_ERROR(LoadWeights(*model, weights).WithContext(dir));
-  {
-    torch::NoGradGuard no_grad;
-    for (const auto& p : model->named_parameters()) {
-      if (!torch::isfinite(p.value()).all().item<bool>()) {
-        return Status::DataLoss(dir + ": tensor '" + p.key() + "' holds NaN or inf values");
-      }
-    }
-  }
+  SLUICE_RETURN_IF_ERROR(CheckFiniteWeights(*model, dir));
   model->to(device);
   return model;
 }
 
+Status CheckFiniteWeights(Transformer& model, const std::string& what) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : model.named_parameters()) {
+    if (!torch::isfinite(p.value()).all().item<bool>()) {
+      return Status::DataLoss(what + ": tensor '" + p.key() + "' holds NaN or inf values");
+    }
+  }
+  return Status::Ok();
+}
+
 Status SavePretrained(Transformer& model, const std::string& dir, DType dtype, const CheckpointWriteOptions& options) {
+  // Weights a trainer command published as NaN were written out as a final
+  // model that this loader then refuses: refused here, before a file is.
+  SLUICE_RETURN_IF_ERROR(CheckFiniteWeights(model, "cannot save " + dir));
   SLUICE_ASSIGN_OR_RETURN(TensorMap weights, ExportWeights(model, dtype));
   SLUICE_RETURN_IF_ERROR(SaveCheckpointTensors(dir, weights, options));
   ModelConfig config = model.config();

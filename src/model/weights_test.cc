@@ -51,6 +51,20 @@ TEST_F(WeightsTest, SaveThenLoadIsBitExactAndComputesTheSameLogits) {
   EXPECT_TRUE(torch::equal(model_->Forward(tokens), (*loaded)->Forward(tokens)));
 }
 
+// A trainer command that published NaN weights ended its run with exit 0
+// and a final/ of NaN, which LoadPretrained then refused.
+TEST_F(WeightsTest, NonFiniteWeightsAreNeitherSavedNorLoaded) {
+  {
+    torch::NoGradGuard g;
+    model_->named_parameters()["model.norm.weight"][3] = std::nanf("");
+  }
+  const Status saved = SavePretrained(*model_, dir_.string());
+  EXPECT_EQ(saved.code(), StatusCode::kDataLoss);
+  EXPECT_NE(saved.message().find("tensor 'model.norm.weight' holds NaN or inf values"), std::string::npos)
+      << saved.ToString();
+  EXPECT_FALSE(fs::exists(dir_ / "model.safetensors"));
+}
+
 TEST_F(WeightsTest, ShardedCheckpointLoadsTheSame) {
   CheckpointWriteOptions options;
   options.max_shard_bytes = 20000;
@@ -171,7 +185,11 @@ TEST_F(WeightsTest, NonFiniteWeightsAreRefused) {
     torch::NoGradGuard g;
     model_->named_parameters()["model.layers.0.mlp.up_proj.weight"][0][1] = std::nanf("");
   }
-  ASSERT_TRUE(SavePretrained(*model_, dir_.string()).ok());
+  // Written as another program would (SavePretrained refuses them).
+  auto exported = ExportWeights(*model_);
+  ASSERT_TRUE(exported.ok());
+  ASSERT_TRUE(SaveCheckpointTensors(dir_.string(), *exported).ok());
+  ASSERT_TRUE(SaveModelConfig((dir_ / "config.json").string(), config_).ok());
   auto loaded = LoadPretrained(dir_.string());
   EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(loaded.status().message().find("model.layers.0.mlp.up_proj.weight' holds NaN"), std::string::npos)

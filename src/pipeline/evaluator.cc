@@ -70,7 +70,7 @@ Result<EvalResult> Evaluator::Evaluate() {
           ex.source.empty() ? "eval example " + std::to_string(i) : ex.source));
     }
     rollout::GenerationRequest r;
-    r.prompt = EncodePrompt(tokenizer, ex.prompt, options_.prompt_format);
+    SLUICE_ASSIGN_OR_RETURN(r.prompt, EncodePrompt(tokenizer, ex.prompt, options_.prompt_format));
     // Request i * (samples + 1) is the greedy answer, the next `samples` are sampled.
     for (int64_t k = 0; k <= samples; ++k) {
       r.id = static_cast<uint64_t>(i * (samples + 1) + k);
@@ -98,8 +98,10 @@ Result<EvalResult> Evaluator::Evaluate() {
     scored_examples.push_back(&examples[j / static_cast<size_t>(samples + 1)]);
     answers.push_back(&results[j].tokens);
   }
+  const uint64_t errors_before = task_->score_errors();
   const std::vector<double> rewards = ScoreAnswers(tokenizer, *task_, scored_examples, answers);
   EvalResult e;
+  e.reward_errors = static_cast<int64_t>(task_->score_errors() - errors_before);
   e.examples = n;
   double sampled_correct = 0;
   for (int64_t i = 0; i < n; ++i) {

@@ -8,16 +8,16 @@
 
 namespace sluice::pipeline {
 
-std::vector<model::TokenId> EncodePrompt(const model::Tokenizer& tokenizer, const std::string& text,
-                                         const model::PromptFormat& format) {
+Result<std::vector<model::TokenId>> EncodePrompt(const model::Tokenizer& tokenizer, const std::string& text,
+                                                 const model::PromptFormat& format) {
   if (format.chat) {
-    Result<std::string> rendered = format.Apply(text);
-    SLUICE_CHECK(rendered.ok()) << rendered.status().ToString();
-    return tokenizer.Encode(*rendered);
+    SLUICE_ASSIGN_OR_RETURN(const std::string rendered, format.Apply(text));
+    return tokenizer.Encode(rendered);
   }
   std::vector<model::TokenId> ids;
   if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
-  for (model::TokenId t : tokenizer.Encode(text)) ids.push_back(t);
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<model::TokenId> text_ids, tokenizer.Encode(text));
+  ids.insert(ids.end(), text_ids.begin(), text_ids.end());
   return ids;
 }
 

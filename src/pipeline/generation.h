@@ -17,9 +17,11 @@ namespace sluice::pipeline {
 // BOS, then the prompt's tokens; with a chat template, the tokens of the
 // rendered conversation (the template writes BOS itself where the model
 // wants it). The format must render every prompt it is given: a run checks
-// all of its task's prompts when it starts (CheckPromptsFit).
-std::vector<model::TokenId> EncodePrompt(const model::Tokenizer& tokenizer, const std::string& text,
-                                         const model::PromptFormat& format = {});
+// all of its task's prompts when it starts (CheckPromptsFit). Errors: the
+// chat template's (InvalidArgument, ResourceExhausted past its budgets) and
+// the tokenizer's.
+Result<std::vector<model::TokenId>> EncodePrompt(const model::Tokenizer& tokenizer, const std::string& text,
+                                                 const model::PromptFormat& format = {});
 
 // Generates every request on `engine` (idle on entry) until it is idle again;
 // results sorted by request id. On an error the engine is drained first.

@@ -66,6 +66,7 @@ std::string StepRecord::ToJson() const {
     j["eval_reward"] = eval.mean_reward;
     j["eval_response_len"] = eval.mean_length;
     if (eval.sampled_accuracy >= 0) j["eval_sampled_accuracy"] = eval.sampled_accuracy;
+    if (eval.reward_errors > 0) j["eval_reward_errors"] = eval.reward_errors;
   }
   return j.dump();
 }

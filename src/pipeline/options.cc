@@ -91,6 +91,9 @@ Status RunOptions::Validate() const {
   if (pipeline.stall_seconds < 0 || pipeline.stall_seconds > 604800) {
     return bad("pipeline.stall_seconds", "must be in [0, 604800] (0: no watchdog)");
   }
+  if (pipeline.stall_start_seconds < 1 || pipeline.stall_start_seconds > 604800) {
+    return bad("pipeline.stall_start_seconds", "must be in [1, 604800]");
+  }
   if (pipeline.stop_on_stall && pipeline.stall_seconds == 0) {
     return bad("pipeline.stop_on_stall", "needs pipeline.stall_seconds > 0");
   }
@@ -111,6 +114,11 @@ Status RunOptions::Validate() const {
     int port = 0;
     if (Status parsed = ParseListenAddress(metrics_listen, &host, &port); !parsed.ok()) {
       return bad("run.metrics_listen", parsed.message());
+    }
+    if (!metrics_allow_non_loopback && !IsLoopbackAddress(host)) {
+      return bad("run.metrics_listen", host +
+                                           " is not a loopback address: the counters are served without "
+                                           "authentication (run.metrics_allow_non_loopback=true serves them there)");
     }
   }
   if (!pipeline.trainer_command.empty()) {

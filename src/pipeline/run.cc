@@ -51,7 +51,9 @@ Status CheckPromptsFit(const reward::Task& task, const model::Tokenizer& tokeniz
         Result<std::string> rendered = format.Apply(ex.prompt);
         if (!rendered.ok()) return rendered.status().WithContext(where + ": its prompt through the chat template");
       }
-      const int64_t tokens = static_cast<int64_t>(EncodePrompt(tokenizer, ex.prompt, format).size());
+      Result<std::vector<model::TokenId>> ids = EncodePrompt(tokenizer, ex.prompt, format);
+      if (!ids.ok()) return ids.status().WithContext(where + ": its prompt");
+      const int64_t tokens = static_cast<int64_t>(ids->size());
       if (tokens >= context) {
         return Status::InvalidArgument(where + ": the prompt is " + std::to_string(tokens) +
                                        " tokens, which leaves no room for an answer in the " + "model's context of " +
@@ -158,7 +160,9 @@ Status TrainingRun::WarmStart(const ProgressFn& progress) {
       const bool shortcut = sft.shortcut_fraction > 0 &&
                             UnitInterval(HashCombine(s.options.seed ^ kShortcutSalt, cursor)) < sft.shortcut_fraction;
       const std::string target = shortcut ? std::string(1, reward::kAnswerMarker) + ex.answer : ex.solution;
-      trainer::SftExample e{s.EncodePrompt(ex.prompt), s.tokenizer->Encode(target)};
+      SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> prompt, s.EncodePrompt(ex.prompt));
+      SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> target_ids, s.tokenizer->Encode(target));
+      trainer::SftExample e{std::move(prompt), std::move(target_ids)};
       if (s.EosId() >= 0) e.target.push_back(s.EosId());
       batch.push_back(std::move(e));
     }
@@ -232,7 +236,7 @@ Status TrainingRun::Train(const ProgressFn& progress, const std::atomic<bool>* s
       for (int64_t g = 0; g < rl.group_size; ++g) {
         rollout::GenerationRequest r;
         r.id = static_cast<uint64_t>(k * rl.group_size + g);
-        r.prompt = s.EncodePrompt(ex.prompt);
+        SLUICE_ASSIGN_OR_RETURN(r.prompt, s.EncodePrompt(ex.prompt));
         r.sampling = rl.sampling;
         r.sampling.seed = AnswerSeed(s.options.seed, rl.prompts_per_step, rl.group_size, cursor, g);
         if (s.hooks.forced_length) r.sampling.forced_length = s.hooks.forced_length(cursor, g);

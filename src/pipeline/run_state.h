@@ -93,7 +93,7 @@ struct TrainingRun::State {
   // otherwise.
   std::string lease_holder;
 
-  std::vector<model::TokenId> EncodePrompt(const std::string& text) const {
+  Result<std::vector<model::TokenId>> EncodePrompt(const std::string& text) const {
     return pipeline::EncodePrompt(*tokenizer, text, prompt_format);
   }
   // The token that ends an answer: the tokenizer's, else the model config's (-1: none).
@@ -162,6 +162,9 @@ struct TrainingRun::State {
     if ((ev.interval > 0 && step % ev.interval == 0) || step == options.rl.steps) {
       SLUICE_ASSIGN_OR_RETURN(rec.eval, evaluate());
       rec.has_eval = true;
+      // reward_errors counts every failure so far; the evaluation's came
+      // after it was taken (the final evaluation's were never written).
+      rec.reward_errors += rec.eval.reward_errors;
     }
     SLUICE_RETURN_IF_ERROR(metrics.Append(rec.ToJson()));
     history.push_back(rec);

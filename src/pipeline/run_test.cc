@@ -18,6 +18,7 @@
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/evaluator.h"
 #include "sluice/trainer/trainer.h"
+#include "stream_roles.h"
 
 namespace sluice::pipeline {
 namespace {
@@ -501,6 +502,48 @@ TEST_F(TrainingRunTest, CompletionOrderIsRefusedWhereSamplesMayBeStale) {
   o.pipeline.mode = PipelineMode::kSync;
   o.pipeline.train_order = TrainOrder::kCompletion;
   EXPECT_TRUE(TrainingRun::Create(FreshModel(), task_, o).ok()) << "sync: every sample is fresh in any order";
+}
+
+// A rollout replica paused (SIGSTOP) past its lease and resumed read rows
+// another replica had finished meanwhile: the hub had freed them, and the
+// NotFound ("row has no column 'prompt'") ended the run. The take is
+// dropped now; rows still held are read as ever. (Mutation: return
+// data.status() for every NotFound in ReadLeasedRows, and this fails.)
+TEST(ReadLeasedRowsTest, RowsWhoseLeaseWasLostAreDroppedNotTheRun) {
+  tq::HubOptions options;
+  options.controller.columns = {{"prompt", DType::kI32, {tq::kRaggedDim}}};
+  options.controller.tasks = {"rollout"};
+  options.storage_units = 1;
+  auto hub = tq::TransferQueueHub::Create(options);
+  ASSERT_TRUE(hub.ok()) << hub.status().ToString();
+  tq::TransferQueueClient client = (*hub)->client();
+  ASSERT_TRUE(client.CreatePartition("p").ok());
+  auto put = [&](int32_t token) {
+    tq::ColumnBatch cols;
+    cols["prompt"] = {HostTensor::Copy(DType::kI32, {1}, &token, sizeof(token))};
+    ASSERT_TRUE(client.PutRows("p", {tq::RowTags{}}, cols).ok());
+  };
+  put(7);
+  tq::GetMetaRequest take{
+      "rollout", {"prompt"}, 1, "p", {}, std::chrono::milliseconds(0), std::chrono::milliseconds(60000), "paused/1"};
+  auto paused = client.GetMeta(take);
+  ASSERT_TRUE(paused.ok()) << paused.status().ToString();
+  // Its lease ends (as when it runs out; here at once), another takes the
+  // row, finishes it, and the hub frees it.
+  ASSERT_TRUE((*hub)->controller()->ReleaseHolder({"paused/1"}).ok());
+  take.holder = "other/2";
+  auto other = client.GetMeta(take);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  ASSERT_TRUE(client.Ack(other->lease_id).ok());
+  auto lost = ReadLeasedRows(client, *paused, std::chrono::seconds(60), "rollout");
+  ASSERT_TRUE(lost.ok()) << lost.status().ToString();
+  EXPECT_FALSE(lost->has_value());
+  put(8);
+  auto held = client.GetMeta(take);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  auto read = ReadLeasedRows(client, *held, std::chrono::seconds(60), "rollout");
+  ASSERT_TRUE(read.ok() && read->has_value()) << read.status().ToString();
+  EXPECT_EQ((*read)->columns.at("prompt").size(), 1u);
 }
 
 // The thread budget each mode is given, as the benchmark prints it: sync

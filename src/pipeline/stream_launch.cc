@@ -432,7 +432,7 @@ std::string DescribeProcessState(pid_t pid) {
 // the supervisor, it reports each role whose heartbeat on the board is older
 // than the limit, once per stall, and says when it moves again. Before its
 // first turn a role is starting (exec, libtorch, the model, the hub and the
-// weight store): that gets at least kStartAllowance. With stop_on_stall the first stall ends the
+// weight store): that gets at least pipeline.stall_start_seconds. With stop_on_stall the first stall ends the
 // run with Timeout naming the role.
 class StallWatch {
  public:
@@ -454,6 +454,7 @@ class StallWatch {
       : board_(board),
         roles_(std::move(roles)),
         limit_(std::chrono::seconds(po.stall_seconds)),
+        start_allowance_(std::chrono::seconds(po.stall_start_seconds)),
         stop_(po.stop_on_stall),
         pid_of_(std::move(pid_of)),
         reported_(roles_.size(), false) {
@@ -483,7 +484,7 @@ class StallWatch {
       if (beat == RoleBoard::kRoleFinished) continue;
       const auto last = beat == 0 ? r.started : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(beat));
       const auto quiet = std::chrono::duration_cast<std::chrono::seconds>(now - last);
-      const std::chrono::seconds limit = beat == 0 ? std::max(limit_, kStartAllowance) : limit_;
+      const std::chrono::seconds limit = beat == 0 ? std::max(limit_, start_allowance_) : limit_;
       const std::string who =
           r.what + (!r.remote        ? " (pid " + std::to_string(r.pid) + ")"
                     : r.host.empty() ? " (on another host, not heard from yet)"
@@ -543,10 +544,10 @@ class StallWatch {
   }
 
  private:
-  static constexpr std::chrono::seconds kStartAllowance{60};
   RoleBoard& board_;
   std::vector<Role> roles_;
   const std::chrono::seconds limit_;
+  const std::chrono::seconds start_allowance_;
   const bool stop_;
   const std::function<pid_t(const std::string&)> pid_of_;
   std::vector<bool> reported_;
@@ -599,14 +600,19 @@ std::string StreamRoles::ExternalTrainerInfo(const TrainingRun::State& s, const 
   return info.dump(2) + "\n";
 }
 
-Status StreamRoles::CheckExternalTrainerAcked(const TrainingRun::State& s, tq::TransferQueueClient& hub) {
-  const RlOptions& rl = s.options.rl;
-  const uint64_t expected = static_cast<uint64_t>((rl.steps - s.step) * rl.prompts_per_step * rl.group_size);
+Result<uint64_t> StreamRoles::TrainTaskAcked(tq::TransferQueueClient& hub) {
   SLUICE_ASSIGN_OR_RETURN(tq::QueueStats stats, hub.Stats());
   uint64_t acked = 0;
   for (const auto& task : stats.controller.tasks) {
     if (task.task == kTrainTask) acked = task.acked_total;
   }
+  return acked;
+}
+
+Status StreamRoles::CheckExternalTrainerAcked(const TrainingRun::State& s, tq::TransferQueueClient& hub) {
+  const RlOptions& rl = s.options.rl;
+  const uint64_t expected = static_cast<uint64_t>((rl.steps - s.step) * rl.prompts_per_step * rl.group_size);
+  SLUICE_ASSIGN_OR_RETURN(const uint64_t acked, TrainTaskAcked(hub));
   if (acked < expected) {
     return Status::FailedPrecondition(
         "pipeline.trainer_command exited with status 0 having acked " + std::to_string(acked) + " of the run's " +
@@ -626,6 +632,10 @@ Status StreamRoles::AdoptExternalResult(TrainingRun::State& s, tq::TransferQueue
                                       std::to_string(s.version));
   }
   SLUICE_RETURN_IF_ERROR(model::LoadWeights(*s.policy, latest.tensors).WithContext("the trainer command's weights"));
+  // NaN weights from the command ended a run with exit 0 and a final model
+  // of NaN: refused here, naming the version.
+  SLUICE_RETURN_IF_ERROR(model::CheckFiniteWeights(
+      *s.policy, "pipeline.trainer_command published version " + std::to_string(latest.version)));
   SLUICE_LOG(INFO) << "the trainer command trained " << rl.steps - s.step << " steps and published version "
                    << latest.version;
   s.step = rl.steps;
@@ -924,6 +934,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     }
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
     std::vector<StallWatch::Role> watched;
+    int trainer_command_slot = -1;  // pipeline.trainer_command's board slot, when watched
     for (const auto& [role, rank, slot] : processes) {
       runtime::ChildSpec spec;
       spec.name = ProcessName(role, rank);
@@ -938,7 +949,14 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
           spec.env["PYTHONPATH"] = *package + (path != nullptr && *path != 0 ? ":" + std::string(path) : "");
         }
         SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting pipeline.trainer_command"));
-        continue;  // it has no heartbeat on the board: not watched
+        // It beats no heartbeat of its own: what this launcher sees it do
+        // (answers acked on the hub, weight versions published) is its
+        // heartbeat, put on its slot by the check below.
+        if (slot >= 0) {
+          trainer_command_slot = slot;
+          watched.push_back({spec.name, "pipeline.trainer_command", slot, supervisor->PidOf(spec.name)});
+        }
+        continue;
       }
       spec.path = po.role_command.front();
       spec.args.assign(po.role_command.begin() + 1, po.role_command.end());
@@ -1058,6 +1076,9 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     // the rollout waiting for its progress: that ends the run.
     bool checked_exit = false;
     auto next_refusal_check = std::chrono::steady_clock::now();
+    auto next_trainer_probe = std::chrono::steady_clock::now();
+    uint64_t trainer_acked = 0;
+    int64_t trainer_version = s.version;
     std::map<PipelineRole, int64_t> joined = {{PipelineRole::kRollout, 0}, {PipelineRole::kReward, 0}};
     auto check = [&]() -> Status {
       release_dead();
@@ -1086,6 +1107,22 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
           }
           if (role == PipelineRole::kRollout) board->joined_rollout_replicas.store(static_cast<int32_t>(now));
           seen = now;
+        }
+      }
+      // The trainer command's progress, once a second: each ack or publish
+      // it makes is a turn of its loop for the watchdog.
+      if (trainer_command_slot >= 0 && std::chrono::steady_clock::now() >= next_trainer_probe) {
+        next_trainer_probe = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        SLUICE_ASSIGN_OR_RETURN(const uint64_t acked, StreamRoles::TrainTaskAcked(local));
+        const int64_t version = store_reader->latest_version();
+        if (acked != trainer_acked || version != trainer_version) {
+          const RoleActivity did = version != trainer_version ? RoleActivity::kPublish : RoleActivity::kAck;
+          trainer_acked = acked;
+          trainer_version = version;
+          const int64_t now_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+          board->activity[trainer_command_slot].store(static_cast<uint32_t>(did));
+          board->activity_since_ns[trainer_command_slot].store(now_ns);
+          board->heartbeat_ns[trainer_command_slot].store(now_ns);
         }
       }
       if (external && !checked_exit && supervisor->HasExited(PipelineRoleName(PipelineRole::kTrainer))) {

@@ -220,6 +220,20 @@ bool AllScored(const HubDepths& depths, uint64_t prompts) {
 
 }  // namespace
 
+Result<std::optional<tq::BatchData>> ReadLeasedRows(tq::TransferQueueClient& client, const tq::BatchMeta& meta,
+                                                    std::chrono::seconds lease, const char* who) {
+  Result<tq::BatchData> data = client.GetData(meta);
+  if (data.ok()) return std::optional<tq::BatchData>(std::move(*data));
+  if (data.status().code() != StatusCode::kNotFound) return data.status();
+  Result<tq::RenewResponse> held = client.Renew(meta.lease_id, lease);
+  if (held.ok()) return data.status();  // still held: a real loss
+  if (held.status().code() != StatusCode::kFailedPrecondition) return held.status();
+  SLUICE_LOG(WARNING) << who << ": dropped " << meta.rows.size()
+                      << " row(s) whose lease ran out before they were read (a pause longer than " << lease.count()
+                      << " s?): " << held.status().message();
+  return std::optional<tq::BatchData>();
+}
+
 const char* RoleActivityName(RoleActivity a) {
   switch (a) {
     case RoleActivity::kStarting:
@@ -425,8 +439,10 @@ Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingR
     }
     return out;
   };
+  MetricsServerOptions serving;
+  serving.allow_non_loopback = s.options.metrics_allow_non_loopback;
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> server,
-                          MetricsServer::Start(s.options.metrics_listen, render));
+                          MetricsServer::Start(s.options.metrics_listen, render, serving));
   SLUICE_LOG(INFO) << "live counters: " << server->url();
   return server;
 }
@@ -517,7 +533,8 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
       t.group_id = static_cast<GroupId>(next);
       tags.push_back(t);
       const int64_t example = static_cast<int64_t>(ex.index);
-      cols[column::kPrompt].push_back(VectorTensor(DType::kI32, s.EncodePrompt(ex.prompt)));
+      SLUICE_ASSIGN_OR_RETURN(const std::vector<model::TokenId> prompt, s.EncodePrompt(ex.prompt));
+      cols[column::kPrompt].push_back(VectorTensor(DType::kI32, prompt));
       cols[column::kExample].push_back(HostTensor::Copy(DType::kI64, {}, &example, sizeof(example)));
       cols[column::kReferenceAnswer].push_back(
           HostTensor::Copy(DType::kU8, {static_cast<int64_t>(ex.answer.size())}, ex.answer.data(), ex.answer.size()));
@@ -742,11 +759,13 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
           auto got = client.GetMeta(take);
           if (!got.ok() && got.status().code() != StatusCode::kTimeout) return got.status();
           if (got.ok()) {
-            SLUICE_ASSIGN_OR_RETURN(tq::BatchData d, client.GetData(*got));
-            owed -= static_cast<int64_t>(got->rows.size());
-            untaken -= static_cast<int64_t>(got->rows.size());
-            meta = std::move(*got);
-            data = std::move(d);
+            SLUICE_ASSIGN_OR_RETURN(std::optional<tq::BatchData> d, ReadLeasedRows(client, *got, lease, "rollout"));
+            if (d) {
+              owed -= static_cast<int64_t>(got->rows.size());
+              untaken -= static_cast<int64_t>(got->rows.size());
+              meta = std::move(*got);
+              data = std::move(*d);
+            }
           }
         }
         // (Take asked the hub just now: an idle engine always wants prompts.)
@@ -924,7 +943,9 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
         SLUICE_RETURN_IF_ERROR(check_all_scored());
         continue;
       }
-      SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
+      SLUICE_ASSIGN_OR_RETURN(std::optional<tq::BatchData> read, ReadLeasedRows(client, *meta, lease, "reward"));
+      if (!read) continue;
+      const tq::BatchData& data = *read;
       reward::Example ex;
       SLUICE_ASSIGN_OR_RETURN(const HostTensor* example, Cell(data, column::kExample, 0));
       SLUICE_ASSIGN_OR_RETURN(int64_t index, TensorScalar<int64_t>(*example, DType::kI64, column::kExample));

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "run_state.h"
@@ -125,6 +126,16 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<int64_t>
 
 // What a role is doing, for the watchdog's reports and the run's trace
 // (run.trace): the names are the trace's span names.
+// The data of rows this process just leased, or nullopt when the lease was
+// lost before it read them: a process paused (SIGSTOP, a swapped-out host)
+// past its lease finds its rows handed to another process, which may have
+// finished them, so the hub freed them and reading them is NotFound. That
+// take is dropped, with a warning naming `who` (its rows are the other
+// process's now), not the run. Other errors: GetData's and Renew's.
+Result<std::optional<transfer_queue::BatchData>> ReadLeasedRows(transfer_queue::TransferQueueClient& client,
+                                                                const transfer_queue::BatchMeta& meta,
+                                                                std::chrono::seconds lease, const char* who);
+
 enum class RoleActivity : uint32_t {
   kStarting = 0,  // before its first activity
   kPutPrompts,    // the launcher's prompt feeder
@@ -325,6 +336,9 @@ struct StreamRoles {
   static std::string ExternalTrainerInfo(const TrainingRun::State& s, const std::string& hub, const std::string& store,
                                          const std::string& model_dir);
   static Status CheckExternalTrainerAcked(const TrainingRun::State& s, tq::TransferQueueClient& hub);
+  // The answers acked on the hub's train task so far (the trainer command's
+  // progress, for the watchdog too).
+  static Result<uint64_t> TrainTaskAcked(tq::TransferQueueClient& hub);
 
   // run.trace: this process starts recording into
   // run_dir/roles/trace-<part>.jsonl (no-op when tracing is off); and the

@@ -75,6 +75,15 @@ def pid(data_source, solution_str, ground_truth, extra_info=None):
             f.write(str(helper.pid))
         os.rename(solution_str[7:] + ".tmp", solution_str[7:])
         time.sleep(60)
+    if solution_str.startswith(("detached ", "detached-ok ")):
+        # A helper in a session of its own (setsid), out of the worker's
+        # process group; "detached-ok" returns while it runs.
+        helper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        with open(solution_str.split()[1] + ".tmp", "w") as f:
+            f.write(str(helper.pid))
+        os.rename(solution_str.split()[1] + ".tmp", solution_str.split()[1])
+        if solution_str.split()[0] == "detached":
+            time.sleep(60)
     if solution_str.startswith("pidfile "):
         with open(solution_str[8:] + ".tmp", "w") as f:
             f.write(str(os.getpid()))
@@ -262,6 +271,40 @@ TEST_F(PythonRewardTest, ATimedOutWorkersHelperProcessesAreKilledWithIt) {
   EXPECT_TRUE(dead) << "helper " << helper << " outlived its worker";
   if (!dead) ::kill(helper, SIGKILL);
   EXPECT_GT(task->Score(Answer("1"), "ok"), 0);
+}
+
+// Helpers that left the worker's process group (setsid) outlived the run,
+// though the docs promised they do not: killed with their worker now, when
+// a call times out and when the task (the run) ends.
+TEST_F(PythonRewardTest, HelpersInASessionOfTheirOwnAreKilledWithTheirWorker) {
+  auto wait_dead = [](pid_t helper) {
+    for (int i = 0; i < 300; ++i) {
+      if (Dead(helper)) return true;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
+  };
+  auto read_pid = [](const fs::path& path) {
+    std::ifstream in(path);
+    pid_t pid = 0;
+    in >> pid;
+    return pid;
+  };
+  auto task = Make(Options("pid"));
+  const fs::path timed_out = dir_ / "detached.pid";
+  EXPECT_EQ(task->Score(Answer("1"), "detached " + timed_out.string()), -1.0);  // times out
+  const pid_t first = read_pid(timed_out);
+  ASSERT_GT(first, 0);
+  EXPECT_TRUE(wait_dead(first)) << "helper " << first << " outlived its timed-out worker";
+  if (!Dead(first)) ::kill(first, SIGKILL);
+  const fs::path at_end = dir_ / "detached-ok.pid";
+  EXPECT_GT(task->Score(Answer("1"), "detached-ok " + at_end.string()), 0);  // returns; the helper runs on
+  const pid_t second = read_pid(at_end);
+  ASSERT_GT(second, 0);
+  EXPECT_FALSE(Dead(second));
+  task.reset();  // the run ends
+  EXPECT_TRUE(wait_dead(second)) << "helper " << second << " outlived the task";
+  if (!Dead(second)) ::kill(second, SIGKILL);
 }
 
 TEST_F(PythonRewardTest, ResultsThatAreNotFiniteNumbersGiveTheErrorReward) {

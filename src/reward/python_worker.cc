@@ -34,6 +34,9 @@ constexpr int kProtocolFd = 3;
 // and how long a killed one may take to be reaped before it is given up on.
 constexpr milliseconds kExitGrace{1000};
 constexpr milliseconds kReapTimeout{5000};
+// How long a worker asked to end (SIGTERM) may take to end its function's
+// processes (python_worker_program.cc: end_descendants) before SIGKILL.
+constexpr milliseconds kTerminateGrace{2000};
 
 int MillisecondsLeft(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
@@ -201,7 +204,13 @@ PythonWorker::~PythonWorker() {
 
 int PythonWorker::KillAndReap() {
   if (pid_ < 0) return -2;
-  // The group first, while the unreaped worker keeps its id from being reused.
+  // SIGTERM first: the worker ends every process its function started,
+  // those that left its process group (setsid) too, which it adopted as
+  // their subreaper and which the group kill below would miss. A worker
+  // stuck in C code past the grace is killed all the same.
+  ::kill(pid_, SIGTERM);
+  static_cast<void>(WaitEnded(pid_, kTerminateGrace));
+  // The group, while the unreaped worker keeps its id from being reused.
   ::kill(-pid_, SIGKILL);
   ::kill(pid_, SIGKILL);
   const int status = WaitForExit(pid_, kReapTimeout);

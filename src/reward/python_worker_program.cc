@@ -132,15 +132,78 @@ def requests():
             yield json.loads(line)
 
 
+def become_subreaper():
+    # A helper the function starts may leave the worker's process group
+    # (setsid: start_new_session=True, a daemon's double fork), out of reach
+    # of the group kill. As the subreaper of its descendants, the worker
+    # adopts such a helper when its parent dies, so end_descendants finds it.
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        pass
+
+
+def descendants():
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                stat = f.read()
+            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def end_descendants():
+    # Each death may hand its own orphans to the worker: again until none
+    # is left (bounded).
+    for _ in range(50):
+        found = descendants()
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        time.sleep(0.01)
+
+
+def on_terminate(signum, frame):
+    # sluice's kill: SIGTERM first, then SIGKILL for the group.
+    end_descendants()
+    os._exit(1)
+
+
 def watch_parent():
     parent = os.getppid()
     while os.getppid() == parent:
         time.sleep(0.5)
+    end_descendants()
     os._exit(1)
 
 
 def main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, on_terminate)
+    become_subreaper()
     sys.stdout = sys.stderr
     threading.Thread(target=watch_parent, daemon=True).start()
     try:

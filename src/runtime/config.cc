@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "sluice/common/check.h"
+#include "sluice/common/file_util.h"
 
 namespace sluice::runtime {
 namespace {
@@ -514,14 +515,9 @@ Result<Config> Config::Load(const ConfigSchema& schema, const std::string& yaml_
   if (std::filesystem::is_directory(yaml_path, ec)) {
     return Status::InvalidArgument("config file '" + yaml_path + "' is a directory, not a YAML file");
   }
-  std::ifstream in(yaml_path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) {
-    return Status::Unavailable("cannot read config file '" + yaml_path + "'");
-  }
-  const std::string contents = text.str();
-  return Resolve(schema, &contents, yaml_path, overrides);
+  Result<std::string> contents = ReadFileToString(yaml_path);
+  if (!contents.ok()) return contents.status().WithContext("config file '" + yaml_path + "'");
+  return Resolve(schema, &*contents, yaml_path, overrides);
 }
 
 Result<Config> Config::FromYamlText(const ConfigSchema& schema, const std::string& text,

@@ -15,7 +15,16 @@ namespace sluice {
 // rename failed); the temporary file is removed.
 Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
-// The whole file's bytes. Errors: NotFound ("<path>: cannot open").
+// Opens `path` for reading only if it is a regular file (following symbolic
+// links): a FIFO, socket, device or directory is refused without blocking
+// (a FIFO given as a model file or config would otherwise block in open
+// forever). Returns a blocking, close-on-exec descriptor the caller closes.
+// Errors: NotFound (no such file), InvalidArgument ("<path>: not a regular
+// file (a FIFO)"), Unavailable (any other open or stat failure).
+Result<int> OpenRegularFile(const std::string& path);
+
+// The whole regular file's bytes (OpenRegularFile's refusals, then
+// Unavailable for a read error).
 Result<std::string> ReadFileToString(const std::string& path);
 
 // Removes `path` and, if it is a directory, everything under it, without

@@ -68,7 +68,9 @@ class HfTokenizer final : public Tokenizer {
                                                        const std::string& config_json, const std::string& origin);
   ~HfTokenizer() override;
 
-  std::vector<TokenId> Encode(std::string_view text) const override;
+  // Errors: ResourceExhausted (naming tokenizer.json) when a regex of its
+  // pre-tokenizers hits the engine's match, depth or memory limits.
+  Result<std::vector<TokenId>> Encode(std::string_view text) const override;
   // Concatenates the tokens' bytes; special added tokens are left out when
   // skip_special. Errors: OutOfRange for an id outside the vocabulary.
   Result<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special = true) const override;

@@ -21,7 +21,10 @@ using TokenId = int32_t;
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::vector<TokenId> Encode(std::string_view text) const = 0;
+  // Errors (a Hugging Face tokenizer): ResourceExhausted when a
+  // pre-tokenizer's regex engine gives up on the text (never a silent
+  // change of the ids).
+  virtual Result<std::vector<TokenId>> Encode(std::string_view text) const = 0;
   // Errors: OutOfRange for an id outside the vocabulary.
   virtual Result<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special = true) const = 0;
   virtual int64_t vocab_size() const = 0;
@@ -70,7 +73,7 @@ class ByteTokenizer final : public Tokenizer {
   static constexpr TokenId kEos = 258;
   static constexpr int64_t kVocabSize = 259;
 
-  std::vector<TokenId> Encode(std::string_view text) const override;
+  Result<std::vector<TokenId>> Encode(std::string_view text) const override;  // never fails
   Result<std::string> Decode(const std::vector<TokenId>& ids, bool skip_special = true) const override;
   int64_t vocab_size() const override { return kVocabSize; }
   bool Knows(TokenId id) const override { return id >= 0 && id < kVocabSize; }

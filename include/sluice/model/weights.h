@@ -42,7 +42,12 @@ Status LoadWeights(Transformer& model, const TensorMap& weights);
 // Reads config.json and the weights in `dir` into a new model on `device`.
 Result<std::shared_ptr<Transformer>> LoadPretrained(const std::string& dir, torch::Device device = torch::kCPU);
 
-// Writes config.json and the weights (in `dtype`) to `dir`.
+// DataLoss ("<what>: tensor 'NAME' holds NaN or inf values") for the first
+// parameter that is not finite.
+Status CheckFiniteWeights(Transformer& model, const std::string& what);
+
+// Writes config.json and the weights (in `dtype`) to `dir`. Errors:
+// CheckFiniteWeights's (nothing is written), the writer's.
 Status SavePretrained(Transformer& model, const std::string& dir, DType dtype = DType::kF32,
                       const CheckpointWriteOptions& options = {});
 

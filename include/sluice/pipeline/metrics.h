@@ -21,6 +21,8 @@ struct EvalResult {
   int64_t examples = 0;
   // Mean accuracy of eval.samples sampled answers per example; -1 if not measured.
   double sampled_accuracy = -1;
+  // Answers whose reward function failed (reward.python) in this evaluation.
+  int64_t reward_errors = 0;
   // Greedy accuracy by the example's difficulty (reward::Example::difficulty).
   struct Bucket {
     int64_t correct = 0, total = 0;

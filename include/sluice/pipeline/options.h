@@ -148,6 +148,11 @@ struct PipelineOptions {
   // with an error. 0: no watchdog.
   int64_t stall_seconds = 300;
   bool stop_on_stall = false;
+  // The silence a role may keep before its first turn (exec, libtorch, the
+  // model, the hub and the weight store; a trainer command's first ack or
+  // publish), when longer than stall_seconds. Raise it for a model that
+  // loads slowly.
+  int64_t stall_start_seconds = 60;
   // pipeline.processes: role processes on the hub's host call it through
   // shared-memory rings, others through direct TCP connections (the
   // TransferQueue's fast paths); false: every call through the hub's ZeroMQ
@@ -279,6 +284,9 @@ struct RunOptions {
   // Streaming modes: "HOST:PORT" where live counters are served in
   // Prometheus's text format (common/metrics_server.h); empty: not served.
   std::string metrics_listen;
+  // Serve them on a HOST outside 127.0.0.0/8: anyone who reaches it reads
+  // them, unauthenticated. Off: such a HOST is refused.
+  bool metrics_allow_non_loopback = false;
   // The model directory whose tokenizer.json the run uses (and copies into
   // every checkpoint it writes); empty, or without one: the byte tokenizer.
   std::string tokenizer_dir;

@@ -6,7 +6,11 @@
 // Contract
 //  * Binding. tcp://127.0.0.1:0 by default; port 0 picks a free port and
 //    endpoint() reports the bound address. A non-loopback tcp bind (another
-//    address, *, an interface name) is refused without a token.
+//    address, *, an interface name) is refused without a token. ipc://PATH
+//    never takes a path over: a socket there that accepts a connection (a
+//    live server) is AlreadyExists, as is a file that is not a socket; a
+//    socket nobody listens on (a dead server's) is removed and bound anew.
+//    Stop removes the socket file it bound, if it is still that file.
 //  * Authentication. With a token set, every request must carry it (compared
 //    in constant time); others get FailedPrecondition and change nothing.
 //    The token is a shared secret sent in clear: it keeps stray and
@@ -180,8 +184,9 @@ struct ServerCounters {
 class TransferQueueServer {
  public:
   // Binds and starts serving. Errors: InvalidArgument (bad options, a bad
-  // endpoint, a non-loopback bind without a token), Unavailable (the bind
-  // failed, e.g. the address is in use).
+  // endpoint, a non-loopback bind without a token), AlreadyExists (an
+  // ipc:// path where a server is listening, or that is not a socket),
+  // Unavailable (the bind failed, e.g. the address is in use).
   static Result<std::unique_ptr<TransferQueueServer>> Start(ServerOptions options);
   ~TransferQueueServer();  // Stop()
   TransferQueueServer(const TransferQueueServer&) = delete;
@@ -190,7 +195,7 @@ class TransferQueueServer {
   // The bound endpoint, e.g. "tcp://127.0.0.1:40123".
   const std::string& endpoint() const;
   // Closes the controller (blocked calls return Aborted), stops the threads
-  // and closes the socket. Idempotent.
+  // and closes the socket (removing an ipc:// socket file). Idempotent.
   void Stop();
 
   ServerCounters counters() const;

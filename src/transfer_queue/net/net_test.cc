@@ -2,8 +2,12 @@
 // sanitizers see both sides): binding and options, concurrency of blocking
 // calls, the server's write tracking, reclaim and shutdown.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -108,6 +112,85 @@ TEST(NetServerTest, IpcEndpointRoundTrip) {
   TQ_ASSERT_OK(client.Ack(meta->lease_id).status());
   EXPECT_EQ(client.Renew(meta->lease_id).status().code(), StatusCode::kFailedPrecondition);
   server->Stop();
+  static_cast<void>(sluice::RemoveTree(dir));
+}
+
+// Leaves a Unix socket file at `path` with nobody listening, as a process
+// that died while serving there does. False if it could not.
+bool LeaveStaleSocket(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (fd < 0 || path.size() >= sizeof(addr.sun_path)) return false;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::listen(fd, 1) == 0;
+  ::close(fd);  // closed without unlink: the file stays, refusing connections
+  return bound;
+}
+
+// Regression: ZeroMQ unlinks and rebinds an ipc:// path, so a second server
+// started on a live server's path silently took it over.
+TEST(NetServerTest, SecondServerOnALiveIpcPathIsRefusedAndTheFirstKeepsServing) {
+  const std::string dir = testing::TempDir();
+  ServerOptions o = DefaultServerOptions();
+  o.bind = "ipc://" + dir + "/tq.sock";
+  std::unique_ptr<TransferQueueServer> first = StartServer(o);
+  ASSERT_NE(first, nullptr);
+  Result<std::unique_ptr<TransferQueueServer>> second = TransferQueueServer::Start(o);
+  TQ_EXPECT_ERROR(second, kAlreadyExists, o.bind + ": another server is listening there");
+  // The path still leads to the first server.
+  {
+    const uint64_t before = first->counters().requests;
+    RemoteOptions quick;
+    quick.rpc_timeout = 3s;
+    Result<RemoteQueue> queue = ConnectTransferQueue(o.bind, quick);
+    ASSERT_TRUE(queue.ok()) << queue.status().ToString();
+    TQ_EXPECT_OK(queue->client().Stats().status());
+    EXPECT_GT(first->counters().requests, before);
+  }
+  // A path holding something other than a socket is not replaced either.
+  testing::WriteFile(dir + "/notes.txt", "keep me");
+  o.bind = "ipc://" + dir + "/notes.txt";
+  TQ_EXPECT_ERROR(TransferQueueServer::Start(o), kAlreadyExists, "is not a socket");
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/notes.txt"));
+  if (second.ok()) (*second)->Stop();
+  first->Stop();
+  static_cast<void>(sluice::RemoveTree(dir));
+}
+
+// Regression (same defect, other side): the probe must not mistake a socket
+// file a dead server left behind for a live server.
+TEST(NetServerTest, StaleIpcSocketFileIsReclaimed) {
+  const std::string dir = testing::TempDir();
+  const std::string path = dir + "/tq.sock";
+  ASSERT_TRUE(LeaveStaleSocket(path));
+  ASSERT_TRUE(std::filesystem::is_socket(path));
+  ServerOptions o = DefaultServerOptions();
+  o.bind = "ipc://" + path;
+  std::unique_ptr<TransferQueueServer> server = StartServer(o);
+  ASSERT_NE(server, nullptr);
+  TransferQueueClient client = Connect(*server).client();
+  TQ_EXPECT_OK(client.Stats().status());
+  server->Stop();
+  static_cast<void>(sluice::RemoveTree(dir));
+}
+
+// Regression: the socket file was left behind after a clean shutdown.
+TEST(NetServerTest, CleanShutdownRemovesTheIpcSocketFile) {
+  const std::string dir = testing::TempDir();
+  ServerOptions o = DefaultServerOptions();
+  o.bind = "ipc://" + dir + "/stopped.sock";
+  std::unique_ptr<TransferQueueServer> stopped = StartServer(o);
+  ASSERT_NE(stopped, nullptr);
+  EXPECT_TRUE(std::filesystem::is_socket(dir + "/stopped.sock"));
+  stopped->Stop();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/stopped.sock"));
+  o.bind = "ipc://" + dir + "/destroyed.sock";
+  std::unique_ptr<TransferQueueServer> destroyed = StartServer(o);
+  ASSERT_NE(destroyed, nullptr);
+  EXPECT_TRUE(std::filesystem::is_socket(dir + "/destroyed.sock"));
+  destroyed.reset();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/destroyed.sock"));
   static_cast<void>(sluice::RemoveTree(dir));
 }
 

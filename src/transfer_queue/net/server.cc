@@ -6,6 +6,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -140,6 +143,58 @@ Status ValidateOptions(const ServerOptions& o) {
   return Status::Ok();
 }
 
+// The file an ipc:// endpoint binds ("" for none: the abstract namespace
+// "@name", or "*", a name ZeroMQ picks).
+std::string IpcPathOf(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) != 0) return "";
+  const std::string path = endpoint.substr(6);
+  if (path.empty() || path == "*" || path.front() == '@') return "";
+  return path;
+}
+
+// Makes `path` free for an ipc:// bind. ZeroMQ unlinks whatever is at the
+// path before binding, which would silently take it over from a live server
+// (leaving that one unreachable) or delete a file that is not a socket, so
+// this looks first: nothing there, or a socket nobody listens on (a dead
+// server's, connect() refused), is fine (the latter removed); a socket that
+// accepts a connection (or whose backlog is full) is a live server.
+Status ClaimIpcPath(const std::string& endpoint, const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Status::Unavailable(endpoint + ": cannot inspect " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return Status::AlreadyExists(endpoint + ": " + path + " exists and is not a socket; refusing to replace it");
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument(endpoint + ": the path has " + std::to_string(path.size()) + " bytes, at most " +
+                                   std::to_string(sizeof(addr.sun_path) - 1) + " fit a Unix socket address");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  net::UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!probe.valid()) return Status::Unavailable(endpoint + ": socket: " + std::strerror(errno));
+  int rc = -1;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    rc = ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+    if (rc == 0 || errno != EINTR) break;
+  }
+  if (rc == 0 || errno == EAGAIN || errno == EINPROGRESS) {
+    return Status::AlreadyExists(endpoint + ": another server is listening there");
+  }
+  if (errno != ECONNREFUSED) {
+    return Status::Unavailable(endpoint + ": cannot tell whether a server is listening there (connect: " +
+                               std::strerror(errno) + "); remove " + path + " if none is");
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Status::Unavailable(endpoint + ": cannot remove the stale socket " + path + ": " + std::strerror(errno));
+  }
+  SLUICE_LOG(INFO) << "TransferQueue server: removed the stale socket " << path << " (no server listened there)";
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool IsLoopbackEndpoint(const std::string& endpoint) {
@@ -210,10 +265,19 @@ Status TransferQueueServer::Impl::Init() {
     // ZeroMQ drops a bigger frame (and the connection) before allocating it.
     router_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_message_bytes));
     if (options_.bind.rfind("tcp://[", 0) == 0) router_->set(zmq::sockopt::ipv6, 1);
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable("cannot create the server's socket: " + std::string(e.what()));
+  }
+  const std::string ipc_path = IpcPathOf(options_.bind);
+  if (!ipc_path.empty()) SLUICE_RETURN_IF_ERROR(ClaimIpcPath(options_.bind, ipc_path));
+  try {
     router_->bind(options_.bind);
     endpoint_ = router_->get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
     return Status::Unavailable("cannot bind " + options_.bind + ": " + e.what());
+  }
+  if (struct stat st{}; !ipc_path.empty() && ::stat(ipc_path.c_str(), &st) == 0) {
+    ipc_socket_ = IpcSocket{ipc_path, st.st_dev, st.st_ino};
   }
 
   quick_pool_ = std::make_unique<internal::WorkerPool>("tq-quick", options_.workers, options_.workers,
@@ -240,6 +304,12 @@ void TransferQueueServer::Impl::Stop() {
   io_thread_.Stop();  // sends the replies still queued, then exits
   router_.reset();
   context_.close();
+  // The socket file this server bound, unless someone has replaced it since.
+  if (struct stat st{}; ipc_socket_ && ::stat(ipc_socket_->path.c_str(), &st) == 0 && st.st_dev == ipc_socket_->dev &&
+                        st.st_ino == ipc_socket_->ino) {
+    ::unlink(ipc_socket_->path.c_str());
+  }
+  ipc_socket_.reset();
   // Clients' mappings stay valid; no new client can attach.
   if (arena_) arena_->Unlink();
   if (wake_fd_ >= 0) close(wake_fd_);

@@ -16,6 +16,8 @@
 #ifndef SLUICE_SRC_TRANSFER_QUEUE_SERVER_IMPL_H_
 #define SLUICE_SRC_TRANSFER_QUEUE_SERVER_IMPL_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -166,6 +168,13 @@ class TransferQueueServer::Impl {
 
   zmq::context_t context_;
   std::unique_ptr<zmq::socket_t> router_;  // I/O thread only, once started
+  // The file an ipc:// bind created, removed at Stop if it is still that one.
+  struct IpcSocket {
+    std::string path;
+    dev_t dev = 0;
+    ino_t ino = 0;
+  };
+  std::optional<IpcSocket> ipc_socket_;  // owner thread only
   int wake_fd_ = -1;
   Mutex outbox_mu_;
   std::deque<std::pair<zmq::message_t, wire::Message>> outbox_ SLUICE_GUARDED_BY(outbox_mu_);

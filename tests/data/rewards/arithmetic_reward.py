@@ -3,7 +3,8 @@
 compute_score is the arithmetic task's own rule written in Python: 1.0 when the text after the
 last '#' is the answer, else 0.0. length_score adds a little for every character, so a run of an
 untrained model still earns rewards above 0 (a test can see that this function scored them).
-flaky_score raises on answers of odd length.
+flaky_score raises on answers of odd length; eval_only_error raises on every
+held-out answer (and scores the training ones as compute_score).
 
 With SLUICE_TEST_REWARD_LOG set, each worker process appends to that file, when it imports this
 module, which process it scores for (its parent's --role, or "launcher").
@@ -40,6 +41,12 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 def length_score(data_source, solution_str, ground_truth, extra_info=None):
     assert data_source == "arithmetic" and extra_info["split"] in ("train", "eval")
     return {"score": compute_score(data_source, solution_str, ground_truth) + 0.001 * (1 + len(solution_str))}
+
+
+def eval_only_error(data_source, solution_str, ground_truth, extra_info=None):
+    if extra_info["split"] == "eval":
+        raise ValueError("no held-out answers here")
+    return compute_score(data_source, solution_str, ground_truth)
 
 
 def flaky_score(data_source, solution_str, ground_truth, extra_info=None):

@@ -469,7 +469,7 @@ if want stall; then
          pipeline.rollout_replicas=0 pipeline.stall_seconds=3 pipeline.stop_on_stall=true run.dir="$tmp/st")
   start_rank 1 2 "$tmp/st1.log" "${stall[@]}"
   start_rank 0 2 "$tmp/st0.log" "${stall[@]}"
-  wait_steps "$tmp/st" 1 > /dev/null
+  wait_steps "$tmp/st" 3 > /dev/null  # (its heartbeat has reached rank 0 by then: reports go once a second)
   freeze_host1_until_rank0_ends
   [ -n "$frozen" ] && [ "$rc" -ne 0 ] && [ "$took" -lt 60 ] \
     && grep -q "rollout replica 0 (pid $frozen on host [^ ]*) has made no progress for" "$tmp/st0.log" \

@@ -1024,12 +1024,23 @@ class Lexer {
   }
 
  private:
-  Pos PosAt(size_t offset) const {
+  // Tokens come in order: the column counts on from the last token's when
+  // it is on the same line, so a template of one long line lexes in linear
+  // time (counting from the line's start each time was quadratic).
+  Pos PosAt(size_t offset) {
     const auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     const auto line = static_cast<size_t>(it - line_starts_.begin());  // 1-based
     const size_t start = line_starts_[line - 1];
-    return {static_cast<int>(line),
-            static_cast<int>(CodePointCount(std::string_view(src_).substr(start, offset - start))) + 1};
+    size_t from = start;
+    int column = 1;
+    if (last_offset_ >= start && last_offset_ <= offset && last_pos_.line == static_cast<int>(line)) {
+      from = last_offset_;
+      column = last_pos_.column;
+    }
+    last_pos_ = {static_cast<int>(line),
+                 column + static_cast<int>(CodePointCount(std::string_view(src_).substr(from, offset - from)))};
+    last_offset_ = offset;
+    return last_pos_;
   }
 
   void Push(Tok type, std::string text, size_t offset) {
@@ -1297,6 +1308,8 @@ class Lexer {
 
   std::string src_;
   std::vector<size_t> line_starts_;
+  size_t last_offset_ = 0;  // PosAt's last answer, where it counts on from
+  Pos last_pos_{1, 1};
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   bool line_starting_ = true;

@@ -482,7 +482,22 @@ TEST_F(ChatTemplateLoadTest, ASpecialTokenOfTheWrongTypeIsRefused) {
 // A downloaded model's template is a program from an untrusted source.
 // Each case crashed (std::bad_alloc, SIGSEGV on the stack) or rendered for
 // ever before its budget; now each is an error naming where it went over.
-TEST(ChatTemplateTest, HostileTemplatesStopAtTheirBudgets) {
+struct HostileCase {
+  std::string what, source, message;
+};
+void ExpectStoppedAtTheirBudgets(const std::vector<HostileCase>& cases) {
+  for (const HostileCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string got = R(c.source);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(got.find("InvalidArgument: chat template line "), std::string::npos) << got.substr(0, 300);
+    EXPECT_NE(got.find(c.message), std::string::npos) << got.substr(0, 300);
+    EXPECT_LT(seconds, 20.0);  // bounded: the budgets end it, not the test's timeout
+  }
+}
+
+TEST(ChatTemplateTest, HostileTemplatesStopAtTheNestingLimit) {
   auto chain = [](const std::string& head, const std::string& link) {
     std::string source = "{{ " + head;
     for (int i = 0; i < 20000; ++i) source += link;
@@ -490,14 +505,35 @@ TEST(ChatTemplateTest, HostileTemplatesStopAtTheirBudgets) {
   };
   const std::string deep_attrs = chain("x", ".a"), deep_filters = chain("'x'", "|upper");
   const std::string deep_sum = chain("1", " + 1"), deep_items = chain("xs", "[0]");
-  struct Case {
-    std::string what, source, message;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<HostileCase> cases = {
       {"attribute chain", deep_attrs, "PARSE ERROR: InvalidArgument: chat template line 1, column "},
       {"filter chain", deep_filters, "PARSE ERROR: InvalidArgument: chat template line 1, column "},
       {"operator chain", deep_sum, "PARSE ERROR: InvalidArgument: chat template line 1, column "},
       {"item chain", deep_items, "PARSE ERROR: InvalidArgument: chat template line 1, column "},
+  };
+  ExpectStoppedAtTheirBudgets(cases);
+  // Just under the limits, the same constructs render.
+  std::string attrs = "{{ d";
+  for (int i = 0; i < 150; ++i) attrs += ".items";
+  EXPECT_NE(R(attrs + " }}").find("ERROR"), std::string::npos);  // an error of values, not of nesting
+  EXPECT_EQ(R(attrs + " }}").find("nests too deeply"), std::string::npos);
+  std::string filters = "{{ 'x'";
+  for (int i = 0; i < 150; ++i) filters += "|upper";
+  EXPECT_EQ(R(filters + " }}"), "X");
+  // A template of one long line lexed in quadratic time (each token's
+  // column counted from the line's start): 100,000 tags took minutes.
+  std::string one_line;
+  for (int i = 0; i < 100000; ++i) one_line += "{{ 'a' }}";
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(R(one_line), std::string(100000, 'a'));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+}
+
+// Sizes: each case builds strings or lists up to their bounds (a second or
+// two here; many under a sanitizer, whose builds leave it out:
+// src/model/CMakeLists.txt).
+TEST(ChatTemplateTest, HostileTemplatesStopAtTheSizeBudgets) {
+  ExpectStoppedAtTheirBudgets({
       {"string + doubling",
        "{% set ns = namespace(s='ab') %}\n{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
        "line 2, column 44: a string longer than 64 MiB"},
@@ -507,6 +543,31 @@ TEST(ChatTemplateTest, HostileTemplatesStopAtTheirBudgets) {
       {"list + doubling",
        "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
        "a list too long"},
+      {"a growing list of big strings",
+       "{% set s = 'x' * 60000000 %}{% set ns = namespace(l=[]) %}"
+       "{% for i in range(100) %}{% set ns.l = ns.l + [s] %}{% endfor %}",
+       "the rendering builds more than 1024 MiB of strings and lists"},
+      {"a list of a big string, repeated", "{{ (['x' * 60000000] * 100) | length }}", "a list larger than 1024 MiB"},
+      {"replace growing a string", "{{ ('x' * 2000000).replace('', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}",
+       "a string longer than 64 MiB"},
+      {"join growing a string", "{{ ('x' * 10000000).join(['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']) }}",
+       "a string longer than 64 MiB"},
+      {"tojson with an indent of 64 MiB", "{{ [[1]] | tojson(indent=' ' * 40000000) }}", "a string longer than 64 MiB"},
+  });
+  // Just under the limits, the same constructs render.
+  EXPECT_EQ(R("{% set ns = namespace(s='ab') %}{% for i in range(20) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
+              "{{ ns.s | length }}"),
+            "2097152");
+  EXPECT_EQ(R("{% set ns = namespace(n=0) %}{% for i in range(1000) %}{% for j in range(1000) %}"
+              "{% endfor %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}"),
+            "1000");
+}
+
+// The same for the step budget: each case runs 20 million steps before it
+// stops (a few seconds; minutes under a sanitizer, whose builds leave it
+// out: src/model/CMakeLists.txt).
+TEST(ChatTemplateTest, HostileTemplatesStopAtTheStepBudget) {
+  ExpectStoppedAtTheirBudgets({
       {"nested loops over range(100000)",
        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
        "line 1, column 32: the rendering takes more than 20000000 steps"},
@@ -521,43 +582,10 @@ TEST(ChatTemplateTest, HostileTemplatesStopAtTheirBudgets) {
        "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
        "{{ ns.l | tojson }}",
        "the rendering takes more than 20000000 steps"},
-      {"a growing list of big strings",
-       "{% set s = 'x' * 60000000 %}{% set ns = namespace(l=[]) %}"
-       "{% for i in range(100) %}{% set ns.l = ns.l + [s] %}{% endfor %}",
-       "the rendering builds more than 1024 MiB of strings and lists"},
-      {"a list of a big string, repeated", "{{ (['x' * 60000000] * 100) | length }}", "a list larger than 1024 MiB"},
-      {"replace growing a string", "{{ ('x' * 2000000).replace('', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}",
-       "a string longer than 64 MiB"},
-      {"join growing a string", "{{ ('x' * 10000000).join(['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']) }}",
-       "a string longer than 64 MiB"},
-      {"tojson with an indent of 64 MiB", "{{ [[1]] | tojson(indent=' ' * 40000000) }}", "a string longer than 64 MiB"},
       {"copying a big string many times",
        "{% set s = 'x' * 30000000 %}{% for i in range(100000) %}{% set t = s %}{% endfor %}",
        "the rendering takes more than 20000000 steps"},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.what);
-    const auto start = std::chrono::steady_clock::now();
-    const std::string got = R(c.source);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_NE(got.find("InvalidArgument: chat template line "), std::string::npos) << got.substr(0, 300);
-    EXPECT_NE(got.find(c.message), std::string::npos) << got.substr(0, 300);
-    EXPECT_LT(seconds, 20.0);  // bounded: the budgets end it, not the test's timeout
-  }
-  // Just under the limits, the same constructs render.
-  std::string attrs = "{{ d";
-  for (int i = 0; i < 150; ++i) attrs += ".items";
-  EXPECT_NE(R(attrs + " }}").find("ERROR"), std::string::npos);  // an error of values, not of nesting
-  EXPECT_EQ(R(attrs + " }}").find("nests too deeply"), std::string::npos);
-  std::string filters = "{{ 'x'";
-  for (int i = 0; i < 150; ++i) filters += "|upper";
-  EXPECT_EQ(R(filters + " }}"), "X");
-  EXPECT_EQ(R("{% set ns = namespace(s='ab') %}{% for i in range(20) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
-              "{{ ns.s | length }}"),
-            "2097152");
-  EXPECT_EQ(R("{% set ns = namespace(n=0) %}{% for i in range(1000) %}{% for j in range(1000) %}"
-              "{% endfor %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}"),
-            "1000");
+  });
 }
 
 TEST(ChatTemplateTest, PromptFormatMakesAConversationOfAPrompt) {

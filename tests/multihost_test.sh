@@ -466,10 +466,18 @@ fi
 # --- stall: freeze the replica on host 1 once a step is trained
 if want stall; then
   stall=("${run[@]}" pipeline.mode=async rl.steps=40 rl.max_new_tokens=64 cluster.rollout_ranks=1
-         pipeline.rollout_replicas=0 pipeline.stall_seconds=3 pipeline.stop_on_stall=true run.dir="$tmp/st")
+         pipeline.rollout_replicas=0 pipeline.stall_seconds=3 pipeline.stop_on_stall=true
+         run.metrics_listen=127.0.0.1:0 run.dir="$tmp/st")
   start_rank 1 2 "$tmp/st1.log" "${stall[@]}"
   start_rank 0 2 "$tmp/st0.log" "${stall[@]}"
-  wait_steps "$tmp/st" 3 > /dev/null  # (its heartbeat has reached rank 0 by then: reports go once a second)
+  wait_steps "$tmp/st" 1 > /dev/null
+  # Frozen once its heartbeat has reached rank 0 (its reports go once a second, and rank 0 reads
+  # them once a second): before that, rank 0 gives it the start's allowance (60 s), not 3 s.
+  for _ in $(seq 50); do
+    live_counters "$tmp/st0.log" | grep -E '^sluice_role_activity\{role="rollout",index="0",activity="[^"]*"\} 1' \
+      | grep -qv 'activity="starting"' && break
+    sleep 0.2
+  done
   freeze_host1_until_rank0_ends
   [ -n "$frozen" ] && [ "$rc" -ne 0 ] && [ "$took" -lt 60 ] \
     && grep -q "rollout replica 0 (pid $frozen on host [^ ]*) has made no progress for" "$tmp/st0.log" \

@@ -278,6 +278,10 @@ pipeline::RunOptions ModeOptions(const pipeline::RunOptions& base, pipeline::Pip
   pipeline::RunOptions o = base;
   o.pipeline.mode = mode;
   o.rl.trainer.loss.correction = split ? correction : sluice::trainer::OffPolicyCorrection::kNone;
+  // As `sluice train` decides it (trainer.recompute_old_logprobs=auto): the
+  // behaviour correction clips against the rollout's own logprobs, so the
+  // trainer's recomputing pass is skipped.
+  o.rl.trainer.recompute_old_logprobs = o.rl.trainer.loss.correction != sluice::trainer::OffPolicyCorrection::kBehavior;
   o.pipeline.lend_idle_cores = lend;
   o.pipeline.train_order = order == "prompt" ? pipeline::TrainOrder::kPrompt : pipeline::TrainOrder::kCompletion;
   sluice::launch::ShareCores(&o, static_cast<int32_t>(threads), static_cast<int32_t>(rollout_threads), sync_dp);

@@ -65,12 +65,13 @@ Result<EvalResult> Evaluator::Evaluate() {
   std::vector<rollout::GenerationRequest> requests;
   for (int64_t i = 0; i < n; ++i) {
     SLUICE_ASSIGN_OR_RETURN(reward::Example ex, task_->Get(reward::Split::kEval, static_cast<uint64_t>(i)));
-    if (options_.prompt_format.chat) {  // a template that fails says so, naming the example
-      SLUICE_RETURN_IF_ERROR(options_.prompt_format.Apply(ex.prompt).status().WithContext(
-          ex.source.empty() ? "eval example " + std::to_string(i) : ex.source));
-    }
     rollout::GenerationRequest r;
-    SLUICE_ASSIGN_OR_RETURN(r.prompt, EncodePrompt(tokenizer, ex.prompt, options_.prompt_format));
+    // A template or tokenizer that fails says so, naming the example.
+    Result<std::vector<model::TokenId>> prompt = EncodePrompt(tokenizer, ex.prompt, options_.prompt_format);
+    if (!prompt.ok()) {
+      return prompt.status().WithContext(ex.source.empty() ? "eval example " + std::to_string(i) : ex.source);
+    }
+    r.prompt = std::move(*prompt);
     // Request i * (samples + 1) is the greedy answer, the next `samples` are sampled.
     for (int64_t k = 0; k <= samples; ++k) {
       r.id = static_cast<uint64_t>(i * (samples + 1) + k);

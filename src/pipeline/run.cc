@@ -47,12 +47,12 @@ Status CheckPromptsFit(const reward::Task& task, const model::Tokenizer& tokeniz
           ex.source.empty()
               ? "task '" + task.name() + "' " + std::string(reward::SplitName(split)) + " example " + std::to_string(i)
               : ex.source;
-      if (format.chat) {
-        Result<std::string> rendered = format.Apply(ex.prompt);
-        if (!rendered.ok()) return rendered.status().WithContext(where + ": its prompt through the chat template");
-      }
+      // Rendered once: EncodePrompt returns the template's error itself.
       Result<std::vector<model::TokenId>> ids = EncodePrompt(tokenizer, ex.prompt, format);
-      if (!ids.ok()) return ids.status().WithContext(where + ": its prompt");
+      if (!ids.ok()) {
+        return ids.status().WithContext(where +
+                                        (format.chat ? ": its prompt through the chat template" : ": its prompt"));
+      }
       const int64_t tokens = static_cast<int64_t>(ids->size());
       if (tokens >= context) {
         return Status::InvalidArgument(where + ": the prompt is " + std::to_string(tokens) +

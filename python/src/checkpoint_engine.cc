@@ -40,7 +40,6 @@
 #include "sluice/checkpoint_engine/shm_store.h"
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/checkpoint_engine/weights.h"
-#include "sluice/common/mutex.h"
 #include "tensors.h"
 
 namespace sluice::python {
@@ -143,21 +142,19 @@ Status Closed(const char* what) { return Status::Aborted(std::string(what) + " i
 // ---------------------------------------------------------------- staging
 
 // One publish in progress (any store's StagedWeights). Python calls may come
-// from several threads with the GIL released, so the handle (one thread at
-// a time, weights.h) is used under mu_.
+// from several threads with the GIL released: SharedStagedWeights takes a
+// lock for each.
 class Staged {
  public:
-  explicit Staged(std::unique_ptr<ce::StagedWeights> staged)
-      : version_(staged->version()), staged_(std::move(staged)) {}
+  explicit Staged(std::unique_ptr<ce::StagedWeights> staged) : shared_(std::move(staged)) {}
 
-  int64_t version() const { return version_; }
+  int64_t version() const { return shared_.version(); }
 
   void Put(const std::string& name, const at::Tensor& tensor) {
     const DType dtype = CheckHostTensor(tensor, name);
     HostTensor view = Borrow(tensor, dtype);
     py::gil_scoped_release release;
-    MutexLock lock(&mu_);
-    ThrowIfError(Open() ? staged_->Put(name, view) : NotOpen());
+    ThrowIfError(shared_.Put(name, view));
   }
 
   // Commit's errors keep the publish open only where StagedWeights says so
@@ -165,31 +162,16 @@ class Staged {
   // the Python layer then abort it.
   void Commit() {
     py::gil_scoped_release release;
-    MutexLock lock(&mu_);
-    if (!Open()) ThrowIfError(NotOpen());
-    Status s = staged_->Commit();
-    if (s.ok()) staged_.reset();
-    ThrowIfError(s);
+    ThrowIfError(shared_.Commit());
   }
 
   void Abort() {
     py::gil_scoped_release release;
-    MutexLock lock(&mu_);
-    if (staged_ == nullptr) return;
-    staged_->Abort();
-    staged_.reset();
+    shared_.Abort();
   }
 
  private:
-  bool Open() SLUICE_REQUIRES(mu_) { return staged_ != nullptr; }
-  Status NotOpen() const {
-    return Status::FailedPrecondition("the publish of version " + std::to_string(version_) +
-                                      " was already committed or aborted");
-  }
-
-  const int64_t version_;
-  Mutex mu_;
-  std::unique_ptr<ce::StagedWeights> staged_ SLUICE_GUARDED_BY(mu_);
+  ce::SharedStagedWeights shared_;
 };
 
 // ---------------------------------------------------------------- pins

@@ -19,6 +19,18 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+def pytest_runtest_logreport(report):
+    """Each skipped test, by name, appended to $SLUICE_SKIP_LOG where it is set
+    (the test command lists what did not run: setup.sh)."""
+    log = os.environ.get("SLUICE_SKIP_LOG")
+    if not report.skipped or not log:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    reason = " ".join(str(reason).split())
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"pytest: {report.nodeid} skipped: {reason}\n")
+
+
 def server_binary() -> str:
     path = os.environ.get("SLUICE_QUEUE_SERVER") or str(REPO / "build" / "release" / "apps" / "sluice_queue_server")
     if not os.access(path, os.X_OK):

@@ -4,30 +4,11 @@
 #include <deque>
 #include <thread>
 
+#include "sluice/common/first_error.h"
 #include "sluice/common/mutex.h"
 
 namespace sluice::checkpoint_engine::internal {
 namespace {
-
-// The first error of several threads.
-class FirstError {
- public:
-  void Set(Status s) {
-    MutexLock lock(&mu_);
-    if (status_.ok()) status_ = std::move(s);
-    failed_.store(true, std::memory_order_release);
-  }
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
-  Status Get() {
-    MutexLock lock(&mu_);
-    return status_;
-  }
-
- private:
-  Mutex mu_;
-  Status status_ SLUICE_GUARDED_BY(mu_);
-  std::atomic<bool> failed_{false};
-};
 
 // Tensors whose last piece landed, handed from the network threads to the
 // verifier.

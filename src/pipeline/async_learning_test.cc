@@ -16,6 +16,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/testing/skip.h"
 #include "role_test_util.h"
 #include "sluice/common/file_util.h"
 #include "sluice/model/weights.h"
@@ -81,7 +82,7 @@ RunOptions Options(const std::string& run_dir) {
 
 TEST(AsyncLearningRole, Run) {
   const std::optional<role_test::RoleArguments> role = role_test::RoleFromArguments();
-  if (!role) GTEST_SKIP() << "runs only as a role process of AsyncLearningTest";
+  if (!role) SLUICE_CHILD_ENTRY_ONLY("AsyncLearningTest");
   const RoleConnection& c = role->connection;
   const std::string& run_dir = role->run_dir;
   torch::set_num_threads(1);

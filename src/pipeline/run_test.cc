@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/testing/skip.h"
 #include "role_test_util.h"
 #include "sluice/common/file_util.h"
 #include "sluice/model/weights.h"
@@ -794,7 +795,7 @@ RunOptions ProcessVersionOptions(const std::string& run_dir, VersionCheck* check
 
 TEST(RoleProcessEntry, Run) {
   const std::optional<role_test::RoleArguments> role = role_test::RoleFromArguments();
-  if (!role) GTEST_SKIP() << "runs only as a role process of EveryTokenRecordsItsVersionWithRolesAsProcesses";
+  if (!role) SLUICE_CHILD_ENTRY_ONLY("EveryTokenRecordsItsVersionWithRolesAsProcesses");
   const RoleConnection& c = role->connection;
   const std::string& run_dir = role->run_dir;
   auto policy = model::LoadPretrained((fs::path(run_dir) / "roles" / "init").string());

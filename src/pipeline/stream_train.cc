@@ -22,7 +22,7 @@
 #include "run_state.h"
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/background_thread.h"
-#include "sluice/common/mutex.h"
+#include "sluice/common/first_error.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/transfer_queue/client.h"
 #include "stream_roles.h"
@@ -30,31 +30,6 @@
 namespace sluice::pipeline {
 
 namespace ce = checkpoint_engine;
-
-namespace {
-
-// The first error of any role; stops the others.
-class ErrorSlot {
- public:
-  void Set(const Status& s) {
-    if (s.ok()) return;
-    MutexLock lock(&mu_);
-    if (first_.ok()) first_ = s;
-    failed_.store(true);
-  }
-  bool failed() const { return failed_.load(); }
-  Status Get() const {
-    MutexLock lock(&mu_);
-    return first_;
-  }
-
- private:
-  mutable Mutex mu_;
-  Status first_ SLUICE_GUARDED_BY(mu_);
-  std::atomic<bool> failed_{false};
-};
-
-}  // namespace
 
 Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   State& s = *state_;
@@ -93,7 +68,7 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   board.trainer_version.store(s.version);
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics_server,
                           StreamRoles::ServeMetrics(s, board, client, BoardProcesses(1, 1, 1), nullptr));
-  ErrorSlot errors;
+  FirstError errors;
   BackgroundThread feeder_thread("prompts"), rollout_thread("rollout"), reward_thread("reward");
   SLUICE_RETURN_IF_ERROR(feeder_thread.Start([&](std::stop_token stop) {
     errors.Set(StreamRoles::FeedPrompts(s, client, board, [&] { return stop.stop_requested(); }));

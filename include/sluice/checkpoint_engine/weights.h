@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "sluice/common/host_tensor.h"
+#include "sluice/common/mutex.h"
 #include "sluice/common/status.h"
 
 namespace sluice::checkpoint_engine {
@@ -117,6 +118,28 @@ class StagedWeights {
   // simulate a memory fault between Put and Commit (which Commit must
   // catch). Empty span if `name` was not put or the publish is closed.
   virtual std::span<std::byte> MutableStagedBytesForTesting(std::string_view name) = 0;
+};
+
+// A StagedWeights (one thread at a time) that several threads share: each
+// call takes a lock (the Python binding's handle, whose calls come from
+// Python threads with the GIL released). A Commit that succeeds and Abort
+// close it; Put or Commit after that is FailedPrecondition naming the
+// version, Abort a no-op. Commit's errors keep it open where
+// StagedWeights::Commit's do.
+class SharedStagedWeights {
+ public:
+  explicit SharedStagedWeights(std::unique_ptr<StagedWeights> staged);
+  int64_t version() const { return version_; }
+  Status Put(std::string_view name, const HostTensor& tensor);
+  Status Commit();
+  void Abort();
+
+ private:
+  Status Closed() const;
+
+  const int64_t version_;
+  Mutex mu_;
+  std::unique_ptr<StagedWeights> staged_ SLUICE_GUARDED_BY(mu_);
 };
 
 // Where a trainer publishes weight versions.

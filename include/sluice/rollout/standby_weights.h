@@ -38,19 +38,9 @@
 #include "sluice/common/host_tensor.h"
 #include "sluice/common/status.h"
 #include "sluice/rollout/engine.h"
+#include "sluice/rollout/standby_slots.h"
 
 namespace sluice::rollout {
-
-struct StandbyStats {
-  int64_t fills = 0;             // versions copied into the standby buffer
-  int64_t handed = 0;            // snapshots handed to the engine by the hook
-  int64_t fill_errors = 0;       // versions that could not be loaded (see last_error)
-  int64_t newest_seen = -1;      // newest version the filler pinned
-  int64_t ready_version = -1;    // version filled and not handed yet (-1: none)
-  double last_fill_seconds = 0;  // pin + copy of the last fill
-  double max_hook_seconds = 0;   // longest hook call (the engine's stall per switch)
-  std::string last_error;        // empty if no fill failed
-};
 
 class StandbyWeights {
  public:

@@ -18,6 +18,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "common/testing/skip.h"
 #include "net/net_test_util.h"
 #include "sluice/common/file_util.h"
 #include "sluice/common/random.h"
@@ -362,7 +363,7 @@ TEST(NetProcessTest, ShmReadsInPlaceAndViewsOutliveAClear) {
 // stdout, then hang until killed.
 TEST(NetChildProcess, LeaseAndHang) {
   const char* endpoint = std::getenv(kChildEndpointEnv);
-  if (endpoint == nullptr) GTEST_SKIP() << "child mode only (spawned by KilledConsumerRowsAreRedelivered)";
+  if (endpoint == nullptr) SLUICE_CHILD_ENTRY_ONLY("KilledConsumerRowsAreRedelivered");
   const bool shm = std::getenv(kChildShmEnv) != nullptr;
   Result<RemoteQueue> queue = ConnectTransferQueue(endpoint, Options("", shm ? ShmMode::kRequired : ShmMode::kOff));
   ASSERT_TRUE(queue.ok()) << queue.status().ToString();

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "common/testing/skip.h"
 #include "net/net_test_util.h"
 #include "net/rpc_channel.h"
 #include "sluice/transfer_queue/remote.h"
@@ -99,7 +100,7 @@ TEST(ShmRingTest, BadCapacitiesAndForeignSegmentsAreRefused) {
 // Child mode: attach to a ring, post half a message, then hang until killed.
 TEST(ShmRingChild, PostHalfAndHang) {
   const char* name = std::getenv(kChildRingEnv);
-  if (name == nullptr) GTEST_SKIP() << "child mode only (spawned by AClientKilledMidMessageEndsItsRing)";
+  if (name == nullptr) SLUICE_CHILD_ENTRY_ONLY("AClientKilledMidMessageEndsItsRing");
   Result<std::unique_ptr<ShmRingClientEnd>> ring =
       ShmRingClientEnd::Open(name, std::strtoull(std::getenv(kChildCapacityEnv), nullptr, 10));
   ASSERT_TRUE(ring.ok()) << ring.status().ToString();
@@ -279,7 +280,7 @@ TEST(ShmRingTest, GarbageInARingEndsThatRingOnly) {
 // Child mode: a client that puts and takes rows through rings until killed.
 TEST(ShmRingChild, TrafficUntilKilled) {
   const char* endpoint = std::getenv(kChildEndpointEnv);
-  if (endpoint == nullptr) GTEST_SKIP() << "child mode only (spawned by KilledClientsRingsEnd)";
+  if (endpoint == nullptr) SLUICE_CHILD_ENTRY_ONLY("KilledClientsRingsEnd");
   Result<RemoteQueue> queue = ConnectTransferQueue(endpoint, ClientOptions());
   ASSERT_TRUE(queue.ok()) << queue.status().ToString();
   TransferQueueClient client = queue->client();

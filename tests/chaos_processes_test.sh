@@ -88,6 +88,9 @@ trained=$(grep -o '"prompts":\[[0-9,]*\]' "$tmp/run/metrics.jsonl" | grep -o '[0
 [ "$trained" = "$(seq 0 $((steps * prompts - 1)) | tr '\n' ' ')" ] \
   || fail "trained prompts '$trained', want 0..$((steps * prompts - 1)) once each"
 [ "$(grep -c '"step"' "$tmp/run/metrics.jsonl")" -eq "$steps" ] || fail "not every step once in metrics.jsonl"
+# The same from the hub's own record of what the trainer consumed, attempt by attempt.
+ledger=$(/usr/bin/python3 "$(dirname "$0")/ack_ledger_check.py" "$tmp/run" "$steps" "$prompts") || fail "$ledger"
+echo "$ledger"
 # One staleness bound across the replicas, kills and restarts included (pipeline.max_staleness=2).
 stale=$(grep -o '"staleness_max":[0-9]*' "$tmp/run/metrics.jsonl" | cut -d: -f2 | sort -n | tail -1)
 [ -n "$stale" ] && [ "$stale" -le 2 ] || fail "staleness_max '$stale' > 2"

@@ -50,15 +50,18 @@ wait_progress() {
   done
 }
 
-# True if run directory $1 trained steps 1..$2, each prompt once (3 per step).
+# True if run directory $1 trained steps 1..$2, each prompt once (3 per step), by its
+# metrics and by its hub's ack log (tests/ack_ledger_check.py, which says what is wrong).
 trained_once() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
+  /usr/bin/python3 - "$1" "$2" <<'PY' || return 1
 import json, sys
 steps = int(sys.argv[2])
 rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
 assert [r["step"] for r in rows] == list(range(1, steps + 1)), [r["step"] for r in rows]
 assert sorted(p for r in rows for p in r["prompts"]) == list(range(3 * steps))
 PY
+  local ledger
+  ledger=$(/usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/ack_ledger_check.py" "$1" "$2" 3) || { echo "$ledger"; return 1; }
 }
 
 # torchrun_agents SLUICE DIR RESTARTS RDZV CONFIG...: one real torchrun agent per host (host 2 runs

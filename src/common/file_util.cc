@@ -99,23 +99,49 @@ Status RemoveTree(const std::string& path) {
   return Status::Unavailable("cannot remove " + path + ": " + std::strerror(errno));
 }
 
+Status WriteAll(int fd, std::string_view bytes, const std::string& what) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::Unavailable(what + ": write failed: " + std::strerror(n < 0 ? errno : EIO));
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Result<int> OpenAppendFile(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO for writing must not wait for a reader (it is
+  // refused below); cleared once the file is known to be a regular one.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd < 0 && errno == EISDIR) return Status::InvalidArgument(path + ": not a regular file (a directory)");
+  if (fd < 0) return Status::Unavailable(path + ": cannot open for appending: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument(path + ": not a regular file");
+  }
+  ::fcntl(fd, F_SETFL, O_APPEND);
+  return fd;
+}
+
+Status AppendToFile(const std::string& path, std::string_view bytes) {
+  SLUICE_ASSIGN_OR_RETURN(const int fd, OpenAppendFile(path));
+  Status written = WriteAll(fd, bytes, path);
+  ::close(fd);
+  return written;
+}
+
 Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
   // Unique per process and call, so concurrent writers never share a temporary.
   static std::atomic<uint64_t> counter{0};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Unavailable(tmp + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::Unavailable(tmp + ": write failed: " + std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
+  if (Status written = WriteAll(fd, bytes, tmp); !written.ok()) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return written;
   }
   // Data reaches the disk before the rename makes it visible: a crash leaves
   // either the old file or the whole new one.

@@ -806,6 +806,11 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   }
 
   tq::ServerOptions so;
+  // The hub's ack log (docs/pipeline.md, "The hub's ack log"): a line saying
+  // from which step this attempt's hub starts, then a line per ack.
+  so.controller.ack_log = (fs::path(s.options.run_dir) / kHubAckLog).string();
+  SLUICE_RETURN_IF_ERROR(
+      AppendToFile(so.controller.ack_log, "{\"hub\":\"started\",\"from_step\":" + std::to_string(s.step) + "}\n"));
   if (!po.hub_bind.empty()) {
     so.bind = po.hub_bind;
     if (!tq::IsLoopbackEndpoint(so.bind)) {
@@ -1331,6 +1336,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       initial.clear();
       StreamRoles::Trainer t;
       t.weights = publisher.get();
+      s.lease_holder = LeaseHolder(ProcessName(c.role, c.trainer_rank), ::getpid());  // named in the hub's ack log
       done = StreamRoles::RunTrainer(
           s, client, t, board, [this] { return Evaluate(); }, progress);
       break;

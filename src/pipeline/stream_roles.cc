@@ -1085,6 +1085,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
   request.policy = whole_groups;
   request.timeout = kPoll;
   request.lease_timeout = std::chrono::seconds(po.lease_seconds);
+  request.holder = s.lease_holder;  // names this rank in the hub's ack log
   std::set<uint64_t> trained;
   int64_t duplicates = 0;
   while (s.step < rl.steps) {

@@ -221,6 +221,10 @@ inline constexpr char kRolloutPartition[] = "rollouts";
 inline constexpr char kRolloutTask[] = "rollout";
 inline constexpr char kRewardTask[] = "reward";
 inline constexpr char kTrainTask[] = "train";
+// The hub's ack log in the run directory: {"hub":"started","from_step":S}
+// when an attempt's hub starts (S: the step it resumes after), then the
+// controller's line per ack (transfer_queue/controller.h, ack_log).
+inline constexpr char kHubAckLog[] = "hub_acks.jsonl";
 
 // The hub's columns, named once. A row is one answer; its group id tag is
 // the prompt's cursor in the run's prompt order.

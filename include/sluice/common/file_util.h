@@ -23,6 +23,21 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 // file (a FIFO)"), Unavailable (any other open or stat failure).
 Result<int> OpenRegularFile(const std::string& path);
 
+// Opens `path` for appending (O_APPEND, created 0644 if missing), refusing
+// what is not a regular file as OpenRegularFile does, without blocking on a
+// FIFO. A close-on-exec descriptor the caller closes. Errors:
+// InvalidArgument ("<path>: not a regular file (...)"), Unavailable.
+Result<int> OpenAppendFile(const std::string& path);
+
+// Writes all of `bytes` to `fd` (retrying short writes and EINTR).
+// Unavailable naming `what` when a write fails.
+Status WriteAll(int fd, std::string_view bytes, const std::string& what);
+
+// Appends `bytes` to `path` in one write of an O_APPEND descriptor (so lines
+// appended by several processes never interleave). OpenAppendFile's errors,
+// then WriteAll's.
+Status AppendToFile(const std::string& path, std::string_view bytes);
+
 // The whole regular file's bytes (OpenRegularFile's refusals, then
 // Unavailable for a read error).
 Result<std::string> ReadFileToString(const std::string& path);

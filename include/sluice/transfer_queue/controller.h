@@ -98,6 +98,14 @@ struct ControllerOptions {
   size_t max_views_per_partition = 64;
   // Clock for lease deadlines. Null: SteadyClock.
   std::shared_ptr<const Clock> clock;
+  // A file to which every successful Ack appends a line of JSON: the lease,
+  // its task and holder, the partition and each row acked with its group id
+  // ({"ack":7,"task":"train","holder":"h","partition":"p","rows":[[12,3],...]}),
+  // the hub's own record of what each task consumed. Empty: none. Opened
+  // (created if missing) when the controller is made; a path that is not a
+  // regular file is refused. An Ack whose line cannot be written still acks
+  // and returns DataLoss naming the file.
+  std::string ack_log;
 };
 
 // ---------------------------------------------------------------- requests

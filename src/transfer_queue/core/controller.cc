@@ -48,6 +48,9 @@ InProcessController::InProcessController(ControllerOptions options)
       leases_(options_.lease_history) {}
 
 Status InProcessController::Init() {
+  if (!options_.ack_log.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(ack_log_, AckLog::Open(options_.ack_log));
+  }
   MutexLock lock(&mu_);
   SLUICE_RETURN_IF_ERROR(RegisterColumnsLocked(options_.columns));
   for (const std::string& task : options_.tasks) SLUICE_RETURN_IF_ERROR(RegisterTaskLocked(task));

@@ -221,6 +221,8 @@ Result<AckResponse> InProcessController::Ack(const AckRequest& request) {
   const LeaseRecord lease = leases_.End(id, LeaseEnd::kAcked, now);
   AckResponse out;
   std::vector<Row*> done;
+  std::vector<std::pair<RowId, GroupId>> logged;
+  std::string partition;
   for (RowId row_id : lease.rows) {
     auto it = rows_.find(row_id);
     if (it == rows_.end()) {
@@ -228,6 +230,10 @@ Result<AckResponse> InProcessController::Ack(const AckRequest& request) {
       continue;
     }
     Row& row = it->second;
+    if (ack_log_) {
+      logged.emplace_back(row_id, row.tags.group_id);
+      partition = row.partition->id;
+    }
     SLUICE_CHECK(row.state(lease.task) == Consumption::kLeased && row.slot(lease.task).lease == id)
         << "row " << row_id << " of lease " << id << " is not leased by it";
     // kLeased -> kAcked: the row is in none of this task's views before or
@@ -246,6 +252,12 @@ Result<AckResponse> InProcessController::Ack(const AckRequest& request) {
   OpenTicketLocked(&out.reclaim);
   ++counters_.leases_acked;
   if (!done.empty()) space_cv_.NotifyAll();
+  if (ack_log_) {
+    // Under the lock: the log's lines are in the order the acks happened.
+    if (Status st = ack_log_->Record(id, lease.task_name, lease.holder, partition, logged); !st.ok()) {
+      return Status::DataLoss("lease " + std::to_string(id) + " was acked, but " + st.message());
+    }
+  }
   return out;
 }
 

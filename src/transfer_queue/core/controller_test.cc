@@ -4,11 +4,13 @@
 #include "sluice/transfer_queue/controller.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <set>
 #include <thread>
 
+#include "sluice/common/file_util.h"
 #include "test_util.h"
 
 namespace sluice::transfer_queue {
@@ -148,6 +150,47 @@ TEST(ControllerOptionsTest, RejectsBadOptions) {
   HubOptions hub;
   hub.storage_units = 0;
   TQ_EXPECT_ERROR(TransferQueueHub::Create(hub), kInvalidArgument, "storage_units");
+}
+
+TEST_F(ControllerTest, AckLogRecordsEachAckWithItsRowsGroupsAndHolder) {
+  // Mutations tried: the Record call removed from Ack (no lines); the row ids
+  // logged in place of the group ids (wrong pairs).
+  const std::string path = ::testing::TempDir() + "sluice_ack_log_" + std::to_string(::getpid());
+  std::remove(path.c_str());
+  HubOptions options = testing::DefaultHubOptions();
+  options.controller.ack_log = path;
+  Reset(std::move(options));
+  const auto rows = Put({Tags(5), Tags(5), Tags(7), Tags()});
+  GetMetaRequest request;
+  request.task = "train";
+  request.columns = {"response"};
+  request.n = 2;
+  request.partition = "p";
+  request.holder = "rank \"0\"\n\xff";
+  auto first = controller().GetMeta(request);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  request.holder = "";
+  auto released = controller().GetMeta(request);
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  TQ_ASSERT_OK(client_->Release(released->lease_id).status());  // not an ack: not logged
+  TQ_ASSERT_OK(client_->Ack(first->lease_id).status());
+  auto second = controller().GetMeta(request);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  TQ_ASSERT_OK(client_->Ack(second->lease_id).status());
+  auto text = ReadFileToString(path);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(*text,
+            "{\"ack\":" + std::to_string(first->lease_id) +
+                ",\"task\":\"train\",\"holder\":\"rank \\\"0\\\"\\u000a\\u00ff\",\"partition\":\"p\",\"rows\":[[" +
+                std::to_string(rows[0]) + ",5],[" + std::to_string(rows[1]) + ",5]]}\n" +
+                "{\"ack\":" + std::to_string(second->lease_id) +
+                ",\"task\":\"train\",\"holder\":\"\",\"partition\":\"p\",\"rows\":[[" + std::to_string(rows[2]) +
+                ",7],[" + std::to_string(rows[3]) + ",-1]]}\n");
+  std::remove(path.c_str());
+  // Not a regular file: refused when the controller is made.
+  ControllerOptions bad;
+  bad.ack_log = ::testing::TempDir();
+  TQ_EXPECT_ERROR(NewInProcessController(bad), kInvalidArgument, "not a regular file");
 }
 
 // ---------------------------------------------------------------- writes

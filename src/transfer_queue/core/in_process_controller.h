@@ -33,6 +33,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/ack_log.h"
 #include "core/lease_table.h"
 #include "core/ready_view.h"
 #include "sluice/common/mutex.h"
@@ -199,6 +200,7 @@ class InProcessController final : public Controller {
 
   const ControllerOptions options_;
   const std::shared_ptr<const Clock> clock_;
+  std::unique_ptr<AckLog> ack_log_;  // options_.ack_log's; set by Init
 
   Mutex mu_;
   CondVar ready_cv_;  // GetMeta waiters; signalled with ready_epoch_

@@ -218,9 +218,9 @@ Status ParseStorageFlags(const runtime::FlagSet& fs, const std::string& columns,
     SLUICE_ASSIGN_OR_RETURN(o.storage_hosts, ParseStorageHosts(hosts, o.storage_units));
   }
   if (serve.empty()) return Status::Ok();
-  if (!columns.empty() || !tasks.empty()) {
+  if (!columns.empty() || !tasks.empty() || !o.controller.ack_log.empty()) {
     return Status::InvalidArgument(
-        "--serve-units: a storage server has no controller; --columns and --tasks "
+        "--serve-units: a storage server has no controller; --columns, --tasks and --ack-log "
         "belong on the controller's server");
   }
   if (o.shm_bytes > 0) {
@@ -260,6 +260,9 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
   fs.Add("columns", "", "columns to register: name:DTYPE:SHAPE,... e.g. prompt:I64:*,reward:F32:,mask:U8:4x2");
   fs.Add("tasks", "", "consumer tasks to register: name,name,...");
   fs.Add("lease-timeout-ms", "60000", "lease duration when a GetMeta does not set one");
+  fs.Add("ack-log", "",
+         "file every ack appends a JSON line to (the lease, its task and holder, each row with its group id): "
+         "the hub's own record of what each task consumed; empty = none");
   fs.Add("max-batch-rows", "65536", "largest GetMeta n and write row count");
   fs.Add("max-tensor-bytes", "1G", "largest single tensor (one row of one column)");
   fs.Add("max-message-bytes", "", "largest message accepted; default max-tensor-bytes + 1M");
@@ -343,6 +346,7 @@ Result<ServerFlags> ParseServerFlags(const std::vector<std::string>& args) {
   }
   SLUICE_ASSIGN_OR_RETURN(int64_t lease_ms, fs.GetInt("lease-timeout-ms", 1, kMaxLeaseTimeout.count()));
   o.controller.default_lease_timeout = std::chrono::milliseconds(lease_ms);
+  SLUICE_ASSIGN_OR_RETURN(o.controller.ack_log, fs.GetString("ack-log"));
   SLUICE_ASSIGN_OR_RETURN(int64_t batch_rows, fs.GetInt("max-batch-rows", 1, int64_t{1} << 24));
   o.controller.max_batch_rows = static_cast<uint32_t>(batch_rows);
   SLUICE_ASSIGN_OR_RETURN(std::string tensor_bytes, fs.GetString("max-tensor-bytes"));

@@ -139,7 +139,9 @@ TEST(ServerFlagsTest, StorageServerAndStorageHostsFlags) {
   TQ_EXPECT_ERROR(with({"--serve-units", "3-1"}), kInvalidArgument, "'3-1' is not a unit or a range");
   TQ_EXPECT_ERROR(with({"--serve-units", "x"}), kInvalidArgument, "--serve-units: 'x'");
   TQ_EXPECT_ERROR(with({"--serve-units", "1", "--columns", "prompt:I64:*"}), kInvalidArgument,
-                  "--columns and --tasks belong on the controller's server");
+                  "--columns, --tasks and --ack-log belong on the controller's server");
+  TQ_EXPECT_ERROR(with({"--serve-units", "1", "--ack-log", "/tmp/acks"}), kInvalidArgument,
+                  "--columns, --tasks and --ack-log belong on the controller's server");
   TQ_EXPECT_ERROR(with({"--serve-units", "1", "--shm-bytes", "64M"}), kInvalidArgument, "no shared-memory arena");
   TQ_EXPECT_ERROR(with({"--serve-units", "1", "--open-write-timeout-ms", "0"}), kInvalidArgument,
                   "--open-write-timeout-ms must be > 0");

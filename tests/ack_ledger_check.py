@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""Trained exactly once, read from the hub's own record: the ack log a run's
+hub keeps in RUN_DIR/hub_acks.jsonl (docs/pipeline.md, "The hub's ack log").
+
+Usage: ack_ledger_check.py RUN_DIR STEPS PROMPTS_PER_STEP
+
+Each attempt's hub starts the log with {"hub":"started","from_step":S}, S the
+checkpoint step it resumed after; then the controller appends a line per ack.
+The trainer acks a step's P groups (one lease a group) after publishing the
+step's update and before the step's checkpoint, so of attempt a's train acks,
+the first (S_{a+1} - S_a) * P are the steps that survived into the next
+attempt (the last attempt: up to STEPS), and any after them were trained,
+then rolled back by the restart. Checked:
+  * every train ack is one whole group (its rows share one group id), and no
+    group is acked twice within an attempt (the hub's leases allow neither);
+  * the surviving acks of all attempts cover the prompts 0..STEPS*P-1 once;
+  * they are, step by step, the prompts metrics.jsonl says each step trained
+    (the trainer's own record agrees with the hub's);
+  * the last attempt acked nothing past the run's last step, and whatever an
+    attempt acked and lost to a restart was trained again later.
+Prints one line and exits 0, or prints what is wrong and exits 1.
+"""
+import json
+import sys
+
+
+def main(run_dir, steps, per_step):
+    metrics = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
+    by_step = {r["step"]: r["prompts"] for r in metrics}
+    if sorted(by_step) != list(range(1, steps + 1)):
+        return f"metrics.jsonl has steps {sorted(by_step)}, want 1..{steps}"
+    attempts = []  # [from_step, [group of each train ack, in order]]
+    for n, line in enumerate(open(f"{run_dir}/hub_acks.jsonl"), 1):
+        entry = json.loads(line)
+        if entry.get("hub") == "started":
+            attempts.append([entry["from_step"], []])
+            continue
+        if not attempts:
+            return f"hub_acks.jsonl line {n}: an ack before any hub started"
+        if entry["task"] != "train":
+            continue
+        groups = {g for _, g in entry["rows"]}
+        if len(groups) != 1 or not entry["rows"]:
+            return f"hub_acks.jsonl line {n}: a train ack of rows of groups {sorted(groups)}, not one whole group"
+        attempts[-1][1].append(groups.pop())
+    if not attempts:
+        return "hub_acks.jsonl records no hub"
+    surviving = []
+    for a, (start, acked) in enumerate(attempts):
+        if len(set(acked)) != len(acked):
+            return f"attempt {a}: a group acked twice: {acked}"
+        end = attempts[a + 1][0] if a + 1 < len(attempts) else steps
+        if end < start:
+            return f"attempt {a + 1} resumed after step {end}, before attempt {a}'s start at {start}"
+        kept = (end - start) * per_step
+        if len(acked) < kept:
+            return f"attempt {a} (steps {start + 1}..{end}) acked {len(acked)} groups, fewer than its {kept}"
+        for i, step in enumerate(range(start + 1, end + 1)):
+            hub = sorted(acked[i * per_step:(i + 1) * per_step])
+            if hub != sorted(by_step[step]):
+                return f"step {step}: the hub's acks say groups {hub}, metrics.jsonl says {sorted(by_step[step])}"
+        lost = acked[kept:]
+        if a + 1 == len(attempts) and lost:
+            return f"the last attempt acked groups {lost} past step {steps}"
+        later = {p for s in range(end + 1, steps + 1) for p in by_step[s]}
+        if not set(lost) <= later:
+            return f"attempt {a} acked groups {sorted(set(lost) - later)} that no later step trained"
+        surviving += acked[:kept]
+    if sorted(surviving) != list(range(steps * per_step)):
+        return f"the hub's surviving acks cover {sorted(surviving)}, want 0..{steps * per_step - 1} once each"
+    print(f"ok   hub ack log: {len(surviving)} groups acked once across {len(attempts)} attempt(s)")
+    return None
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    problem = main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    if problem:
+        print(f"FAIL hub ack log: {problem}")
+        sys.exit(1)

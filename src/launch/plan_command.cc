@@ -18,6 +18,7 @@
 #include "sluice/runtime/flags.h"
 #include "sluice/simulate/gpu.h"
 #include "sluice/simulate/lengths.h"
+#include "sluice/simulate/regime_fit.h"
 #include "sluice/simulate/simulator.h"
 
 namespace sluice::launch {
@@ -26,64 +27,103 @@ namespace {
 using runtime::FlagSet;
 using simulate::Policy;
 
+// How one of a regime's parameters was set, and the values its sensitivity
+// band tries (`--sensitivity`), the regime's own among them.
+struct Band {
+  const char* flag;    // a plan flag, or "baseline": the policy compared with
+  const char* set_by;  // "fitted ...", "assumed", "source" (the publication's own)
+  std::vector<std::string> values;
+};
+
 // A published setting: the flags that describe it, what was reported, and
-// what is assumed where the publication does not say.
+// what is assumed where the publication does not say. `standing` says
+// whether the simulated figure is fitted (the unknowns set from the same
+// figures it is compared with) or predicted (set from other data).
 struct Regime {
   const char* name;
-  const char* source;
-  const char* assumed;
+  const char* standing;
+  std::string source;
+  std::string assumed;
   std::vector<std::pair<const char*, const char*>> flags;
   Policy published;  // the system's policy
   Policy baseline;   // what it was compared with
   double reported;   // its speedup over the baseline
   const char* reported_text;
+  std::vector<Band> bands;
 };
 
-// verl's fully asynchronous trainer at 32, 64 and 128 H20 (half generating):
-// the costs the baseline's published phase times imply (see Regimes()).
-Regime VerlAsync(const char* name, const char* gpus, const char* rollout_gpus, const char* reported_text,
-                 double reported) {
+// verl's unknowns as `sluice plan --predictive-check` fits them on its
+// 32-GPU runs (the first block of docs/simulator_predictive.txt).
+constexpr const char* kVerlMedian = "150";
+constexpr const char* kVerlSpread = "1.9";
+constexpr const char* kVerlMfu = "0.99";
+constexpr const char* kVerlSlowdown = "2.05";
+
+// verl's fully asynchronous trainer at 32, 64 and 128 H20 (half generating).
+Regime VerlAsync(const char* name, const char* standing, const char* gpus, const char* rollout_gpus,
+                 const char* reported_text, double reported) {
   return {name,
-          "verl's fully asynchronous trainer (recipe fully_async_policy, README): Qwen2.5-Math-7B, DAPO, H20, "
-          "answers up to 28k tokens, 16 per prompt, 512 prompts per step, 16 mini-batches, partial rollouts, "
-          "staleness threshold 0.5, against its colocated synchronous trainer on as many GPUs",
-          "staleness 1; what the README does not give, fitted to the baseline's published phase times at 128 "
-          "GPUs (generation 178 s, log-probs and update 168 s per step): answers log-normal with median 400 and "
-          "spread 1.3 (a few reach the cap), prompts 256 tokens, trainer ranks of 8 (sequence parallel), MFU 55% "
-          "for the separate trainer, and the colocated trainer 2.4x slower per token, as the README's own step "
-          "times at 32 and 64 GPUs show (its colocated trainer takes 2.4x the GPU-seconds of its separate one "
-          "per step)",
+          standing,
+          "verl's fully asynchronous trainer, https://github.com/verl-project/verl/blob/"
+          "1dda039b9c6311889a9c9a26040677e1254814f9/verl/experimental/fully_async_policy/README.md, table "
+          "\"Asynchronous Training on 7B Model\" (reported: its 400-step total times), with shell/"
+          "dapo_7b_math_fsdp2_{16_16,32_32,64_64}.sh at that commit: Qwen2.5-Math-7B, DAPO, H20, answers up to 28k "
+          "tokens, 16 per prompt, 512 prompts per step, 16 mini-batches, engines of 4 GPUs (gen_tp), trainer ranks "
+          "of 4 (sp_size), partial rollouts, against its colocated synchronous trainer on as many GPUs",
+          "staleness 1, prompts of 256 tokens, 256 rows an engine; fitted to the 32-GPU runs' step, generation and "
+          "training times (sluice plan --predictive-check): answers log-normal with median " +
+              std::string(kVerlMedian) + " and spread " + kVerlSpread + ", MFU " + kVerlMfu +
+              " for the separate trainer, the colocated trainer " + kVerlSlowdown + "x slower per token",
           {{"hardware", "h20"},
            {"gpus", gpus},
            {"model", "qwen2.5-7b"},
            {"prompt-tokens", "256"},
            {"max-response", "28672"},
-           {"median", "400"},
-           {"spread", "1.3"},
+           {"median", kVerlMedian},
+           {"spread", kVerlSpread},
            {"prompts", "512"},
            {"group", "16"},
            {"staleness", "1"},
            {"rollout-gpus", rollout_gpus},
+           {"rollout-tp", "4"},
            {"mini-batches", "16"},
-           {"train-mp", "8"},
-           {"mfu", "0.55"},
-           {"colocated-train-slowdown", "2.4"}},
+           {"train-mp", "4"},
+           {"mfu", kVerlMfu},
+           {"colocated-train-slowdown", kVerlSlowdown}},
           Policy::kPartialRollout,
           Policy::kColocatedSync,
           reported,
-          reported_text};
+          reported_text,
+          {{"median", "fitted on the 32-GPU runs", {"120", kVerlMedian, "190"}},
+           {"spread", "fitted on the 32-GPU runs", {"1.5", kVerlSpread, "2.3"}},
+           {"mfu", "fitted on the 32-GPU runs", {"0.6", "0.8", kVerlMfu}},
+           {"colocated-train-slowdown", "fitted on the 32-GPU runs", {"1", kVerlSlowdown, "2.4"}},
+           {"train-mp", "source (sp_size 4)", {"2", "4", "8"}},
+           {"prompt-tokens", "assumed", {"128", "256", "1024"}},
+           {"staleness", "assumed", {"1", "2"}}}};
 }
 
-// AReaL (blog for v0.3, Table 2) on 16 and 24 nodes of 8 H800.
-Regime Areal(const char* name, const char* source, const char* model, const char* gpus, const char* rollout_gpus,
+// AReaL (blog for v0.3, Table 2) on 16 and 24 nodes of 8 H800. The blog
+// gives the hours, not the runs' configuration: that of AReaL's throughput
+// benchmark (README and areal_config.yaml at kArealBenchmark) is assumed.
+constexpr const char* kArealBenchmark =
+    "https://github.com/inclusionAI/AReaL/blob/820ca498b72dca48fbdb14cdbcc14817a1f55624/benchmark/"
+    "verl_v0_3_0_post1_76084d3/";
+Regime Areal(const char* name, const char* table, const char* model, const char* gpus, const char* rollout_gpus,
              const char* train_mp, const char* reported_text, double reported) {
   return {name,
-          source,
-          "AReaL's benchmark configuration: 512 prompts x 16 answers, answers up to 31k tokens, staleness 4, "
-          "3/4 of the GPUs generating, 4 PPO mini-batches, pipeline-parallel trainer ranks; answers log-normal "
-          "with median 6000 and spread 0.9 (not published), prompts 512 tokens; the synchronous baseline AReaL "
-          "itself at staleness 0, so generation and training on their own GPUs waiting for each other "
-          "(split_sync; the colocated row shows the other reading)",
+          "fitted: the baseline's reading (split_sync, not colocated) was chosen after comparing both with the "
+          "reported speedup; the answer lengths are assumed, not fitted",
+          std::string("AReaL, https://github.com/inclusionAI/AReaL/blob/4aef98d8d818af55b43621aaadba047ae10f4e77/"
+                      "blog/AReaL_v0_3.md, Table 2: ") +
+              table,
+          std::string("the configuration of AReaL's throughput benchmark (") + kArealBenchmark +
+              "README.md and areal_config.yaml): 512 prompts x 16 answers, answers up to 31k tokens, "
+              "max_head_offpolicyness 4, 4 PPO mini-batches; not published: 3/4 of the GPUs generating, "
+              "pipeline-parallel trainer ranks, answers log-normal with median 6000 and spread 0.9, prompts of 512 "
+              "tokens, and which synchronous system it ran (read here as AReaL at staleness 0: generation and "
+              "training on their own GPUs waiting for each other, split_sync; the colocated row shows the other "
+              "reading)",
           {{"hardware", "h800"},
            {"gpus", gpus},
            {"model", model},
@@ -96,18 +136,25 @@ Regime Areal(const char* name, const char* source, const char* model, const char
            {"staleness", "4"},
            {"rollout-gpus", rollout_gpus},
            {"train-mp", train_mp},
-           {"mini-batches", "4"}},
+           {"mini-batches", "4"},
+           {"mfu", "0.4"}},
           Policy::kPartialRollout,
           Policy::kSplitSync,
           reported,
-          reported_text};
+          reported_text,
+          {{"baseline", "fitted (chosen after comparing)", {"split_sync", "colocated_sync"}},
+           {"median", "assumed", {"4000", "6000", "9000"}},
+           {"spread", "assumed", {"0.7", "0.9", "1.1"}},
+           {"mfu", "assumed (Megatron-LM's 41-48% on H100)", {"0.3", "0.4", "0.5"}},
+           {"prompt-tokens", "assumed", {"256", "512", "1024"}}}};
 }
 
 const std::vector<Regime>& Regimes() {
   static const std::vector<Regime> regimes = {
       {"seed-2k-16k",
+       "assumed: no published setting to fit or predict; the figure is a target",
        "the figure this project set out to beat: 3.81x over a synchronous mode at prompt 2k -> response 16k "
-       "(its system, model and cluster not identified)",
+       "(no source: its system, model and cluster not identified)",
        "Qwen2.5-7B on 64 H100, answers log-normal with median 4096 and spread 1.0 cut off at 16384, 128 prompts x "
        "16 answers per step, colocated synchronous baseline",
        {{"hardware", "h100"},
@@ -118,22 +165,36 @@ const std::vector<Regime>& Regimes() {
         {"median", "4096"},
         {"spread", "1.0"},
         {"prompts", "128"},
-        {"group", "16"}},
+        {"group", "16"},
+        {"mfu", "0.4"},
+        {"switch-s", "5"}},
        Policy::kSluice,
        Policy::kColocatedSync,
        3.81,
-       "3.81x"},
+       "3.81x",
+       {{"median", "assumed", {"3072", "4096", "5120"}},
+        {"spread", "assumed", {"0.8", "1.0", "1.2"}},
+        {"mfu", "assumed (Megatron-LM's 41-48% on H100)", {"0.3", "0.4", "0.5"}},
+        {"switch-s", "assumed", {"0", "5", "20"}}}},
       Areal("areal-1.5b",
-            "AReaL (inclusionAI), blog for v0.3, Table 2: R1-Distill-Qwen-1.5B, 16 nodes of 8 H800, 1000 PPO steps: "
-            "synchronous 41.0 h, asynchronous 14.8 h",
+            "R1-Distill-Qwen-1.5B, 16 nodes of 8 H800, 1000 PPO steps: synchronous 41.0 h, "
+            "asynchronous 14.8 h",
             "r1-distill-qwen-1.5b", "128", "96", "2", "2.77x (41.0 h / 14.8 h)", 41.0 / 14.8),
       Areal("areal-7b",
-            "AReaL (inclusionAI), blog for v0.3, Table 2: R1-Distill-Qwen-7B, 24 nodes of 8 H800, 1000 PPO steps: "
-            "synchronous 57.7 h, asynchronous 25.4 h",
+            "R1-Distill-Qwen-7B, 24 nodes of 8 H800, 1000 PPO steps: synchronous 57.7 h, "
+            "asynchronous 25.4 h",
             "qwen2.5-7b", "192", "144", "4", "2.27x (57.7 h / 25.4 h)", 57.7 / 25.4),
-      VerlAsync("verl-async-7b-32", "32", "16", "2.66x (3d17h5m / 1d9h26m, 16:16)", (89.0 * 60 + 5) / (33 * 60 + 26)),
-      VerlAsync("verl-async-7b-64", "64", "32", "1.92x (1d17h32m / 21h40m, 32:32)", (41.0 * 60 + 32) / (21 * 60 + 40)),
-      VerlAsync("verl-async-7b", "128", "64", "2.35x (1d16h48m / 17h22m, 64:64)", (40.0 * 60 + 48) / (17 * 60 + 22)),
+      VerlAsync("verl-async-7b-32",
+                "fitted: its unknowns were fitted to this row's own step, generation and training times", "32", "16",
+                "2.66x (3d17h5m / 1d9h26m, 16:16)", (89.0 * 60 + 5) / (33 * 60 + 26)),
+      VerlAsync("verl-async-7b-64",
+                "predicted: its unknowns were fitted to the 32-GPU rows of the same table; this row's times were "
+                "not used",
+                "64", "32", "1.92x (1d17h32m / 21h40m, 32:32)", (41.0 * 60 + 32) / (21 * 60 + 40)),
+      VerlAsync("verl-async-7b",
+                "predicted: its unknowns were fitted to the 32-GPU rows of the same table; this row's times were "
+                "not used",
+                "128", "64", "2.35x (1d16h48m / 17h22m, 64:64)", (40.0 * 60 + 48) / (17 * 60 + 22)),
   };
   return regimes;
 }
@@ -191,40 +252,32 @@ Result<LengthFit> FitRunLengths(const std::string& path) {
   return fit;
 }
 
-// Seconds per step once the pipeline is full (from the end of the first
-// third of the steps to the last), and of them the trainer's wait for its
-// samples and its training.
-struct Steady {
-  double step_s = 0, wait_s = 0, train_s = 0;
-};
-Steady SteadyState(const simulate::SimResult& r) {
-  const size_t n = r.steps.size(), k = std::max<size_t>(1, n / 3);
-  Steady s;
-  if (n < 2) {
-    s.step_s = s.train_s = r.wall_s;
-    return s;
-  }
-  s.step_s = (r.steps[n - 1].end_s - r.steps[k - 1].end_s) / static_cast<double>(n - k);
-  for (size_t i = k; i < n; ++i) {
-    s.wait_s += r.steps[i].start_s - r.steps[i - 1].end_s;
-    s.train_s += r.steps[i].end_s - r.steps[i].start_s;
-  }
-  s.wait_s /= static_cast<double>(n - k);
-  s.train_s /= static_cast<double>(n - k);
-  return s;
-}
-
 struct Candidate {
   Policy policy = Policy::kSluice;
   int64_t rollout_gpus = 0, trainer_gpus = 0, staleness = 0;
   int32_t rollout_tp = 1;
   int64_t max_rows = 256;
   simulate::SimResult result;
-  Steady steady;
+  simulate::SteadyStep steady;
   int64_t kv_tokens = 0;
 };
 
-Status Plan(const std::vector<std::string>& args) {
+// What one `sluice plan` invocation asked for and, for a plan, found.
+struct PlanOutcome {
+  bool help = false;
+  std::string usage;
+  bool sensitivity = false;
+  bool predictive_check = false;
+  const Regime* regime = nullptr;
+  std::vector<Candidate> best;  // per policy
+  PlanReport report;
+  std::string html;  // where to write the page, if anywhere
+};
+
+// Parses the flags (a regime's first) and, unless --help, --sensitivity or
+// --predictive-check, searches every policy's layouts.
+Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
+  PlanOutcome outcome;
   FlagSet flags;
   flags.Add("regime", "", "a published setting to reproduce (" + RegimeNames() + "); other flags override it");
   flags.Add("hardware", "h100", "the accelerator (h100, h800, h200, h20, a100, 910b)");
@@ -254,11 +307,21 @@ Status Plan(const std::vector<std::string>& args) {
   flags.Add("colocated-train-slowdown", "1",
             "colocated: the trainer's cost per token against a separate trainer's (offloading, an extra pass)");
   flags.Add("html", "", "also write the comparison as an HTML page");
+  flags.Add("sensitivity", "false",
+            "with --regime: the simulated speedup as each of the regime's fitted and assumed parameters moves over a "
+            "stated range",
+            /*is_bool=*/true);
+  flags.Add("predictive-check", "false",
+            "fit verl's unknowns to one cluster size's published runs and predict the other sizes' (about 40 s)",
+            /*is_bool=*/true);
   SLUICE_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
-    std::printf("usage: sluice plan [--regime=NAME] [--hardware=h100 --gpus=64 --model=qwen2.5-7b ...]\n%s",
-                flags.Usage().c_str());
-    return Status::Ok();
+    outcome.help = true;
+    outcome.usage =
+        "usage: sluice plan [--regime=NAME [--sensitivity]] [--hardware=h100 --gpus=64 "
+        "--model=qwen2.5-7b ...] | --predictive-check\n" +
+        flags.Usage();
+    return outcome;
   }
   SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
   SLUICE_ASSIGN_OR_RETURN(std::string regime_name, flags.GetString("regime"));
@@ -275,6 +338,14 @@ Status Plan(const std::vector<std::string>& args) {
     for (const auto& [k, v] : regime->flags) merged.push_back(std::string("--") + k + "=" + v);
     merged.insert(merged.end(), args.begin(), args.end());
     SLUICE_RETURN_IF_ERROR(flags.Parse(merged));
+  }
+  outcome.regime = regime;
+  SLUICE_ASSIGN_OR_RETURN(outcome.predictive_check, flags.GetBool("predictive-check"));
+  SLUICE_ASSIGN_OR_RETURN(outcome.sensitivity, flags.GetBool("sensitivity"));
+  if (outcome.predictive_check) return outcome;
+  if (outcome.sensitivity) {
+    if (regime == nullptr) return Status::InvalidArgument("--sensitivity needs a --regime (" + RegimeNames() + ")");
+    return outcome;
   }
   SLUICE_ASSIGN_OR_RETURN(std::string hardware, flags.GetString("hardware"));
   SLUICE_ASSIGN_OR_RETURN(simulate::Accelerator accel, simulate::FindAccelerator(hardware));
@@ -457,7 +528,7 @@ Status Plan(const std::vector<std::string>& args) {
             c.rollout_gpus = colocated ? gpus : r;
             c.trainer_gpus = colocated ? gpus : gpus - r;
             c.staleness = asynchronous ? s : policy == Policy::kOneStepOff ? 1 : 0;
-            c.steady = SteadyState(*res);
+            c.steady = simulate::SteadyState(*res);
             c.kv_tokens = setup->kv_tokens_per_engine;
             c.result = std::move(*res);
             c.max_rows = rows;
@@ -560,7 +631,8 @@ Status Plan(const std::vector<std::string>& args) {
       if (c.policy == regime->published) published = c.steady.step_s;
       if (c.policy == regime->baseline) baseline = c.steady.step_s;
     }
-    report.regime = std::string(regime->name) + ": " + regime->source + "\n  assumed: " + regime->assumed;
+    report.regime = std::string(regime->name) + ": " + regime->standing + "\n  source: " + regime->source +
+                    "\n  assumed: " + regime->assumed;
     if (published > 0 && baseline > 0) {
       const double simulated = baseline / published;
       std::snprintf(line, sizeof(line), "  %s over %s: reported %s, simulated %.2fx (%+.0f%%)",
@@ -569,10 +641,155 @@ Status Plan(const std::vector<std::string>& args) {
       report.regime += std::string("\n") + line;
     }
   }
-  std::printf("%s", FormatPlanText(report).c_str());
-  if (!html.empty()) {
-    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(html, FormatPlanHtml(report)));
-    std::printf("written to %s\n", html.c_str());
+  outcome.report = std::move(report);
+  outcome.best = std::move(best);
+  outcome.html = html;
+  return outcome;
+}
+
+std::string Percent(double ratio) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%+.0f%%", 100 * (ratio - 1));
+  return buf;
+}
+
+// The simulated speedup of `published` over `baseline` with the plan `args`
+// asks for, and `extra` after them (it wins).
+Result<double> SimulatedSpeedup(const std::vector<std::string>& args, std::vector<std::string> extra, Policy published,
+                                Policy baseline) {
+  std::vector<std::string> all = args;
+  extra.push_back("--policies=" + simulate::PolicyName(published) + "," + simulate::PolicyName(baseline));
+  all.insert(all.end(), extra.begin(), extra.end());
+  SLUICE_ASSIGN_OR_RETURN(PlanOutcome o, RunPlan(all));
+  double p = 0, b = 0;
+  for (const Candidate& c : o.best) {
+    if (c.policy == published) p = c.steady.step_s;
+    if (c.policy == baseline) b = c.steady.step_s;
+  }
+  if (p <= 0 || b <= 0) return Status::InvalidArgument("a policy of the regime could not run");
+  return b / p;
+}
+
+// `--sensitivity`: each of the regime's parameters over its band, the others
+// at the regime's values.
+Status Sensitivity(const Regime& regime, const std::vector<std::string>& args) {
+  std::vector<std::string> base;
+  for (const std::string& a : args) {
+    if (a != "--sensitivity" && a.rfind("--sensitivity=", 0) != 0) base.push_back(a);
+  }
+  std::printf("sensitivity of %s: %s over %s, reported %s\n%s\n", regime.name,
+              simulate::PolicyName(regime.published).c_str(), simulate::PolicyName(regime.baseline).c_str(),
+              regime.reported_text, regime.standing);
+  std::printf(
+      "each row moves one parameter over the values shown, the others at the regime's own (marked *); "
+      "each cell: value: simulated speedup (against the reported)\n");
+  SLUICE_ASSIGN_OR_RETURN(const double own, SimulatedSpeedup(base, {}, regime.published, regime.baseline));
+  for (const Band& band : regime.bands) {
+    const bool is_baseline = std::string(band.flag) == "baseline";
+    std::string regime_value = is_baseline ? simulate::PolicyName(regime.baseline) : "";
+    for (const auto& [k, v] : regime.flags) {
+      if (k == std::string(band.flag)) regime_value = v;
+    }
+    std::string cells;
+    for (const std::string& value : band.values) {
+      double ratio = own;
+      if (value != regime_value) {
+        if (is_baseline) {
+          SLUICE_ASSIGN_OR_RETURN(Policy other, simulate::ParsePolicy(value));
+          SLUICE_ASSIGN_OR_RETURN(ratio, SimulatedSpeedup(base, {}, regime.published, other));
+        } else {
+          SLUICE_ASSIGN_OR_RETURN(ratio, SimulatedSpeedup(base, {"--" + std::string(band.flag) + "=" + value},
+                                                          regime.published, regime.baseline));
+        }
+      }
+      char cell[96];
+      std::snprintf(cell, sizeof(cell), "  %s%s: %.2fx (%s)", value.c_str(), value == regime_value ? "*" : "", ratio,
+                    Percent(ratio / regime.reported).c_str());
+      cells += cell;
+    }
+    std::printf("%-25s %-40s%s\n", band.flag, band.set_by, cells.c_str());
+  }
+  return Status::Ok();
+}
+
+// `--predictive-check`: verl's unknowns fitted to one cluster size's runs,
+// then every run of every size simulated with them (the others predicted).
+Status PredictiveCheck() {
+  const simulate::PublishedSystem& sys = simulate::VerlFullyAsync7b();
+  const simulate::RegimeSetting& s = sys.setting;
+  const simulate::FitGrid grid = simulate::DefaultFitGrid();
+  std::printf("predictive check: %s\nsource: %s\n", sys.name.c_str(), sys.source.c_str());
+  std::printf(
+      "from the source: %s, %s, %lld prompts x %lld answers a step, answers up to %d tokens, %lld "
+      "mini-batches, engines of %d GPUs, trainer ranks of %d; assumed: prompts of %lld tokens, staleness "
+      "%lld, %lld rows an engine; one run per row, so each published time is that run's own (no median to "
+      "take)\n",
+      s.accelerator.name.c_str(), s.model.name.c_str(), static_cast<long long>(s.prompts),
+      static_cast<long long>(s.group), s.max_response, static_cast<long long>(s.mini_batches), s.rollout_tp, s.train_mp,
+      static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.staleness), static_cast<long long>(s.max_rows));
+  std::string medians, spreads;
+  for (int32_t m : grid.medians) medians += (medians.empty() ? "" : ", ") + std::to_string(m);
+  for (double v : grid.spreads) {
+    char b[16];
+    std::snprintf(b, sizeof(b), "%.2f", v);
+    spreads += (spreads.empty() ? "" : ", ") + std::string(b);
+  }
+  std::printf(
+      "fitted on one cluster size's two runs: answers' median (%s) and spread (%s) from the grid, the "
+      "separate trainer's MFU to its train s, the colocated trainer's slowdown to its train s; the other "
+      "sizes predicted with no refitting. error: model / published - 1\n",
+      medians.c_str(), spreads.c_str());
+  for (const auto& fit_point : sys.points) {
+    std::vector<simulate::PublishedRun> fit_runs;
+    for (size_t i : fit_point) fit_runs.push_back(sys.runs[i]);
+    SLUICE_ASSIGN_OR_RETURN(simulate::RegimeFit fit, simulate::FitRegime(s, fit_runs, grid));
+    const simulate::Efficiency& e = fit.setting.efficiency;
+    std::printf(
+        "\nfitted on %s and %s: median %d, spread %.2f, MFU %.2f%s, colocated slowdown %.2fx%s "
+        "(objective %.4f)\n",
+        fit_runs[0].label.c_str(), fit_runs[1].label.c_str(), fit.setting.median, fit.setting.spread, e.train_compute,
+        fit.mfu_at_bound ? " (at its bound)" : "", e.colocated_train_slowdown,
+        fit.slowdown_at_bound ? " (at its bound)" : "", fit.objective);
+    std::printf("%-18s %-9s  %26s  %26s  %26s\n", "run", "", "step s (published/model)", "gen s (published/model)",
+                "train s (published/model)");
+    std::vector<double> step_model(sys.runs.size(), 0);
+    for (size_t i = 0; i < sys.runs.size(); ++i) {
+      const simulate::PublishedRun& r = sys.runs[i];
+      const bool fitted = std::find(fit_point.begin(), fit_point.end(), i) != fit_point.end();
+      SLUICE_ASSIGN_OR_RETURN(simulate::RunTimes t, simulate::PredictRun(fit.setting, r));
+      step_model[i] = t.step_s;
+      auto cell = [](double published, double model) {
+        char b[64];
+        std::snprintf(b, sizeof(b), "%7.1f / %7.1f %5s", published, model, Percent(model / published).c_str());
+        return std::string(b);
+      };
+      std::printf("%-18s %-9s  %26s  %26s  %26s\n", r.label.c_str(), fitted ? "fitted" : "predicted",
+                  cell(r.step_s, t.step_s).c_str(), cell(r.generate_s, t.generate_s).c_str(),
+                  cell(r.train_s, t.train_s).c_str());
+    }
+    for (const auto& point : sys.points) {
+      const simulate::PublishedRun& c = sys.runs[point[0]];
+      const simulate::PublishedRun& a = sys.runs[point[1]];
+      const double published = c.step_s / a.step_s, model = step_model[point[0]] / step_model[point[1]];
+      std::printf("speedup %s over %s: published %.2fx, model %.2fx (%s)%s\n", a.label.c_str(), c.label.c_str(),
+                  published, model, Percent(model / published).c_str(), point == fit_point ? ", fitted" : "");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Plan(const std::vector<std::string>& args) {
+  SLUICE_ASSIGN_OR_RETURN(PlanOutcome o, RunPlan(args));
+  if (o.help) {
+    std::printf("%s", o.usage.c_str());
+    return Status::Ok();
+  }
+  if (o.predictive_check) return PredictiveCheck();
+  if (o.sensitivity) return Sensitivity(*o.regime, args);
+  std::printf("%s", FormatPlanText(o.report).c_str());
+  if (!o.html.empty()) {
+    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(o.html, FormatPlanHtml(o.report)));
+    std::printf("written to %s\n", o.html.c_str());
   }
   return Status::Ok();
 }

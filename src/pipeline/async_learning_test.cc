@@ -83,15 +83,7 @@ RunOptions Options(const std::string& run_dir) {
 TEST(AsyncLearningRole, Run) {
   const std::optional<role_test::RoleArguments> role = role_test::RoleFromArguments();
   if (!role) SLUICE_CHILD_ENTRY_ONLY("AsyncLearningTest");
-  const RoleConnection& c = role->connection;
-  const std::string& run_dir = role->run_dir;
-  torch::set_num_threads(1);
-  auto policy = model::LoadPretrained((fs::path(run_dir) / "roles" / "init").string());
-  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
-  auto loop = TrainingRun::Create(*policy, std::make_shared<EvenFirstByteTask>(), Options(run_dir));
-  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
-  Status st = (*loop)->RunRole(c, nullptr);
-  ASSERT_TRUE(st.ok()) << PipelineRoleName(c.role) << ": " << st.ToString();
+  role_test::RunAsRole(*role, std::make_shared<EvenFirstByteTask>(), Options);
 }
 
 TEST(AsyncLearningTest, RolesAsProcessesLearnFromRewardAloneAndItHoldsOnHeldOutPrompts) {

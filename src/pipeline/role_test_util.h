@@ -4,12 +4,15 @@
 #ifndef SLUICE_SRC_PIPELINE_ROLE_TEST_UTIL_H_
 #define SLUICE_SRC_PIPELINE_ROLE_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "sluice/model/weights.h"
 #include "sluice/pipeline/run.h"
 
 namespace sluice::pipeline::role_test {
@@ -60,6 +63,20 @@ inline std::optional<RoleArguments> RoleFromArguments() {
 inline std::vector<std::string> RoleCommand(const std::string& filter, const std::string& run_dir) {
   std::error_code ec;
   return {std::filesystem::read_symlink("/proc/self/exe", ec).string(), filter, "--run-dir=" + run_dir};
+}
+
+// The body of a role-entry test: this process, started by the launcher as
+// the role its arguments name, loads the run's starting weights, makes the
+// run with `task` and the test's `options(run_dir)` and runs the role.
+template <typename OptionsFn>
+void RunAsRole(const RoleArguments& role, std::shared_ptr<const reward::Task> task, OptionsFn options) {
+  torch::set_num_threads(1);
+  auto policy = model::LoadPretrained((std::filesystem::path(role.run_dir) / "roles" / "init").string());
+  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+  auto loop = TrainingRun::Create(*policy, std::move(task), options(role.run_dir));
+  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  Status st = (*loop)->RunRole(role.connection, nullptr);
+  ASSERT_TRUE(st.ok()) << PipelineRoleName(role.connection.role) << ": " << st.ToString();
 }
 
 }  // namespace sluice::pipeline::role_test

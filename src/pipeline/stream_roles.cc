@@ -946,15 +946,24 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
       SLUICE_ASSIGN_OR_RETURN(std::optional<tq::BatchData> read, ReadLeasedRows(client, *meta, lease, "reward"));
       if (!read) continue;
       const tq::BatchData& data = *read;
-      reward::Example ex;
+      // Score sees the whole example, as in the direct loop and the
+      // evaluator (its prompt, and whatever else the task's Score reads),
+      // from this process's task by the index the hub carries; the reference
+      // answer the hub carries must be that example's (else the prompt
+      // feeder's task is not this worker's).
       SLUICE_ASSIGN_OR_RETURN(const HostTensor* example, Cell(data, column::kExample, 0));
       SLUICE_ASSIGN_OR_RETURN(int64_t index, TensorScalar<int64_t>(*example, DType::kI64, column::kExample));
-      ex.index = static_cast<uint64_t>(index);
-      ex.split = reward::Split::kTrain;
       SLUICE_ASSIGN_OR_RETURN(const HostTensor* reference, Cell(data, column::kReferenceAnswer, 0));
       SLUICE_ASSIGN_OR_RETURN(std::vector<uint8_t> answer,
                               TensorVector<uint8_t>(*reference, DType::kU8, column::kReferenceAnswer));
-      ex.answer.assign(answer.begin(), answer.end());
+      if (index < 0)
+        return Status::DataLoss("reward: the hub's example index " + std::to_string(index) + " is negative");
+      SLUICE_ASSIGN_OR_RETURN(reward::Example ex, s.task->Get(reward::Split::kTrain, static_cast<uint64_t>(index)));
+      if (ex.answer != std::string_view(reinterpret_cast<const char*>(answer.data()), answer.size())) {
+        return Status::DataLoss("reward: training example " + std::to_string(index) +
+                                " has another reference answer in this worker's task than the prompt feeder wrote "
+                                "to the hub: both must load the same task");
+      }
       SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, 0));
       SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> tokens,
                               TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <thread>
 
+#include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
 #include "sluice/common/trace.h"
@@ -143,6 +145,24 @@ struct StepPlan {
 };
 
 std::string StepPlanKey(int64_t step) { return "step/" + std::to_string(step); }
+
+// Before a trainer rank trains a step: the hub rows of its shard of the
+// step's samples, a line {"step":S,"rank":R,"rows":[...]} appended to
+// <run.dir>/trained_rows-rank<R>.jsonl (kTrainedRowsPrefix). Written before
+// training, so every step that survives into a checkpoint has every rank's
+// line; a step trained again after a restart has a later line.
+// tests/ack_ledger_check.py checks each rank's rows against the hub's ack log.
+Status RecordShard(const std::string& run_dir, int64_t step, int64_t rank, const std::vector<tq::RowId>& rows) {
+  std::string line = "{\"step\":" + std::to_string(step) + ",\"rank\":" + std::to_string(rank) + ",\"rows\":[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i > 0) line += ',';
+    line += std::to_string(rows[i]);
+  }
+  line += "]}\n";
+  const std::string path =
+      (std::filesystem::path(run_dir) / (kTrainedRowsPrefix + std::to_string(rank) + ".jsonl")).string();
+  return AppendToFile(path, line).WithContext("the trainer's record of the rows it trains");
+}
 
 // The hub key of answer g of prompt c (rollout rows are keyed, so an answer
 // is in the hub once however many times its prompt is generated).
@@ -1243,6 +1263,13 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     {
       RoleDoing doing(board, PipelineRole::kTrainer, RoleActivity::kTrainStep);
       const bool ranks = s.data_parallel && s.data_parallel->size() > 1;
+      // Rank 0's shard, as the trainer takes it (Trainer::Step: DataParallelShard).
+      std::vector<tq::RowId> own;
+      for (const auto& mini : trainer::DataParallelShard(plan.entries.size(), rl.trainer.mini_batches, 0,
+                                                         ranks ? s.data_parallel->size() : 1)) {
+        for (size_t i : mini) own.push_back(plan.entries[i].row);
+      }
+      SLUICE_RETURN_IF_ERROR(RecordShard(s.options.run_dir, rec.step, 0, own));
       if (ranks) SLUICE_RETURN_IF_ERROR(s.data_parallel->SetShared(StepPlanKey(rec.step), plan.Encode()));
       SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
       // Every rank has read the plan once the update is done (it is a
@@ -1358,6 +1385,9 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
       shard.insert(shard.end(), mini.begin(), mini.end());
     }
     for (size_t i : shard) mine.rows.push_back({plan.entries[i].row, {}});
+    std::vector<tq::RowId> own;  // the rows this rank reads and trains
+    for (const tq::RowMeta& row : mine.rows) own.push_back(row.id);
+    SLUICE_RETURN_IF_ERROR(RecordShard(s.options.run_dir, step, ranks.rank(), own));
     beat();
     if (!shard.empty()) {
       RoleDoing reading(board, slot, RoleActivity::kReadShard);

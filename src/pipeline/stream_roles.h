@@ -225,6 +225,9 @@ inline constexpr char kTrainTask[] = "train";
 // when an attempt's hub starts (S: the step it resumes after), then the
 // controller's line per ack (transfer_queue/controller.h, ack_log).
 inline constexpr char kHubAckLog[] = "hub_acks.jsonl";
+// Each trainer rank's record of the hub rows it trains, step by step, in
+// <run.dir>/trained_rows-rank<R>.jsonl: {"step":S,"rank":R,"rows":[...]}.
+inline constexpr char kTrainedRowsPrefix[] = "trained_rows-rank";
 
 // The hub's columns, named once. A row is one answer; its group id tag is
 // the prompt's cursor in the run's prompt order.

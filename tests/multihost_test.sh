@@ -469,7 +469,9 @@ fi
 
 # --- stall: freeze the replica on host 1 once a step is trained
 if want stall; then
-  stall=("${run[@]}" pipeline.mode=async rl.steps=40 rl.max_new_tokens=64 cluster.rollout_ranks=1
+  # (400 steps: the freeze must land mid-run; the run stops at the stall, so they cost nothing, where
+  # 40 could all be generated before the freeze on a quiet machine and the run end with 0.)
+  stall=("${run[@]}" pipeline.mode=async rl.steps=400 rl.max_new_tokens=64 cluster.rollout_ranks=1
          pipeline.rollout_replicas=0 pipeline.stall_seconds=3 pipeline.stop_on_stall=true
          run.metrics_listen=127.0.0.1:0 run.dir="$tmp/st")
   start_rank 1 2 "$tmp/st1.log" "${stall[@]}"

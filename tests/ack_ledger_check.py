@@ -34,8 +34,8 @@ import sys
 
 
 def main(run_dir, steps, per_step):
-    metrics = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
-    by_step = {r["step"]: r["prompts"] for r in metrics}
+    records = {r["step"]: r for r in map(json.loads, open(f"{run_dir}/metrics.jsonl"))}
+    by_step = {step: r["prompts"] for step, r in records.items()}
     if sorted(by_step) != list(range(1, steps + 1)):
         return f"metrics.jsonl has steps {sorted(by_step)}, want 1..{steps}"
     attempts = []  # [from_step, [(group, [rows]) of each train ack, in order]]
@@ -80,16 +80,12 @@ def main(run_dir, steps, per_step):
         surviving += acked[:kept]
     if sorted(surviving) != list(range(steps * per_step)):
         return f"the hub's surviving acks cover {sorted(surviving)}, want 0..{steps * per_step - 1} once each"
-    problem, ranks = check_ranks(run_dir, steps, by_step_metrics(metrics), step_rows)
+    problem, ranks = check_ranks(run_dir, steps, records, step_rows)
     if problem:
         return problem
     print(f"ok   hub ack log: {len(surviving)} groups acked once across {len(attempts)} attempt(s); "
           f"{ranks} trainer rank(s), each step's rows split among them")
     return None
-
-
-def by_step_metrics(metrics):
-    return {r["step"]: r for r in metrics}
 
 
 def check_ranks(run_dir, steps, metrics, step_rows):

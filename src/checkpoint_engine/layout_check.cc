@@ -4,16 +4,6 @@
 
 namespace sluice::checkpoint_engine::internal {
 
-std::string Quoted(std::string_view name) {
-  // Appended piecewise: `"'" + std::string(name)` trips a GCC 12 -Wrestrict false positive.
-  std::string out;
-  out.reserve(name.size() + 2);
-  out.push_back('\'');
-  out.append(name);
-  out.push_back('\'');
-  return out;
-}
-
 Result<std::vector<size_t>> ValidateLayout(const Layout& layout, size_t max_tensor_bytes,
                                            std::string_view options_name) {
   if (layout.empty()) return Status::InvalidArgument(std::string(options_name) + ".layout is empty");

@@ -14,11 +14,9 @@
 #include "sluice/checkpoint_engine/version_store.h"
 #include "sluice/common/host_tensor.h"
 #include "sluice/common/status.h"
+#include "sluice/common/strings.h"
 
 namespace sluice::checkpoint_engine::internal {
-
-// 'name', for messages.
-std::string Quoted(std::string_view name);
 
 // Byte size of every layout tensor, in layout order. InvalidArgument naming
 // the entry (and `options_name` for an empty layout) if the layout is empty,

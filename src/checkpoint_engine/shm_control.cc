@@ -47,7 +47,7 @@ Result<std::vector<std::string>> StoreNames::List() const { return ListShmSegmen
 
 std::string DescribeLayoutDifference(const Layout& stored, const Layout& expected) {
   auto describe = [](const TensorSpec& s) {
-    return internal::Quoted(s.name) + " " + std::string(DTypeName(s.dtype)) + " " + ShapeToString(s.shape);
+    return Quoted(s.name) + " " + std::string(DTypeName(s.dtype)) + " " + ShapeToString(s.shape);
   };
   for (size_t i = 0; i < std::min(stored.size(), expected.size()); ++i) {
     const TensorSpec& a = stored[i];

@@ -72,10 +72,10 @@ struct PublisherCore {
 
 }  // namespace shm
 
-using internal::Quoted;
 using shm::Control;
 using shm::ControlBlock;
 using shm::PublisherCore;
+using sluice::Quoted;
 
 // The open staging segment of one publish. `file` holds the segment's
 // exclusive flock until the version is sealed (or the publish ends).

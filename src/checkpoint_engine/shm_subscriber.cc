@@ -110,7 +110,7 @@ Status SubscriberCore::CheckSegment(const Mapping& mapping, const std::string& n
   const auto* records = reinterpret_cast<const TensorRecord*>(header + 1);
   for (size_t t = 0; t < g.tensor_bytes.size(); ++t) {
     if (records[t].offset != g.tensor_offsets[t] || records[t].nbytes != g.tensor_bytes[t]) {
-      return Status::DataLoss(what + ": record of tensor " + internal::Quoted(control->layout()[t].name) + " says " +
+      return Status::DataLoss(what + ": record of tensor " + Quoted(control->layout()[t].name) + " says " +
                               std::to_string(records[t].nbytes) + " bytes at " + std::to_string(records[t].offset) +
                               ", the layout puts " + std::to_string(g.tensor_bytes[t]) + " at " +
                               std::to_string(g.tensor_offsets[t]));
@@ -248,11 +248,11 @@ void SubscriberCore::Detach() {
 
 }  // namespace shm
 
-using internal::Quoted;
 using shm::Control;
 using shm::ControlBlock;
 using shm::MappedPin;
 using shm::SubscriberCore;
+using sluice::Quoted;
 
 // ----------------------------------------------------------- ShmVersionHandle
 

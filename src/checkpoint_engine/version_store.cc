@@ -157,10 +157,10 @@ void StoreCore::KeepAsSpareLocked(Snapshot* doomed) {
 
 }  // namespace internal
 
-using internal::Quoted;
 using internal::Snapshot;
 using internal::StoreCore;
 using internal::StoredTensor;
+using sluice::Quoted;
 
 namespace {
 

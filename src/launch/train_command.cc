@@ -18,6 +18,7 @@
 #include <optional>
 #include <thread>
 
+#include "sluice/common/check.h"
 #include "sluice/common/file_util.h"
 #include "sluice/common/random.h"
 #include "sluice/launch/commands.h"
@@ -25,10 +26,12 @@
 #include "sluice/model/hf_tokenizer.h"
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/evaluator.h"
+#include "sluice/pipeline/options_table.h"
 #include "sluice/pipeline/run.h"
 #include "sluice/reward/python_reward.h"
 #include "sluice/reward/task.h"
 #include "sluice/runtime/config.h"
+#include "sluice/runtime/config_table.h"
 #include "sluice/runtime/flags.h"
 #include "sluice/runtime/launch_env.h"
 #include "sluice/runtime/supervisor.h"
@@ -47,222 +50,92 @@ namespace fs = std::filesystem;
 }  // namespace
 
 // The train config, shared with `sluice calibrate` and `sluice simulate`
-// (train_config.h); the helpers between are file-local (static).
+// (train_config.h); the helpers between are file-local (static). Its keys:
+// those of RunOptions (pipeline/options_table.h) and these, the task's
+// (bound to reward::TaskOptions) and the launcher's own.
+static const runtime::ConfigTable<reward::TaskOptions>& LaunchTable() {
+  static const runtime::ConfigTable<reward::TaskOptions>* table = [] {
+    auto* tp = new runtime::ConfigTable<reward::TaskOptions>;
+    runtime::ConfigTable<reward::TaskOptions>& t = *tp;
+    t.Declare().AddInt("run.threads", 0, 0, 1024, "intra-op threads (0 = all cores)");
+    t.Declare().AddBool("run.overwrite", false,
+                        "start afresh in a run.dir that holds an earlier run, removing that run's files first");
+    t.Declare().AddEnum("run.progress", "auto", {"auto", "bar", "lines", "off"}, "progress display on stderr");
+    t.Declare().AddEnum(
+        "model.preset", "1m", {"tiny", "1m", "5m", "20m", "0.5b"},
+        "built-in model size when model.path is empty (0.5b: Qwen2.5-0.5B's shape and vocabulary size)");
+    t.Enum("task.name", "arithmetic", {"arithmetic", "sort", "jsonl", "math"},
+           "the verifiable task (math: task.jsonl.* files in the GSM8K or MATH layout, answers compared as math)",
+           SLUICE_FIELD(name));
+    t.Int("task.train_size", 100000, 1, 100000000, "generated tasks: train examples", SLUICE_FIELD(train_size));
+    t.Int("task.eval_size", 200, 1, 1000000, "generated tasks: held-out examples", SLUICE_FIELD(eval_size));
+    t.Double("task.eval_fraction", 0.1, 1e-6, 0.5,
+             "generated tasks: share of the problem space held out (by a hash of the prompt)",
+             SLUICE_FIELD(eval_fraction));
+    t.Int("task.arithmetic.max_ops", 10, 1, 64, "arithmetic: most operations in a problem",
+          SLUICE_FIELD(arithmetic.max_ops));
+    t.Int("task.arithmetic.max_operand", 9, 1, 999, "arithmetic: operands are drawn from [1, max_operand]",
+          SLUICE_FIELD(arithmetic.max_operand));
+    t.Int("task.arithmetic.max_total", 99, 1, 1000000, "arithmetic: running totals stay in [0, max_total]",
+          SLUICE_FIELD(arithmetic.max_total));
+    t.Double("task.arithmetic.ops_exponent", 2.0, 0.0, 10.0, "arithmetic: P(k ops) ~ k^-exponent (larger = shorter)",
+             SLUICE_FIELD(arithmetic.ops_exponent));
+    t.Enum("task.arithmetic.scratchpad", "steps", {"steps", "reduce"},
+           "arithmetic: 'steps' writes a+b=c per operation, 'reduce' rewrites the remaining expression",
+           SLUICE_FIELD(arithmetic.scratchpad));
+    t.Int("task.sort.min_length", 2, 1, 64, "sort: shortest list", SLUICE_FIELD(sort.min_length));
+    t.Int("task.sort.max_length", 8, 1, 64, "sort: longest list", SLUICE_FIELD(sort.max_length));
+    t.String("task.jsonl.train_path", "", "jsonl: file of {\"prompt\", \"answer\"[, \"solution\"]} lines",
+             SLUICE_FIELD(jsonl.train_path));
+    t.String("task.jsonl.eval_path", "", "jsonl: held-out file (empty: the tail of train_path)",
+             SLUICE_FIELD(jsonl.eval_path));
+    t.Double("task.jsonl.eval_fraction", 0.1, 1e-9, 0.999999, "jsonl: share of train_path held out",
+             SLUICE_FIELD(jsonl.eval_fraction));
+    t.String("task.math.instruction", "Let's think step by step and output the final answer within \\boxed{}.",
+             "math: a line added after every question (empty: none)", SLUICE_FIELD(jsonl.instruction));
+    t.Declare().AddString(
+        "reward.python", "",
+        "score answers with this Python function instead of the task's rule: package.module:function or "
+        "path/to/file.py:function, verl's compute_score(data_source, solution_str, ground_truth, extra_info) "
+        "(empty: off; docs/python.md)");
+    t.Declare().AddInt("reward.python_workers", 2, 1, 64, "reward.python: worker processes per process that scores");
+    t.Declare().AddDouble(
+        "reward.python_timeout_s", 10.0, 0.001, 86400.0,
+        "reward.python: seconds one call may take; past it the answer gets reward.error_reward and the "
+        "worker is killed and replaced");
+    t.Declare().AddString("reward.python_executable", "python3",
+                          "reward.python: the Python interpreter (searched on PATH when it has no '/')");
+    t.Declare().AddDouble(
+        "reward.error_reward", 0.0, -1e6, 1e6,
+        "reward.python: the reward of an answer whose function raised, timed out or returned no number");
+    return tp;
+  }();
+  return *table;
+}
+
 ConfigSchema TrainSchema() {
+  // Both tables' keys, grouped by section in this order (within a section,
+  // each table's order).
+  const ConfigSchema& run = pipeline::RunOptionsTable().schema();
+  const ConfigSchema& launch = LaunchTable().schema();
   ConfigSchema s;
-  s.AddString("run.dir", "runs/arithmetic", "run directory: metrics.jsonl, config.yaml, sft/, checkpoints/, final/");
-  s.AddInt("run.seed", 0, 0, INT64_MAX, "seed of everything random: data order, sampling, model init");
-  s.AddInt("run.threads", 0, 0, 1024, "intra-op threads (0 = all cores)");
-  s.AddBool("run.resume", false, "continue from run.dir/checkpoints/latest (and reuse run.dir/sft)");
-  s.AddBool("run.overwrite", false,
-            "start afresh in a run.dir that holds an earlier run, removing that run's files first");
-  s.AddEnum("run.progress", "auto", {"auto", "bar", "lines", "off"}, "progress display on stderr");
-  s.AddString("run.metrics_listen", "",
-              "streaming modes: serve live counters in Prometheus's text format at http://HOST:PORT/metrics (e.g. "
-              "127.0.0.1:9400; port 0: any free port, logged); empty: off");
-  s.AddBool("run.metrics_allow_non_loopback", false,
-            "run.metrics_listen may be an address beyond loopback (e.g. 0.0.0.0:9400), where anyone who reaches it "
-            "reads the counters without authentication");
-  s.AddBool("run.trace", false,
-            "streaming modes: record every role's timeline (decode steps, hub calls, scoring, training steps, "
-            "publishes) to run.dir/trace.json, Chrome trace-event JSON for ui.perfetto.dev or chrome://tracing");
-  s.AddString("model.path", "", "initial checkpoint (Hugging Face layout); empty: a fresh model.preset");
-  s.AddEnum("model.preset", "1m", {"tiny", "1m", "5m", "20m", "0.5b"},
-            "built-in model size when model.path is empty (0.5b: Qwen2.5-0.5B's shape and vocabulary size)");
-  s.AddString("model.device", "auto",
-              "where the trainer and the rollout run: auto (cuda when a GPU is usable, else cpu), cpu, cuda, cuda:N");
-  s.AddEnum("task.name", "arithmetic", {"arithmetic", "sort", "jsonl", "math"},
-            "the verifiable task (math: task.jsonl.* files in the GSM8K or MATH layout, answers compared as math)");
-  s.AddInt("task.train_size", 100000, 1, 100000000, "generated tasks: train examples");
-  s.AddInt("task.eval_size", 200, 1, 1000000, "generated tasks: held-out examples");
-  s.AddDouble("task.eval_fraction", 0.1, 1e-6, 0.5,
-              "generated tasks: share of the problem space held out (by a hash of the prompt)");
-  s.AddInt("task.arithmetic.max_ops", 10, 1, 64, "arithmetic: most operations in a problem");
-  s.AddInt("task.arithmetic.max_operand", 9, 1, 999, "arithmetic: operands are drawn from [1, max_operand]");
-  s.AddInt("task.arithmetic.max_total", 99, 1, 1000000, "arithmetic: running totals stay in [0, max_total]");
-  s.AddDouble("task.arithmetic.ops_exponent", 2.0, 0.0, 10.0, "arithmetic: P(k ops) ~ k^-exponent (larger = shorter)");
-  s.AddEnum("task.arithmetic.scratchpad", "steps", {"steps", "reduce"},
-            "arithmetic: 'steps' writes a+b=c per operation, 'reduce' rewrites the remaining expression");
-  s.AddInt("task.sort.min_length", 2, 1, 64, "sort: shortest list");
-  s.AddInt("task.sort.max_length", 8, 1, 64, "sort: longest list");
-  s.AddString("task.jsonl.train_path", "", "jsonl: file of {\"prompt\", \"answer\"[, \"solution\"]} lines");
-  s.AddString("task.jsonl.eval_path", "", "jsonl: held-out file (empty: the tail of train_path)");
-  s.AddDouble("task.jsonl.eval_fraction", 0.1, 1e-9, 0.999999, "jsonl: share of train_path held out");
-  s.AddEnum("task.chat_template", "auto", {"auto", "none"},
-            "auto: prompts go through the chat template of model.path's tokenizer_config.json when it has one "
-            "(as the user's message, with the generation prompt); none: the prompt text as it is");
-  s.AddString("task.system_prompt", "", "with a chat template: a system message before every prompt (empty: none)");
-  s.AddEnum("task.enable_thinking", "auto", {"auto", "true", "false"},
-            "with a chat template: the enable_thinking variable (Qwen3's thinking switch); auto: not set");
-  s.AddString("task.math.instruction", "Let's think step by step and output the final answer within \\boxed{}.",
-              "math: a line added after every question (empty: none)");
-  s.AddString("reward.python", "",
-              "score answers with this Python function instead of the task's rule: package.module:function or "
-              "path/to/file.py:function, verl's compute_score(data_source, solution_str, ground_truth, extra_info) "
-              "(empty: off; docs/python.md)");
-  s.AddInt("reward.python_workers", 2, 1, 64, "reward.python: worker processes per process that scores");
-  s.AddDouble("reward.python_timeout_s", 10.0, 0.001, 86400.0,
-              "reward.python: seconds one call may take; past it the answer gets reward.error_reward and the "
-              "worker is killed and replaced");
-  s.AddString("reward.python_executable", "python3",
-              "reward.python: the Python interpreter (searched on PATH when it has no '/')");
-  s.AddDouble("reward.error_reward", 0.0, -1e6, 1e6,
-              "reward.python: the reward of an answer whose function raised, timed out or returned no number");
-  s.AddInt("sft.steps", 0, 0, 10000000, "supervised warm-start steps on the task's solutions (0: none)");
-  s.AddInt("sft.batch_size", 64, 1, 1000000, "examples per warm-start step");
-  s.AddDouble("sft.shortcut_fraction", 0.0, 0.0, 1.0,
-              "fraction of warm-start targets that give only the final answer, without the worked solution");
-  s.AddDouble("sft.lr", 1e-3, 0.0, 10.0, "warm-start learning rate");
-  s.AddInt("sft.warmup_steps", 20, 0, 10000000, "warm-start linear warm-up steps");
-  s.AddInt("rl.steps", 100, 0, 10000000, "RL steps (one batch of prompts each)");
-  s.AddInt("rl.prompts_per_step", 16, 1, 1000000, "prompts per RL step");
-  s.AddInt("rl.group_size", 8, 1, 100000, "answers sampled per prompt (GRPO group; >= 2)");
-  s.AddDouble("rl.temperature", 1.0, 0.0, 100.0, "rollout sampling temperature");
-  s.AddInt("rl.top_k", 0, 0, 1000000000, "rollout top-k (0 = off)");
-  s.AddDouble("rl.top_p", 1.0, 1e-9, 1.0, "rollout nucleus mass (1 = off)");
-  s.AddInt("rl.max_new_tokens", 96, 1, 1000000, "response length limit");
-  s.AddInt("rl.slots", 64, 1, 100000, "rollout engine slots (continuous batching)");
-  s.AddBool("rl.dynamic_sampling", false, "drop groups whose rewards are all equal (no learning signal)");
-  s.AddBool("rl.adv_divide_by_std", true, "GRPO: divide centered rewards by the group's std");
-  s.AddDouble("trainer.lr", 1e-4, 0.0, 10.0, "RL learning rate");
-  s.AddDouble("trainer.weight_decay", 0.0, 0.0, 10.0, "AdamW decoupled weight decay");
-  s.AddDouble("trainer.max_grad_norm", 1.0, 0.0, 1e9, "gradient clipping (0 = off)");
-  s.AddInt("trainer.warmup_steps", 0, 0, 10000000, "linear learning-rate warm-up (optimizer steps)");
-  s.AddEnum("trainer.lr_schedule", "constant", {"constant", "cosine"},
-            "after warm-up: constant, or cosine decay over the run");
-  s.AddDouble("trainer.min_lr_ratio", 0.1, 0.0, 1.0, "cosine: final learning rate / lr");
-  s.AddInt("trainer.micro_batch_tokens", 8192, 1, 100000000,
-           "padded tokens per forward/backward (gradient accumulation beyond)");
-  s.AddInt("trainer.micro_batch_threads", 1, 1, 256,
-           "micro-batches computed at once, one single-threaded worker each (1: sequential and deterministic)");
-  s.AddInt("trainer.mini_batches", 1, 1, 100000, "optimizer steps per RL batch");
-  s.AddInt("trainer.ppo_epochs", 1, 1, 1000, "passes over each RL batch");
-  s.AddDouble("trainer.clip_low", 0.2, 0.0, 0.999, "PPO ratio clip below: 1 - clip_low");
-  s.AddDouble("trainer.clip_high", 0.2, 0.0, 100.0, "PPO ratio clip above: 1 + clip_high");
-  s.AddEnum("trainer.loss_agg", "token-mean", {"token-mean", "seq-mean"}, "loss aggregation");
-  s.AddDouble("trainer.kl_coef", 0.0, 0.0, 1000.0, "KL penalty to the frozen starting policy (0 = off)");
-  s.AddEnum("trainer.kl_estimator", "k3", {"k1", "k3"}, "KL estimator");
-  s.AddEnum("trainer.off_policy_correction", "auto", {"auto", "none", "decoupled", "tis", "seq-tis", "behavior"},
-            "stale samples: weighted by pi_prox/pi_behav (decoupled PPO, truncated IS per token or per sequence), or "
-            "behavior: PPO clipped around the policy that sampled them; auto: behavior in one_step_off/async "
-            "(samples may be stale), none otherwise");
-  s.AddDouble("trainer.is_cap", 2.0, 1e-6, 1e6,
-              "cap on the behaviour importance weight (decoupled: tokens above are masked)");
-  s.AddEnum("trainer.recompute_old_logprobs", "auto", {"auto", "true", "false"},
-            "recompute the proximal logprobs on the trainer before each update (one forward pass); auto: yes, "
-            "except with the behavior correction, whose loss does not use them (then the rollout_logprob_gap "
-            "metrics are not measured)");
-  s.AddBool("trainer.overlap_gradient_sum", true,
-            "with pipeline.trainer_ranks > 1 on CPU: send each bucket of gradients to be summed over the ranks as soon "
-            "as the mini-batch's backward passes have all accumulated into it, while they go on with the rest; false: "
-            "one sum after the passes");
-  s.AddEnum("trainer.precision", "auto", {"auto", "float32", "bf16-mixed"},
-            "bf16-mixed: forward passes under bfloat16 autocast on float32 master weights (CUDA only); auto: "
-            "bf16-mixed on CUDA, float32 on CPU");
-  s.AddEnum("pipeline.mode", "direct", {"direct", "sync", "one_step_off", "async"},
-            "direct: one loop, no hub; sync/one_step_off/async: rollout, reward and trainer roles over the "
-            "TransferQueue with max staleness 0/1/pipeline.max_staleness");
-  s.AddInt("pipeline.max_staleness", 2, 0, 1000, "async: weight versions a sample may lag the trainer");
-  s.AddInt("pipeline.sync_interval", 1, 1, 1000000, "trainer steps per published weight version");
-  s.AddEnum("pipeline.switch", "in_flight", {"in_flight", "at_boundary"},
-            "rollout weight switch: in_flight (sequences continue on new weights) or at_boundary (finish first)");
-  s.AddInt("pipeline.rollout_threads", 0, 0, 1024, "intra-op threads of the rollout role (0: run.threads)");
-  s.AddInt("pipeline.trainer_threads", 0, 0, 1024, "intra-op threads of the trainer role (0: run.threads)");
-  s.AddString("pipeline.trainer_device", "", "the trainer's device (empty: model.device)");
-  s.AddString("pipeline.rollout_device", "",
-              "streaming modes: the rollout's device (empty: model.device; direct mode uses the trainer's model)");
-  s.AddEnum(
-      "pipeline.rollout_dtype", "auto", {"auto", "float32", "bfloat16"},
-      "streaming modes: the rollout's weights and KV cache (auto: bfloat16 on CUDA, float32 on CPU; bfloat16 on CPU: "
-      "bfloat16 matrices, float32 arithmetic and KV cache)");
-  s.AddInt("pipeline.rollout_engines", 1, 1, 1024,
-           "rollout engines, data parallel, each on rollout_threads / rollout_engines threads with its share of "
-           "rl.slots");
-  s.AddBool("pipeline.processes", false,
-            "streaming modes: run the trainer, rollout and reward roles as separate processes (hub and weights "
-            "over shared memory), supervised by this one; Ctrl-C stops them all");
-  s.AddString("pipeline.trainer_command", "",
-              "pipeline.processes: a shell command that runs the trainer role instead of Sluice's trainer (e.g. a "
-              "Python trainer); it reads the run's hub, weight store and settings from $SLUICE_RUN_INFO");
-  s.AddInt("pipeline.trainer_ranks", 1, 1, 256,
-           "pipeline.processes: trainer processes, data parallel (gradients all-reduced over Gloo; each trains its "
-           "shard of every mini-batch on pipeline.trainer_threads threads); rank 0 publishes and checkpoints");
-  s.AddInt("pipeline.rollout_replicas", 1, 0, 64,
-           "pipeline.processes: rollout processes on this host, each with its own model copy, rollout_engines and "
-           "rollout_threads, taking prompts from one stream under one staleness bound (0: only with "
-           "cluster.rollout_ranks)");
-  s.AddInt("cluster.rollout_ranks", 0, 0, 64,
-           "launched by torchrun, srun or mpirun: how many of the launched processes (the ranks after the trainer "
-           "ranks) are rollout replicas, one each, calling the hub over TCP and receiving the weights over the "
-           "CheckpointEngine broadcast");
-  s.AddInt("cluster.reward_ranks", 0, 0, 64,
-           "launched by torchrun, srun or mpirun: how many of the launched processes (the ranks after the rollout "
-           "ranks) are reward workers, one each, scoring answers through the hub over TCP");
-  s.AddInt("cluster.storage_ranks", 0, 0, 64,
-           "launched by torchrun, srun or mpirun: how many of the launched processes (the last ranks, after the "
-           "reward ranks) each serve one of the hub's storage units, so the bytes of the hub's rows are spread over "
-           "them and rank 0's host (one unit each)");
-  s.AddInt("pipeline.reward_workers", 1, 0, 64,
-           "pipeline.processes: reward processes on this host scoring answers from the hub (0: only with "
-           "cluster.reward_ranks)");
-  s.AddInt("pipeline.worker_lease_seconds", 30, 1, 86400,
-           "how long a rollout replica or reward worker holds a prompt or answer between lease renewals (every "
-           "third of it); what a dead one held goes to the others when the launcher sees it die, or after this "
-           "when it hangs");
-  s.AddInt("pipeline.max_restarts", 0, 0, 100,
-           "pipeline.processes: a rollout replica or reward worker that fails or dies is started again alone, "
-           "a failing trainer rank restarts every role from the latest checkpoint; each up to this many times "
-           "(back-off 1-30 s); 0: a failure ends the run");
-  s.AddInt("pipeline.rank_timeout_seconds", 600, 1, 86400,
-           "trainer ranks: how long they wait for each other to meet and in each collective; a dead or "
-           "unreachable rank ends the run after this");
-  s.AddEnum("pipeline.train_order", "prompt", {"prompt", "completion"},
-            "streaming trainer: each step's own prompts in order (the direct loop's batches), or whole groups as "
-            "they complete (sync only: refused where samples may be stale)");
-  s.AddBool("pipeline.lend_idle_cores", true,
-            "one_step_off/async with both thread counts set: the rollout's cores train while the rollout idles");
-  s.AddInt("pipeline.lease_seconds", 600, 1, 604800,
-           "streaming trainer: how long it may hold a group before acking it (it acks after the step's update); "
-           "a trainer that dies leaves its groups to be delivered again after this");
-  s.AddInt("pipeline.stall_seconds", 300, 0, 604800,
-           "pipeline.processes: report a role that makes no progress for this long (no decode step, hub poll or "
-           "training step), naming it and its process state; 0: never");
-  s.AddBool("pipeline.hub_fast_paths", true,
-            "pipeline.processes: role processes call the hub through shared-memory rings (same host) or direct TCP "
-            "connections; false: every call through its ZeroMQ socket (slower; for comparison)");
-  s.AddInt("pipeline.stall_start_seconds", 60, 1, 604800,
-           "pipeline.processes: the silence a role may keep before its first turn (its start: the model, the hub; a "
-           "trainer command's first ack or publish) when longer than pipeline.stall_seconds");
-  s.AddBool("pipeline.stop_on_stall", false,
-            "pipeline.processes: stop the run with an error when a role stalls (pipeline.stall_seconds), instead "
-            "of only reporting it");
-  s.AddInt("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)");
-  s.AddInt("eval.size", 200, 1, 1000000, "held-out examples per evaluation (greedy decoding)");
-  s.AddInt("eval.max_new_tokens", 96, 1, 1000000, "held-out response length limit");
-  s.AddInt("eval.samples", 0, 0, 1024,
-           "also sample this many answers per held-out example (RL sampling settings) and report their accuracy");
-  s.AddInt("checkpoint.interval", 50, 0, 10000000, "RL steps between checkpoints (0: end only)");
+  for (const char* section :
+       {"run", "model", "task", "reward", "sft", "rl", "trainer", "pipeline", "cluster", "eval", "checkpoint"}) {
+    const std::string prefix = std::string(section) + ".";
+    for (const ConfigSchema* from : {&run, &launch}) {
+      for (const runtime::ConfigKey& k : from->keys()) {
+        if (k.key.rfind(prefix, 0) == 0) s.AddKey(k);
+      }
+    }
+  }
+  SLUICE_CHECK(s.keys().size() == run.keys().size() + launch.keys().size()) << "a config key outside the sections";
   return s;
 }
 
 Result<reward::TaskOptions> TaskOptionsFrom(const Config& c) {
   reward::TaskOptions t;
-  t.name = c.GetString("task.name");
+  LaunchTable().Apply(c, &t);
   t.seed = static_cast<uint64_t>(c.GetInt("run.seed"));
-  t.train_size = static_cast<uint64_t>(c.GetInt("task.train_size"));
-  t.eval_size = static_cast<uint64_t>(c.GetInt("task.eval_size"));
-  t.eval_fraction = c.GetDouble("task.eval_fraction");
-  t.arithmetic.max_ops = static_cast<int>(c.GetInt("task.arithmetic.max_ops"));
-  t.arithmetic.max_operand = static_cast<int>(c.GetInt("task.arithmetic.max_operand"));
-  t.arithmetic.max_total = static_cast<int>(c.GetInt("task.arithmetic.max_total"));
-  t.arithmetic.ops_exponent = c.GetDouble("task.arithmetic.ops_exponent");
-  t.arithmetic.scratchpad = c.GetString("task.arithmetic.scratchpad");
-  t.sort.min_length = static_cast<int>(c.GetInt("task.sort.min_length"));
-  t.sort.max_length = static_cast<int>(c.GetInt("task.sort.max_length"));
-  t.jsonl.train_path = c.GetString("task.jsonl.train_path");
-  t.jsonl.eval_path = c.GetString("task.jsonl.eval_path");
-  t.jsonl.instruction = c.GetString("task.math.instruction");
-  t.jsonl.eval_fraction = c.GetDouble("task.jsonl.eval_fraction");
   if (t.name == "jsonl" && t.jsonl.train_path.empty()) {
     return Status::InvalidArgument("config key 'task.jsonl.train_path' must be set when task.name is jsonl");
   }
@@ -359,116 +232,7 @@ static Status PrepareRunDir(const std::string& dir, bool resume, bool overwrite)
   return Status::Ok();
 }
 
-Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) {
-  pipeline::RunOptions o;
-  o.run_dir = c.GetString("run.dir");
-  o.seed = static_cast<uint64_t>(c.GetInt("run.seed"));
-  o.resume = c.GetBool("run.resume");
-  o.trace = c.GetBool("run.trace");
-  o.metrics_listen = c.GetString("run.metrics_listen");
-  o.metrics_allow_non_loopback = c.GetBool("run.metrics_allow_non_loopback");
-  o.checkpoint_interval = c.GetInt("checkpoint.interval");
-  o.tokenizer_dir = c.GetString("model.path");  // its tokenizer.json, if it has one
-  o.sft.steps = c.GetInt("sft.steps");
-  o.sft.batch_size = c.GetInt("sft.batch_size");
-  o.sft.shortcut_fraction = c.GetDouble("sft.shortcut_fraction");
-  o.sft.optimizer.lr = c.GetDouble("sft.lr");
-  o.sft.optimizer.warmup_steps = c.GetInt("sft.warmup_steps");
-  o.sft.optimizer.decay_steps = std::max<int64_t>(0, o.sft.steps - o.sft.optimizer.warmup_steps);
-  pipeline::RlOptions& rl = o.rl;
-  rl.steps = c.GetInt("rl.steps");
-  rl.prompts_per_step = c.GetInt("rl.prompts_per_step");
-  rl.group_size = c.GetInt("rl.group_size");
-  rl.sampling.temperature = static_cast<float>(c.GetDouble("rl.temperature"));
-  rl.sampling.top_k = static_cast<int32_t>(c.GetInt("rl.top_k"));
-  rl.sampling.top_p = static_cast<float>(c.GetDouble("rl.top_p"));
-  rl.sampling.max_new_tokens = static_cast<int32_t>(c.GetInt("rl.max_new_tokens"));
-  rl.rollout_slots = static_cast<int32_t>(c.GetInt("rl.slots"));
-  rl.dynamic_sampling = c.GetBool("rl.dynamic_sampling");
-  rl.divide_adv_by_std = c.GetBool("rl.adv_divide_by_std");
-  trainer::TrainerOptions& t = rl.trainer;
-  t.optimizer.lr = c.GetDouble("trainer.lr");
-  t.optimizer.weight_decay = c.GetDouble("trainer.weight_decay");
-  t.optimizer.max_grad_norm = c.GetDouble("trainer.max_grad_norm");
-  t.optimizer.warmup_steps = c.GetInt("trainer.warmup_steps");
-  t.optimizer.min_lr_ratio = c.GetDouble("trainer.min_lr_ratio");
-  const int64_t opt_steps = rl.steps * c.GetInt("trainer.mini_batches") * c.GetInt("trainer.ppo_epochs");
-  t.optimizer.decay_steps =
-      c.GetString("trainer.lr_schedule") == "cosine" ? std::max<int64_t>(1, opt_steps - t.optimizer.warmup_steps) : 0;
-  t.micro_batch_tokens = c.GetInt("trainer.micro_batch_tokens");
-  t.micro_batch_threads = static_cast<int32_t>(c.GetInt("trainer.micro_batch_threads"));
-  t.mini_batches = c.GetInt("trainer.mini_batches");
-  t.ppo_epochs = c.GetInt("trainer.ppo_epochs");
-  t.loss.clip_low = c.GetDouble("trainer.clip_low");
-  t.loss.clip_high = c.GetDouble("trainer.clip_high");
-  SLUICE_ASSIGN_OR_RETURN(t.loss.aggregation, trainer::ParseLossAggregation(c.GetString("trainer.loss_agg")));
-  t.loss.kl_coef = c.GetDouble("trainer.kl_coef");
-  SLUICE_ASSIGN_OR_RETURN(t.loss.kl_estimator, trainer::ParseKlEstimator(c.GetString("trainer.kl_estimator")));
-  const std::string correction = c.GetString("trainer.off_policy_correction");
-  if (correction == "auto") {
-    SLUICE_ASSIGN_OR_RETURN(pipeline::PipelineMode mode, pipeline::ParsePipelineMode(c.GetString("pipeline.mode")));
-    const bool may_be_stale = mode == pipeline::PipelineMode::kOneStepOff ||
-                              (mode == pipeline::PipelineMode::kAsync && c.GetInt("pipeline.max_staleness") > 0);
-    // PPO clipped around the behaviour policy: at parity with sync at
-    // staleness 2 on the current warm start, where token-level TIS fell
-    // behind on some seeds (docs/pipeline.md).
-    t.loss.correction = may_be_stale ? trainer::OffPolicyCorrection::kBehavior : trainer::OffPolicyCorrection::kNone;
-  } else {
-    SLUICE_ASSIGN_OR_RETURN(t.loss.correction, trainer::ParseOffPolicyCorrection(correction));
-  }
-  t.loss.is_cap = c.GetDouble("trainer.is_cap");
-  const std::string recompute = c.GetString("trainer.recompute_old_logprobs");
-  t.recompute_old_logprobs =
-      recompute == "true" || (recompute == "auto" && t.loss.correction != trainer::OffPolicyCorrection::kBehavior);
-  t.temperature = rl.sampling.temperature > 0 ? rl.sampling.temperature : 1.0f;
-  t.overlap_gradient_sum = c.GetBool("trainer.overlap_gradient_sum");
-  o.eval.interval = c.GetInt("eval.interval");
-  o.eval.size = c.GetInt("eval.size");
-  o.eval.max_new_tokens = static_cast<int32_t>(c.GetInt("eval.max_new_tokens"));
-  o.eval.samples = c.GetInt("eval.samples");
-  SLUICE_ASSIGN_OR_RETURN(o.pipeline.mode, pipeline::ParsePipelineMode(c.GetString("pipeline.mode")));
-  o.pipeline.max_staleness = c.GetInt("pipeline.max_staleness");
-  o.pipeline.sync_interval = c.GetInt("pipeline.sync_interval");
-  o.pipeline.switch_policy = c.GetString("pipeline.switch") == "at_boundary" ? rollout::SwitchPolicy::kAtBoundary
-                                                                             : rollout::SwitchPolicy::kInFlight;
-  o.pipeline.rollout_threads = static_cast<int32_t>(c.GetInt("pipeline.rollout_threads"));
-  o.pipeline.trainer_threads = static_cast<int32_t>(c.GetInt("pipeline.trainer_threads"));
-  o.pipeline.rollout_engines = static_cast<int32_t>(c.GetInt("pipeline.rollout_engines"));
-  o.pipeline.trainer_ranks = static_cast<int32_t>(c.GetInt("pipeline.trainer_ranks"));
-  o.pipeline.rollout_replicas = static_cast<int32_t>(c.GetInt("pipeline.rollout_replicas"));
-  o.pipeline.remote_rollout_replicas = static_cast<int32_t>(c.GetInt("cluster.rollout_ranks"));
-  o.pipeline.remote_reward_workers = static_cast<int32_t>(c.GetInt("cluster.reward_ranks"));
-  o.pipeline.remote_storage_units = static_cast<int32_t>(c.GetInt("cluster.storage_ranks"));
-  o.pipeline.reward_workers = static_cast<int32_t>(c.GetInt("pipeline.reward_workers"));
-  o.pipeline.worker_lease_seconds = c.GetInt("pipeline.worker_lease_seconds");
-  o.pipeline.rank_timeout_seconds = c.GetInt("pipeline.rank_timeout_seconds");
-  o.pipeline.max_restarts = c.GetInt("pipeline.max_restarts");
-  o.pipeline.lend_idle_cores = c.GetBool("pipeline.lend_idle_cores");
-  o.pipeline.lease_seconds = c.GetInt("pipeline.lease_seconds");
-  o.pipeline.stall_seconds = c.GetInt("pipeline.stall_seconds");
-  o.pipeline.stop_on_stall = c.GetBool("pipeline.stop_on_stall");
-  o.pipeline.stall_start_seconds = c.GetInt("pipeline.stall_start_seconds");
-  o.pipeline.hub_fast_paths = c.GetBool("pipeline.hub_fast_paths");
-  o.pipeline.train_order = c.GetString("pipeline.train_order") == "prompt" ? pipeline::TrainOrder::kPrompt
-                                                                           : pipeline::TrainOrder::kCompletion;
-  o.pipeline.processes = c.GetBool("pipeline.processes");
-  o.pipeline.trainer_command = c.GetString("pipeline.trainer_command");
-  const std::string device = c.GetString("model.device");
-  const std::string trainer_device = c.GetString("pipeline.trainer_device");
-  const std::string rollout_device = c.GetString("pipeline.rollout_device");
-  o.devices.trainer = trainer_device.empty() ? device : trainer_device;
-  // The direct loop generates with the trainer's model.
-  o.devices.rollout = !rollout_device.empty()                              ? rollout_device
-                      : o.pipeline.mode == pipeline::PipelineMode::kDirect ? o.devices.trainer
-                                                                           : device;
-  o.devices.rollout_dtype = c.GetString("pipeline.rollout_dtype");
-  o.prompts.chat_template = c.GetString("task.chat_template");
-  o.prompts.system_prompt = c.GetString("task.system_prompt");
-  o.prompts.enable_thinking = c.GetString("task.enable_thinking");
-  o.devices.trainer_precision = c.GetString("trainer.precision");
-  SLUICE_RETURN_IF_ERROR(o.Validate());
-  return o;
-}
+Result<pipeline::RunOptions> RunOptionsFrom(const Config& c) { return pipeline::RunOptionsFromConfig(c); }
 
 Result<std::shared_ptr<model::Transformer>> InitialModel(const Config& c) {
   const std::string path = c.GetString("model.path");

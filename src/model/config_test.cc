@@ -9,6 +9,7 @@
 #include <string>
 
 #include "sluice/common/file_util.h"
+#include "sluice/common/strings.h"
 #include "sluice/model/tokenizer.h"
 
 namespace sluice::model {
@@ -76,13 +77,6 @@ json MinimalConfig() {
           {"num_attention_heads", 4},
           {"intermediate_size", 128},
           {"vocab_size", 100}};
-}
-
-// "'key'" (built with append: GCC 12 warns falsely on "literal" + std::string&&).
-std::string Quoted(const std::string& key) {
-  std::string out = "'";
-  out.append(key).append("'");
-  return out;
 }
 
 // Expects `status` to carry `code` and to mention every one of `needles`.

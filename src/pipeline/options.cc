@@ -5,6 +5,7 @@
 
 #include "sluice/common/metrics_server.h"
 #include "sluice/model/device.h"
+#include "sluice/pipeline/options_table.h"
 #include "sluice/pipeline/roles.h"
 #include "sluice/runtime/flags.h"
 
@@ -50,8 +51,8 @@ Status RunOptions::Validate() const {
     return Status::InvalidArgument("option " + key + ": " + why);
   };
   if (run_dir.empty()) return bad("run.dir", "must be set");
-  if (rl.steps < 0) return bad("rl.steps", "must be >= 0");
-  if (rl.prompts_per_step < 1) return bad("rl.prompts_per_step", "must be >= 1");
+  // Every field a config key sets: in its key's range, one of its values.
+  SLUICE_RETURN_IF_ERROR(RunOptionsTable().Check(*this));
   if (rl.group_size < 2) {
     return bad("rl.group_size", "must be >= 2: GRPO normalizes rewards within a group of answers to one prompt, got " +
                                     std::to_string(rl.group_size));
@@ -69,7 +70,6 @@ Status RunOptions::Validate() const {
     return bad("rl.max_new_tokens", "x rl.prompts_per_step x rl.group_size is over " +
                                         std::to_string(kMaxTokensPerStep) + " response tokens per step");
   }
-  if (rl.rollout_slots < 1) return bad("rl.slots", "must be >= 1");
   SLUICE_RETURN_IF_ERROR(rl.sampling.Validate());
   SLUICE_RETURN_IF_ERROR(rl.trainer.Validate());
   const float sampled_temperature = rl.sampling.temperature > 0 ? rl.sampling.temperature : 1.0f;
@@ -77,28 +77,8 @@ Status RunOptions::Validate() const {
     return bad("rl.trainer.temperature", "must equal the rollout temperature (" + std::to_string(sampled_temperature) +
                                              ") so trainer and rollout logprobs describe the same distribution");
   }
-  if (sft.steps < 0) return bad("sft.steps", "must be >= 0");
-  if (sft.batch_size < 1) return bad("sft.batch_size", "must be >= 1");
-  if (!(sft.shortcut_fraction >= 0 && sft.shortcut_fraction <= 1))
-    return bad("sft.shortcut_fraction", "must be in [0, 1]");
-  if (eval.interval < 0) return bad("eval.interval", "must be >= 0");
-  if (eval.size < 1) return bad("eval.size", "must be >= 1");
-  if (eval.max_new_tokens < 1) return bad("eval.max_new_tokens", "must be >= 1");
-  if (eval.samples < 0) return bad("eval.samples", "must be >= 0");
-  if (checkpoint_interval < 0) return bad("checkpoint.interval", "must be >= 0");
-  if (pipeline.max_staleness < 0) return bad("pipeline.max_staleness", "must be >= 0");
-  if (pipeline.sync_interval < 1) return bad("pipeline.sync_interval", "must be >= 1");
-  if (pipeline.stall_seconds < 0 || pipeline.stall_seconds > 604800) {
-    return bad("pipeline.stall_seconds", "must be in [0, 604800] (0: no watchdog)");
-  }
-  if (pipeline.stall_start_seconds < 1 || pipeline.stall_start_seconds > 604800) {
-    return bad("pipeline.stall_start_seconds", "must be in [1, 604800]");
-  }
   if (pipeline.stop_on_stall && pipeline.stall_seconds == 0) {
     return bad("pipeline.stop_on_stall", "needs pipeline.stall_seconds > 0");
-  }
-  if (pipeline.lease_seconds < 1 || pipeline.lease_seconds > 604800) {
-    return bad("pipeline.lease_seconds", "must be in [1, 604800] (a week, the hub's longest lease)");
   }
   if (pipeline.processes && pipeline.mode == PipelineMode::kDirect) {
     return bad("pipeline.processes", "needs a streaming mode (sync, one_step_off or async), not direct");
@@ -128,19 +108,10 @@ Status RunOptions::Validate() const {
       return bad("pipeline.trainer_command", "must be a command line (it is blank or holds a NUL byte)");
     }
   }
-  if (pipeline.max_restarts < 0 || pipeline.max_restarts > 100) {
-    return bad("pipeline.max_restarts", "must be in [0, 100]");
-  }
   if (pipeline.max_restarts > 0 && (!pipeline.processes || !pipeline.trainer_command.empty())) {
     return bad("pipeline.max_restarts",
                "restarts Sluice's role processes: needs pipeline.processes=true and no "
                "pipeline.trainer_command");
-  }
-  if (pipeline.trainer_ranks < 1 || pipeline.trainer_ranks > 256) {
-    return bad("pipeline.trainer_ranks", "must be in [1, 256]");
-  }
-  if (pipeline.rank_timeout_seconds < 1 || pipeline.rank_timeout_seconds > 86400) {
-    return bad("pipeline.rank_timeout_seconds", "must be in [1, 86400]");
   }
   if (pipeline.trainer_ranks > 1 && !pipeline.processes) {
     return bad("pipeline.trainer_ranks", "needs pipeline.processes=true (each rank is a process)");
@@ -152,8 +123,7 @@ Status RunOptions::Validate() const {
   // (cluster.*_ranks), 1 to 64 in all; none here only with some elsewhere.
   auto processes = [&](const std::string& here_key, int32_t here, const std::string& elsewhere_key,
                        int32_t elsewhere) -> Status {
-    if (here < 0 || here > 64) return bad(here_key, "must be in [0, 64]");
-    if (elsewhere < 0 || here + elsewhere > 64) return bad(elsewhere_key, "with " + here_key + " must be at most 64");
+    if (here + elsewhere > 64) return bad(elsewhere_key, "with " + here_key + " must be at most 64");
     if (here + elsewhere < 1) return bad(here_key, "must be at least 1 (0 only with " + elsewhere_key + ")");
     if (elsewhere > 0 && (!pipeline.processes || !pipeline.trainer_command.empty())) {
       return bad(elsewhere_key, "needs pipeline.processes=true and Sluice's trainer");
@@ -168,32 +138,13 @@ Status RunOptions::Validate() const {
     return bad(pipeline.rollout_replicas > 1 ? "pipeline.rollout_replicas" : "pipeline.reward_workers",
                "needs pipeline.processes=true (each replica or worker is a process)");
   }
-  if (pipeline.worker_lease_seconds < 1 || pipeline.worker_lease_seconds > 86400) {
-    return bad("pipeline.worker_lease_seconds", "must be in [1, 86400]");
-  }
   if (pipeline.rollout_engines < 1 || pipeline.rollout_engines > rl.rollout_slots) {
     return bad("pipeline.rollout_engines", "must be in [1, rl.rollout_slots]");
-  }
-  if (pipeline.rollout_threads < 0 || pipeline.trainer_threads < 0) {
-    return bad("pipeline.rollout_threads/trainer_threads", "must be >= 0 (0: the process setting)");
   }
   if (Status d = model::CheckDeviceName(devices.trainer); !d.ok())
     return bad("pipeline.trainer_device (model.device)", d.message());
   if (Status d = model::CheckDeviceName(devices.rollout); !d.ok())
     return bad("pipeline.rollout_device (model.device)", d.message());
-  if (devices.rollout_dtype != "auto" && devices.rollout_dtype != "float32" && devices.rollout_dtype != "bfloat16") {
-    return bad("pipeline.rollout_dtype", "'" + devices.rollout_dtype + "' is not one of auto, float32, bfloat16");
-  }
-  if (devices.trainer_precision != "auto" && devices.trainer_precision != "float32" &&
-      devices.trainer_precision != "bf16-mixed") {
-    return bad("trainer.precision", "'" + devices.trainer_precision + "' is not one of auto, float32, bf16-mixed");
-  }
-  if (prompts.chat_template != "auto" && prompts.chat_template != "none") {
-    return bad("task.chat_template", "'" + prompts.chat_template + "' is not one of auto, none");
-  }
-  if (prompts.enable_thinking != "auto" && prompts.enable_thinking != "true" && prompts.enable_thinking != "false") {
-    return bad("task.enable_thinking", "'" + prompts.enable_thinking + "' is not one of auto, true, false");
-  }
   if (pipeline.mode == PipelineMode::kDirect) {
     if (devices.rollout != devices.trainer) {
       return bad("pipeline.rollout_device",

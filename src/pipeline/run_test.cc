@@ -18,6 +18,7 @@
 #include "sluice/common/file_util.h"
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/evaluator.h"
+#include "sluice/pipeline/options_table.h"
 #include "sluice/trainer/trainer.h"
 #include "stream_roles.h"
 
@@ -645,6 +646,10 @@ class VersionCheck {
     hooks.forced_length = [](uint64_t c, int64_t g) {
       return static_cast<int32_t>(g == 0 && c % 2 == 0 ? 30 : 4 + 3 * g);
     };
+    // The prompts with a long answer wait once, mid-answer, for a version to
+    // land: under in_flight a switch inside an answer is then certain, not
+    // a matter of timing.
+    hooks.hold_for_switch = [](uint64_t c) { return c % 2 == 0; };
     return hooks;
   }
   // Configure, and the check's hooks into the trainer.
@@ -731,14 +736,14 @@ void ExpectVersionsChecked(const VersionCounts& counts, bool in_flight) {
   EXPECT_EQ(counts.early_switches, 0) << "a switch recorded before the new weights produced the token";
   EXPECT_GT(counts.checked_tokens, 100) << "not vacuous";
   EXPECT_GE(counts.distinct_versions, 2) << "tokens from several versions were checked";
-  // Whether an in_flight answer spans a switch depends on timing (a version
-  // landing while it decodes: across processes 0-25 a run, measured; in
-  // process none, the fill lands before the next prompts are admitted), so
-  // only at_boundary's guarantee is asserted; the count is printed.
   std::printf("versions checked: %lld tokens, %lld versions, %lld sequences spanning a switch (%s)\n",
               static_cast<long long>(counts.checked_tokens), static_cast<long long>(counts.distinct_versions),
               static_cast<long long>(counts.mixed_sequences), in_flight ? "in_flight" : "at_boundary");
-  if (!in_flight) {
+  // The run's hold_for_switch stops long answers until a version lands.
+  if (in_flight) {
+    EXPECT_GT(counts.mixed_sequences, 0) << "in_flight: answers held while a version landed did not switch mid-answer";
+    EXPECT_EQ(counts.switch_tokens, counts.mixed_sequences);
+  } else {
     EXPECT_EQ(counts.mixed_sequences, 0) << "at_boundary: a sequence never spans versions";
   }
 }
@@ -845,6 +850,44 @@ TEST_F(TrainingRunTest, BadOptionsNameTheKey) {
   o = Options("bad", 1);
   o.rl.sampling.top_p = 2;
   EXPECT_NE(TrainingRun::Create(FreshModel(), task_, o).status().message().find("top_p"), std::string::npos);
+  // The config table's ranges and values, checked on options built in code.
+  o = Options("bad", 1);
+  o.pipeline.stall_seconds = -1;
+  EXPECT_NE(o.Validate().message().find("option pipeline.stall_seconds: must be in [0, 604800], got -1"),
+            std::string::npos)
+      << o.Validate().ToString();
+  o = Options("bad", 1);
+  o.devices.rollout_dtype = "fp8";
+  EXPECT_NE(o.Validate().message().find("pipeline.rollout_dtype: 'fp8' is not one of auto, float32, bfloat16"),
+            std::string::npos)
+      << o.Validate().ToString();
+}
+
+// Each key the RunOptions table declares sets its field, and the keys
+// whose value is derived set what they decide.
+TEST(RunOptionsTable, ConfigKeysSetTheirFields) {
+  auto c = runtime::Config::FromYamlText(
+      RunOptionsTable().schema(), "rl:\n  slots: 5\n",
+      {"run.dir=/tmp/x", "pipeline.mode=async", "pipeline.switch=at_boundary", "trainer.loss_agg=seq-mean",
+       "pipeline.rollout_engines=2", "trainer.lr_schedule=cosine", "trainer.warmup_steps=10", "rl.steps=50",
+       "pipeline.trainer_device=cpu", "rl.temperature=0.7"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto o = RunOptionsFromConfig(*c);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->run_dir, "/tmp/x");
+  EXPECT_EQ(o->rl.rollout_slots, 5);
+  EXPECT_EQ(o->pipeline.mode, PipelineMode::kAsync);
+  EXPECT_EQ(o->pipeline.switch_policy, rollout::SwitchPolicy::kAtBoundary);
+  EXPECT_EQ(o->rl.trainer.loss.aggregation, trainer::LossAggregation::kSequenceMean);
+  EXPECT_EQ(o->pipeline.rollout_engines, 2);
+  EXPECT_EQ(o->rl.trainer.optimizer.decay_steps, 40) << "cosine over the optimizer steps after warm-up";
+  EXPECT_EQ(o->rl.trainer.loss.correction, trainer::OffPolicyCorrection::kBehavior) << "auto, async at staleness 2";
+  EXPECT_FALSE(o->rl.trainer.recompute_old_logprobs) << "auto under behavior";
+  EXPECT_EQ(o->devices.trainer, "cpu");
+  EXPECT_EQ(o->devices.rollout, "auto") << "streaming: model.device";
+  EXPECT_FLOAT_EQ(o->rl.trainer.temperature, 0.7f);
+  // A key out of range is refused with the schema's own message.
+  EXPECT_FALSE(runtime::Config::FromYamlText(RunOptionsTable().schema(), "", {"rl.slots=0"}).ok());
 }
 
 }  // namespace

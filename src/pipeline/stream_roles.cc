@@ -676,6 +676,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       HostTensor reference_answer;
       std::vector<tq::LeaseId> leases;
       int64_t answers_left = 0;
+      bool decoding = false;  // a step has run since its answers were submitted
     };
     std::map<uint64_t, InFlight> in_flight;
     std::map<tq::LeaseId, int64_t> prompts_left;  // by lease
@@ -712,7 +713,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         it->second.leases.push_back(p.lease);
         return Status::Ok();
       }
-      in_flight[p.cursor] = {p.example, std::move(p.reference_answer), {p.lease}, G};
+      in_flight[p.cursor] = {p.example, std::move(p.reference_answer), {p.lease}, G, false};
       for (int64_t g = 0; g < G; ++g) {
         rollout::GenerationRequest req;
         req.id = p.cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
@@ -736,6 +737,48 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         progress_this_turn = p;
       }
       return *progress_this_turn;
+    };
+    // RunHooks::hold_for_switch: the prompts this engine has stopped for a
+    // weight switch (each once).
+    std::set<uint64_t> held;
+    auto hold_for_switch = [&]() -> Status {
+      if (!s.hooks.hold_for_switch || engine->num_waiting() > 0 || engine->num_running() == 0) return Status::Ok();
+      std::optional<uint64_t> flagged;
+      for (const auto& [c, prompt] : in_flight) {
+        if (prompt.decoding && held.count(c) == 0 && s.hooks.hold_for_switch(c)) {
+          flagged = c;
+          break;
+        }
+      }
+      if (!flagged) return Status::Ok();
+      // Only while the steps the trainer's next version needs are all out of
+      // this engine (else it would wait for answers held here).
+      uint64_t lowest = in_flight.begin()->first;
+      if (!parked.empty()) lowest = std::min(lowest, parked.begin()->first);
+      int64_t trained_steps = 0;
+      {
+        MutexLock lock(&mu);
+        SLUICE_ASSIGN_OR_RETURN(const schedule::TrainerProgress progress, progress_now());
+        trained_steps = progress.acked_answers / (P * G);
+      }
+      const int64_t needed_end = (io.start_step + trained_steps + std::max<int64_t>(1, po.sync_interval)) * P;
+      if (static_cast<int64_t>(lowest) < needed_end) return Status::Ok();  // not yet: asked again next turn
+      held.insert(*flagged);
+      const PolicyVersion from = engine->policy_version();
+      const auto give_up = Clock::now() + std::chrono::seconds(30);
+      RoleDoing doing(board, r.slot, RoleActivity::kWaitAdmission, /*traced=*/false);
+      while (engine->policy_version() == from && !engine->pending_version() && Clock::now() < give_up && !stopping() &&
+             board.stop.load() == 0 && !failed.load()) {
+        board.Beat(r.slot);
+        SLUICE_RETURN_IF_ERROR(renew_due());
+        SLUICE_RETURN_IF_ERROR(engine->PollWeights());
+        std::this_thread::sleep_for(kIdlePoll);
+      }
+      if (engine->policy_version() == from && !engine->pending_version()) {
+        SLUICE_LOG(WARNING) << "rollout: held the answers of prompt " << *flagged << " for a weight switch, and none "
+                            << "came (hold_for_switch)";
+      }
+      return Status::Ok();
     };
     while (!stopping() && board.stop.load() == 0 && !failed.load()) {
       progress_this_turn.reset();
@@ -832,6 +875,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       while (!engine->idle() && board.lent_workers_running.load() > 0 && board.stop.load() == 0 && !stopping()) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
+      SLUICE_RETURN_IF_ERROR(hold_for_switch());
       // A step on an idle engine still runs the weight-swap hook.
       const auto t0 = Clock::now();
       std::vector<rollout::GenerationResult> done;
@@ -839,6 +883,9 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         // A step on an idle engine only runs the hook: not traced.
         RoleDoing doing(board, r.slot, RoleActivity::kDecodeStep, !engine->idle());
         SLUICE_ASSIGN_OR_RETURN(done, engine->Step());
+      }
+      if (s.hooks.hold_for_switch) {
+        for (auto& [c, prompt] : in_flight) prompt.decoding = true;
       }
       if (engine->policy_version() != traced_version) {  // switched weights in that step
         traced_version = engine->policy_version();

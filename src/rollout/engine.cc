@@ -470,6 +470,10 @@ Result<std::vector<GenerationResult>> RolloutEngine::RunUntilIdle() {
 }
 
 void RolloutEngine::SetWeightSwapHook(WeightSwapHook hook) { impl_->hook = std::move(hook); }
+Status RolloutEngine::PollWeights() {
+  SLUICE_RETURN_IF_ERROR(impl_->broken);
+  return impl_->MaybeSwapWeights();
+}
 std::optional<PolicyVersion> RolloutEngine::pending_version() const {
   if (!impl_->pending) return std::nullopt;
   return impl_->pending->version;

@@ -477,6 +477,55 @@ TEST(EngineWeightSwap, OlderVersionOrOtherArchitectureIsRefused) {
   EXPECT_EQ(done->front().versions.front(), 5);
 }
 
+// PollWeights takes a version between steps without decoding: under
+// kInFlight it switches at once (the sequence then spans both versions),
+// under kAtBoundary it waits as pending until the sequences in flight end.
+TEST(EngineWeightSwap, PollWeightsSwitchesWithoutDecoding) {
+  auto v1 = TinyModel();
+  auto v2 = FlatModel(*v1);
+  for (SwitchPolicy policy : {SwitchPolicy::kInFlight, SwitchPolicy::kAtBoundary}) {
+    SCOPED_TRACE(policy == SwitchPolicy::kInFlight ? "in_flight" : "at_boundary");
+    EngineOptions o;
+    o.num_slots = 1;
+    o.eos_token_id = 0;
+    o.switch_policy = policy;
+    auto engine = std::move(RolloutEngine::Create(PolicySnapshot{v1, 1}, o)).value();
+    GenerationRequest r;
+    r.id = 1;
+    r.prompt = {1, 2};
+    r.sampling.max_new_tokens = 6;
+    r.sampling.forced_length = 6;
+    ASSERT_TRUE(engine->Submit(r).ok());
+    ASSERT_TRUE(engine->Step().ok());  // admitted: its first token, version 1
+    bool offered = false;
+    engine->SetWeightSwapHook([&](PolicyVersion current) -> std::optional<PolicySnapshot> {
+      if (current != 1 || offered) return std::nullopt;
+      offered = true;
+      return PolicySnapshot{v2, 2};
+    });
+    const int64_t decoded = engine->stats().generated_tokens;
+    ASSERT_TRUE(engine->PollWeights().ok());
+    EXPECT_TRUE(offered);
+    EXPECT_EQ(engine->stats().generated_tokens, decoded) << "PollWeights decoded";
+    if (policy == SwitchPolicy::kInFlight) {
+      EXPECT_EQ(engine->policy_version(), 2);
+      EXPECT_FALSE(engine->pending_version().has_value());
+    } else {
+      EXPECT_EQ(engine->policy_version(), 1);
+      EXPECT_EQ(engine->pending_version(), std::optional<PolicyVersion>(2));
+    }
+    auto done = engine->RunUntilIdle();
+    ASSERT_TRUE(done.ok());
+    ASSERT_EQ(done->size(), 1u);
+    const std::vector<PolicyVersion>& versions = done->front().versions;
+    ASSERT_EQ(versions.size(), 6u);
+    EXPECT_EQ(versions.front(), 1);
+    EXPECT_EQ(versions.back(), policy == SwitchPolicy::kInFlight ? 2 : 1);
+    ASSERT_TRUE(engine->PollWeights().ok());
+    EXPECT_EQ(engine->policy_version(), 2) << "the pending version is taken once the sequence ends";
+  }
+}
+
 TEST(LockstepDecode, DecodesTheRequestedTokens) {
   auto m = TinyModel();
   auto n = RunLockstepDecode(PolicySnapshot{m, 1}, 4, 5, 12, 1);

@@ -15,6 +15,7 @@
 
 #include "sluice/common/check.h"
 #include "sluice/common/logging.h"
+#include "sluice/common/strings.h"
 
 extern char** environ;
 
@@ -47,8 +48,6 @@ void SleepUntilNextPoll(milliseconds interval, Clock::time_point deadline) {
   if (now >= deadline) return;
   std::this_thread::sleep_for(std::min<Clock::duration>(interval, deadline - now));
 }
-
-std::string Quoted(const std::string& name) { return "'" + name + "'"; }
 
 bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 

@@ -31,6 +31,15 @@ struct RunHooks {
   // it would. The hub delivers it again once its lease
   // (pipeline.lease_seconds) runs out.
   std::function<bool(uint64_t cursor)> lose_taken_group;
+  // Streaming modes, tests: when it returns true for the prompt at
+  // `cursor`, the rollout engine decoding that prompt's answers stops once
+  // (after their first tokens, none of its answers waiting for a slot) until
+  // its weights change, so a version lands while they decode: under
+  // in_flight they span it, under at_boundary they must not. The engine
+  // stops only while the trainer can publish without any answer it holds
+  // (every prompt it holds is of a step after the ones the trainer's next
+  // version needs; rl.dynamic_sampling off), and for at most 30 s.
+  std::function<bool(uint64_t cursor)> hold_for_switch;
 };
 
 }  // namespace sluice::pipeline

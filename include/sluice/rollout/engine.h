@@ -165,6 +165,10 @@ class RolloutEngine {
   Result<std::vector<GenerationResult>> RunUntilIdle();
 
   void SetWeightSwapHook(WeightSwapHook hook);
+  // Asks the weight-swap hook for newer weights, as Step does first, without
+  // decoding: a caller that holds its sequences still sees a version land
+  // (switched at once under kInFlight, pending under kAtBoundary).
+  Status PollWeights();
 
   bool idle() const;
   int32_t num_running() const;

@@ -86,6 +86,8 @@ class ConfigSchema {
   void AddBool(std::string key, bool def, std::string help);
   void AddString(std::string key, std::string def, std::string help);
   void AddEnum(std::string key, std::string def, std::vector<std::string> allowed, std::string help);
+  // Declares a key as another schema declared it (same preconditions).
+  void AddKey(const ConfigKey& key) { Add(key); }
 
   // A markdown table, one row per key in declaration order, with columns
   // key, type, default, allowed and help (for docs/config.md).

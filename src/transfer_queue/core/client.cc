@@ -11,7 +11,7 @@
 
 namespace sluice::transfer_queue {
 
-using internal::Quoted;
+using sluice::Quoted;
 
 namespace {
 

@@ -17,7 +17,7 @@
 namespace sluice::transfer_queue {
 namespace {
 
-using internal::Quoted;
+using sluice::Quoted;
 
 struct Cell {
   DType dtype = DType::kF32;

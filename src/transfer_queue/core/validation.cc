@@ -27,15 +27,6 @@ Status ValidateUserTags(const std::map<std::string, std::string>& user, std::str
 
 }  // namespace
 
-std::string Quoted(std::string_view name) {
-  std::string out;
-  out.reserve(name.size() + 2);
-  out.push_back('\'');
-  out.append(name);
-  out.push_back('\'');
-  return out;
-}
-
 Status ValidateName(std::string_view what, std::string_view name) {
   if (name.empty()) return Status::InvalidArgument(std::string(what) + " name is empty");
   if (name.size() > kMaxNameBytes) {

@@ -10,12 +10,10 @@
 #include <string_view>
 
 #include "sluice/common/status.h"
+#include "sluice/common/strings.h"
 #include "sluice/transfer_queue/types.h"
 
 namespace sluice::transfer_queue::internal {
-
-// 'name', for messages.
-std::string Quoted(std::string_view name);
 
 // `what` is "task", "column", "partition", "key": non-empty, at most
 // kMaxNameBytes bytes.

@@ -23,9 +23,9 @@
 #include "sluice/checkpoint_engine/weights.h"
 #include "sluice/common/metrics_server.h"
 #include "sluice/rollout/standby_weights.h"
+#include "sluice/schedule/staleness.h"
 #include "sluice/transfer_queue/client.h"
 #include "sluice/transfer_queue/server.h"
-#include "sluice/transfer_queue/staleness.h"
 
 namespace sluice::pipeline {
 
@@ -284,7 +284,7 @@ struct StreamRoles {
   // of prompts once all their answers are in. Returns when every prompt's
   // answers are written, or at board.stop / `stopping`.
   //
-  // Staleness admission is the rollout's own (tq::StalenessAdmission), fed
+  // Staleness admission is the rollout's own (schedule::StalenessAdmission), fed
   // from what the hub and the weights say, the same way in threads and
   // processes: the trainer's progress is the rows it has acked in the hub
   // (task "train" acked_total: it acks a step's groups only after the

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <string>
 
 namespace sluice::schedule {
-
-namespace tq = transfer_queue;
 
 Result<std::unique_ptr<PromptIntake>> PromptIntake::Create(const IntakeOptions& o) {
   auto bad = [](const std::string& what) { return Status::InvalidArgument("prompt intake: " + what); };
@@ -16,15 +15,15 @@ Result<std::unique_ptr<PromptIntake>> PromptIntake::Create(const IntakeOptions& 
   if (o.start_step < 0 || o.steps < o.start_step) return bad("need 0 <= start_step <= steps");
   if (o.engines <= 0) return bad("engines must be > 0");
   if (o.replicas <= 0) return bad("replicas must be > 0");
-  tq::StalenessOptions so;
+  StalenessOptions so;
   so.max_staleness = o.max_staleness;
   so.prompts_per_version = o.prompts_per_step * o.sync_interval;
   so.initial_trainer_version = o.version;
-  SLUICE_ASSIGN_OR_RETURN(auto admission, tq::StalenessAdmission::Create(so));
+  SLUICE_ASSIGN_OR_RETURN(auto admission, StalenessAdmission::Create(so));
   return std::unique_ptr<PromptIntake>(new PromptIntake(o, std::move(admission)));
 }
 
-PromptIntake::PromptIntake(const IntakeOptions& options, std::unique_ptr<tq::StalenessAdmission> admission)
+PromptIntake::PromptIntake(const IntakeOptions& options, std::unique_ptr<StalenessAdmission> admission)
     : options_(options),
       admission_(std::move(admission)),
       cursor_(options.start_step * options.prompts_per_step),
@@ -45,7 +44,7 @@ Result<int64_t> PromptIntake::Take(int64_t slots, int64_t queued, PolicyVersion 
   // which was published before that progress.
   SLUICE_ASSIGN_OR_RETURN(const TrainerProgress now, progress());
   if (options_.Shared()) return TakeShared(want, engine_version, now);
-  const tq::AdmissionStats seen = admission_->stats();
+  const AdmissionStats seen = admission_->stats();
   const PolicyVersion latest = std::max(now.latest_version, seen.trainer_version);
   const int64_t acked = now.acked_answers / G;
   // Never more than is pending: a group the hub delivered twice (a lease that
@@ -65,10 +64,9 @@ Result<int64_t> PromptIntake::Take(int64_t slots, int64_t queued, PolicyVersion 
   return *admitted;
 }
 
-// The staleness rule (StalenessAdmission) with the global cursor: the
-// prompt at position p past the trainer's retired prompts is trained
-// floor(p / ppv) versions after the latest, so an engine at version v may
-// start it while latest + floor(p / ppv) - v <= max_staleness.
+// The staleness rule (StalenessWindow) with the global cursor: an engine at
+// version v may start the cursors below the trainer's retired prompts plus
+// the window of v against the latest version.
 int64_t PromptIntake::SharedLimit(const TrainerProgress& now, PolicyVersion engine_version) const {
   const int64_t P = options_.prompts_per_step, ppv = P * options_.sync_interval;
   // The trainer acks a step's groups together, after its update: whole steps.
@@ -76,8 +74,9 @@ int64_t PromptIntake::SharedLimit(const TrainerProgress& now, PolicyVersion engi
   // after it was trained, as long as there are fewer than P of them.)
   const int64_t retired = options_.start_step * P + now.acked_answers / options_.group_size / P * P;
   const PolicyVersion latest = std::max<PolicyVersion>(now.latest_version, options_.version);
-  const int64_t versions_ahead = options_.max_staleness + engine_version - latest + 1;
-  return versions_ahead <= 0 ? retired : retired + versions_ahead * ppv;
+  const int64_t window = StalenessWindow(options_.max_staleness, engine_version, latest, ppv);
+  return window > std::numeric_limits<int64_t>::max() - retired ? std::numeric_limits<int64_t>::max()
+                                                                : retired + window;
 }
 
 Result<int64_t> PromptIntake::TakeShared(int64_t want, PolicyVersion engine_version, const TrainerProgress& now) {

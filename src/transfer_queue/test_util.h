@@ -9,34 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/status_macros.h"
 #include "sluice/common/host_tensor.h"
 #include "sluice/transfer_queue/client.h"
 
 namespace sluice::transfer_queue::testing {
 
-#define TQ_ASSERT_OK(expr)                                 \
-  do {                                                     \
-    const ::sluice::Status tq_status_ = (expr);            \
-    ASSERT_TRUE(tq_status_.ok()) << tq_status_.ToString(); \
-  } while (0)
-#define TQ_EXPECT_OK(expr)                                 \
-  do {                                                     \
-    const ::sluice::Status tq_status_ = (expr);            \
-    EXPECT_TRUE(tq_status_.ok()) << tq_status_.ToString(); \
-  } while (0)
-// Asserts that a Status or Result carries `expected_code` and a message containing `needle`.
-#define TQ_EXPECT_ERROR(expr, expected_code, needle)                                            \
-  do {                                                                                          \
-    const ::sluice::Status tq_status_ = ::sluice::transfer_queue::testing::StatusOf((expr));    \
-    EXPECT_EQ(tq_status_.code(), ::sluice::StatusCode::expected_code) << tq_status_.ToString(); \
-    EXPECT_NE(tq_status_.message().find(needle), std::string::npos) << tq_status_.ToString();   \
-  } while (0)
-
-inline Status StatusOf(const Status& s) { return s; }
-template <typename T>
-Status StatusOf(const Result<T>& r) {
-  return r.status();
-}
+// (The TransferQueue tests' names for common/testing/status_macros.h's checks.)
+#define TQ_ASSERT_OK SLUICE_ASSERT_OK
+#define TQ_EXPECT_OK SLUICE_EXPECT_OK
+#define TQ_EXPECT_ERROR SLUICE_EXPECT_ERROR
+using ::sluice::status_testing::StatusOf;
 
 inline HostTensor I64(std::vector<int64_t> values) {
   return HostTensor::Copy(DType::kI64, {static_cast<int64_t>(values.size())}, values.data(),

@@ -1,5 +1,5 @@
 // The rollout's prompt intake: how many prompts an engine takes next, under
-// the staleness admission (sluice/transfer_queue/staleness.h). The policy the
+// the staleness admission (sluice/schedule/staleness.h). The policy the
 // pipeline's rollout role runs and the simulator replays
 // (docs/simulator.md), torch-free: what the trainer has done comes in
 // through a callback, from the hub in a real run, from the model in a
@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "sluice/common/status.h"
-#include "sluice/transfer_queue/staleness.h"
+#include "sluice/schedule/staleness.h"
 
 namespace sluice::schedule {
 
@@ -80,16 +80,16 @@ class PromptIntake {
   // The next prompt cursor to admit; steps * P when every prompt was.
   int64_t cursor() const { return cursor_; }
   int64_t end_cursor() const { return end_cursor_; }
-  transfer_queue::AdmissionStats stats() const { return admission_->stats(); }
+  AdmissionStats stats() const { return admission_->stats(); }
 
  private:
-  PromptIntake(const IntakeOptions& options, std::unique_ptr<transfer_queue::StalenessAdmission> admission);
+  PromptIntake(const IntakeOptions& options, std::unique_ptr<StalenessAdmission> admission);
   // Shared(): Take and StartLimit from the trainer's progress.
   int64_t SharedLimit(const TrainerProgress& now, PolicyVersion engine_version) const;
   Result<int64_t> TakeShared(int64_t want, PolicyVersion engine_version, const TrainerProgress& now);
 
   const IntakeOptions options_;
-  std::unique_ptr<transfer_queue::StalenessAdmission> admission_;
+  std::unique_ptr<StalenessAdmission> admission_;
   int64_t cursor_;
   const int64_t end_cursor_;
   int64_t retired_ = 0;  // prompts the trainer acked, as admission knows them

@@ -126,12 +126,4 @@ Status ValidateTimeout(std::chrono::milliseconds timeout, std::string_view what)
   return Status::Ok();
 }
 
-std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point now = Clock::now();
-  // A year is "forever" for every blocking call here and keeps clear of overflow.
-  const auto cap = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::hours(24 * 365));
-  return now + std::min(timeout, cap);
-}
-
 }  // namespace sluice::transfer_queue::internal

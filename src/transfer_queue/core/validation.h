@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "sluice/common/deadline.h"
 #include "sluice/common/status.h"
 #include "sluice/common/strings.h"
 #include "sluice/transfer_queue/types.h"
@@ -37,9 +38,7 @@ Status PrefixWhere(Status status, Where&& where) {
 }
 Status ValidatePatch(const RowTagPatch& patch, std::string_view where);
 Status ValidateTimeout(std::chrono::milliseconds timeout, std::string_view what);
-// now + timeout on the steady clock, saturated instead of overflowing for
-// huge timeouts. Precondition: timeout >= 0.
-std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout);
+using ::sluice::DeadlineAfter;  // sluice/common/deadline.h
 
 }  // namespace sluice::transfer_queue::internal
 

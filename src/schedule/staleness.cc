@@ -1,12 +1,12 @@
-#include "sluice/transfer_queue/staleness.h"
+#include "sluice/schedule/staleness.h"
 
 #include <algorithm>
 #include <limits>
 #include <string>
 
-#include "core/validation.h"
+#include "sluice/common/deadline.h"
 
-namespace sluice::transfer_queue {
+namespace sluice::schedule {
 
 Result<std::unique_ptr<StalenessAdmission>> StalenessAdmission::Create(StalenessOptions options) {
   if (options.max_staleness < 0) {
@@ -27,16 +27,22 @@ Result<std::unique_ptr<StalenessAdmission>> StalenessAdmission::Create(Staleness
 StalenessAdmission::StalenessAdmission(StalenessOptions options)
     : options_(options), trainer_version_(options.initial_trainer_version) {}
 
-int64_t StalenessAdmission::AdmissibleLocked(PolicyVersion rollout_version) const {
-  // The rule admits the prompt at pending position p iff
-  //   floor(p / ppv) <= budget,  budget = max_staleness + v_r - trainer_version,
-  // i.e. iff p < (budget + 1) * ppv. Computed in 128 bits: versions and
-  // staleness are caller-controlled.
-  const __int128 budget = static_cast<__int128>(options_.max_staleness) + rollout_version - trainer_version_;
+int64_t StalenessWindow(int64_t max_staleness, PolicyVersion rollout_version, PolicyVersion trainer_version,
+                        int64_t prompts_per_version) {
+  // The prompt at position p is admissible iff floor(p / ppv) <= budget,
+  // budget = max_staleness + v_r - trainer_version, i.e. iff p < (budget +
+  // 1) * ppv. Computed in 128 bits: versions and staleness are
+  // caller-controlled.
+  const __int128 budget = static_cast<__int128>(max_staleness) + rollout_version - trainer_version;
   if (budget < 0) return 0;
-  const __int128 limit = (budget + 1) * options_.prompts_per_version - pending_;
-  if (limit <= 0) return 0;
-  return static_cast<int64_t>(std::min<__int128>(limit, std::numeric_limits<int64_t>::max()));
+  const __int128 window = (budget + 1) * prompts_per_version;
+  return static_cast<int64_t>(std::min<__int128>(window, std::numeric_limits<int64_t>::max()));
+}
+
+int64_t StalenessAdmission::AdmissibleLocked(PolicyVersion rollout_version) const {
+  const int64_t window =
+      StalenessWindow(options_.max_staleness, rollout_version, trainer_version_, options_.prompts_per_version);
+  return std::max<int64_t>(window - pending_, 0);
 }
 
 int64_t StalenessAdmission::Admissible(PolicyVersion rollout_version) const {
@@ -57,8 +63,7 @@ Result<int64_t> StalenessAdmission::Admit(int64_t n, PolicyVersion rollout_versi
   auto admissible = [&]() SLUICE_REQUIRES(mu_) { return closed_ || AdmissibleLocked(rollout_version) > 0; };
   // A zero timeout is a poll (the rollout's intake, the simulator): answered
   // without a wait, which would cost a system call.
-  const bool ready =
-      timeout.count() == 0 ? admissible() : changed_.WaitUntil(&mu_, internal::DeadlineAfter(timeout), admissible);
+  const bool ready = timeout.count() == 0 ? admissible() : changed_.WaitUntil(&mu_, DeadlineAfter(timeout), admissible);
   --waiters_;
   if (closed_) return Status::Aborted("Admit: the staleness admission was closed");
   if (!ready) {
@@ -119,4 +124,4 @@ void StalenessAdmission::Close() {
   changed_.NotifyAll();
 }
 
-}  // namespace sluice::transfer_queue
+}  // namespace sluice::schedule

@@ -27,18 +27,29 @@
 // position implies (e.g. a consumer that skips it) is not covered.
 //
 // Thread safety: every method is thread-safe.
-#ifndef SLUICE_TRANSFER_QUEUE_STALENESS_H_
-#define SLUICE_TRANSFER_QUEUE_STALENESS_H_
+#ifndef SLUICE_SCHEDULE_STALENESS_H_
+#define SLUICE_SCHEDULE_STALENESS_H_
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 
+#include "sluice/common/ids.h"
 #include "sluice/common/mutex.h"
 #include "sluice/common/status.h"
-#include "sluice/transfer_queue/types.h"
 
-namespace sluice::transfer_queue {
+namespace sluice::schedule {
+
+// The rule in one place: how many prompts past the ones the trainer has
+// retired a rollout at `rollout_version` may start while the trainer is at
+// `trainer_version`. The prompt at position p past the retired ones is
+// trained floor(p / prompts_per_version) versions after trainer_version, so
+// the window is (max_staleness + rollout_version - trainer_version + 1) *
+// prompts_per_version: 0 when that is negative, saturated at INT64_MAX.
+// StalenessAdmission admits what is left of it past its pending prompts;
+// PromptIntake's shared stream starts the cursors below retired + window.
+int64_t StalenessWindow(int64_t max_staleness, PolicyVersion rollout_version, PolicyVersion trainer_version,
+                        int64_t prompts_per_version);
 
 struct StalenessOptions {
   int64_t max_staleness = 1;                  // >= 0; 0 = fully on-policy
@@ -100,6 +111,6 @@ class StalenessAdmission {
   bool closed_ SLUICE_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace sluice::transfer_queue
+}  // namespace sluice::schedule
 
-#endif  // SLUICE_TRANSFER_QUEUE_STALENESS_H_
+#endif  // SLUICE_SCHEDULE_STALENESS_H_

@@ -501,11 +501,11 @@ Status Main(int argc, char** argv) {
     if (processes) {
       o.pipeline.processes = true;
       o.pipeline.hub_fast_paths = hub == "fast";
-      o.pipeline.role_command = {std::filesystem::read_symlink("/proc/self/exe").string()};
-      o.pipeline.role_command.insert(o.pipeline.role_command.end(), argv + 1, argv + argc);
+      o.pipeline.wiring.role_command = {std::filesystem::read_symlink("/proc/self/exe").string()};
+      o.pipeline.wiring.role_command.insert(o.pipeline.wiring.role_command.end(), argv + 1, argv + argc);
       for (const std::string& a :
            {"--role-mode=" + pipeline::PipelineModeName(mode), "--role-hub=" + hub, "--role-run-dir=" + run_dir}) {
-        o.pipeline.role_command.push_back(a);
+        o.pipeline.wiring.role_command.push_back(a);
       }
     }
     return o;

@@ -365,21 +365,21 @@ Result<std::string> ResolveIPv4(const std::string& host) {
 // the rendezvous, this launch attempt's keys in it, and the config's digest.
 Status MeetAt(const runtime::ProcessPlacement& p, const Config& config, pipeline::PipelineOptions* po) {
   SLUICE_ASSIGN_OR_RETURN(const std::string ip, ResolveIPv4(p.master_addr));
-  po->trainer_store = ip + ":" + std::to_string(p.master_port);
-  po->trainer_store_external = p.store_served_by_launcher;
+  po->wiring.trainer_store = ip + ":" + std::to_string(p.master_port);
+  po->wiring.trainer_store_external = p.store_served_by_launcher;
   // torchrun's agent store (its static rendezvous) lives across
   // --max-restarts attempts: each attempt's ranks meet in a namespace of
   // their own. A store rank 0 serves (torchrun's c10d rendezvous, Slurm,
   // MPI) is new with every attempt; and c10d's agents do not count the
   // restarts that another host's failure brings, so their counts differ.
   const int64_t attempt = p.store_served_by_launcher ? p.restart_count : 0;
-  po->trainer_store_prefix = "sluice/attempt-" + std::to_string(attempt);
-  if (attempt > 0) po->previous_store_prefix = "sluice/attempt-" + std::to_string(attempt - 1);
-  po->hub_bind = ip.rfind("127.", 0) == 0 ? "" : "tcp://" + ip + ":0";
+  po->wiring.trainer_store_prefix = "sluice/attempt-" + std::to_string(attempt);
+  if (attempt > 0) po->wiring.previous_store_prefix = "sluice/attempt-" + std::to_string(attempt - 1);
+  po->wiring.hub_bind = ip.rfind("127.", 0) == 0 ? "" : "tcp://" + ip + ":0";
   char digest[17];  // of the config as every rank read it
   std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(Fnv1a(config.ToYaml())));
-  po->config_digest = digest;
-  po->model_path = config.GetString("model.path");
+  po->wiring.config_digest = digest;
+  po->wiring.model_path = config.GetString("model.path");
   return Status::Ok();
 }
 
@@ -421,7 +421,7 @@ Status PlaceRanks(const runtime::ProcessPlacement& p, const Config& config, pipe
                                    "replaces it");
   }
   po.trainer_ranks = static_cast<int32_t>(trainers);
-  po.local_trainer_ranks = 1;
+  po.wiring.local_trainer_ranks = 1;
   return MeetAt(p, config, &po);
 }
 
@@ -447,11 +447,11 @@ Status RunBesideRankZero(const Config& config, const pipeline::RunOptions& optio
   const pipeline::PipelineOptions& po = options.pipeline;
   const std::chrono::seconds wait(po.rank_timeout_seconds);
   if (joined && index < 0) {
-    SLUICE_ASSIGN_OR_RETURN(index, loop->ClaimJoinedIndex(po.trainer_store, role, wait));
+    SLUICE_ASSIGN_OR_RETURN(index, loop->ClaimJoinedIndex(po.wiring.trainer_store, role, wait));
   }
   const std::string what = pipeline::PipelineProcessTitle(role, index);
   std::fprintf(stderr, "sluice train: %s, %s of the run at %s%s\n", placed.c_str(), what.c_str(),
-               po.trainer_store.c_str(), joined ? " (joined beyond the launch)" : "");
+               po.wiring.trainer_store.c_str(), joined ? " (joined beyond the launch)" : "");
   if (role != pipeline::PipelineRole::kTrainer && po.max_restarts > 0 &&
       std::getenv(kSupervisedRankVariable) == nullptr) {
     std::error_code ec;
@@ -461,9 +461,10 @@ Status RunBesideRankZero(const Config& config, const pipeline::RunOptions& optio
     command.insert(command.end(), args.begin(), args.end());
     std::map<std::string, std::string> env = {{kSupervisedRankVariable, "1"}};
     if (joined) env[kJoinedIndexVariable] = std::to_string(index);  // the child keeps this number
-    SLUICE_RETURN_IF_ERROR(loop->SuperviseLaunchedRank(po.trainer_store, role, index, wait, command, env, joined));
+    SLUICE_RETURN_IF_ERROR(
+        loop->SuperviseLaunchedRank(po.wiring.trainer_store, role, index, wait, command, env, joined));
   } else {
-    SLUICE_RETURN_IF_ERROR(loop->RunLaunchedRank(po.trainer_store, role, index, wait, joined));
+    SLUICE_RETURN_IF_ERROR(loop->RunLaunchedRank(po.wiring.trainer_store, role, index, wait, joined));
   }
   std::fprintf(stderr, "%s: done\n", what.c_str());
   return Status::Ok();
@@ -574,7 +575,7 @@ Status Train(const std::vector<std::string>& args) {
   }
   SLUICE_RETURN_IF_ERROR(CheckRunReward(config));
   if (options.pipeline.processes) {
-    SLUICE_ASSIGN_OR_RETURN(options.pipeline.role_command, RoleCommand(options.run_dir));
+    SLUICE_ASSIGN_OR_RETURN(options.pipeline.wiring.role_command, RoleCommand(options.run_dir));
   }
   SLUICE_ASSIGN_OR_RETURN(reward::TaskOptions task_options, TaskOptionsFrom(config));
   SetIntraOpThreads(config.GetInt("run.threads"));

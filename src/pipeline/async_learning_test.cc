@@ -76,7 +76,7 @@ RunOptions Options(const std::string& run_dir) {
   o.pipeline.rollout_threads = 1;
   o.pipeline.trainer_threads = 1;
   o.pipeline.processes = true;
-  o.pipeline.role_command = role_test::RoleCommand(kRoleFilter, run_dir);
+  o.pipeline.wiring.role_command = role_test::RoleCommand(kRoleFilter, run_dir);
   return o;
 }
 

@@ -799,7 +799,7 @@ RunOptions ProcessVersionOptions(const std::string& run_dir, VersionCheck* check
     *hooks = VersionCheck::Configure(o);  // the launcher trains nothing itself
   }
   o.pipeline.processes = true;
-  o.pipeline.role_command = role_test::RoleCommand(kRoleEntryFilter, run_dir);
+  o.pipeline.wiring.role_command = role_test::RoleCommand(kRoleEntryFilter, run_dir);
   return o;
 }
 

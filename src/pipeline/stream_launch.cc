@@ -97,7 +97,8 @@ std::string HubStorageProcessName(int64_t index) { return "hub-storage-" + std::
 // Where the trainer ranks' keys live in their store (a torchrun restart
 // attempt's own namespace when a launcher placed the ranks).
 std::string StoreKeys(const PipelineOptions& po) {
-  return po.trainer_store_prefix.empty() ? trainer::DataParallelOptions{}.key_prefix : po.trainer_store_prefix;
+  return po.wiring.trainer_store_prefix.empty() ? trainer::DataParallelOptions{}.key_prefix
+                                                : po.wiring.trainer_store_prefix;
 }
 
 // Who holds the hub leases a role process takes (GetMetaRequest::holder):
@@ -315,7 +316,7 @@ Status PlaceHubStorage(const PipelineOptions& po, trainer::DataParallelStore& st
   const nlohmann::json plan = {{"token", so->token},
                                {"peer_token", so->peer_token},
                                {"units", so->storage_units},
-                               {"config_digest", po.config_digest}};
+                               {"config_digest", po.wiring.config_digest}};
   SLUICE_RETURN_IF_ERROR(store.SetShared(kHubStoragePlanKey, plan.dump()));
   const std::chrono::seconds timeout(po.rank_timeout_seconds);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -681,7 +682,7 @@ Status TrainingRun::TrainInProcesses(const std::atomic<bool>* stop) {
 Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed) {
   State& s = *state_;
   const PipelineOptions& po = s.options.pipeline;
-  if (po.role_command.empty()) {
+  if (po.wiring.role_command.empty()) {
     return Status::FailedPrecondition("pipeline.processes needs a role command (set by the sluice front end)");
   }
   if (s.step >= s.options.rl.steps) return Status::Ok();
@@ -738,10 +739,11 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     store_at = "file:" + rank_file.path.string();
   } else if (po.trainer_ranks > 1 || remote_processes) {
     int port = 0;
-    if (!po.trainer_store.empty()) {
-      SLUICE_RETURN_IF_ERROR(ParseListenAddress(po.trainer_store, &store_host, &port).WithContext("the ranks' store"));
+    if (!po.wiring.trainer_store.empty()) {
+      SLUICE_RETURN_IF_ERROR(
+          ParseListenAddress(po.wiring.trainer_store, &store_host, &port).WithContext("the ranks' store"));
     }
-    if (po.trainer_store_external) {
+    if (po.wiring.trainer_store_external) {
       SLUICE_ASSIGN_OR_RETURN(rank_store,
                               trainer::DataParallelStore::Connect(store_host, port, rank_timeout, StoreKeys(po)));
     } else {
@@ -779,9 +781,9 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   // A torchrun restart: the attempt before ends now if it has not (its
   // rank 0 died), so its processes elsewhere stop, and the new ones stop
   // waiting for it (AwaitPreviousAttempt).
-  if (rank_store && remote_processes && !po.previous_store_prefix.empty()) {
+  if (rank_store && remote_processes && !po.wiring.previous_store_prefix.empty()) {
     Result<std::unique_ptr<trainer::DataParallelStore>> last =
-        ConnectRanksStore(store_at, rank_timeout, po.previous_store_prefix);
+        ConnectRanksStore(store_at, rank_timeout, po.wiring.previous_store_prefix);
     if (last.ok()) {
       if (!(*last)->GetShared(kRanksEndedKey, milliseconds(0)).ok()) {
         (void)(*last)->SetShared(
@@ -811,8 +813,8 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   so.controller.ack_log = (fs::path(s.options.run_dir) / kHubAckLog).string();
   SLUICE_RETURN_IF_ERROR(
       AppendToFile(so.controller.ack_log, "{\"hub\":\"started\",\"from_step\":" + std::to_string(s.step) + "}\n"));
-  if (!po.hub_bind.empty()) {
-    so.bind = po.hub_bind;
+  if (!po.wiring.hub_bind.empty()) {
+    so.bind = po.wiring.hub_bind;
     if (!tq::IsLoopbackEndpoint(so.bind)) {
       SLUICE_ASSIGN_OR_RETURN(so.token, RandomToken());
     }
@@ -864,7 +866,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   // pipeline.trainer_command replaces the trainer process with a user's; the
   // trainer ranks this launcher starts (the others were launched elsewhere).
   const bool external = !po.trainer_command.empty();
-  const int64_t local_ranks = po.local_trainer_ranks > 0 ? po.local_trainer_ranks : po.trainer_ranks;
+  const int64_t local_ranks = po.wiring.local_trainer_ranks > 0 ? po.wiring.local_trainer_ranks : po.trainer_ranks;
   const std::vector<BoardProcess> processes =
       BoardProcesses(external ? 1 : local_ranks, po.rollout_replicas, po.reward_workers);
   // Stopped before the board and the hub go (it reads both).
@@ -924,14 +926,14 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       }
       if (remote_processes) {
         std::map<std::string, std::string> model_files;  // (a preset: none)
-        if (!po.model_path.empty()) {
-          SLUICE_ASSIGN_OR_RETURN(model_files, model::ModelFilesDigests(po.model_path));
+        if (!po.wiring.model_path.empty()) {
+          SLUICE_ASSIGN_OR_RETURN(model_files, model::ModelFilesDigests(po.wiring.model_path));
         }
         const nlohmann::json info = {{"hub", server->endpoint()},
                                      {"token", so.token},
                                      {"start_step", s.step},
                                      {"start_version", s.version},
-                                     {"config_digest", po.config_digest},
+                                     {"config_digest", po.wiring.config_digest},
                                      {"model_files", model_files},
                                      {"weights", relay ? relay->address() : ""}};
         SLUICE_RETURN_IF_ERROR(rank_store->SetShared(kRanksRunInfoKey, info.dump()));
@@ -949,7 +951,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         spec.path = "/bin/sh";
         spec.args = {"-c", po.trainer_command};
         spec.env["SLUICE_RUN_INFO"] = info_path;
-        if (std::optional<std::string> package = BuiltPythonPackage(po.role_command.front())) {
+        if (std::optional<std::string> package = BuiltPythonPackage(po.wiring.role_command.front())) {
           const char* path = std::getenv("PYTHONPATH");
           spec.env["PYTHONPATH"] = *package + (path != nullptr && *path != 0 ? ":" + std::string(path) : "");
         }
@@ -963,8 +965,8 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         }
         continue;
       }
-      spec.path = po.role_command.front();
-      spec.args.assign(po.role_command.begin() + 1, po.role_command.end());
+      spec.path = po.wiring.role_command.front();
+      spec.args.assign(po.wiring.role_command.begin() + 1, po.wiring.role_command.end());
       // The trainer takes up the checkpoint (its optimizer state and the
       // metrics lines it covers), also when this launcher resumed the run
       // (a torchrun restart resumes without run.resume in the saved config).
@@ -1439,8 +1441,8 @@ Result<nlohmann::json> ReadRunInfo(trainer::DataParallelStore& client, const Pip
     if (!joined) (void)client.SetShared(kRanksRefusedKey, refused.message());
     return refused;
   };
-  if (info["config_digest"].get<std::string>() != po.config_digest) {
-    return refuse("this process's config (digest " + po.config_digest + ") differs from rank 0's (digest " +
+  if (info["config_digest"].get<std::string>() != po.wiring.config_digest) {
+    return refuse("this process's config (digest " + po.wiring.config_digest + ") differs from rank 0's (digest " +
                   info["config_digest"].get<std::string>() + "): start every rank with the same config and overrides");
   }
   // The same config names the same model.path: the files there must be
@@ -1453,14 +1455,14 @@ Result<nlohmann::json> ReadRunInfo(trainer::DataParallelStore& client, const Pip
     theirs[name] = digest.get<std::string>();
   }
   std::map<std::string, std::string> mine;
-  if (!po.model_path.empty()) {
-    Result<std::map<std::string, std::string>> here = model::ModelFilesDigests(po.model_path);
+  if (!po.wiring.model_path.empty()) {
+    Result<std::map<std::string, std::string>> here = model::ModelFilesDigests(po.wiring.model_path);
     if (!here.ok()) return refuse("model.path on this host: " + here.status().message());
     mine = std::move(*here);
   }
   if (const std::string diff = model::DescribeFilesDifference(mine, theirs, "rank 0's host"); !diff.empty()) {
-    return refuse("model.path (" + po.model_path + ") holds another model on this host than on rank 0's (" + diff +
-                  "): every host must load the same model");
+    return refuse("model.path (" + po.wiring.model_path + ") holds another model on this host than on rank 0's (" +
+                  diff + "): every host must load the same model");
   }
   if (joined && role == PipelineRole::kRollout && info["weights"].get<std::string>().empty()) {
     return Status::FailedPrecondition(who +
@@ -1601,7 +1603,7 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
   const std::chrono::seconds timeout(po.rank_timeout_seconds);
   const std::string what = "hub storage unit " + std::to_string(index + 1);
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<trainer::DataParallelStore> store,
-                          ConnectRanksStore(po.trainer_store, timeout, po.trainer_store_prefix));
+                          ConnectRanksStore(po.wiring.trainer_store, timeout, po.wiring.trainer_store_prefix));
   Result<std::string> text = store->GetShared(kHubStoragePlanKey, timeout);
   if (!text.ok()) return text.status().WithContext(what + ": waiting for rank 0's plan of the hub");
   // Rank 0's plan, from the network: checked whole.
@@ -1617,9 +1619,10 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
     (void)store->SetShared(kRanksRefusedKey, why);  // rank 0 stops instead of waiting
     return Status::FailedPrecondition(why);
   };
-  if (plan["config_digest"].get<std::string>() != po.config_digest) {
-    return refuse(what + ": this process's config (digest " + po.config_digest + ") differs from rank 0's (digest " +
-                  plan["config_digest"].get<std::string>() + "): start every rank with the same config and overrides");
+  if (plan["config_digest"].get<std::string>() != po.wiring.config_digest) {
+    return refuse(what + ": this process's config (digest " + po.wiring.config_digest +
+                  ") differs from rank 0's (digest " + plan["config_digest"].get<std::string>() +
+                  "): start every rank with the same config and overrides");
   }
   const uint64_t units = plan["units"].get<uint64_t>();
   if (units != static_cast<uint64_t>(1 + po.remote_storage_units) || static_cast<uint64_t>(index) + 1 >= units) {
@@ -1629,7 +1632,7 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
   // Reachable where the rendezvous is: this host's address toward it.
   std::string rendezvous;
   int port = 0;
-  SLUICE_RETURN_IF_ERROR(ParseListenAddress(po.trainer_store, &rendezvous, &port));
+  SLUICE_RETURN_IF_ERROR(ParseListenAddress(po.wiring.trainer_store, &rendezvous, &port));
   std::string bind = "tcp://127.0.0.1:0";
   if (!tq::IsLoopbackEndpoint("tcp://" + rendezvous + ":0")) {
     SLUICE_ASSIGN_OR_RETURN(const std::string here, net::LocalAddressToward(rendezvous));
@@ -1646,7 +1649,7 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<tq::TransferQueueServer> server, tq::TransferQueueServer::Start(so));
   SLUICE_RETURN_IF_ERROR(store->SetShared(kHubStoragePrefix + std::to_string(index), server->endpoint()));
   std::fprintf(stderr, "sluice train: %s, %s of the run at %s, serving on %s\n", placed.c_str(), what.c_str(),
-               po.trainer_store.c_str(), server->endpoint().c_str());
+               po.wiring.trainer_store.c_str(), server->endpoint().c_str());
   // Until rank 0's hub has stopped (said after how the run ended, and before
   // its store goes), or at most 30 s after rank 0 ended the run well, or
   // at once when it failed; then ends as the run did. A store gone first, or
@@ -1706,10 +1709,10 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
 }
 
 Result<bool> AwaitPreviousAttempt(const PipelineOptions& po) {
-  if (po.previous_store_prefix.empty()) return false;
-  SLUICE_ASSIGN_OR_RETURN(
-      std::unique_ptr<trainer::DataParallelStore> store,
-      ConnectRanksStore(po.trainer_store, std::chrono::seconds(po.rank_timeout_seconds), po.previous_store_prefix));
+  if (po.wiring.previous_store_prefix.empty()) return false;
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<trainer::DataParallelStore> store,
+                          ConnectRanksStore(po.wiring.trainer_store, std::chrono::seconds(po.rank_timeout_seconds),
+                                            po.wiring.previous_store_prefix));
   // A store without the attempt (torchrun's c10d rendezvous gives each
   // attempt a store of its own): nothing to wait for.
   if (!store->GetShared(kRanksRunInfoKey, milliseconds(0)).ok() &&
@@ -1739,7 +1742,7 @@ Result<bool> AwaitPreviousAttempt(const PipelineOptions& po) {
     }
     if (!told && std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) {
       told = true;
-      SLUICE_LOG(INFO) << "waiting until rank 0 ends the previous attempt (" << po.previous_store_prefix
+      SLUICE_LOG(INFO) << "waiting until rank 0 ends the previous attempt (" << po.wiring.previous_store_prefix
                        << " in the ranks' store) before joining this one";
     }
   }

@@ -74,6 +74,41 @@ enum class TrainOrder {
 // in completion order a long answer can be outlasted by any number of steps
 // of short ones, so no staleness bound would hold.
 
+// How this process is wired into its run: set by the command-line front end
+// and the launchers it runs under (torchrun, Slurm, Open MPI), never by a
+// config key.
+struct LaunchWiring {
+  // How to start a role process: this program's path and the arguments that
+  // make it run `TrainingRun::RunRole` with this run's config; the launcher
+  // appends --role=..., --hub=..., --weights=..., --board=... (see
+  // RoleConnection).
+  std::vector<std::string> role_command;
+  // Where the ranks are, when a launcher (torchrun, Slurm, Open MPI) started
+  // one `sluice train` per rank (set by the front end from the launcher's
+  // variables, not config keys): the ranks' store at HOST:PORT (empty: this
+  // launcher serves one on loopback), whether the launcher's agent serves
+  // it already, how many ranks this process starts itself (0: all; the
+  // others run in the launched processes), and the hub's bind (empty:
+  // loopback; then a token is required and passed on).
+  std::string trainer_store;
+  bool trainer_store_external = false;
+  // Where the ranks' keys live in that store (DataParallelOptions::
+  // key_prefix; empty: the default): one namespace per torchrun restart
+  // attempt, since torchrun's agent store outlives the attempts.
+  std::string trainer_store_prefix;
+  // The namespace of the attempt before this one (a torchrun restart; empty
+  // for the first): a process elsewhere waits for rank 0 to end that attempt
+  // before it waits for this one's (AwaitPreviousAttempt).
+  std::string previous_store_prefix;
+  int32_t local_trainer_ranks = 0;
+  std::string hub_bind;
+  // A digest of the run's config, which every launched rank must share.
+  std::string config_digest;
+  // model.path as this process reads it (empty: a preset): the files there
+  // must be rank 0's (model::ModelFilesDigests) on every host.
+  std::string model_path;
+};
+
 struct PipelineOptions {
   PipelineMode mode = PipelineMode::kDirect;
   int64_t max_staleness = 2;  // kAsync only; >= 0
@@ -117,8 +152,8 @@ struct PipelineOptions {
   int32_t remote_storage_units = 0;
   // Whether processes on other hosts take part (trainer ranks, replicas, workers or storage).
   bool HasRemoteProcesses() const {
-    return (local_trainer_ranks > 0 && local_trainer_ranks < trainer_ranks) || remote_rollout_replicas > 0 ||
-           remote_reward_workers > 0 || remote_storage_units > 0;
+    return (wiring.local_trainer_ranks > 0 && wiring.local_trainer_ranks < trainer_ranks) ||
+           remote_rollout_replicas > 0 || remote_reward_workers > 0 || remote_storage_units > 0;
   }
   // How long a rollout replica holds a prompt, and a reward worker an
   // answer, without renewing the lease; live ones renew every third of it.
@@ -161,13 +196,8 @@ struct PipelineOptions {
   // Streaming modes: run the trainer, rollout and reward roles each as its
   // own OS process (hub and weights over shared memory), started and
   // supervised by this process, instead of as threads of it. Needs
-  // role_command.
+  // wiring.role_command.
   bool processes = false;
-  // How to start a role process: this program's path and the arguments that
-  // make it run `TrainingRun::RunRole` with this run's config; the launcher
-  // appends --role=..., --hub=..., --weights=..., --board=... (see
-  // RoleConnection). Set by the command-line front end.
-  std::vector<std::string> role_command;
   // pipeline.processes: a shell command line (run by /bin/sh -c) that takes
   // the trainer role's place, e.g. a Python trainer; empty: Sluice's own
   // trainer. The launcher publishes the starting weights, writes the run's
@@ -200,30 +230,8 @@ struct PipelineOptions {
   // rank launched elsewhere waits this long for rank 0's run) and in every
   // collective of a step. A dead or unreachable rank ends the run after it.
   int64_t rank_timeout_seconds = 600;
-  // Where the ranks are, when a launcher (torchrun, Slurm, Open MPI) started
-  // one `sluice train` per rank (set by the front end from the launcher's
-  // variables, not config keys): the ranks' store at HOST:PORT (empty: this
-  // launcher serves one on loopback), whether the launcher's agent serves
-  // it already, how many ranks this process starts itself (0: all; the
-  // others run in the launched processes), and the hub's bind (empty:
-  // loopback; then a token is required and passed on).
-  std::string trainer_store;
-  bool trainer_store_external = false;
-  // Where the ranks' keys live in that store (DataParallelOptions::
-  // key_prefix; empty: the default): one namespace per torchrun restart
-  // attempt, since torchrun's agent store outlives the attempts.
-  std::string trainer_store_prefix;
-  // The namespace of the attempt before this one (a torchrun restart; empty
-  // for the first): a process elsewhere waits for rank 0 to end that attempt
-  // before it waits for this one's (AwaitPreviousAttempt).
-  std::string previous_store_prefix;
-  int32_t local_trainer_ranks = 0;
-  std::string hub_bind;
-  // A digest of the run's config, which every launched rank must share.
-  std::string config_digest;
-  // model.path as this process reads it (empty: a preset): the files there
-  // must be rank 0's (model::ModelFilesDigests) on every host.
-  std::string model_path;
+  // Set by the front end and the launchers, not by config keys.
+  LaunchWiring wiring;
   // Versions a sample may lag the weights it is trained with.
   int64_t EffectiveMaxStaleness() const;
   // Whether the rollout's cores train while it idles (lend_idle_cores in

@@ -39,7 +39,7 @@ struct RoleConnection {
   // and the ranks' rendezvous store ("HOST:PORT", served by the launcher).
   int64_t trainer_rank = 0;
   std::string trainer_store;
-  std::string trainer_store_prefix;  // PipelineOptions::trainer_store_prefix
+  std::string trainer_store_prefix;  // LaunchWiring::trainer_store_prefix
   // Which process of its role this is: the rollout replica or reward
   // worker index (0-based; trainer ranks use trainer_rank), and its slot on
   // the board (-1: the role's first slot).
@@ -59,7 +59,7 @@ struct RoleConnection {
   int64_t trainer_ranks = 0;
 };
 
-// The flags a launcher appends to pipeline.role_command (--role, --hub,
+// The flags a launcher appends to pipeline.wiring.role_command (--role, --hub,
 // --weights, --board, ...): a program that starts as a role declares them
 // with AddRoleFlags and reads them with RoleFromFlags (nullopt without
 // --role; the hub token from kHubTokenVariable). Errors: InvalidArgument

@@ -73,7 +73,7 @@ class TrainingRun {
   // (cluster.rollout_ranks; its weights over the CheckpointEngine
   // broadcast). Waits up to `wait` in the ranks' store at `store`
   // (HOST:PORT) for rank 0's run, checks that it has this process's config
-  // (options.pipeline.config_digest; FailedPrecondition naming both
+  // (options.pipeline.wiring.config_digest; FailedPrecondition naming both
   // otherwise), then runs its role until the run ends (the hub over TCP).
   // `joined`: a process that joins the run beyond the launch (`sluice train
   // --join`, index from ClaimJoinedIndex): a config that differs refuses
@@ -120,7 +120,7 @@ class TrainingRun {
 
 // A launched process serving one of the hub's storage units
 // (cluster.storage_ranks; unit 1 + `index`, unit 0 being on rank 0's host):
-// takes rank 0's plan from the ranks' store (options.pipeline.trainer_store;
+// takes rank 0's plan from the ranks' store (options.pipeline.wiring.trainer_store;
 // its config must match, FailedPrecondition otherwise), starts a
 // TransferQueue storage server on this host's address toward the
 // rendezvous, tells rank 0 where, and serves until rank 0's hub has

@@ -11,7 +11,9 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "common/testing/skip.h"
 #include "role_test_util.h"
@@ -488,6 +490,65 @@ TEST_F(TrainingRunTest, GroupsATrainerLostAreRedeliveredAfterTheirLease) {
   for (const StepRecord& r : loop->history()) EXPECT_LE(r.staleness_max, 2) << "step " << r.step;
 }
 
+// A rollout replica that dies between a prompt's last answer and its ack
+// (here: the ack dropped, the lease left to run out) leaves a prompt whose
+// answers are all in the hub. Handed out again, it is acked, not generated
+// again: generated again after the trainer consumed the answers, its group
+// would reach the trainer twice. Prompt 1 comes back after the trainer
+// trained it (step 1), prompt 22 while its answers wait in the hub (step 8:
+// the rollout runs up to 8 steps ahead of a trainer that takes 250 ms a
+// step, so both leases run out at about step 4, while the rollout still
+// takes the prompts of steps 13-16). Mutations: without the rollout's look
+// for the answers in the hub, prompt 22's are generated twice; without its
+// look at the trainer's version, prompt 1's (and its group reaches the
+// trainer twice). Both fail.
+TEST_F(TrainingRunTest, APromptHandedOutAgainWithItsAnswersWrittenIsNotGeneratedAgain) {
+  constexpr int64_t kSteps = 16, kPrompts = 3, kGroup = 2;
+  RunOptions o = Options("lost_prompt_ack", kSteps);
+  o.rl.prompts_per_step = kPrompts;
+  o.rl.group_size = kGroup;
+  o.pipeline.mode = PipelineMode::kAsync;
+  o.pipeline.max_staleness = 8;
+  o.pipeline.worker_lease_seconds = 1;
+  o.rl.trainer.loss.correction = trainer::OffPolicyCorrection::kTokenTis;
+  o.eval.interval = 0;
+  o.rl.dynamic_sampling = false;
+  std::mutex mu;
+  std::map<std::pair<uint64_t, int64_t>, int> submitted;  // (prompt, answer) -> times generated
+  std::map<uint64_t, int> trained_ids;                    // sample id -> times trained
+  std::set<uint64_t> lost;
+  RunHooks hooks;
+  hooks.forced_length = [&](uint64_t c, int64_t g) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++submitted[{c, g}];
+    return 6;
+  };
+  hooks.lose_prompt_ack = [&](uint64_t c) {
+    std::lock_guard<std::mutex> lock(mu);
+    return (c == 1 || c == 22) && lost.insert(c).second;
+  };
+  hooks.inspect_batch = [&](int64_t, const std::vector<trainer::RolloutSample>& samples) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const auto& smp : samples) ++trained_ids[smp.id];
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  };
+  auto run = std::move(TrainingRun::Create(FreshModel(), task_, o, hooks)).value();
+  Status st = run->Train(nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(lost, (std::set<uint64_t>{1, 22})) << "the faults were not injected";
+  ASSERT_EQ(trained_ids.size(), static_cast<size_t>(kSteps * kPrompts * kGroup));
+  for (const auto& [id, times] : trained_ids) EXPECT_EQ(times, 1) << "sample " << id;
+  EXPECT_EQ(submitted.size(), static_cast<size_t>(kSteps * kPrompts * kGroup));
+  for (const auto& [key, times] : submitted) {
+    EXPECT_EQ(times, 1) << "answer " << key.second << " of prompt " << key.first << " generated " << times << " times";
+  }
+  int64_t duplicates = 0;
+  for (const StepRecord& r : run->history()) duplicates += r.duplicate_groups;
+  EXPECT_EQ(duplicates, 0) << "a group reached the trainer twice";
+}
+
 // Regression: train_order=completion with stale modes could not keep the
 // staleness bound (a long answer outlasted by any number of steps of short
 // ones); the combination is refused, naming the key.
@@ -582,8 +643,8 @@ TEST(ThreadBudgetTest, NoModeHasMoreBusyThreadsThanItsCores) {
 // weights as published and recomputes, for every trained sample, the
 // logprobs of the tokens up to its first weight switch under the version
 // those tokens record: they must match what the rollout recorded. The first
-// token after a switch must not match the old version (caught: a switch
-// recorded one token early).
+// token after a switch must not match the old version where the two versions
+// differ at that token (caught: a switch recorded one token early).
 struct VersionCounts {
   int64_t checked_tokens = 0, mismatches = 0, switch_tokens = 0, early_switches = 0, bad_lengths = 0,
           mixed_sequences = 0, not_increasing = 0, distinct_versions = 0;
@@ -709,7 +770,14 @@ class VersionCheck {
       if (run < smp.versions.size()) {
         ++counts_.mixed_sequences;
         ++counts_.switch_tokens;
-        if (std::abs(lp[run] - smp.behavior_logprobs[run]) <= kSame) ++counts_.early_switches;
+        // Early: the old version's logprob, where the two versions tell
+        // apart (a token near certain under both does not: its logprob is
+        // about 0 under either). The new version's, recomputed over the
+        // whole answer, only tells whether they differ there (the rollout's
+        // cache holds the tokens before the switch as the old one made them).
+        const std::vector<float> next = Logprobs(smp.versions[run], smp);
+        const bool distinct = next.size() != lp.size() || std::abs(lp[run] - next[run]) > 4 * kSame;
+        if (distinct && std::abs(lp[run] - smp.behavior_logprobs[run]) <= kSame) ++counts_.early_switches;
       }
     }
   }

@@ -625,6 +625,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
     return p;
   };
   int64_t untaken = intake->end_cursor() - intake->cursor();  // prompts not yet taken from the hub; guarded by mu
+  std::set<uint64_t> taken_before;                            // not shared: the prompts taken so far; guarded by mu
   tq::GetMetaRequest take;
   take.task = kRolloutTask;
   take.columns = {column::kPrompt, column::kExample, column::kReferenceAnswer};
@@ -738,6 +739,33 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       }
       return *progress_this_turn;
     };
+    // A prompt handed out again (its lease ran out, or its replica died)
+    // whose answers are all in the hub, or were trained: done with, not
+    // generated again (the answers would be written anew once the trainer
+    // consumed the first ones, and reach it twice). Asked in this order: the
+    // trainer publishes the version that trained a prompt before its ack
+    // frees the answers, so answers gone are a prompt trained.
+    auto answered_before = [&](uint64_t c) -> Result<bool> {
+      SLUICE_ASSIGN_OR_RETURN(const schedule::TrainerProgress before, progress_now());
+      if (static_cast<int64_t>(c) < intake->TrainedEnd(before.latest_version)) {
+        SLUICE_LOG(INFO) << "rollout: prompt " << c << " was handed out again after it was trained";
+        return true;
+      }
+      std::vector<std::string> keys;
+      for (int64_t g = 0; g < G; ++g) keys.push_back(AnswerKey(c, g));
+      Result<tq::KvBatch> there = client.KvGetBatch(kRolloutPartition, keys, {column::kAnswerIndex});
+      if (!there.ok() && there.status().code() != StatusCode::kNotFound) return there.status();
+      if (there.ok()) {
+        SLUICE_LOG(INFO) << "rollout: prompt " << c << " was handed out again with all its answers in the hub";
+        return true;
+      }
+      SLUICE_ASSIGN_OR_RETURN(const schedule::TrainerProgress now, trainer_progress());
+      if (static_cast<int64_t>(c) < intake->TrainedEnd(now.latest_version)) {
+        SLUICE_LOG(INFO) << "rollout: prompt " << c << " was handed out again after it was trained";
+        return true;
+      }
+      return false;
+    };
     // RunHooks::hold_for_switch: the prompts this engine has stopped for a
     // weight switch (each once).
     std::set<uint64_t> held;
@@ -787,8 +815,11 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       SLUICE_RETURN_IF_ERROR(renew_due());
       // Keep about one batch of prompts waiting so freed slots refill at once.
       const int64_t queued = static_cast<int64_t>(engine->num_waiting()) + engine->num_running();
-      std::optional<tq::BatchMeta> meta;
-      std::optional<tq::BatchData> data;
+      struct Taken {
+        tq::BatchMeta meta;
+        tq::BatchData data;
+      };
+      std::vector<Taken> taken_now;  // this turn's prompts, a lease each
       {
         MutexLock lock(&mu);
         if (!shared && untaken == 0 && engine->idle()) return Status::Ok();  // every answer is in the hub
@@ -815,54 +846,80 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
           owed = 1;
           peeking = true;
         }
-        // The admitted prompts, in order, from the hub's prompt partition.
+        // The admitted prompts, in order, from the hub's prompt partition,
+        // one lease each: a prompt is acked the moment its last answer is in
+        // the hub. (A lease of several would keep a finished prompt unacked
+        // while the others generate; were this replica to die then, its
+        // prompt would be generated again after the trainer consumed its
+        // answers, and the group would reach the trainer twice.)
         if (owed > 0) {
           RoleDoing doing(board, r.slot, RoleActivity::kTakePrompts);
-          take.n = static_cast<uint32_t>(owed);
-          auto got = client.GetMeta(take);
-          if (!got.ok() && got.status().code() != StatusCode::kTimeout) return got.status();
-          if (got.ok()) {
+          take.n = 1;
+          for (int64_t asked = owed; asked > 0; --asked) {
+            auto got = client.GetMeta(take);
+            if (!got.ok() && got.status().code() != StatusCode::kTimeout) return got.status();
+            if (!got.ok()) break;  // none ready
             SLUICE_ASSIGN_OR_RETURN(std::optional<tq::BatchData> d, ReadLeasedRows(client, *got, lease, "rollout"));
-            if (d) {
+            if (!d) continue;
+            // A prompt handed out again (a lease that ran out) was admitted
+            // and counted when first taken. (Shared: the stream counts.)
+            const bool again = !shared && got->rows.size() == 1 &&
+                               !taken_before.insert(static_cast<uint64_t>(got->rows[0].tags.group_id)).second;
+            if (!again) {
               owed -= static_cast<int64_t>(got->rows.size());
               untaken -= static_cast<int64_t>(got->rows.size());
-              meta = std::move(*got);
-              data = std::move(*d);
             }
+            taken_now.push_back({std::move(*got), std::move(*d)});
           }
         }
         // (Take asked the hub just now: an idle engine always wants prompts.)
-        if (shared && !meta && engine->idle() && parked.empty() && in_flight.empty() && prompts_done >= run_prompts) {
+        if (shared && taken_now.empty() && engine->idle() && parked.empty() && in_flight.empty() &&
+            prompts_done >= run_prompts) {
           return Status::Ok();  // every answer of the run is in the hub
         }
       }
-      if (!meta && engine->idle()) {
+      if (taken_now.empty() && engine->idle()) {
         RoleDoing doing(board, r.slot, RoleActivity::kWaitAdmission, /*traced=*/false);
         std::this_thread::sleep_for(kIdlePoll);
       }
       int64_t limit = std::numeric_limits<int64_t>::max();  // shared: the cursors this engine may start now
-      if (shared && meta) {
+      if (shared && !taken_now.empty()) {
         MutexLock lock(&mu);
         SLUICE_ASSIGN_OR_RETURN(limit, intake->StartLimit(engine->policy_version(), progress_now));
       }
-      for (size_t i = 0; meta && i < meta->rows.size(); ++i) {
-        const uint64_t c = static_cast<uint64_t>(meta->rows[i].tags.group_id);
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt_cell, Cell(*data, column::kPrompt, i));
+      for (const Taken& t : taken_now) {
+        if (t.meta.rows.size() != 1) {
+          return Status::DataLoss("the hub leased " + std::to_string(t.meta.rows.size()) + " prompts, asked for one");
+        }
+        const uint64_t c = static_cast<uint64_t>(t.meta.rows[0].tags.group_id);
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt_cell, Cell(t.data, column::kPrompt, 0));
         SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> prompt,
                                 TensorVector<model::TokenId>(*prompt_cell, DType::kI32, column::kPrompt));
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* example, Cell(*data, column::kExample, i));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* example, Cell(t.data, column::kExample, 0));
         SLUICE_ASSIGN_OR_RETURN(const int64_t index, TensorScalar<int64_t>(*example, DType::kI64, column::kExample));
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* reference, Cell(*data, column::kReferenceAnswer, i));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* reference, Cell(t.data, column::kReferenceAnswer, 0));
         if (prompt.empty()) return Status::DataLoss("prompt row of cursor " + std::to_string(c) + " has no tokens");
         if (peeking && static_cast<int64_t>(c) >= limit) {  // not one this engine may start: back it goes
-          if (Result<tq::ReleaseResponse> back = client.Release(meta->lease_id);
+          if (Result<tq::ReleaseResponse> back = client.Release(t.meta.lease_id);
               !back.ok() && back.status().code() != StatusCode::kFailedPrecondition) {
             return back.status();
           }
           continue;
         }
-        ++prompts_left[meta->lease_id];
-        Parked p{c, std::move(prompt), index, *reference, meta->lease_id};
+        if (in_flight.count(c) == 0) {
+          bool done = false;
+          {
+            MutexLock lock(&mu);
+            SLUICE_ASSIGN_OR_RETURN(done, answered_before(c));
+          }
+          if (done) {
+            Result<tq::AckResponse> acked = client.Ack(t.meta.lease_id);
+            if (!acked.ok() && acked.status().code() != StatusCode::kFailedPrecondition) return acked.status();
+            continue;
+          }
+        }
+        ++prompts_left[t.meta.lease_id];
+        Parked p{c, std::move(prompt), index, *reference, t.meta.lease_id};
         if (static_cast<int64_t>(c) >= limit) {
           parked.emplace(c, std::move(p));
         } else {
@@ -936,6 +993,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         for (tq::LeaseId lease : leases) {
           if (--prompts_left[lease] > 0) continue;
           prompts_left.erase(lease);
+          if (s.hooks.lose_prompt_ack && s.hooks.lose_prompt_ack(c)) continue;
           Result<tq::AckResponse> acked = client.Ack(lease);
           if (!acked.ok() && acked.status().code() != StatusCode::kFailedPrecondition) return acked.status();
           // A lease that ran out: its prompts were handed out again, and
@@ -1208,7 +1266,10 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
         return Status::DataLoss("the hub delivered " + std::to_string(meta->rows.size()) + " rows of group " +
                                 std::to_string(cursor) + ", expected the whole group of " + std::to_string(G));
       }
-      if (auto held = taken.find(cursor); held != taken.end()) {
+      std::set<tq::RowId> delivered;
+      for (const tq::RowMeta& row : meta->rows) delivered.insert(row.id);
+      if (auto held = taken.find(cursor);
+          held != taken.end() && delivered == std::set<tq::RowId>(held->second.rows.begin(), held->second.rows.end())) {
         // Its lease ran out while the step waited for other groups: the same
         // rows under a new lease. Keep the group under the new lease (acked
         // after training, like any other); acking now would tell the
@@ -1218,9 +1279,15 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
         held->second.lease = meta->lease_id;
         continue;
       }
-      if (trained.count(cursor) > 0) {
+      if (trained.count(cursor) > 0 || taken.count(cursor) > 0) {
+        // Trained already (its lease ran out before the ack), or another
+        // copy of a group held or trained (its prompt generated again: a
+        // rollout replica died after writing the answers, before its ack):
+        // the group is trained once, from the copy taken first.
         ++duplicates;
-        SLUICE_LOG(WARNING) << "group " << cursor << " delivered again after it was trained; dropped (trained once)";
+        SLUICE_LOG(WARNING) << "group " << cursor << " delivered again after it was "
+                            << (taken.count(cursor) > 0 ? "taken (another copy)" : "trained")
+                            << "; dropped (trained once)";
         SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());  // this copy is done with
         continue;
       }

@@ -79,6 +79,15 @@ int64_t PromptIntake::SharedLimit(const TrainerProgress& now, PolicyVersion engi
                                                                 : retired + window;
 }
 
+int64_t PromptIntake::TrainedEnd(PolicyVersion latest) const {
+  const int64_t si = options_.sync_interval, start = options_.start_step;
+  // Versions published since the start (at most one a step).
+  const int64_t k = std::clamp<int64_t>(latest - options_.version, 0, options_.steps);
+  // Version start_version + k follows the update of step (k + start / si) * si
+  // (the last step's, when that is past the run's end).
+  return std::clamp((k + start / si) * si, start, options_.steps) * options_.prompts_per_step;
+}
+
 Result<int64_t> PromptIntake::TakeShared(int64_t want, PolicyVersion engine_version, const TrainerProgress& now) {
   const int64_t P = options_.prompts_per_step;
   // Where the stream is now: the other replicas may have moved it on, and a

@@ -148,5 +148,35 @@ TEST(PromptIntakeTest, EndsAtTheLastStepAndRefusesBadOptions) {
   }
 }
 
+// The trained prompts from the newest version: a version follows the update
+// of every sync_interval-th step and of the last (prompt order). Mutations:
+// start / si dropped (a resumed run's first version counts from step 0), or
+// no clamp to the run's steps (the last, partial interval's version claims
+// prompts past the end): both fail.
+TEST(PromptIntakeTest, TrainedEndFollowsThePublishedVersions) {
+  IntakeOptions o = Options(1);
+  o.prompts_per_step = 3;
+  o.steps = 9;
+  o.sync_interval = 2;
+  auto fresh = PromptIntake::Create(o);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ((*fresh)->TrainedEnd(0), 0);
+  EXPECT_EQ((*fresh)->TrainedEnd(1), 2 * 3);  // after step 2
+  EXPECT_EQ((*fresh)->TrainedEnd(4), 8 * 3);
+  EXPECT_EQ((*fresh)->TrainedEnd(5), 9 * 3);  // the last step's (9 % 2 != 0)
+  EXPECT_EQ((*fresh)->TrainedEnd(99), 9 * 3);
+  EXPECT_EQ((*fresh)->TrainedEnd(-1), 0);
+  // Resumed after step 3 at version 7: the next version follows step 4.
+  o.start_step = 3;
+  o.version = 7;
+  auto resumed = PromptIntake::Create(o);
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ((*resumed)->TrainedEnd(7), 3 * 3);
+  EXPECT_EQ((*resumed)->TrainedEnd(8), 4 * 3);
+  EXPECT_EQ((*resumed)->TrainedEnd(9), 6 * 3);
+  EXPECT_EQ((*resumed)->TrainedEnd(10), 8 * 3);
+  EXPECT_EQ((*resumed)->TrainedEnd(11), 9 * 3);
+}
+
 }  // namespace
 }  // namespace sluice::schedule

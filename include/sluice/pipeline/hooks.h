@@ -31,6 +31,12 @@ struct RunHooks {
   // it would. The hub delivers it again once its lease
   // (pipeline.lease_seconds) runs out.
   std::function<bool(uint64_t cursor)> lose_taken_group;
+  // Streaming modes, fault injection: called when every answer of the
+  // prompt at `cursor` is in the hub, before its lease is acked; returning
+  // true makes the rollout drop that lease unacked and unrenewed, as a
+  // replica that died between its last answer and its ack would. The hub
+  // hands the prompt out again once pipeline.worker_lease_seconds run out.
+  std::function<bool(uint64_t cursor)> lose_prompt_ack;
   // Streaming modes, tests: when it returns true for the prompt at
   // `cursor`, the rollout engine decoding that prompt's answers stops once
   // (after their first tokens, none of its answers waiting for a slot) until

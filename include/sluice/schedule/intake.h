@@ -77,6 +77,13 @@ class PromptIntake {
   // weights move on. Errors: progress's.
   Result<int64_t> StartLimit(PolicyVersion engine_version, const std::function<Result<TrainerProgress>()>& progress);
 
+  // The prompts below this cursor were trained once the trainer published
+  // `latest`: it publishes a version after the update of its every
+  // sync_interval-th step (and of the run's last), and a step trains its own
+  // P prompts (prompt order; sync mode holds only one step's prompts), so a
+  // prompt below it handed out again is not generated again.
+  int64_t TrainedEnd(PolicyVersion latest) const;
+
   // The next prompt cursor to admit; steps * P when every prompt was.
   int64_t cursor() const { return cursor_; }
   int64_t end_cursor() const { return end_cursor_; }

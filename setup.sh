@@ -130,7 +130,7 @@ case "$cmd" in
     cmake --preset core-asan >/dev/null
     cmake --build --preset core-asan -j "$(nproc)"
     run_suite core-asan
-    log "fuzzing the TransferQueue wire decoder (libFuzzer, bounded)"
+    log "fuzzing the wire decoders: TransferQueue, rendezvous, broadcast (libFuzzer, bounded)"
     tests/fuzz_smoke.sh 20
     report_skips
     ;;

@@ -2,7 +2,6 @@
 // Any wire failure poisons the client (sticky error): after a half-read
 // answer the framing is lost, and the server has dropped this connection's
 // ephemeral keys anyway, so silently reconnecting would hide that.
-#include <sstream>
 
 #include "core/socket_util.h"
 #include "rendezvous/rendezvous_wire.h"
@@ -58,22 +57,7 @@ struct RendezvousClient::Impl {
     std::array<std::byte, wire::kHeaderBytes> rh;
     SLUICE_RETURN_IF_ERROR(internal::RecvAll(fd.get(), rh.data(), rh.size(), deadline));
     const wire::ResponseHeader r = wire::DecodeResponse(rh.data());
-    if (r.magic != wire::kMagic) {
-      std::ostringstream msg;
-      msg << "not a rendezvous server (answer magic 0x" << std::hex << r.magic << ")";
-      return Status::FailedPrecondition(msg.str());
-    }
-    if (r.protocol != wire::kProtocolVersion) {
-      return Status::FailedPrecondition("the server speaks rendezvous protocol " + std::to_string(r.protocol) +
-                                        "; this client speaks " + std::to_string(wire::kProtocolVersion));
-    }
-    if (!wire::IsKnownStatusCode(r.code)) {
-      return Status::DataLoss("the server answered with unknown status code " + std::to_string(r.code));
-    }
-    if (r.payload_len > options.max_value_bytes) {
-      return Status::ResourceExhausted("the server answered with " + std::to_string(r.payload_len) +
-                                       " bytes, more than max_value_bytes=" + std::to_string(options.max_value_bytes));
-    }
+    SLUICE_RETURN_IF_ERROR(wire::CheckResponseHeader(r, options.max_value_bytes));
     Answer answer;
     answer.value.resize(r.payload_len);
     SLUICE_RETURN_IF_ERROR(internal::RecvAll(fd.get(), answer.value.data(), answer.value.size(), deadline));

@@ -15,7 +15,6 @@
 #include <cerrno>
 #include <map>
 #include <set>
-#include <sstream>
 #include <unordered_map>
 #include <vector>
 
@@ -52,13 +51,6 @@ struct Entry {
   std::string value;
   uint64_t owner = 0;  // connection id of an ephemeral key; 0 when persistent
 };
-
-bool ValidKey(std::string_view key) {
-  for (char c : key) {
-    if (c < 0x21 || c > 0x7e) return false;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -166,15 +158,10 @@ void RendezvousServer::Impl::Handle(Connection& c) {
   const std::string_view value(reinterpret_cast<const char*>(c.in.data()) + wire::kHeaderBytes + h.key_len,
                                h.value_len);
   c.in_len = 0;
-  if (!ValidKey(key)) {
-    return Respond(c, Status::InvalidArgument("key has a character outside printable ASCII 0x21..0x7e"));
-  }
+  if (Status bad = wire::CheckRequest(h, key); !bad.ok()) return Respond(c, bad);
   const std::string quoted = "'" + key + "'";
   switch (static_cast<wire::Op>(h.op)) {
     case wire::Op::kSet: {
-      if ((h.flags & ~(wire::kFlagEphemeral | wire::kFlagCreateOnly)) != 0) {
-        return Respond(c, Status::InvalidArgument("unknown Set flags " + std::to_string(h.flags)));
-      }
       auto it = kv.find(key);
       if (it != kv.end() && (h.flags & wire::kFlagCreateOnly) != 0) {
         return Respond(c, Status::AlreadyExists("key " + quoted + " exists (create-only Set)"));
@@ -202,9 +189,6 @@ void RendezvousServer::Impl::Handle(Connection& c) {
       return;
     }
     case wire::Op::kGet: {
-      if (h.flags != 0 || h.value_len != 0 || h.arg < 0) {
-        return Respond(c, Status::InvalidArgument("Get takes no flags or value and a wait >= 0 ms"));
-      }
       auto it = kv.find(key);
       if (it != kv.end()) return Respond(c, Status::Ok(), it->second.value);
       if (h.arg == 0) return Respond(c, Status::NotFound("no key " + quoted));
@@ -215,7 +199,6 @@ void RendezvousServer::Impl::Handle(Connection& c) {
       return;
     }
     case wire::Op::kAdd: {
-      if (h.flags != 0 || h.value_len != 0) return Respond(c, Status::InvalidArgument("Add takes no flags or value"));
       auto it = kv.find(key);
       int64_t current = 0;
       if (it != kv.end()) {
@@ -242,16 +225,13 @@ void RendezvousServer::Impl::Handle(Connection& c) {
       return;
     }
     case wire::Op::kDelete: {
-      if (h.flags != 0 || h.value_len != 0) {
-        return Respond(c, Status::InvalidArgument("Delete takes no flags or value"));
-      }
       auto it = kv.find(key);
       if (it == kv.end()) return Respond(c, Status::NotFound("no key " + quoted));
       Erase(it);
       return Respond(c, Status::Ok());
     }
   }
-  Respond(c, Status::InvalidArgument("unknown op " + std::to_string(h.op)));
+  Respond(c, Status::Internal("unknown op " + std::to_string(h.op) + " passed CheckRequest"));
 }
 
 void RendezvousServer::Impl::OnReadable(Connection& c) {
@@ -275,21 +255,7 @@ void RendezvousServer::Impl::OnReadable(Connection& c) {
   c.in_len += static_cast<size_t>(r);
   if (c.in_len == wire::kHeaderBytes) {
     const wire::RequestHeader h = wire::DecodeRequest(c.in.data());
-    Status bad;
-    if (h.magic != wire::kMagic) {
-      std::ostringstream msg;
-      msg << "not a rendezvous request (magic 0x" << std::hex << h.magic << ", expected 0x" << wire::kMagic << ")";
-      bad = Status::InvalidArgument(msg.str());
-    } else if (h.protocol != wire::kProtocolVersion) {
-      bad = Status::FailedPrecondition("the client speaks rendezvous protocol " + std::to_string(h.protocol) +
-                                       "; this server speaks " + std::to_string(wire::kProtocolVersion));
-    } else if (h.key_len == 0 || h.key_len > options.max_key_bytes) {
-      bad = Status::InvalidArgument("key length " + std::to_string(h.key_len) +
-                                    " is outside 1..max_key_bytes=" + std::to_string(options.max_key_bytes));
-    } else if (h.value_len > options.max_value_bytes) {
-      bad = Status::InvalidArgument("value length " + std::to_string(h.value_len) +
-                                    " exceeds max_value_bytes=" + std::to_string(options.max_value_bytes));
-    }
+    const Status bad = wire::CheckRequestHeader(h, options.max_key_bytes, options.max_value_bytes);
     if (!bad.ok()) {
       // The framing cannot be trusted any more: answer, then hang up.
       Respond(c, bad, {}, 0, /*closing=*/true);

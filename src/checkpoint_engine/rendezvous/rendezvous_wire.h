@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "sluice/common/status.h"
 
@@ -40,6 +41,7 @@ struct ResponseHeader {
   uint8_t code = 0;  // StatusCode
   uint8_t flags = 0;
   uint32_t payload_len = 0;
+  uint32_t reserved = 0;  // 0 (the request's value_len slot)
   int64_t arg = 0;
 };
 
@@ -50,6 +52,21 @@ ResponseHeader DecodeResponse(const std::byte* bytes);
 
 // OK if `code` is a StatusCode value this build knows.
 bool IsKnownStatusCode(uint8_t code);
+
+// A request's header as the server reads it, before the key and value:
+// InvalidArgument for another magic, a key length outside
+// 1..max_key_bytes or a value longer than max_value_bytes;
+// FailedPrecondition for another protocol version.
+Status CheckRequestHeader(const RequestHeader& h, size_t max_key_bytes, size_t max_value_bytes);
+// A whole request (header checked, `key` its key_len bytes): the key's
+// characters, and the op with its flags, value and argument. InvalidArgument.
+Status CheckRequest(const RequestHeader& h, std::string_view key);
+// OK if every character of `key` is printable ASCII 0x21..0x7e.
+bool ValidKey(std::string_view key);
+// An answer's header as the client reads it: FailedPrecondition for another
+// magic or protocol version, DataLoss for an unknown status code or reserved
+// bytes set, ResourceExhausted for a payload longer than max_value_bytes.
+Status CheckResponseHeader(const ResponseHeader& h, size_t max_value_bytes);
 
 }  // namespace sluice::checkpoint_engine::rendezvous
 

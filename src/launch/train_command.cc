@@ -27,6 +27,7 @@
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/evaluator.h"
 #include "sluice/pipeline/options_table.h"
+#include "sluice/pipeline/rank_agent.h"
 #include "sluice/pipeline/run.h"
 #include "sluice/reward/python_reward.h"
 #include "sluice/reward/task.h"

@@ -13,7 +13,9 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <utility>
 
+#include "hub_records.h"
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/mutex.h"
@@ -30,216 +32,183 @@ constexpr auto kPoll = milliseconds(50);
 // How often an idle engine looks again for prompts to admit.
 constexpr auto kIdlePoll = milliseconds(2);
 
-template <typename T>
-HostTensor VectorTensor(DType dtype, const std::vector<T>& v) {
-  return HostTensor::Copy(dtype, {static_cast<int64_t>(v.size())}, v.data(), v.size() * sizeof(T));
-}
-
-// A cell read back with the type its column was written with (checked: the
-// hub validates writes against the schema, so a mismatch is data loss).
-template <typename T>
-Result<std::vector<T>> TensorVector(const HostTensor& t, DType dtype, const char* column) {
-  if (t.dtype != dtype || t.nbytes % sizeof(T) != 0) {
-    return Status::DataLoss(std::string("hub column '") + column + "' holds " + std::string(DTypeName(t.dtype)) +
-                            ", expected " + std::string(DTypeName(dtype)));
+// The roles over each step's interval, from the board's counters: the
+// rollout's tokens and busy share (its rate is what it generated meanwhile,
+// gen_seconds = the interval, not the trained tokens), per replica with
+// several (a replica elsewhere's counters come through the launcher,
+// RemoteBeats), and the trainer's busy share.
+class RolloutMeter {
+ public:
+  RolloutMeter(const RoleBoard& board, int64_t replicas, Clock::time_point start)
+      : board_(board),
+        replicas_(replicas > 1 ? std::min<int64_t>(replicas, RoleBoard::kMaxReplicas) : 0),
+        start_(start),
+        busy_us_(board.rollout_busy_us.load()),
+        tokens_(board.rollout_tokens.load()),
+        replica_busy_us_(replicas_),
+        replica_tokens_(replicas_) {
+    for (int64_t k = 0; k < replicas_; ++k) {
+      replica_busy_us_[k] = board.replica_busy_us[k].load();
+      replica_tokens_[k] = board.replica_tokens[k].load();
+    }
   }
-  std::vector<T> v(t.nbytes / sizeof(T));
-  if (!v.empty()) std::memcpy(v.data(), t.data, v.size() * sizeof(T));
-  return v;
-}
 
-template <typename T>
-Result<T> TensorScalar(const HostTensor& t, DType dtype, const char* column) {
-  SLUICE_ASSIGN_OR_RETURN(std::vector<T> v, TensorVector<T>(t, dtype, column));
-  if (v.size() != 1) {
-    return Status::DataLoss(std::string("hub column '") + column + "' holds " + std::to_string(v.size()) +
-                            " values, expected one");
+  // The interval since the last call (or the start) ends at `now`; its
+  // figures go into `rec` (whose train_seconds is set).
+  void Record(Clock::time_point now, StepRecord* rec) {
+    const double interval = std::max(1e-9, std::chrono::duration<double>(now - start_).count());
+    const int64_t busy_us = board_.rollout_busy_us.load(), tokens = board_.rollout_tokens.load();
+    rec->rollout_tokens = tokens - tokens_;
+    rec->rollout_busy = std::min(1.0, static_cast<double>(busy_us - busy_us_) / 1e6 / interval);
+    for (int64_t k = 0; k < replicas_; ++k) {
+      const int64_t replica_busy = board_.replica_busy_us[k].load(), replica_tokens = board_.replica_tokens[k].load();
+      rec->replica_tokens.push_back(replica_tokens - replica_tokens_[k]);
+      rec->replica_busy.push_back(
+          std::min(1.0, static_cast<double>(replica_busy - replica_busy_us_[k]) / 1e6 / interval));
+      replica_busy_us_[k] = replica_busy;
+      replica_tokens_[k] = replica_tokens;
+    }
+    rec->trainer_busy = std::min(1.0, rec->train_seconds / interval);
+    rec->gen_seconds = interval;
+    busy_us_ = busy_us;
+    tokens_ = tokens;
+    start_ = now;
   }
-  return v[0];
-}
 
-// The cell of `column` in row i of a batch (DataLoss if the hub left it out).
-Result<const HostTensor*> Cell(const tq::BatchData& data, const char* column, size_t i) {
-  auto it = data.columns.find(column);
-  if (it == data.columns.end() || it->second.size() <= i) {
-    return Status::DataLoss(std::string("the hub returned no '") + column + "' for row " + std::to_string(i));
-  }
-  return &it->second[i];
-}
+ private:
+  const RoleBoard& board_;
+  const int64_t replicas_;
+  Clock::time_point start_;
+  int64_t busy_us_, tokens_;
+  std::vector<int64_t> replica_busy_us_, replica_tokens_;
+};
 
-// What the trainer reads of an answer's row i: its prompt, response,
-// behaviour logprobs and per-token versions (DataLoss naming the column when
-// one is missing or of another type).
-Status ReadAnswerTokens(const tq::BatchData& data, size_t i, trainer::RolloutSample* smp) {
-  SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt, Cell(data, column::kPrompt, i));
-  SLUICE_ASSIGN_OR_RETURN(smp->prompt, TensorVector<model::TokenId>(*prompt, DType::kI32, column::kPrompt));
-  SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, i));
-  SLUICE_ASSIGN_OR_RETURN(smp->response, TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
-  SLUICE_ASSIGN_OR_RETURN(const HostTensor* logprobs, Cell(data, column::kLogprobs, i));
-  SLUICE_ASSIGN_OR_RETURN(smp->behavior_logprobs, TensorVector<float>(*logprobs, DType::kF32, column::kLogprobs));
-  SLUICE_ASSIGN_OR_RETURN(const HostTensor* versions, Cell(data, column::kVersions, i));
-  SLUICE_ASSIGN_OR_RETURN(smp->versions, TensorVector<PolicyVersion>(*versions, DType::kI64, column::kVersions));
-  return Status::Ok();
-}
-
-// pipeline.trainer_ranks > 1: what rank 0 tells the other ranks of a step,
-// through the ranks' rendezvous store under StepPlanKey(step): the samples
-// to train, in order, each as the hub row holding it, its sample and group
-// ids and its reward (for the group advantages, which every rank computes
-// from all the step's rewards). Each rank reads only its shard's rows from
-// the hub. Little-endian: "SLP1", step i64, count u64, then per sample row
-// u64, id u64, group i64, reward f64.
-struct StepPlan {
-  struct Entry {
-    tq::RowId row = 0;
-    uint64_t id = 0;
-    int64_t group = 0;
-    double reward = 0;
+// The trainer's groups from the hub: taken (whole groups of the train
+// task, by prompt cursor) and held, with the leases that hold them, until
+// their step's update is published; then trained, each once. A group
+// delivered twice (a lease that ran out, or its prompt generated again) is
+// kept under the new lease if it is the same rows, else dropped (acked, as
+// any copy of a group already trained), and counted.
+class StepGroups {
+ public:
+  struct Taken {
+    std::vector<trainer::RolloutSample> group;
+    std::vector<tq::RowId> rows;  // the hub row of each answer (for the other trainer ranks)
+    tq::LeaseId lease = 0;
   };
-  int64_t step = 0;
-  std::vector<Entry> entries;
 
-  static constexpr char kMagic[4] = {'S', 'L', 'P', '1'};
-  static constexpr size_t kHeader = 4 + 8 + 8, kEntry = 8 + 8 + 8 + 8;
+  StepGroups(tq::TransferQueueClient& client, std::vector<std::string> columns, int64_t G, std::chrono::seconds lease,
+             const std::string& holder, std::function<bool(uint64_t)> lose)
+      : client_(client), G_(G), lose_(std::move(lose)) {
+    request_.task = kTrainTask;
+    request_.columns = std::move(columns);
+    request_.n = static_cast<uint32_t>(G);
+    request_.partition = kRolloutPartition;
+    request_.policy.mode = tq::SamplingMode::kWholeGroup;
+    request_.timeout = kPoll;
+    request_.lease_timeout = lease;
+    request_.holder = holder;  // names this rank in the hub's ack log
+  }
 
-  std::string Encode() const {
-    std::string out(kHeader + kEntry * entries.size(), '\0');
-    char* p = out.data();
-    auto put = [&p](const auto& v) {
-      std::memcpy(p, &v, sizeof(v));
-      p += sizeof(v);
+  // Takes groups until the step has its own: prompt order, the cursors in
+  // *step_cursors (held already or taken now; groups of later prompts that
+  // come first are held for their step); completion order, any P groups,
+  // the earliest admitted first, appended to *step_cursors. `before_each`
+  // runs before every take (its error ends the wait).
+  Status TakeStep(TrainOrder order, int64_t P, std::vector<uint64_t>* step_cursors,
+                  const std::function<Status()>& before_each) {
+    auto have_all = [&] {
+      if (order == TrainOrder::kCompletion) return static_cast<int64_t>(step_cursors->size()) == P;
+      return std::all_of(step_cursors->begin(), step_cursors->end(), [&](uint64_t c) { return taken_.count(c) > 0; });
     };
-    std::memcpy(p, kMagic, 4);
-    p += 4;
-    put(step);
-    put(static_cast<uint64_t>(entries.size()));
-    for (const Entry& e : entries) put(e.row), put(e.id), put(e.group), put(e.reward);
-    return out;
-  }
-  // DataLoss naming what is wrong for bytes that are not the plan of `step`.
-  static Result<StepPlan> Decode(const std::string& bytes, int64_t expected_step) {
-    const std::string what = "the step plan of step " + std::to_string(expected_step) + " from trainer rank 0";
-    if (bytes.size() < kHeader || std::memcmp(bytes.data(), kMagic, 4) != 0) {
-      return Status::DataLoss(what + " is not a step plan (" + std::to_string(bytes.size()) + " bytes)");
-    }
-    const char* p = bytes.data() + 4;
-    auto get = [&p](auto& v) {
-      std::memcpy(&v, p, sizeof(v));
-      p += sizeof(v);
-    };
-    StepPlan plan;
-    uint64_t count = 0;
-    get(plan.step);
-    get(count);
-    if (plan.step != expected_step) {
-      return Status::DataLoss(what + " is for step " + std::to_string(plan.step));
-    }
-    if (count > (bytes.size() - kHeader) / kEntry || bytes.size() != kHeader + kEntry * count) {
-      return Status::DataLoss(what + " says " + std::to_string(count) + " samples in " + std::to_string(bytes.size()) +
-                              " bytes");
-    }
-    plan.entries.resize(count);
-    for (Entry& e : plan.entries) get(e.row), get(e.id), get(e.group), get(e.reward);
-    return plan;
-  }
-};
-
-std::string StepPlanKey(int64_t step) { return "step/" + std::to_string(step); }
-
-// Before a trainer rank trains a step: the hub rows of its shard of the
-// step's samples, a line {"step":S,"rank":R,"rows":[...]} appended to
-// <run.dir>/trained_rows-rank<R>.jsonl (kTrainedRowsPrefix). Written before
-// training, so every step that survives into a checkpoint has every rank's
-// line; a step trained again after a restart has a later line.
-// tests/ack_ledger_check.py checks each rank's rows against the hub's ack log.
-Status RecordShard(const std::string& run_dir, int64_t step, int64_t rank, const std::vector<tq::RowId>& rows) {
-  std::string line = "{\"step\":" + std::to_string(step) + ",\"rank\":" + std::to_string(rank) + ",\"rows\":[";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (i > 0) line += ',';
-    line += std::to_string(rows[i]);
-  }
-  line += "]}\n";
-  const std::string path =
-      (std::filesystem::path(run_dir) / (kTrainedRowsPrefix + std::to_string(rank) + ".jsonl")).string();
-  return AppendToFile(path, line).WithContext("the trainer's record of the rows it trains");
-}
-
-// The hub key of answer g of prompt c (rollout rows are keyed, so an answer
-// is in the hub once however many times its prompt is generated).
-std::string AnswerKey(uint64_t c, int64_t g) { return "answer-" + std::to_string(c) + "-" + std::to_string(g); }
-
-// A write of `column` (and others) for the answer `key` that may have been
-// made already, by a process that died before its ack. AlreadyExists is
-// done only once the hub has the column committed: a dead writer's write
-// still open holds the cells until the hub aborts it (its
-// open_write_timeout, 10 s for the pipeline's: stream_launch.cc), and then the
-// write is tried again; `keep_alive` runs meanwhile (renew leases).
-Status WriteAnswerOnce(tq::TransferQueueClient& client, const std::string& key, const std::string& column,
-                       const std::function<Status()>& write, const std::function<bool()>& stopping,
-                       const std::function<Status()>& keep_alive) {
-  const auto start = Clock::now(), give_up = start + std::chrono::minutes(5);
-  for (bool said = false;; said = true) {
-    Status st = write();
-    if (st.code() != StatusCode::kAlreadyExists) {
-      if (said) {
-        SLUICE_LOG(INFO) << "answer " << key << ": written after "
-                         << std::chrono::duration<double>(Clock::now() - start).count() << " s";
+    while (!have_all()) {
+      SLUICE_RETURN_IF_ERROR(before_each());
+      auto meta = client_.GetMeta(request_);
+      if (!meta.ok()) {
+        if (meta.status().code() == StatusCode::kTimeout) continue;
+        return meta.status();
       }
-      return st;
+      SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client_.GetData(*meta));
+      const uint64_t cursor = static_cast<uint64_t>(meta->rows[0].tags.group_id);
+      if (meta->rows.size() != static_cast<size_t>(G_)) {
+        return Status::DataLoss("the hub delivered " + std::to_string(meta->rows.size()) + " rows of group " +
+                                std::to_string(cursor) + ", expected the whole group of " + std::to_string(G_));
+      }
+      std::set<tq::RowId> delivered;
+      for (const tq::RowMeta& row : meta->rows) delivered.insert(row.id);
+      if (auto held = taken_.find(cursor);
+          held != taken_.end() &&
+          delivered == std::set<tq::RowId>(held->second.rows.begin(), held->second.rows.end())) {
+        // Its lease ran out while the step waited for other groups: the same
+        // rows under a new lease. Keep the group under the new lease (acked
+        // after training, like any other); acking now would tell the
+        // rollout's admission it was trained, and lose it if we died.
+        ++duplicates_;
+        SLUICE_LOG(WARNING) << "group " << cursor << " delivered again while held (its lease ran out); kept";
+        held->second.lease = meta->lease_id;
+        continue;
+      }
+      if (trained_.count(cursor) > 0 || taken_.count(cursor) > 0) {
+        // Trained already (its lease ran out before the ack), or another
+        // copy of a group held or trained (its prompt generated again: a
+        // rollout replica died after writing the answers, before its ack):
+        // the group is trained once, from the copy taken first.
+        ++duplicates_;
+        SLUICE_LOG(WARNING) << "group " << cursor << " delivered again after it was "
+                            << (taken_.count(cursor) > 0 ? "taken (another copy)" : "trained")
+                            << "; dropped (trained once)";
+        SLUICE_RETURN_IF_ERROR(client_.Ack(meta->lease_id).status());  // this copy is done with
+        continue;
+      }
+      std::vector<trainer::RolloutSample> group(static_cast<size_t>(G_));
+      std::vector<tq::RowId> rows(static_cast<size_t>(G_), 0);
+      std::vector<bool> filled(static_cast<size_t>(G_), false);
+      for (size_t i = 0; i < meta->rows.size(); ++i) {
+        const tq::RowTags& tags = meta->rows[i].tags;
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* answer, Cell(data, column::kAnswerIndex, i));
+        SLUICE_ASSIGN_OR_RETURN(const int32_t g, TensorScalar<int32_t>(*answer, DType::kI32, column::kAnswerIndex));
+        if (static_cast<uint64_t>(tags.group_id) != cursor || g < 0 || g >= G_ || filled[static_cast<size_t>(g)]) {
+          return Status::DataLoss("group " + std::to_string(cursor) +
+                                  " from the hub is not G distinct answers of one " + "prompt (row of group " +
+                                  std::to_string(tags.group_id) + ", answer " + std::to_string(g) + ")");
+        }
+        filled[static_cast<size_t>(g)] = true;
+        rows[static_cast<size_t>(g)] = meta->rows[i].id;
+        trainer::RolloutSample& smp = group[static_cast<size_t>(g)];
+        smp.id = cursor * static_cast<uint64_t>(G_) + static_cast<uint64_t>(g);
+        smp.group_id = tags.group_id;
+        SLUICE_RETURN_IF_ERROR(ReadAnswerTokens(data, i, &smp));
+        SLUICE_ASSIGN_OR_RETURN(const HostTensor* reward, Cell(data, column::kReward, i));
+        SLUICE_ASSIGN_OR_RETURN(smp.reward, TensorScalar<float>(*reward, DType::kF32, column::kReward));
+      }
+      if (lose_ && lose_(cursor)) continue;  // leased, never acked
+      taken_.emplace(cursor, Taken{std::move(group), std::move(rows), meta->lease_id});
+      if (order == TrainOrder::kCompletion) step_cursors->push_back(cursor);
     }
-    Result<tq::KvValue> there = client.KvGet(kRolloutPartition, key, {column});
-    if (there.ok()) return Status::Ok();  // written: it stands
-    if (there.status().code() != StatusCode::kNotFound) return there.status();
-    if (!said) {
-      SLUICE_LOG(INFO) << "answer " << key << ": its " << column
-                       << " is being written by another write (a dead process's?): waiting for it to commit or "
-                          "for the hub to abort it";
-    }
-    if (stopping()) return Status::Aborted("the run was stopped");
-    SLUICE_RETURN_IF_ERROR(keep_alive());
-    if (Clock::now() >= give_up) {
-      return Status::Timeout("answer " + key + ": its " + column + " is held by another write for 5 minutes (" +
-                             st.message() + ")");
-    }
-    std::this_thread::sleep_for(milliseconds(100));
+    return Status::Ok();
   }
-}
 
-// The hub's three tasks as it sees them now (one Stats call): for the
-// trainer, the rows it has acked (its progress: whole groups, each after the
-// update that trained it) and whether it is blocked waiting for rows (its
-// demand); for the rollout and reward, what their workers took and finished.
-struct HubDepths {
-  tq::TaskDepth rollout, reward, train;
+  // The group of `cursor` (taken), as trained now: never taken again.
+  Taken Train(uint64_t cursor) {
+    auto node = taken_.extract(cursor);
+    trained_.insert(cursor);
+    return std::move(node.mapped());
+  }
+
+  // Groups delivered twice since the last call.
+  int64_t TakeDuplicates() { return std::exchange(duplicates_, 0); }
+
+ private:
+  tq::TransferQueueClient& client_;
+  const int64_t G_;
+  const std::function<bool(uint64_t)> lose_;  // RunHooks::lose_taken_group
+  tq::GetMetaRequest request_;
+  std::map<uint64_t, Taken> taken_;
+  std::set<uint64_t> trained_;
+  int64_t duplicates_ = 0;
 };
-Result<HubDepths> ReadHubDepths(tq::TransferQueueClient& client) {
-  SLUICE_ASSIGN_OR_RETURN(tq::ControllerStats stats, client.controller()->Stats());
-  HubDepths out;
-  int found = 0;
-  for (const tq::TaskDepth& t : stats.tasks) {
-    tq::TaskDepth* into = t.task == kRolloutTask  ? &out.rollout
-                          : t.task == kRewardTask ? &out.reward
-                          : t.task == kTrainTask  ? &out.train
-                                                  : nullptr;
-    if (into != nullptr) {
-      *into = t;
-      ++found;
-    }
-  }
-  if (found != 3) return Status::FailedPrecondition("the hub lacks the run's tasks (rollout, reward, train)");
-  return out;
-}
-
-// Every answer of the run's `prompts` (counted from its start) is scored:
-// every prompt's answers are written (none come after) and none waits to be
-// scored. (Not a count of rewards: an answer generated again after its
-// prompt was trained is scored too.)
-bool AllScored(const HubDepths& depths, uint64_t prompts) {
-  return depths.rollout.acked_total >= prompts && depths.reward.ready == 0 && depths.reward.leased == 0;
-}
 
 }  // namespace
-
 Result<std::optional<tq::BatchData>> ReadLeasedRows(tq::TransferQueueClient& client, const tq::BatchMeta& meta,
                                                     std::chrono::seconds lease, const char* who) {
   Result<tq::BatchData> data = client.GetData(meta);
@@ -1185,43 +1154,12 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
 
   TraceThisThread(PipelineRole::kTrainer, "trainer");
   const auto run_start = Clock::now();
-  auto interval_start = run_start;
-  int64_t busy_us_before = board.rollout_busy_us.load(), tokens_before = board.rollout_tokens.load();
-  // Per replica, with several (the step records' replica_tokens, replica_busy;
-  // a replica elsewhere's counters come through the launcher, RemoteBeats).
-  const int64_t replicas =
-      po.AllRolloutReplicas() > 1 ? std::min<int64_t>(po.AllRolloutReplicas(), RoleBoard::kMaxReplicas) : 0;
-  std::vector<int64_t> replica_busy_before(replicas), replica_tokens_before(replicas);
-  for (int64_t k = 0; k < replicas; ++k) {
-    replica_busy_before[k] = board.replica_busy_us[k].load();
-    replica_tokens_before[k] = board.replica_tokens[k].load();
-  }
+  RolloutMeter meter(board, po.AllRolloutReplicas(), run_start);
   SLUICE_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::Open(s.options.run_dir));
   const std::vector<std::string> columns = {column::kPrompt,   column::kResponse,    column::kLogprobs,
                                             column::kVersions, column::kAnswerIndex, column::kReward};
-  tq::SamplingPolicy whole_groups;
-  whole_groups.mode = tq::SamplingMode::kWholeGroup;
-  // Groups taken from the hub and not trained yet, by prompt cursor, with
-  // the leases that hold them until their step's update is published; the
-  // cursors trained by this process (a group delivered twice is dropped and
-  // counted, never trained twice).
-  struct Taken {
-    std::vector<trainer::RolloutSample> group;
-    std::vector<tq::RowId> rows;  // the hub row of each answer (for the other trainer ranks)
-    tq::LeaseId lease = 0;
-  };
-  std::map<uint64_t, Taken> taken;
-  tq::GetMetaRequest request;
-  request.task = kTrainTask;
-  request.columns = columns;
-  request.n = static_cast<uint32_t>(G);
-  request.partition = kRolloutPartition;
-  request.policy = whole_groups;
-  request.timeout = kPoll;
-  request.lease_timeout = std::chrono::seconds(po.lease_seconds);
-  request.holder = s.lease_holder;  // names this rank in the hub's ack log
-  std::set<uint64_t> trained;
-  int64_t duplicates = 0;
+  StepGroups groups_in(client, columns, G, std::chrono::seconds(po.lease_seconds), s.lease_holder,
+                       s.hooks.lose_taken_group);
   while (s.step < rl.steps) {
     board.Beat(PipelineRole::kTrainer);
     StepRecord rec;
@@ -1241,93 +1179,26 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     if (po.train_order == TrainOrder::kPrompt) {
       for (int64_t k = 0; k < P; ++k) step_cursors.push_back(static_cast<uint64_t>(s.step * P + k));
     }
-    auto have_all = [&] {
-      if (po.train_order == TrainOrder::kCompletion) return static_cast<int64_t>(step_cursors.size()) == P;
-      return std::all_of(step_cursors.begin(), step_cursors.end(), [&](uint64_t c) { return taken.count(c) > 0; });
-    };
-    std::optional<RoleDoing> waiting;
-    waiting.emplace(board, PipelineRole::kTrainer, RoleActivity::kWaitForGroups);
-    while (!have_all()) {
-      // Prompt order waits for the step's own prompts; completion order for
-      // any P groups, the earliest admitted first. While this GetMeta is
-      // blocked the hub shows the trainer's demand and the rollout admits
-      // nothing past this step.
-      if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
-      board.Beat(PipelineRole::kTrainer);
-      if (t.check) SLUICE_RETURN_IF_ERROR(t.check());
-      auto meta = client.GetMeta(request);
-      if (!meta.ok()) {
-        if (meta.status().code() == StatusCode::kTimeout) continue;
-        return meta.status();
-      }
-      SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(*meta));
-      const uint64_t cursor = static_cast<uint64_t>(meta->rows[0].tags.group_id);
-      if (meta->rows.size() != static_cast<size_t>(G)) {
-        return Status::DataLoss("the hub delivered " + std::to_string(meta->rows.size()) + " rows of group " +
-                                std::to_string(cursor) + ", expected the whole group of " + std::to_string(G));
-      }
-      std::set<tq::RowId> delivered;
-      for (const tq::RowMeta& row : meta->rows) delivered.insert(row.id);
-      if (auto held = taken.find(cursor);
-          held != taken.end() && delivered == std::set<tq::RowId>(held->second.rows.begin(), held->second.rows.end())) {
-        // Its lease ran out while the step waited for other groups: the same
-        // rows under a new lease. Keep the group under the new lease (acked
-        // after training, like any other); acking now would tell the
-        // rollout's admission it was trained, and lose it if we died.
-        ++duplicates;
-        SLUICE_LOG(WARNING) << "group " << cursor << " delivered again while held (its lease ran out); kept";
-        held->second.lease = meta->lease_id;
-        continue;
-      }
-      if (trained.count(cursor) > 0 || taken.count(cursor) > 0) {
-        // Trained already (its lease ran out before the ack), or another
-        // copy of a group held or trained (its prompt generated again: a
-        // rollout replica died after writing the answers, before its ack):
-        // the group is trained once, from the copy taken first.
-        ++duplicates;
-        SLUICE_LOG(WARNING) << "group " << cursor << " delivered again after it was "
-                            << (taken.count(cursor) > 0 ? "taken (another copy)" : "trained")
-                            << "; dropped (trained once)";
-        SLUICE_RETURN_IF_ERROR(client.Ack(meta->lease_id).status());  // this copy is done with
-        continue;
-      }
-      std::vector<trainer::RolloutSample> group(static_cast<size_t>(G));
-      std::vector<tq::RowId> rows(static_cast<size_t>(G), 0);
-      std::vector<bool> filled(static_cast<size_t>(G), false);
-      for (size_t i = 0; i < meta->rows.size(); ++i) {
-        const tq::RowTags& tags = meta->rows[i].tags;
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* answer, Cell(data, column::kAnswerIndex, i));
-        SLUICE_ASSIGN_OR_RETURN(const int32_t g, TensorScalar<int32_t>(*answer, DType::kI32, column::kAnswerIndex));
-        if (static_cast<uint64_t>(tags.group_id) != cursor || g < 0 || g >= G || filled[static_cast<size_t>(g)]) {
-          return Status::DataLoss("group " + std::to_string(cursor) +
-                                  " from the hub is not G distinct answers of one " + "prompt (row of group " +
-                                  std::to_string(tags.group_id) + ", answer " + std::to_string(g) + ")");
-        }
-        filled[static_cast<size_t>(g)] = true;
-        rows[static_cast<size_t>(g)] = meta->rows[i].id;
-        trainer::RolloutSample& smp = group[static_cast<size_t>(g)];
-        smp.id = cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
-        smp.group_id = tags.group_id;
-        SLUICE_RETURN_IF_ERROR(ReadAnswerTokens(data, i, &smp));
-        SLUICE_ASSIGN_OR_RETURN(const HostTensor* reward, Cell(data, column::kReward, i));
-        SLUICE_ASSIGN_OR_RETURN(smp.reward, TensorScalar<float>(*reward, DType::kF32, column::kReward));
-      }
-      if (s.hooks.lose_taken_group && s.hooks.lose_taken_group(cursor)) continue;  // leased, never acked
-      taken.emplace(cursor, Taken{std::move(group), std::move(rows), meta->lease_id});
-      if (po.train_order == TrainOrder::kCompletion) step_cursors.push_back(cursor);
+    {
+      RoleDoing waiting(board, PipelineRole::kTrainer, RoleActivity::kWaitForGroups);
+      SLUICE_RETURN_IF_ERROR(groups_in.TakeStep(po.train_order, P, &step_cursors, [&]() -> Status {
+        // While the hub's GetMeta is blocked the hub shows the trainer's
+        // demand and the rollout admits nothing past this step.
+        if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
+        board.Beat(PipelineRole::kTrainer);
+        return t.check ? t.check() : Status::Ok();
+      }));
     }
-    waiting.reset();
     // The step's groups: metrics over all of them, training on those with signal.
     std::map<uint64_t, std::vector<trainer::RolloutSample>> groups;  // by prompt cursor
     std::map<uint64_t, std::vector<tq::RowId>> group_rows;
     std::vector<tq::LeaseId> step_leases;
     double reward_sum = 0, correct = 0, len_sum = 0, stale_sum = 0, token_stale_sum = 0, tokens = 0;
     for (uint64_t cursor : step_cursors) {
-      auto node = taken.extract(cursor);
-      std::vector<trainer::RolloutSample> group = std::move(node.mapped().group);
-      group_rows[cursor] = std::move(node.mapped().rows);
-      step_leases.push_back(node.mapped().lease);
-      trained.insert(cursor);
+      StepGroups::Taken taken = groups_in.Train(cursor);
+      std::vector<trainer::RolloutSample> group = std::move(taken.group);
+      group_rows[cursor] = std::move(taken.rows);
+      step_leases.push_back(taken.lease);
       rec.prompts.push_back(static_cast<uint64_t>(group.front().group_id));  // as the rows say, not as the loop expects
       for (const trainer::RolloutSample& smp : group) {
         reward_sum += smp.reward;
@@ -1359,8 +1230,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     rec.token_staleness_mean = tokens > 0 ? token_stale_sum / tokens : 0;
     rec.wait_seconds = std::chrono::duration<double>(t1 - t0).count();
     rec.groups_kept = static_cast<int64_t>(groups.size());
-    rec.duplicate_groups = duplicates;
-    duplicates = 0;
+    rec.duplicate_groups = groups_in.TakeDuplicates();
     // Train on the kept groups in prompt order (so sync mode trains exactly
     // the batch the direct loop trains).
     std::vector<trainer::RolloutSample> samples;
@@ -1418,25 +1288,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     }
     const auto t2 = Clock::now();
     rec.train_seconds = std::chrono::duration<double>(t2 - t1).count();
-    // The roles over this step's interval: the rollout's rate is what it
-    // generated meanwhile (gen_seconds = the interval), not the trained tokens.
-    const double interval = std::max(1e-9, std::chrono::duration<double>(t2 - interval_start).count());
-    const int64_t busy_us = board.rollout_busy_us.load(), produced = board.rollout_tokens.load();
-    rec.rollout_tokens = produced - tokens_before;
-    rec.rollout_busy = std::min(1.0, static_cast<double>(busy_us - busy_us_before) / 1e6 / interval);
-    for (int64_t k = 0; k < replicas; ++k) {
-      const int64_t replica_busy = board.replica_busy_us[k].load(), replica_tokens = board.replica_tokens[k].load();
-      rec.replica_tokens.push_back(replica_tokens - replica_tokens_before[k]);
-      rec.replica_busy.push_back(
-          std::min(1.0, static_cast<double>(replica_busy - replica_busy_before[k]) / 1e6 / interval));
-      replica_busy_before[k] = replica_busy;
-      replica_tokens_before[k] = replica_tokens;
-    }
-    rec.trainer_busy = std::min(1.0, rec.train_seconds / interval);
-    rec.gen_seconds = interval;
-    busy_us_before = busy_us;
-    tokens_before = produced;
-    interval_start = t2;
+    meter.Record(t2, &rec);
     s.elapsed_total = s.elapsed_offset + std::chrono::duration<double>(Clock::now() - run_start).count();
     rec.elapsed_seconds = s.elapsed_total;
     // Roles as threads share one task, whose count has the reward role's

@@ -118,24 +118,6 @@ class TrainingRun {
   std::unique_ptr<State> state_;
 };
 
-// A launched process serving one of the hub's storage units
-// (cluster.storage_ranks; unit 1 + `index`, unit 0 being on rank 0's host):
-// takes rank 0's plan from the ranks' store (options.pipeline.wiring.trainer_store;
-// its config must match, FailedPrecondition otherwise), starts a
-// TransferQueue storage server on this host's address toward the
-// rendezvous, tells rank 0 where, and serves until rank 0's hub has
-// stopped. `placed` says how it was launched, for its first line.
-Status ServeHubStorage(const RunOptions& options, int64_t index, const std::string& placed);
-
-// A launched process of a torchrun restart attempt (options.
-// previous_store_prefix set), before it meets rank 0: waits until rank 0's
-// launcher has ended the attempt before (said how in the ranks' store, or
-// is gone), however long that attempt still runs, so that its wait for
-// this attempt's rank 0 (pipeline.rank_timeout_seconds) starts when rank 0
-// does. Returns true when that attempt finished the run (nothing is left
-// to do), false to go on; Unavailable when the store cannot be reached.
-Result<bool> AwaitPreviousAttempt(const PipelineOptions& options);
-
 }  // namespace sluice::pipeline
 
 #endif  // SLUICE_PIPELINE_RUN_H_

@@ -1,0 +1,130 @@
+// The pipeline's records in the hub, read and written by the roles: the
+// cells of the typed columns (checked against the type each column is
+// written with), an answer's tokens as the trainer reads them, the answer
+// keys and the write that may have been made already, the step plan trainer
+// rank 0 hands the other ranks, each rank's record of the rows it trained,
+// and the hub's three tasks as the roles watch them.
+//
+// Thread safety: pure functions and values.
+#ifndef SLUICE_SRC_PIPELINE_HUB_RECORDS_H_
+#define SLUICE_SRC_PIPELINE_HUB_RECORDS_H_
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sluice/common/host_tensor.h"
+#include "sluice/common/status.h"
+#include "sluice/model/tokenizer.h"
+#include "sluice/trainer/types.h"
+#include "sluice/transfer_queue/client.h"
+
+namespace sluice::pipeline {
+
+namespace tq = transfer_queue;
+
+template <typename T>
+HostTensor VectorTensor(DType dtype, const std::vector<T>& v) {
+  return HostTensor::Copy(dtype, {static_cast<int64_t>(v.size())}, v.data(), v.size() * sizeof(T));
+}
+
+// A cell read back with the type its column was written with (checked: the
+// hub validates writes against the schema, so a mismatch is data loss).
+template <typename T>
+Result<std::vector<T>> TensorVector(const HostTensor& t, DType dtype, const char* column) {
+  if (t.dtype != dtype || t.nbytes % sizeof(T) != 0) {
+    return Status::DataLoss(std::string("hub column '") + column + "' holds " + std::string(DTypeName(t.dtype)) +
+                            ", expected " + std::string(DTypeName(dtype)));
+  }
+  std::vector<T> v(t.nbytes / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), t.data, v.size() * sizeof(T));
+  return v;
+}
+
+template <typename T>
+Result<T> TensorScalar(const HostTensor& t, DType dtype, const char* column) {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<T> v, TensorVector<T>(t, dtype, column));
+  if (v.size() != 1) {
+    return Status::DataLoss(std::string("hub column '") + column + "' holds " + std::to_string(v.size()) +
+                            " values, expected one");
+  }
+  return v[0];
+}
+
+// The cell of `column` in row i of a batch (DataLoss if the hub left it out).
+Result<const HostTensor*> Cell(const tq::BatchData& data, const char* column, size_t i);
+
+// What the trainer reads of an answer's row i: its prompt, response,
+// behaviour logprobs and per-token versions (DataLoss naming the column when
+// one is missing or of another type).
+Status ReadAnswerTokens(const tq::BatchData& data, size_t i, trainer::RolloutSample* smp);
+
+// pipeline.trainer_ranks > 1: what rank 0 tells the other ranks of a step,
+// through the ranks' rendezvous store under StepPlanKey(step): the samples
+// to train, in order, each as the hub row holding it, its sample and group
+// ids and its reward (for the group advantages, which every rank computes
+// from all the step's rewards). Each rank reads only its shard's rows from
+// the hub. Little-endian: "SLP1", step i64, count u64, then per sample row
+// u64, id u64, group i64, reward f64.
+struct StepPlan {
+  struct Entry {
+    tq::RowId row = 0;
+    uint64_t id = 0;
+    int64_t group = 0;
+    double reward = 0;
+  };
+  int64_t step = 0;
+  std::vector<Entry> entries;
+
+  static constexpr char kMagic[4] = {'S', 'L', 'P', '1'};
+  static constexpr size_t kHeader = 4 + 8 + 8, kEntry = 8 + 8 + 8 + 8;
+
+  std::string Encode() const;
+  // DataLoss naming what is wrong for bytes that are not the plan of `step`.
+  static Result<StepPlan> Decode(const std::string& bytes, int64_t expected_step);
+};
+
+std::string StepPlanKey(int64_t step);
+
+// Before a trainer rank trains a step: the hub rows of its shard of the
+// step's samples, a line {"step":S,"rank":R,"rows":[...]} appended to
+// <run.dir>/trained_rows-rank<R>.jsonl (kTrainedRowsPrefix). Written before
+// training, so every step that survives into a checkpoint has every rank's
+// line; a step trained again after a restart has a later line.
+// tests/ack_ledger_check.py checks each rank's rows against the hub's ack log.
+Status RecordShard(const std::string& run_dir, int64_t step, int64_t rank, const std::vector<tq::RowId>& rows);
+
+// The hub key of answer g of prompt c (rollout rows are keyed, so an answer
+// is in the hub once however many times its prompt is generated).
+std::string AnswerKey(uint64_t c, int64_t g);
+
+// A write of `column` (and others) for the answer `key` that may have been
+// made already, by a process that died before its ack. AlreadyExists is
+// done only once the hub has the column committed: a dead writer's write
+// still open holds the cells until the hub aborts it (its
+// open_write_timeout, 10 s for the pipeline's: stream_launch.cc), and then the
+// write is tried again; `keep_alive` runs meanwhile (renew leases).
+Status WriteAnswerOnce(tq::TransferQueueClient& client, const std::string& key, const std::string& column,
+                       const std::function<Status()>& write, const std::function<bool()>& stopping,
+                       const std::function<Status()>& keep_alive);
+
+// The hub's three tasks as it sees them now (one Stats call): for the
+// trainer, the rows it has acked (its progress: whole groups, each after the
+// update that trained it) and whether it is blocked waiting for rows (its
+// demand); for the rollout and reward, what their workers took and finished.
+struct HubDepths {
+  tq::TaskDepth rollout, reward, train;
+};
+Result<HubDepths> ReadHubDepths(tq::TransferQueueClient& client);
+
+// Every answer of the run's `prompts` (counted from its start) is scored:
+// every prompt's answers are written (none come after) and none waits to be
+// scored. (Not a count of rewards: an answer generated again after its
+// prompt was trained is scored too.)
+bool AllScored(const HubDepths& depths, uint64_t prompts);
+
+}  // namespace sluice::pipeline
+
+#endif  // SLUICE_SRC_PIPELINE_HUB_RECORDS_H_

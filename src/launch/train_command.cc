@@ -389,7 +389,7 @@ Status MeetAt(const runtime::ProcessPlacement& p, const Config& config, pipeline
 // then cluster.reward_ranks reward workers. Rank 0's process is the run's launcher (hub,
 // reward, trainer rank 0, its host's rollout replicas; its hub listens on
 // the rendezvous host's address, with a token, when that is not loopback);
-// the others run beside it (TrainingRun::RunLaunchedRank). Errors: the
+// the others run beside it (pipeline::RunLaunchedRank). Errors: the
 // streaming process mode missing, or counts disagreeing with the launch.
 Status PlaceRanks(const runtime::ProcessPlacement& p, const Config& config, pipeline::RunOptions* o) {
   pipeline::PipelineOptions& po = o->pipeline;
@@ -448,7 +448,7 @@ Status RunBesideRankZero(const Config& config, const pipeline::RunOptions& optio
   const pipeline::PipelineOptions& po = options.pipeline;
   const std::chrono::seconds wait(po.rank_timeout_seconds);
   if (joined && index < 0) {
-    SLUICE_ASSIGN_OR_RETURN(index, loop->ClaimJoinedIndex(po.wiring.trainer_store, role, wait));
+    SLUICE_ASSIGN_OR_RETURN(index, pipeline::ClaimJoinedIndex(po, po.wiring.trainer_store, role, wait));
   }
   const std::string what = pipeline::PipelineProcessTitle(role, index);
   std::fprintf(stderr, "sluice train: %s, %s of the run at %s%s\n", placed.c_str(), what.c_str(),
@@ -463,9 +463,9 @@ Status RunBesideRankZero(const Config& config, const pipeline::RunOptions& optio
     std::map<std::string, std::string> env = {{kSupervisedRankVariable, "1"}};
     if (joined) env[kJoinedIndexVariable] = std::to_string(index);  // the child keeps this number
     SLUICE_RETURN_IF_ERROR(
-        loop->SuperviseLaunchedRank(po.wiring.trainer_store, role, index, wait, command, env, joined));
+        pipeline::SuperviseLaunchedRank(po, po.wiring.trainer_store, role, index, wait, command, env, joined));
   } else {
-    SLUICE_RETURN_IF_ERROR(loop->RunLaunchedRank(po.wiring.trainer_store, role, index, wait, joined));
+    SLUICE_RETURN_IF_ERROR(pipeline::RunLaunchedRank(*loop, po.wiring.trainer_store, role, index, wait, joined));
   }
   std::fprintf(stderr, "%s: done\n", what.c_str());
   return Status::Ok();

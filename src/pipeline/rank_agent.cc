@@ -100,9 +100,8 @@ Result<nlohmann::json> ReadRunInfo(trainer::DataParallelStore& client, const Pip
 
 }  // namespace
 
-Result<int64_t> TrainingRun::ClaimJoinedIndex(const std::string& store, PipelineRole role,
-                                              std::chrono::milliseconds wait) {
-  const PipelineOptions& po = state_->options.pipeline;
+Result<int64_t> ClaimJoinedIndex(const PipelineOptions& po, const std::string& store, PipelineRole role,
+                                 std::chrono::milliseconds wait) {
   if (role == PipelineRole::kTrainer) {
     return Status::InvalidArgument("trainer ranks are fixed at launch; rollout replicas and reward workers may join");
   }
@@ -122,9 +121,11 @@ Result<int64_t> TrainingRun::ClaimJoinedIndex(const std::string& store, Pipeline
   return index;
 }
 
-Result<RoleConnection> TrainingRun::JoinLaunchedRun(const std::string& store, PipelineRole role, int64_t index,
-                                                    std::chrono::milliseconds wait, bool joined) {
-  const PipelineOptions& po = state_->options.pipeline;
+namespace {
+
+// RunLaunchedRank's meeting: rank 0's run from the store, checked.
+Result<RoleConnection> JoinLaunchedRun(const PipelineOptions& po, const std::string& store, PipelineRole role,
+                                       int64_t index, std::chrono::milliseconds wait, bool joined) {
   const bool trainer = role == PipelineRole::kTrainer;
   const std::string who =
       PipelineProcessTitle(role, index) + (trainer ? " of " + std::to_string(po.trainer_ranks) : std::string());
@@ -151,20 +152,22 @@ Result<RoleConnection> TrainingRun::JoinLaunchedRun(const std::string& store, Pi
   return c;
 }
 
-Status TrainingRun::RunLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
-                                    std::chrono::milliseconds wait, bool joined) {
-  SLUICE_ASSIGN_OR_RETURN(const RoleConnection c, JoinLaunchedRun(store, role, index, wait, joined));
-  return RunRole(c, nullptr);
+}  // namespace
+
+Status RunLaunchedRank(TrainingRun& run, const std::string& store, PipelineRole role, int64_t index,
+                       std::chrono::milliseconds wait, bool joined) {
+  SLUICE_ASSIGN_OR_RETURN(const RoleConnection c,
+                          JoinLaunchedRun(run.options().pipeline, store, role, index, wait, joined));
+  return run.RunRole(c, nullptr);
 }
 
-Status TrainingRun::SuperviseLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
-                                          std::chrono::milliseconds wait, const std::vector<std::string>& command,
-                                          const std::map<std::string, std::string>& child_env, bool joined) {
-  const PipelineOptions& po = state_->options.pipeline;
+Status SuperviseLaunchedRank(const PipelineOptions& po, const std::string& store, PipelineRole role, int64_t index,
+                             std::chrono::milliseconds wait, const std::vector<std::string>& command,
+                             const std::map<std::string, std::string>& child_env, bool joined) {
   if (role == PipelineRole::kTrainer) return Status::InvalidArgument("trainer ranks are not restarted alone");
   if (command.empty()) return Status::InvalidArgument("no command to start the " + PipelineRoleName(role) + " with");
   // The run's hub (to give back what a dead child held), and the config check.
-  SLUICE_ASSIGN_OR_RETURN(const RoleConnection c, JoinLaunchedRun(store, role, index, wait, joined));
+  SLUICE_ASSIGN_OR_RETURN(const RoleConnection c, JoinLaunchedRun(po, store, role, index, wait, joined));
   tq::RemoteOptions ro;
   ro.token = c.hub_token;
   ro.shm = tq::ShmMode::kOff;

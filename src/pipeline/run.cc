@@ -306,6 +306,7 @@ StreamSummary TrainingRun::stream_summary() const { return state_->stream_stats;
 void SetIntraOpThreadsHere(int threads) { torch::set_num_threads(threads); }
 
 int64_t TrainingRun::step() const { return state_->step; }
+const RunOptions& TrainingRun::options() const { return state_->options; }
 const std::vector<StepRecord>& TrainingRun::history() const { return state_->history; }
 
 }  // namespace sluice::pipeline

@@ -66,35 +66,8 @@ class TrainingRun {
   // the trainer also resumes from the run's checkpoint when options.resume.
   Status RunRole(const RoleConnection& connection, const ProgressFn& progress);
 
-  // A process above rank 0 that a launcher (torchrun, Slurm, Open MPI)
-  // started, on any host, beside rank 0's `sluice train` (which runs the
-  // hub, the reward, trainer rank 0 and the rollout replicas of its host):
-  // trainer rank `index` (above 0), or rollout replica `index`
-  // (cluster.rollout_ranks; its weights over the CheckpointEngine
-  // broadcast). Waits up to `wait` in the ranks' store at `store`
-  // (HOST:PORT) for rank 0's run, checks that it has this process's config
-  // (options.pipeline.wiring.config_digest; FailedPrecondition naming both
-  // otherwise), then runs its role until the run ends (the hub over TCP).
-  // `joined`: a process that joins the run beyond the launch (`sluice train
-  // --join`, index from ClaimJoinedIndex): a config that differs refuses
-  // this process only, and a rollout replica needs a run that relays
-  // weights to other hosts (cluster.rollout_ranks > 0).
-  Status RunLaunchedRank(const std::string& store, PipelineRole role, int64_t index, std::chrono::milliseconds wait,
-                         bool joined = false);
-  // The same rollout replica or reward worker with pipeline.max_restarts:
-  // this process is its host's supervisor. It checks the run as above, then
-  // runs `command` (with `child_env` on top of its environment: the same
-  // process again, told to run the role itself) as a child and starts it
-  // again when it fails or dies, up to max_restarts times (back-off 1, 2,
-  // 4, ... 30 s), giving the dead child's hub leases back at once.
-  Status SuperviseLaunchedRank(const std::string& store, PipelineRole role, int64_t index,
-                               std::chrono::milliseconds wait, const std::vector<std::string>& command,
-                               const std::map<std::string, std::string>& child_env, bool joined = false);
-  // A rollout replica or reward worker joining a launched run beyond the
-  // processes the launch declared: numbers it after them (and after those
-  // that joined before) through a counter in the ranks' store at `store`.
-  // OutOfRange past RoleBoard's 64 replicas / workers.
-  Result<int64_t> ClaimJoinedIndex(const std::string& store, PipelineRole role, std::chrono::milliseconds wait);
+  // The options it was created with.
+  const RunOptions& options() const;
 
   // Streaming modes: what the last Train() measured (zeros in direct mode).
   StreamSummary stream_summary() const;
@@ -111,9 +84,6 @@ class TrainingRun {
   // One start of the role processes; they resume from the run's latest
   // checkpoint when `resumed` (a restart after a failure) or the run resumed.
   Status RunProcessesOnce(const std::atomic<bool>* stop, bool resumed);
-  // RunLaunchedRank's meeting: rank 0's run from the store, checked.
-  Result<RoleConnection> JoinLaunchedRun(const std::string& store, PipelineRole role, int64_t index,
-                                         std::chrono::milliseconds wait, bool joined);
   explicit TrainingRun(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

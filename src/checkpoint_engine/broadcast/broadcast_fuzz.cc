@@ -1,22 +1,13 @@
-// libFuzzer entry point for the broadcast's control messages (see
-// broadcast_fuzz_body.h). Built only with -DSLUICE_BUILD_FUZZERS=ON under
-// clang; run by tests/fuzz_smoke.sh. If SLUICE_FUZZ_SEED_DIR is set,
-// LLVMFuzzerInitialize writes a valid message of every kind there first.
+// libFuzzer entry point of the broadcast codec (see core/codec_fuzz.h). Built
+// only with -DSLUICE_BUILD_FUZZERS=ON under clang; run by
+// tests/fuzz_smoke.sh, which seeds it through $SLUICE_FUZZ_SEED_DIR.
+#include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <fstream>
-#include <string>
 
-#include "broadcast/broadcast_fuzz_body.h"
+#include "core/codec_fuzz.h"
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  const char* dir = std::getenv("SLUICE_FUZZ_SEED_DIR");
-  if (dir == nullptr || *dir == '\0') return 0;
-  int i = 0;
-  for (const std::string& message : sluice::checkpoint_engine::bcast::BroadcastSampleMessages()) {
-    std::ofstream out(std::string(dir) + "/sample-" + std::to_string(i++), std::ios::binary);
-    out.write(message.data(), static_cast<std::streamsize>(message.size()));
-  }
+  sluice::checkpoint_engine::WriteFuzzSeeds(sluice::checkpoint_engine::bcast::BroadcastSampleMessages());
   return 0;
 }
 

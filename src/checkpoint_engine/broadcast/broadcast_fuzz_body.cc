@@ -1,8 +1,7 @@
-#include "broadcast/broadcast_fuzz_body.h"
-
 #include <string_view>
 
 #include "broadcast/broadcast_wire.h"
+#include "core/codec_fuzz.h"
 #include "sluice/common/check.h"
 
 namespace sluice::checkpoint_engine::bcast {

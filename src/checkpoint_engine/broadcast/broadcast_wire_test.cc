@@ -3,9 +3,9 @@
 
 #include <gtest/gtest.h>
 
-#include "broadcast/broadcast_fuzz_body.h"
 #include "broadcast/broadcast_test_util.h"
 #include "common/testing/byte_mutator.h"
+#include "core/codec_fuzz.h"
 #include "core/socket_util.h"
 
 namespace sluice::checkpoint_engine::bcast {
@@ -170,7 +170,7 @@ TEST(BroadcastWireTest, GroupNamesAndKeys) {
   EXPECT_EQ(k.MeshPrefix(4), "w/e3/g4/mesh/");
 }
 
-// The fuzzer's body (broadcast_fuzz_body.h) on seeded random and mutated
+// The fuzzer's body (core/codec_fuzz.h) on seeded random and mutated
 // messages, so the default suite runs the decoders' error paths without
 // clang. Every sample decodes as its kind; a few hundred mutated ones still
 // decode (the round trip ran). Mutation: DecodeMembers dropping its last id

@@ -1,9 +1,8 @@
-#include "rendezvous/rendezvous_fuzz_body.h"
-
 #include <array>
 #include <cstring>
 #include <string_view>
 
+#include "core/codec_fuzz.h"
 #include "rendezvous/rendezvous_wire.h"
 #include "sluice/common/check.h"
 

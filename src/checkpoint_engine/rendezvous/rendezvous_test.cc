@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/testing/byte_mutator.h"
+#include "core/codec_fuzz.h"
 #include "core/socket_util.h"
-#include "rendezvous/rendezvous_fuzz_body.h"
 #include "rendezvous/rendezvous_wire.h"
 
 namespace sluice::checkpoint_engine {
@@ -370,7 +370,7 @@ TEST(RendezvousTest, ServerRejectsMalformedOptions) {
   EXPECT_TRUE(Contains(s, std::to_string(first->port()))) << s.ToString();
 }
 
-// The fuzzer's body (rendezvous_fuzz_body.h) on seeded random and mutated
+// The fuzzer's body (core/codec_fuzz.h) on seeded random and mutated
 // frames, so the default suite runs the framing checks' error paths without
 // clang. Every sample passes as what it is (a request or an answer); a few
 // hundred mutated ones still pass (the checks ran past the first field).

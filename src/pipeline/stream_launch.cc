@@ -298,6 +298,41 @@ void SweepDeadRuns() {
   }
 }
 
+// pipeline.trainer_ranks > 1: this trainer rank's place in the group, met
+// through the ranks' store (null with one rank).
+Result<std::shared_ptr<trainer::DataParallelGroup>> ConnectTrainerRanks(const RoleConnection& c,
+                                                                        const PipelineOptions& po) {
+  if (po.trainer_ranks <= 1) {
+    if (c.trainer_rank != 0) {
+      return Status::InvalidArgument("trainer rank " + std::to_string(c.trainer_rank) +
+                                     " of a run with pipeline.trainer_ranks=1");
+    }
+    return std::shared_ptr<trainer::DataParallelGroup>();
+  }
+  trainer::DataParallelOptions dp;
+  dp.rank = c.trainer_rank;
+  dp.world_size = po.trainer_ranks;
+  dp.store_served_by_launcher = true;
+  dp.timeout = std::chrono::seconds(po.rank_timeout_seconds);
+  if (!c.trainer_store_prefix.empty()) dp.key_prefix = c.trainer_store_prefix;
+  if (Status parsed = dp.SetStore(c.trainer_store); !parsed.ok()) {
+    return Status::InvalidArgument("pipeline.trainer_ranks > 1: --trainer-store: " + parsed.message());
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<trainer::DataParallelGroup> group, trainer::DataParallelGroup::Connect(dp));
+  return std::shared_ptr<trainer::DataParallelGroup>(std::move(group));
+}
+
+// A rollout process on the launcher's host reads the weights from the run's
+// shared-memory store (which the trainer creates once it has loaded).
+Result<std::unique_ptr<ce::ShmSubscriber>> AttachWeightStore(const std::string& store, const ce::Layout& layout) {
+  ce::ShmSubscriberOptions o;
+  o.store_name = store;
+  o.shm_prefix = kShmPrefix;
+  o.expected_layout = layout;
+  o.attach_timeout = milliseconds(120000);
+  return ce::ShmSubscriber::Attach(o);
+}
+
 // What /proc says a process is doing, in words for the stall report.
 std::string DescribeProcessState(pid_t pid) {
   Result<char> state = ReadProcessState(pid);
@@ -1193,21 +1228,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   Status done;
   switch (c.role) {
     case PipelineRole::kTrainer: {
-      if (po.trainer_ranks > 1) {
-        trainer::DataParallelOptions dp;
-        dp.rank = c.trainer_rank;
-        dp.world_size = po.trainer_ranks;
-        dp.store_served_by_launcher = true;
-        dp.timeout = std::chrono::seconds(po.rank_timeout_seconds);
-        if (!c.trainer_store_prefix.empty()) dp.key_prefix = c.trainer_store_prefix;
-        if (Status parsed = dp.SetStore(c.trainer_store); !parsed.ok()) {
-          return Status::InvalidArgument("pipeline.trainer_ranks > 1: --trainer-store: " + parsed.message());
-        }
-        SLUICE_ASSIGN_OR_RETURN(s.data_parallel, trainer::DataParallelGroup::Connect(dp));
-      } else if (c.trainer_rank != 0) {
-        return Status::InvalidArgument("trainer rank " + std::to_string(c.trainer_rank) +
-                                       " of a run with pipeline.trainer_ranks=1");
-      }
+      SLUICE_ASSIGN_OR_RETURN(s.data_parallel, ConnectTrainerRanks(c, po));
       SLUICE_RETURN_IF_ERROR(PrepareTraining());
       if (!follower && (s.step != c.start_step || s.version != c.start_version)) {
         return Status::FailedPrecondition("the trainer resumed at step " + std::to_string(s.step) +
@@ -1253,12 +1274,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
         weights = broadcast.store.get();
         SLUICE_LOG(INFO) << name << ": serving version " << s.version << " received over the broadcast";
       } else {
-        ce::ShmSubscriberOptions sub_options;
-        sub_options.store_name = c.weights;
-        sub_options.shm_prefix = kShmPrefix;
-        sub_options.expected_layout = layout;
-        sub_options.attach_timeout = milliseconds(120000);  // the trainer creates the store after loading
-        SLUICE_ASSIGN_OR_RETURN(shm_weights, ce::ShmSubscriber::Attach(sub_options));
+        SLUICE_ASSIGN_OR_RETURN(shm_weights, AttachWeightStore(c.weights, layout));
         weights = shm_weights.get();
       }
       // This process serves its own copy on the rollout's device and dtype.

@@ -143,4 +143,68 @@ bool AllScored(const HubDepths& depths, uint64_t prompts) {
   return depths.rollout.acked_total >= prompts && depths.reward.ready == 0 && depths.reward.leased == 0;
 }
 
+std::vector<tq::ColumnSchema> HubColumns() {
+  return {{column::kPrompt, DType::kI32, {tq::kRaggedDim}},
+          {column::kResponse, DType::kI32, {tq::kRaggedDim}},
+          {column::kLogprobs, DType::kF32, {tq::kRaggedDim}},
+          {column::kVersions, DType::kI64, {tq::kRaggedDim}},
+          {column::kAnswerIndex, DType::kI32, {}},
+          {column::kExample, DType::kI64, {}},
+          {column::kReferenceAnswer, DType::kU8, {tq::kRaggedDim}},
+          {column::kReward, DType::kF32, {}},
+          {column::kPublishedVersion, DType::kI64, {}}};
+}
+
+std::vector<std::string> HubTasks() { return {kRolloutTask, kRewardTask, kTrainTask, kProgressTask}; }
+
+Status CreateHubPartitions(tq::TransferQueueClient& client, int64_t group_size) {
+  SLUICE_RETURN_IF_ERROR(client.CreatePartition(kPromptPartition, 0, {kRolloutTask}));
+  SLUICE_RETURN_IF_ERROR(
+      client.CreatePartition(kRolloutPartition, static_cast<uint32_t>(group_size), {kRewardTask, kTrainTask}));
+  return client.CreatePartition(kProgressPartition, 0, {kProgressTask});
+}
+
+namespace {
+Result<int64_t> RecordedVersion(const tq::KvValue& record) {
+  const auto cell = record.columns.find(column::kPublishedVersion);
+  if (cell == record.columns.end()) return Status::DataLoss("a trainer record without its version");
+  return TensorScalar<int64_t>(cell->second, DType::kI64, column::kPublishedVersion);
+}
+}  // namespace
+
+std::string TrainerRecordKey(int64_t step) { return "trainer/step/" + std::to_string(step); }
+
+Status WriteTrainerRecord(tq::TransferQueueClient& client, const TrainerRecord& r) {
+  tq::ColumnBatch cols;
+  cols[column::kPublishedVersion].push_back(HostTensor::Copy(DType::kI64, {}, &r.version, sizeof(r.version)));
+  const std::string key = TrainerRecordKey(r.step);
+  Status put = client.KvPutBatch(kProgressPartition, {key}, {}, cols);
+  if (put.code() != StatusCode::kAlreadyExists) return put;
+  SLUICE_ASSIGN_OR_RETURN(const tq::KvValue there, client.KvGet(kProgressPartition, key, {column::kPublishedVersion}));
+  SLUICE_ASSIGN_OR_RETURN(const int64_t version, RecordedVersion(there));
+  if (version != r.version) {
+    return Status::DataLoss("the hub records step " + std::to_string(r.step) + " with version " +
+                            std::to_string(version) + ", the trainer published " + std::to_string(r.version));
+  }
+  return Status::Ok();
+}
+
+Result<TrainerRecord> ReadTrainerRecord(tq::TransferQueueClient& client, const TrainerRecord& known) {
+  TrainerRecord out = known;
+  while (true) {
+    Result<tq::KvValue> next =
+        client.KvGet(kProgressPartition, TrainerRecordKey(out.step + 1), {column::kPublishedVersion});
+    if (!next.ok()) {
+      if (next.status().code() == StatusCode::kNotFound) return out;  // not recorded yet
+      return next.status();
+    }
+    SLUICE_ASSIGN_OR_RETURN(const int64_t version, RecordedVersion(*next));
+    if (version < out.version) {
+      return Status::DataLoss("the trainer's record of step " + std::to_string(out.step + 1) + " says version " +
+                              std::to_string(version) + ", after " + std::to_string(out.version));
+    }
+    out = {out.step + 1, version};
+  }
+}
+
 }  // namespace sluice::pipeline

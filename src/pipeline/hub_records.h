@@ -1,5 +1,6 @@
 // The pipeline's records in the hub, read and written by the roles: the
-// cells of the typed columns (checked against the type each column is
+// hub's schema (partitions, tasks, columns), the trainer's progress
+// records, the cells of the typed columns (checked against the type each column is
 // written with), an answer's tokens as the trainer reads them, the answer
 // keys and the write that may have been made already, the step plan trainer
 // rank 0 hands the other ranks, each rank's record of the rows it trained,
@@ -24,6 +25,50 @@
 namespace sluice::pipeline {
 
 namespace tq = transfer_queue;
+
+// The hub's schema: three partitions and three consuming tasks:
+//   prompts   one row per prompt (group id = its cursor in the run's prompt
+//             order; columns prompt, example, reference_answer), written by
+//             the prompt feeder, consumed by the rollout
+//   rollouts  one row per answer, G rows a group, consumed by reward and train
+//   progress  the trainer's records (TrainerRecord), read by key: its task
+//             ("progress") never takes them (a partition's rows count as
+//             ready for each of its tasks, and a partition without any is
+//             every task's)
+inline constexpr char kPromptPartition[] = "prompts";
+inline constexpr char kRolloutPartition[] = "rollouts";
+inline constexpr char kProgressPartition[] = "progress";
+inline constexpr char kRolloutTask[] = "rollout";
+inline constexpr char kRewardTask[] = "reward";
+inline constexpr char kTrainTask[] = "train";
+inline constexpr char kProgressTask[] = "progress";
+// The hub's ack log in the run directory: {"hub":"started","from_step":S}
+// when an attempt's hub starts (S: the step it resumes after), then the
+// controller's line per ack (transfer_queue/controller.h, ack_log).
+inline constexpr char kHubAckLog[] = "hub_acks.jsonl";
+// Each trainer rank's record of the hub rows it trains, step by step, in
+// <run.dir>/trained_rows-rank<R>.jsonl: {"step":S,"rank":R,"rows":[...]}.
+inline constexpr char kTrainedRowsPrefix[] = "trained_rows-rank";
+
+// The hub's columns, named once. A row is one answer; its group id tag is
+// the prompt's cursor in the run's prompt order.
+namespace column {
+inline constexpr char kPrompt[] = "prompt";                       // I32 [tokens]: the prompt the rollout fed
+inline constexpr char kResponse[] = "response";                   // I32 [tokens]
+inline constexpr char kLogprobs[] = "logprobs";                   // F32 [tokens]: behaviour logprob per token
+inline constexpr char kVersions[] = "versions";                   // I64 [tokens]: policy version per token
+inline constexpr char kAnswerIndex[] = "answer_index";            // I32 []: which of the group's G answers
+inline constexpr char kExample[] = "example";                     // I64 []: index in the task's train split
+inline constexpr char kReferenceAnswer[] = "reference_answer";    // U8 [bytes]: what the reward compares with
+inline constexpr char kReward[] = "reward";                       // F32 []: written by the reward role
+inline constexpr char kPublishedVersion[] = "published_version";  // I64 []: a trainer record's
+}  // namespace column
+
+// The hub's columns with their types, as listed above, and its tasks.
+std::vector<tq::ColumnSchema> HubColumns();
+std::vector<std::string> HubTasks();
+// Creates the three partitions, each with its consumers.
+Status CreateHubPartitions(tq::TransferQueueClient& client, int64_t group_size);
 
 template <typename T>
 HostTensor VectorTensor(DType dtype, const std::vector<T>& v) {
@@ -124,6 +169,27 @@ Result<HubDepths> ReadHubDepths(tq::TransferQueueClient& client);
 // scored. (Not a count of rewards: an answer generated again after its
 // prompt was trained is scored too.)
 bool AllScored(const HubDepths& depths, uint64_t prompts);
+
+// The trainer's progress, recorded in the hub for the rollout's admission on
+// every host: after the update of step S is applied and published (when S
+// publishes a version) and before S's groups are acked, trainer rank 0 (for
+// pipeline.trainer_command, the launcher: that command's acks are its
+// progress) writes the key TrainerRecordKey(S) with the newest version
+// published, once. Steps are recorded in order, every one from the run's
+// start.
+struct TrainerRecord {
+  int64_t step = 0;           // steps trained (the run's, counted from 0)
+  PolicyVersion version = 0;  // the newest version published by then
+};
+std::string TrainerRecordKey(int64_t step);
+// Writes `r` (a record there already, from the same trainer, stands: OK if
+// it says the same, DataLoss if not).
+Status WriteTrainerRecord(tq::TransferQueueClient& client, const TrainerRecord& r);
+// The newest record after `known` (the attempt's start step with version
+// 0, or what the caller read last): the steps after it, in order, up to the
+// first not recorded yet; `known` when none is. DataLoss for a record whose
+// version is below the one before it.
+Result<TrainerRecord> ReadTrainerRecord(tq::TransferQueueClient& client, const TrainerRecord& known);
 
 }  // namespace sluice::pipeline
 

@@ -113,8 +113,8 @@ Result<int64_t> ClaimJoinedIndex(const PipelineOptions& po, const std::string& s
   SLUICE_ASSIGN_OR_RETURN(const int64_t joined,
                           client->AddShared(std::string(kRanksJoinedPrefix) + PipelineRoleName(role), 1));
   const int64_t index = (rollout ? po.AllRolloutReplicas() : po.AllRewardWorkers()) + joined - 1;
-  if (index >= RoleBoard::kMaxReplicas) {
-    return Status::OutOfRange("joining: a run has at most " + std::to_string(RoleBoard::kMaxReplicas) + " " +
+  if (index >= RunHealth::kMaxReplicas) {
+    return Status::OutOfRange("joining: a run has at most " + std::to_string(RunHealth::kMaxReplicas) + " " +
                               (rollout ? "rollout replicas" : "reward workers") + "; this would be number " +
                               std::to_string(index + 1));
   }
@@ -131,7 +131,7 @@ Result<RoleConnection> JoinLaunchedRun(const PipelineOptions& po, const std::str
       PipelineProcessTitle(role, index) + (trainer ? " of " + std::to_string(po.trainer_ranks) : std::string());
   const int64_t declared = role == PipelineRole::kRollout ? po.AllRolloutReplicas() : po.AllRewardWorkers();
   const bool placed = trainer                          ? index >= 1 && index < po.trainer_ranks && !joined
-                      : joined                         ? index >= declared && index < RoleBoard::kMaxReplicas
+                      : joined                         ? index >= declared && index < RunHealth::kMaxReplicas
                       : role == PipelineRole::kRollout ? index >= po.rollout_replicas && index < declared
                                                        : index >= po.reward_workers && index < declared;
   if (!placed) return Status::InvalidArgument(who + ": not a process of the run on another host");
@@ -289,18 +289,19 @@ Status ServeHubStorage(const RunOptions& options, int64_t index, const std::stri
   // elsewhere reports its own: it beats while its server's I/O thread goes
   // round its loop, and what it does ("serve hub storage") dates from that
   // thread's last turn. A frozen process or server shows there by name.
-  RoleBoard board{};
-  const BoardSlot slot(PipelineRole::kTrainer, 0);  // (its own board's first slot)
-  board.activity[slot.index].store(static_cast<uint32_t>(RoleActivity::kServeHub));
+  const std::unique_ptr<RunHealth> health = RunHealth::InProcess();
+  const HealthSlot slot(PipelineRole::kTrainer, 0);  // (its own run health's first slot)
+  (void)health->SetActivity(slot.index, static_cast<uint32_t>(RoleActivity::kServeHub));
   const std::string beat_key = RemoteBeatKey(HubStorageProcessName(index)), host = HostName();
   for (int64_t seq = 1;; ++seq) {
     const int64_t io_age_ms = server->counters().io_loop_age_ms;
     if (io_age_ms < kServerTurnLimit.count()) {
-      board.Beat(slot);
-      board.activity_since_ns[slot.index].store(
-          (std::chrono::steady_clock::now() - milliseconds(io_age_ms)).time_since_epoch().count());
+      health->Beat(slot);
+      SlotHealth h = health->Slot(slot.index);
+      h.activity_since_ns = (std::chrono::steady_clock::now() - milliseconds(io_age_ms)).time_since_epoch().count();
+      health->Mirror(slot.index, h);
     }
-    (void)store->SetShared(beat_key, EncodeRemoteBeat(board, slot.index, seq, ::getpid(), host));
+    (void)store->SetShared(beat_key, EncodeRemoteBeat(*health, slot.index, seq, ::getpid(), host));
     Result<std::string> stopped = store->GetShared(kHubStoppedKey, milliseconds(1000));
     if (stopped.ok()) {
       (void)store->SetShared(kHubStoragePrefix + std::to_string(index) + "/done", "1");

@@ -27,25 +27,26 @@ constexpr int kChunksPerPoll = 16;
 
 }  // namespace
 
-std::string EncodeRemoteBeat(const RoleBoard& board, int slot, int64_t seq, pid_t pid, const std::string& host,
+std::string EncodeRemoteBeat(const RunHealth& health, int slot, int64_t seq, pid_t pid, const std::string& host,
                              bool failed) {
   const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-  const int64_t beat = board.heartbeat_ns[slot].load(), since = board.activity_since_ns[slot].load();
+  const SlotHealth h = health.Slot(slot);
+  const int64_t beat = h.beat_ns, since = h.activity_since_ns;
   auto age_ms = [&](int64_t t) { return t <= 0 ? int64_t{-1} : (now - t) / 1000000; };
   return nlohmann::json{{"seq", seq},
                         {"beat_age_ms", age_ms(beat)},
-                        {"finished", beat == RoleBoard::kRoleFinished && !failed},
+                        {"finished", beat == SlotHealth::kFinished && !failed},
                         {"failed", failed},
-                        {"activity", board.activity[slot].load()},
+                        {"activity", h.activity},
                         {"activity_age_ms", age_ms(since)},
                         {"pid", pid},
                         {"host", host},
                         {"clock_us", TraceClockOffsetUs()},
-                        {"tokens", board.rollout_tokens.load()},
-                        {"busy_us", board.rollout_busy_us.load()},
-                        {"slot_steps", board.rollout_slot_steps.load()},
-                        {"active_slot_steps", board.rollout_active_slot_steps.load()},
-                        {"reward_errors", board.reward_errors.load()}}
+                        {"tokens", health.rollout().tokens},
+                        {"busy_us", health.rollout().busy_us},
+                        {"slot_steps", health.slot_steps()},
+                        {"active_slot_steps", health.active_slot_steps()},
+                        {"reward_errors", health.reward_errors()}}
       .dump();
 }
 
@@ -158,7 +159,7 @@ bool RemoteBeats::TakeTrace(trainer::DataParallelStore& store, Process& p) {
   return more;
 }
 
-void RemoteBeats::Poll(trainer::DataParallelStore& store, RoleBoard& board, bool now_please) {
+void RemoteBeats::Poll(trainer::DataParallelStore& store, RunHealth& health, bool now_please) {
   const auto now = std::chrono::steady_clock::now();
   if (!now_please && now < next_poll_) return;
   next_poll_ = now + std::chrono::seconds(1);
@@ -197,17 +198,12 @@ void RemoteBeats::Poll(trainer::DataParallelStore& store, RoleBoard& board, bool
     const RemoteCounters& c = b->counters;
     if (c.tokens >= p.seen.tokens && c.busy_us >= p.seen.busy_us && c.slot_steps >= p.seen.slot_steps &&
         c.active_slot_steps >= p.seen.active_slot_steps && c.reward_errors >= p.seen.reward_errors) {
-      board.rollout_tokens += c.tokens - p.seen.tokens;
-      board.rollout_busy_us += c.busy_us - p.seen.busy_us;
-      board.rollout_slot_steps += c.slot_steps - p.seen.slot_steps;
-      board.rollout_active_slot_steps += c.active_slot_steps - p.seen.active_slot_steps;
-      board.reward_errors += c.reward_errors - p.seen.reward_errors;
+      // (a replica's to its own counters too; -1: the totals only)
+      health.AddDecoding(p.rollout_replica, c.busy_us - p.seen.busy_us, c.tokens - p.seen.tokens);
+      health.AddSlotSteps(c.slot_steps - p.seen.slot_steps, c.active_slot_steps - p.seen.active_slot_steps);
+      health.AddRewardErrors(c.reward_errors - p.seen.reward_errors);
       added_.tokens += c.tokens - p.seen.tokens;
       added_.reward_errors += c.reward_errors - p.seen.reward_errors;
-      if (p.rollout_replica >= 0 && p.rollout_replica < RoleBoard::kMaxReplicas) {
-        board.replica_tokens[p.rollout_replica] += c.tokens - p.seen.tokens;
-        board.replica_busy_us[p.rollout_replica] += c.busy_us - p.seen.busy_us;
-      }
     } else if (!p.warned) {
       SLUICE_LOG(WARNING) << p.name << ": its counters went backwards in one life; they are not added";
       p.warned = true;
@@ -215,16 +211,15 @@ void RemoteBeats::Poll(trainer::DataParallelStore& store, RoleBoard& board, bool
     p.seen = c;
     TakeTrace(store, p);
     auto at = [&](int64_t age_ms) { return age_ms < 0 ? int64_t{0} : now_ns - age_ms * 1000000; };
-    board.heartbeat_ns[p.slot].store(b->finished ? RoleBoard::kRoleFinished : at(b->beat_age_ms));
-    board.activity[p.slot].store(b->activity);
-    board.activity_since_ns[p.slot].store(at(b->activity_age_ms));
+    health.Mirror(p.slot,
+                  {b->finished ? SlotHealth::kFinished : at(b->beat_age_ms), b->activity, at(b->activity_age_ms)});
   }
 }
 
-void RemoteBeats::Finish(trainer::DataParallelStore& store, RoleBoard& board, std::chrono::milliseconds timeout) {
+void RemoteBeats::Finish(trainer::DataParallelStore& store, RunHealth& health, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
-    Poll(store, board, /*now_please=*/true);
+    Poll(store, health, /*now_please=*/true);
     const auto now = std::chrono::steady_clock::now();
     const bool waiting = std::any_of(processes_.begin(), processes_.end(), [&](const Process& p) {
       return p.pid != 0 && !p.final && now - p.heard < kAliveFor;

@@ -3,7 +3,7 @@
 // launcher takes it in:
 //
 //   process elsewhere (its link thread, once a second)     rank 0's launcher (RemoteBeats)
-//     "beat/<process>": heartbeat, activity, counters  ──►  its board slot (the watchdog,
+//     "beat/<process>": heartbeat, activity, counters  ──►  its slot in the run health (the watchdog,
 //       (tokens, decode time, reward errors), clock          the live counters, the
 //                                                            trainer's step records)
 //     "trace/<process>/<pid>/<n>": its trace, whole    ──►  roles/trace-<process>.jsonl
@@ -24,22 +24,22 @@
 
 #include "sluice/common/status.h"
 #include "sluice/pipeline/roles.h"
+#include "sluice/pipeline/run_health.h"
 #include "sluice/trainer/data_parallel.h"
-#include "stream_roles.h"
 
 namespace sluice::pipeline {
 
 std::string RemoteBeatKey(const std::string& process_name);
 
-// A process's report: its own board's `slot` (heartbeat and activity as
+// A process's report: its own run health's `slot` (heartbeat and activity as
 // ages, since the hosts' steady clocks differ), its counters, its clock
 // (TraceClockOffsetUs), pid and host. `seq` grows with each report;
 // kFinalReport is the last (`failed`: the role returned an error).
 inline constexpr int64_t kFinalReport = INT64_MAX;
-std::string EncodeRemoteBeat(const RoleBoard& board, int slot, int64_t seq, pid_t pid, const std::string& host,
+std::string EncodeRemoteBeat(const RunHealth& health, int slot, int64_t seq, pid_t pid, const std::string& host,
                              bool failed = false);
 
-// A process's counters so far (its own board's totals).
+// A process's counters so far (its own run health's totals).
 struct RemoteCounters {
   int64_t tokens = 0, busy_us = 0, slot_steps = 0, active_slot_steps = 0, reward_errors = 0;
 };
@@ -73,10 +73,10 @@ class TraceShipper {
   int64_t next_ = 0;
 };
 
-// Rank 0's side: mirrors each process's reports onto its board slot (the
+// Rank 0's side: mirrors each process's reports onto its slot (the
 // watchdog reads them as it reads the local ones; a report that stops
 // changing leaves the heartbeat where it was, and it ages), adds the
-// counters' growth to the board's (a rollout replica's to its own too),
+// counters' growth to the run health's (a rollout replica's to its own too),
 // and with `trace_part` set appends each process's trace to the path it
 // names for the process, on this host's clock.
 class RemoteBeats {
@@ -88,19 +88,19 @@ class RemoteBeats {
     std::function<std::string(const std::string& name)> trace_part;
   };
   explicit RemoteBeats(Options options) : options_(std::move(options)) {}
-  // A process to hear from, mirrored onto board slot `slot`; a rollout
+  // A process to hear from, mirrored onto slot `slot`; a rollout
   // replica's counters go to its replica's too (`rollout_replica` >= 0).
   void Add(const std::string& name, int slot, int64_t rollout_replica = -1);
   bool empty() const { return processes_.empty(); }
 
   // Reads the reports, once a second (`now`: at once).
-  void Poll(trainer::DataParallelStore& store, RoleBoard& board, bool now = false);
+  void Poll(trainer::DataParallelStore& store, RunHealth& health, bool now = false);
   // At the run's end, once the ranks' store says it ended: waits up to
   // `timeout` for the last report (and trace) of every process heard from
   // in the last few seconds.
-  void Finish(trainer::DataParallelStore& store, RoleBoard& board, std::chrono::milliseconds timeout);
+  void Finish(trainer::DataParallelStore& store, RunHealth& health, std::chrono::milliseconds timeout);
 
-  // What the processes elsewhere added to the board's counters so far.
+  // What the processes elsewhere added to the run health's counters so far.
   int64_t tokens() const { return added_.tokens; }
   int64_t reward_errors() const { return added_.reward_errors; }
 

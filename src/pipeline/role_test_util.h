@@ -49,7 +49,7 @@ inline std::optional<RoleArguments> RoleFromArguments() {
   c.role = *ParsePipelineRole(role);
   c.hub = ArgumentValue(args, "--hub");
   c.weights = ArgumentValue(args, "--weights");
-  c.board = ArgumentValue(args, "--board");
+  c.health = ArgumentValue(args, "--health");
   c.start_step = std::stoll(ArgumentValue(args, "--start-step"));
   c.start_version = std::stoll(ArgumentValue(args, "--start-version"));
   const std::string rank = ArgumentValue(args, "--trainer-rank");

@@ -1,6 +1,7 @@
 #include "sluice/pipeline/run.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "common/testing/skip.h"
 #include "role_test_util.h"
 #include "sluice/common/file_util.h"
+#include "sluice/common/shm.h"
 #include "sluice/model/weights.h"
 #include "sluice/pipeline/evaluator.h"
 #include "sluice/pipeline/options_table.h"
@@ -607,6 +609,91 @@ TEST(ReadLeasedRowsTest, RowsWhoseLeaseWasLostAreDroppedNotTheRun) {
   auto read = ReadLeasedRows(client, *held, std::chrono::seconds(60), "rollout");
   ASSERT_TRUE(read.ok() && read->has_value()) << read.status().ToString();
   EXPECT_EQ((*read)->columns.at("prompt").size(), 1u);
+}
+
+// The trainer's progress records in the hub: read in order up to the first
+// step not recorded, a record written again stands when it says the same,
+// and a record that contradicts one (or goes back in version) is data loss.
+TEST(TrainerRecordTest, RecordsAreReadInOrderUpToTheFirstMissingStep) {
+  tq::HubOptions options;
+  options.controller.columns = HubColumns();
+  options.controller.tasks = HubTasks();
+  options.storage_units = 1;
+  auto hub = tq::TransferQueueHub::Create(options);
+  ASSERT_TRUE(hub.ok()) << hub.status().ToString();
+  tq::TransferQueueClient client = (*hub)->client();
+  ASSERT_TRUE(CreateHubPartitions(client, 2).ok());
+  const TrainerRecord start{3, 5};  // a run resumed at step 3, version 5
+  auto read = ReadTrainerRecord(client, start);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->step, 3);
+  EXPECT_EQ(read->version, 5);
+  ASSERT_TRUE(WriteTrainerRecord(client, {4, 5}).ok());  // sync_interval 2: step 4 publishes nothing
+  ASSERT_TRUE(WriteTrainerRecord(client, {5, 6}).ok());
+  ASSERT_TRUE(WriteTrainerRecord(client, {7, 7}).ok());  // step 6 not recorded yet
+  read = ReadTrainerRecord(client, start);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->step, 5);
+  EXPECT_EQ(read->version, 6);
+  ASSERT_TRUE(WriteTrainerRecord(client, {6, 6}).ok());
+  read = ReadTrainerRecord(client, *read);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->step, 7);
+  EXPECT_EQ(read->version, 7);
+  EXPECT_TRUE(WriteTrainerRecord(client, {6, 6}).ok()) << "the same record again stands";
+  EXPECT_EQ(WriteTrainerRecord(client, {6, 7}).code(), StatusCode::kDataLoss);
+  // A record that goes back in version is refused, not trusted.
+  ASSERT_TRUE(WriteTrainerRecord(client, {8, 2}).ok());
+  EXPECT_EQ(ReadTrainerRecord(client, *read).status().code(), StatusCode::kDataLoss);
+}
+
+// The run's health in a shared segment: what one opening writes another
+// reads (the launcher and its role processes), an opening of a segment that
+// is not one is refused, and the creator's segment goes with it.
+TEST(RunHealthTest, ASharedSegmentIsOneRunHealthForEveryOpening) {
+  const std::string name = "/sluice-test-health-" + std::to_string(::getpid());
+  auto launcher = RunHealth::CreateShared(name);
+  ASSERT_TRUE(launcher.ok()) << launcher.status().ToString();
+  auto role = RunHealth::OpenShared(name);
+  ASSERT_TRUE(role.ok()) << role.status().ToString();
+  const HealthSlot slot(PipelineRole::kRollout, 4);
+  EXPECT_EQ((*launcher)->DescribeActivity(4), "starting");
+  (*role)->Beat(slot);
+  EXPECT_GT((*launcher)->Slot(4).beat_ns, 0);
+  EXPECT_EQ((*launcher)->DescribeActivity(4), "between activities");
+  {
+    RoleDoing doing(**role, slot, RoleActivity::kDecodeStep, /*traced=*/false);
+    EXPECT_EQ((*launcher)->DescribeActivity(4), "decode step");
+  }
+  EXPECT_EQ((*launcher)->DescribeActivity(4), "between activities");
+  (*role)->AddDecoding(2, 100, 7);
+  (*role)->AddDecoding(RunHealth::kMaxReplicas, 1, 1);  // counted in the totals only
+  EXPECT_EQ((*launcher)->rollout().tokens, 8);
+  EXPECT_EQ((*launcher)->replica(2).busy_us, 100);
+  (*role)->Label(4, PipelineRole::kRollout, 2);
+  ASSERT_TRUE((*launcher)->LabelOf(4).has_value());
+  EXPECT_EQ((*launcher)->LabelOf(4)->index, 2);
+  EXPECT_FALSE((*launcher)->LabelOf(5).has_value());
+  // Core lending: a lent worker runs only while the rollout is idle.
+  EXPECT_FALSE((*launcher)->EnterLentCore());
+  EXPECT_EQ((*role)->lent_workers_running(), 0);
+  (*role)->SetRolloutIdle(true);
+  EXPECT_TRUE((*launcher)->EnterLentCore());
+  EXPECT_EQ((*role)->lent_workers_running(), 1);
+  (*launcher)->LeaveLentCore();
+  EXPECT_FALSE((*role)->StopRequested());
+  (*launcher)->RequestStop();
+  EXPECT_TRUE((*role)->StopRequested());
+  (*role)->Finished(slot);
+  EXPECT_EQ((*launcher)->Slot(4).beat_ns, SlotHealth::kFinished);
+  // A segment of another size is not a run health.
+  const std::string other = name + "-other";
+  auto wrong = SharedMemorySegment::Create(other, 64);
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_EQ(RunHealth::OpenShared(other).status().code(), StatusCode::kDataLoss);
+  ASSERT_TRUE(SharedMemorySegment::Unlink(other).ok());
+  launcher->reset();
+  EXPECT_EQ(RunHealth::OpenShared(name).status().code(), StatusCode::kNotFound);
 }
 
 // The thread budget each mode is given, as the benchmark prints it: sync

@@ -3,7 +3,7 @@
 // (TrainingRun::RunRole). The processes launched on other hosts meet it
 // through the ranks' store (ranks_store.h; their side: rank_agent.cc).
 //
-//   launcher: TransferQueueServer (shm arena) + RoleBoard segment
+//   launcher: TransferQueueServer (shm arena) + RunHealth segment
 //     ├─ trainer process  ── ShmPublisher ──┐  CheckpointEngine shm store
 //     ├─ rollout process  ── ShmSubscriber ─┘  (+ StandbyWeights)
 //     └─ reward process
@@ -14,7 +14,7 @@
 // learns of versions late, never early, so the bound holds as in threads
 // mode). Stopping: a role that fails exits non-zero; the supervisor then stops
 // the others, as it does on the launcher's stop flag (SIGINT). Whatever way
-// the run ends, the launcher removes the weight store, the board and the hub's
+// the run ends, the launcher removes the weight store, the run health and the hub's
 // arena, and reaps every child.
 //
 // pipeline.trainer_command replaces the trainer process with a user's
@@ -237,24 +237,6 @@ Status PlaceHubStorage(const PipelineOptions& po, trainer::DataParallelStore& st
   return Status::Ok();
 }
 
-// The board segment, mapped read-write.
-struct MappedBoard {
-  SharedMemorySegment segment;
-  RoleBoard* board = nullptr;
-};
-
-Result<MappedBoard> OpenBoard(const std::string& name) {
-  SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment segment, SharedMemorySegment::Open(name, ShmAccess::kReadWrite));
-  if (segment.size() < sizeof(RoleBoard)) {
-    return Status::DataLoss("role board " + name + " is " + std::to_string(segment.size()) + " bytes, expected " +
-                            std::to_string(sizeof(RoleBoard)));
-  }
-  MappedBoard m;
-  m.board = reinterpret_cast<RoleBoard*>(segment.data());
-  m.segment = std::move(segment);
-  return m;
-}
-
 // How long the run's hub keeps a write open before aborting it (see
 // WriteAnswerOnce in stream_roles.cc: a restarted replica or worker waits
 // that long for an answer a dead one was writing).
@@ -270,20 +252,21 @@ uint64_t HubBytes(const RunOptions& o) {
 }
 
 // Removes what launchers killed without a chance to clean up (SIGKILL, a
-// crash) left in shared memory: role boards and weight stores are named
+// crash) left in shared memory: run health segments and weight stores are named
 // after their launcher ("<pid>-<start time>-<n>"), so one whose launcher is
 // gone belongs to a dead run. (The hub's arena is swept by the hub itself.)
 void SweepDeadRuns() {
   Result<std::vector<std::string>> names = ListShmSegments({kShmPrefix});
   if (!names.ok()) return;
-  const std::string board_prefix = ShmSegmentName({kShmPrefix, "board"}) + ".";
+  const std::string health_prefix = ShmSegmentName({kShmPrefix, "health"}) + ".";
   const std::string store_prefix = ShmSegmentName({kShmPrefix}) + ".run-";
   std::set<std::string> dead_stores;
   for (const std::string& name : *names) {
-    if (name.rfind(board_prefix, 0) == 0) {
-      const std::optional<ProcessIdentity> owner = OwnerNamedIn(std::string_view(name).substr(board_prefix.size()));
+    if (name.rfind(health_prefix, 0) == 0) {
+      const std::optional<ProcessIdentity> owner = OwnerNamedIn(std::string_view(name).substr(health_prefix.size()));
       if (owner && !IsProcessAlive(*owner) && SharedMemorySegment::Unlink(name).ok()) {
-        SLUICE_LOG(INFO) << "removed the role board " << name << " of a dead launcher (pid " << owner->pid << ")";
+        SLUICE_LOG(INFO) << "removed the run health segment " << name << " of a dead launcher (pid " << owner->pid
+                         << ")";
       }
     } else if (name.rfind(store_prefix, 0) == 0) {
       const std::string_view rest = std::string_view(name).substr(store_prefix.size());
@@ -354,7 +337,7 @@ std::string DescribeProcessState(pid_t pid) {
 }
 
 // The launcher's watchdog (pipeline.stall_seconds): called on every poll of
-// the supervisor, it reports each role whose heartbeat on the board is older
+// the supervisor, it reports each role whose heartbeat in the run health is older
 // than the limit, once per stall, and says when it moves again. Before its
 // first turn a role is starting (exec, libtorch, the model, the hub and the
 // weight store): that gets at least pipeline.stall_start_seconds. With stop_on_stall the first stall ends the
@@ -364,19 +347,19 @@ class StallWatch {
   struct Role {
     std::string name;  // the supervisor's
     std::string what;  // in reports: "the rollout role", "trainer rank 1", "rollout replica 2"
-    int slot;          // on the board
+    int slot;          // in the run health
     pid_t pid = -1;
     std::chrono::steady_clock::time_point started{};
     // A process on another host: its host's name once it reported (its
-    // heartbeat reaches the board through the ranks' store, RemoteBeats).
+    // heartbeat reaches the run health through the ranks' store, RemoteBeats).
     bool remote = false;
     std::string host{};
   };
   // `pid_of`: a role process's pid now (-1 while it waits to be restarted):
   // a restarted one starts its watch afresh.
-  StallWatch(RoleBoard& board, std::vector<Role> roles, const PipelineOptions& po,
+  StallWatch(RunHealth& health, std::vector<Role> roles, const PipelineOptions& po,
              std::function<pid_t(const std::string&)> pid_of)
-      : board_(board),
+      : health_(health),
         roles_(std::move(roles)),
         limit_(std::chrono::seconds(po.stall_seconds)),
         start_allowance_(std::chrono::seconds(po.stall_start_seconds)),
@@ -391,12 +374,10 @@ class StallWatch {
     for (Role& r : roles_) {
       const pid_t pid = pid_of_(r.name);
       if (r.remote || pid == r.pid || pid < 0) continue;
-      // A new life: it starts again, from nothing on the board.
+      // A new life: it starts again, from nothing said.
       r.pid = pid;
       r.started = now;
-      board_.heartbeat_ns[r.slot].store(0);
-      board_.activity[r.slot].store(static_cast<uint32_t>(RoleActivity::kStarting));
-      board_.activity_since_ns[r.slot].store(0);
+      health_.Restart(r.slot);
     }
     if (limit_.count() == 0) return Status::Ok();
     // Each role's silence; reports of those past their limit.
@@ -405,8 +386,8 @@ class StallWatch {
     for (size_t i = 0; i < roles_.size(); ++i) {
       const Role& r = roles_[i];
       if (!r.remote && pid_of_(r.name) < 0) continue;  // waiting to be started again
-      const int64_t beat = board_.heartbeat_ns[r.slot].load(std::memory_order_relaxed);
-      if (beat == RoleBoard::kRoleFinished) continue;
+      const int64_t beat = health_.Slot(r.slot).beat_ns;
+      if (beat == SlotHealth::kFinished) continue;
       const auto last = beat == 0 ? r.started : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(beat));
       const auto quiet = std::chrono::duration_cast<std::chrono::seconds>(now - last);
       const std::chrono::seconds limit = beat == 0 ? std::max(limit_, start_allowance_) : limit_;
@@ -445,10 +426,10 @@ class StallWatch {
   }
 
  private:
-  // "in 'decode step' for 312 s": what the role last marked on the board.
+  // "in 'decode step' for 312 s": what the role last said it does.
   std::string DescribeActivity(const Role& r, std::chrono::steady_clock::time_point now) const {
-    const int64_t since = board_.activity_since_ns[r.slot].load(std::memory_order_relaxed);
-    const std::string name = DescribeSlotActivity(board_, r.slot);
+    const int64_t since = health_.Slot(r.slot).activity_since_ns;
+    const std::string name = health_.DescribeActivity(r.slot);
     const auto from = since == 0 ? r.started : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(since));
     return "in '" + name + "' for " +
            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - from).count()) + " s";
@@ -469,7 +450,7 @@ class StallWatch {
   }
 
  private:
-  RoleBoard& board_;
+  RunHealth& health_;
   std::vector<Role> roles_;
   const std::chrono::seconds limit_;
   const std::chrono::seconds start_allowance_;
@@ -619,7 +600,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   const std::string tag =
       std::to_string(me.pid) + "-" + std::to_string(me.start_time) + "-" + std::to_string(runs.fetch_add(1));
   const std::string store_name = "run-" + tag;
-  const std::string board_name = ShmSegmentName({kShmPrefix, "board", tag});
+  const std::string health_name = ShmSegmentName({kShmPrefix, "health", tag});
 
   // The roles start from this process's weights (after the warm start, or
   // the resumed checkpoint's).
@@ -782,33 +763,28 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
                         end_for_ranks};
   tq::TransferQueueClient local(server->controller(), server->storage());  // this process's view of the hub
   SLUICE_RETURN_IF_ERROR(CreateHubPartitions(local, s.options.rl.group_size));
-  SLUICE_ASSIGN_OR_RETURN(SharedMemorySegment board_segment,
-                          SharedMemorySegment::Create(board_name, sizeof(RoleBoard)));
-  auto* board = reinterpret_cast<RoleBoard*>(board_segment.data());  // zero-filled: every counter 0
-  board->trainer_step.store(s.step);
-  board->trainer_version.store(s.version);
+  // (unlinked when it goes)
+  SLUICE_ASSIGN_OR_RETURN(const std::unique_ptr<RunHealth> health, RunHealth::CreateShared(health_name));
+  health->RecordTrainer(s.step, s.version);
   // pipeline.trainer_command replaces the trainer process with a user's; the
   // trainer ranks this launcher starts (the others were launched elsewhere).
   const bool external = !po.trainer_command.empty();
   const int64_t local_ranks = po.wiring.local_trainer_ranks > 0 ? po.wiring.local_trainer_ranks : po.trainer_ranks;
-  const std::vector<BoardProcess> processes =
-      BoardProcesses(external ? 1 : local_ranks, po.rollout_replicas, po.reward_workers);
-  // Stopped before the board and the hub go (it reads both).
-  Result<std::unique_ptr<MetricsServer>> serving = StreamRoles::ServeMetrics(s, *board, local, processes, server.get());
-  if (!serving.ok()) {
-    board_segment.Reset();
-    (void)SharedMemorySegment::Unlink(board_name);
-    return serving.status().WithContext("run.metrics_listen");
-  }
+  const std::vector<RoleProcess> processes =
+      RoleProcesses(external ? 1 : local_ranks, po.rollout_replicas, po.reward_workers);
+  // Stopped before the run health and the hub go (it reads both).
+  Result<std::unique_ptr<MetricsServer>> serving =
+      StreamRoles::ServeMetrics(s, *health, local, processes, server.get());
+  if (!serving.ok()) return serving.status().WithContext("run.metrics_listen");
   std::unique_ptr<MetricsServer> metrics_server = std::move(serving).value();
 
   // The prompts are fed from here, the one process that reads the training
-  // split; a failure stops the roles through the board.
+  // split; a failure stops the roles.
   Status fed;
   BackgroundThread feeder("prompts");
   SLUICE_RETURN_IF_ERROR(feeder.Start([&](std::stop_token stop) {
-    fed = StreamRoles::FeedPrompts(s, local, *board, [&] { return stop.stop_requested(); });
-    if (!fed.ok()) board->stop.store(1);
+    fed = StreamRoles::FeedPrompts(s, local, *health, [&] { return stop.stop_requested(); });
+    if (!fed.ok()) health->RequestStop();
   }));
 
   Status result = [&]() -> Status {
@@ -865,7 +841,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     }
     SLUICE_ASSIGN_OR_RETURN(auto supervisor, runtime::Supervisor::Create({}));
     std::vector<StallWatch::Role> watched;
-    int trainer_command_slot = -1;  // pipeline.trainer_command's board slot, when watched
+    int trainer_command_slot = -1;  // pipeline.trainer_command's slot, when watched
     for (const auto& [role, rank, slot] : processes) {
       runtime::ChildSpec spec;
       spec.name = ProcessName(role, rank);
@@ -898,10 +874,10 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       spec.args.push_back("--role=" + PipelineRoleName(role));
       spec.args.push_back("--hub=" + server->endpoint());
       spec.args.push_back("--weights=" + store_name);
-      spec.args.push_back("--board=" + board_name);
+      spec.args.push_back("--health=" + health_name);
       spec.args.push_back("--start-step=" + std::to_string(s.step));
       spec.args.push_back("--start-version=" + std::to_string(s.version));
-      spec.args.push_back("--board-slot=" + std::to_string(slot));
+      spec.args.push_back("--health-slot=" + std::to_string(slot));
       if (role == PipelineRole::kTrainer && po.trainer_ranks > 1) {
         spec.args.push_back("--trainer-rank=" + std::to_string(rank));
         spec.args.push_back("--trainer-store=" + store_at);
@@ -915,7 +891,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
         spec.max_restarts = static_cast<int32_t>(po.max_restarts);
       }
       SLUICE_RETURN_IF_ERROR(supervisor->Start(spec).WithContext("starting the " + spec.name + " role"));
-      if (slot < 0) continue;  // beyond the board: not watched
+      if (slot < 0) continue;  // beyond the slots: not watched
       const bool one_of_many = role == PipelineRole::kTrainer   ? rank > 0
                                : role == PipelineRole::kRollout ? po.rollout_replicas > 1
                                                                 : po.reward_workers > 1;
@@ -924,7 +900,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
       watched.push_back({spec.name, what, slot, supervisor->PidOf(spec.name)});
     }
     // Processes on other hosts: watched through the heartbeats they report
-    // to the ranks' store, mirrored onto board slots after the local ones
+    // to the ranks' store, mirrored onto slots after the local ones
     // (those that join later too, as they join), with their counters and
     // (run.trace) their parts of the trace.
     StallWatch* watch_of_remote = nullptr;  // (set once the watch exists, before the first poll)
@@ -937,20 +913,18 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     }
     RemoteBeats remote_beats(remote_options);
     int next_slot = 3;
-    for (const BoardProcess& p : processes) next_slot = std::max(next_slot, p.slot + 1);
-    // The next free slot, as at a process's start (none beyond the board: not watched).
+    for (const RoleProcess& p : processes) next_slot = std::max(next_slot, p.slot + 1);
+    // The next free slot, as at a process's start (none beyond the slots: not watched).
     auto fresh_slot = [&]() -> std::optional<int> {
-      if (next_slot >= RoleBoard::kSlots) return std::nullopt;
+      if (next_slot >= RunHealth::kSlots) return std::nullopt;
       const int slot = next_slot++;
-      board->heartbeat_ns[slot].store(0);
-      board->activity[slot].store(static_cast<uint32_t>(RoleActivity::kStarting));
-      board->activity_since_ns[slot].store(0);
+      health->Restart(slot);
       return slot;
     };
     auto remote_role = [&](PipelineRole role, int64_t i) -> std::optional<StallWatch::Role> {
       const std::optional<int> slot = fresh_slot();
       if (!slot) return std::nullopt;
-      board->Label(*slot, role, i);
+      health->Label(*slot, role, i);
       StallWatch::Role r{ProcessName(role, i), PipelineProcessTitle(role, i), *slot, -1};
       r.remote = true;
       remote_beats.Add(r.name, *slot, role == PipelineRole::kRollout ? i : -1);
@@ -977,13 +951,13 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     for (int64_t i = 0; i < po.remote_storage_units; ++i) {
       const std::optional<int> slot = fresh_slot();
       if (!slot) break;
-      board->LabelHubStorage(*slot, i);
+      health->LabelHubStorage(*slot, i);
       StallWatch::Role r{HubStorageProcessName(i), "hub storage rank " + std::to_string(i), *slot, -1};
       r.remote = true;
       storage_beats.Add(r.name, *slot);
       watched.push_back(std::move(r));
     }
-    StallWatch watch(*board, std::move(watched), po, [&](const std::string& name) { return supervisor->PidOf(name); });
+    StallWatch watch(*health, std::move(watched), po, [&](const std::string& name) { return supervisor->PidOf(name); });
     watch_of_remote = &watch;
     // A rollout replica or reward worker that died: its hub leases go back
     // to the others at once, not when they run out (worker_lease_seconds).
@@ -1010,12 +984,19 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     auto next_trainer_probe = std::chrono::steady_clock::now();
     uint64_t trainer_acked = 0;
     int64_t trainer_version = s.version;
+    // The trainer command's progress record (TrainerRecord), which the
+    // rollout's admission reads: its acks are its progress (it acks a step's
+    // groups after publishing), in whole steps, with the version published
+    // before them.
+    TrainerRecord external_record{s.step, s.version};
+    auto next_record = std::chrono::steady_clock::now();
+    const uint64_t step_answers = static_cast<uint64_t>(s.options.rl.prompts_per_step * s.options.rl.group_size);
     std::map<PipelineRole, int64_t> joined = {{PipelineRole::kRollout, 0}, {PipelineRole::kReward, 0}};
     auto check = [&]() -> Status {
       release_dead();
       if (relay) SLUICE_RETURN_IF_ERROR(relay->status());
-      if (!remote_beats.empty()) remote_beats.Poll(*rank_store, *board);
-      if (!storage_beats.empty()) storage_beats.Poll(*rank_store, *board);
+      if (!remote_beats.empty()) remote_beats.Poll(*rank_store, *health);
+      if (!storage_beats.empty()) storage_beats.Poll(*rank_store, *health);
       // A rank launched elsewhere that refused the run, and processes that
       // joined it (once a second).
       if (rank_store && remote_processes && std::chrono::steady_clock::now() >= next_refusal_check) {
@@ -1027,7 +1008,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
           const std::string name = PipelineRoleName(role);
           Result<std::string> count = rank_store->GetShared(kRanksJoinedPrefix + name, milliseconds(0));
           // (a number from the network: no more than a run can have)
-          const int64_t now = std::min<int64_t>(count.ok() ? std::atoll(count->c_str()) : 0, RoleBoard::kMaxReplicas);
+          const int64_t now = std::min<int64_t>(count.ok() ? std::atoll(count->c_str()) : 0, RunHealth::kMaxReplicas);
           if (now <= seen) continue;
           SLUICE_LOG(INFO) << now - seen << " more " << name << " process(es) joined the run from other hosts (" << now
                            << " beyond the launch)";
@@ -1036,8 +1017,19 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
           for (int64_t i = seen; i < now; ++i) {
             if (std::optional<StallWatch::Role> r = remote_role(role, declared + i)) watch.Add(*r);
           }
-          if (role == PipelineRole::kRollout) board->joined_rollout_replicas.store(static_cast<int32_t>(now));
+          if (role == PipelineRole::kRollout) health->SetJoinedRolloutReplicas(static_cast<int32_t>(now));
           seen = now;
+        }
+      }
+      if (external && std::chrono::steady_clock::now() >= next_record) {
+        next_record = std::chrono::steady_clock::now() + milliseconds(20);
+        SLUICE_ASSIGN_OR_RETURN(const uint64_t acked, StreamRoles::TrainTaskAcked(local));
+        const PolicyVersion version = store_reader->latest_version();  // (read after the acks)
+        const int64_t trained =
+            std::min<int64_t>(s.step + static_cast<int64_t>(acked / step_answers), s.options.rl.steps);
+        while (external_record.step < trained) {
+          external_record = {external_record.step + 1, std::max(version, external_record.version)};
+          SLUICE_RETURN_IF_ERROR(WriteTrainerRecord(local, external_record));
         }
       }
       // The trainer command's progress, once a second: each ack or publish
@@ -1051,9 +1043,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
           trainer_acked = acked;
           trainer_version = version;
           const int64_t now_ns = std::chrono::steady_clock::now().time_since_epoch().count();
-          board->activity[trainer_command_slot].store(static_cast<uint32_t>(did));
-          board->activity_since_ns[trainer_command_slot].store(now_ns);
-          board->heartbeat_ns[trainer_command_slot].store(now_ns);
+          health->Mirror(trainer_command_slot, {now_ns, static_cast<uint32_t>(did), now_ns});
         }
       }
       if (external && !checked_exit && supervisor->HasExited(PipelineRoleName(PipelineRole::kTrainer))) {
@@ -1067,9 +1057,9 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     if (!remote_beats.empty()) {
       // The processes elsewhere stop now: their last counters and trace.
       end_for_ranks.Say(waited);
-      remote_beats.Finish(*rank_store, *board, std::min<milliseconds>(rank_timeout, milliseconds(10000)));
-      SLUICE_LOG(INFO) << "rollout: " << board->rollout_tokens.load() << " tokens generated, " << remote_beats.tokens()
-                       << " of them on other hosts; " << board->reward_errors.load() << " reward error(s), "
+      remote_beats.Finish(*rank_store, *health, std::min<milliseconds>(rank_timeout, milliseconds(10000)));
+      SLUICE_LOG(INFO) << "rollout: " << health->rollout().tokens << " tokens generated, " << remote_beats.tokens()
+                       << " of them on other hosts; " << health->reward_errors() << " reward error(s), "
                        << remote_beats.reward_errors() << " of them on other hosts";
     }
     if (relay) {
@@ -1080,12 +1070,12 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     return waited;
   }();
 
-  board->stop.store(1);
+  health->RequestStop();
   feeder.Stop();
   // A feeding error is the cause when there is one (the roles it stopped fail after it).
   if (!fed.ok()) result = fed.WithContext("feeding prompts");
   end_for_ranks.Say(result);
-  s.stream_stats = board->Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
+  s.stream_stats = health->Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
   const tq::ServerCounters hub = server->counters();
   s.stream_stats.hub_requests = static_cast<int64_t>(hub.requests);
   s.stream_stats.hub_ring_requests = static_cast<int64_t>(hub.ring_requests);
@@ -1096,9 +1086,6 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
   metrics_server.reset();
   // Cleanup, whatever happened: the roles are gone (reaped), so nothing is in use.
   server->Stop();
-  board_segment.Reset();
-  Status unlinked = SharedMemorySegment::Unlink(board_name);
-  if (!unlinked.ok()) SLUICE_LOG(WARNING) << "role board: " << unlinked.ToString();
   Status destroyed = ce::DestroyShmStore(kShmPrefix, store_name);
   if (!destroyed.ok() && destroyed.code() != StatusCode::kNotFound) {
     SLUICE_LOG(WARNING) << "weight store " << store_name << ": " << destroyed.ToString();
@@ -1127,13 +1114,15 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   if (c.remote && c.role == PipelineRole::kTrainer && c.trainer_rank == 0) {
     return Status::InvalidArgument("trainer rank 0 runs on the launcher's host");
   }
-  // A rank on another host has no board: one of its own, which nobody else reads.
-  MappedBoard mapped;
-  RoleBoard own_board{};
-  if (!c.remote) {
-    SLUICE_ASSIGN_OR_RETURN(mapped, OpenBoard(c.board));
+  // The run's health on this host; a process on another host keeps its own,
+  // which it reports to rank 0's launcher (below).
+  std::unique_ptr<RunHealth> own_health;
+  if (c.remote) {
+    own_health = RunHealth::InProcess();
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(own_health, RunHealth::OpenShared(c.health));
   }
-  RoleBoard& board = c.remote ? own_board : *mapped.board;
+  RunHealth& health = *own_health;
   tq::RemoteOptions ro;
   ro.token = c.hub_token;
   ro.shm = c.remote ? tq::ShmMode::kOff : tq::ShmMode::kAuto;
@@ -1142,9 +1131,9 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
   tq::TransferQueueClient client = queue.client();
   const bool follower = c.role == PipelineRole::kTrainer && c.trainer_rank > 0;
   const int64_t index = c.role == PipelineRole::kTrainer ? c.trainer_rank : c.replica;
-  const BoardSlot slot(c.role, c.board_slot >= 0 ? static_cast<int>(c.board_slot) : static_cast<int>(c.role));
+  const HealthSlot slot(c.role, c.health_slot >= 0 ? static_cast<int>(c.health_slot) : static_cast<int>(c.role));
   // The launcher stops a role process on its host by signal and reads its
-  // heartbeat on the board. A process elsewhere stops when rank 0's launcher
+  // heartbeat in the run health. A process elsewhere stops when rank 0's launcher
   // marks the run ended in the ranks' store (or is gone: LauncherLife), ends
   // as the run did, and reports its heartbeat there once a second (for the
   // launcher's watchdog).
@@ -1174,9 +1163,9 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     SLUICE_RETURN_IF_ERROR(link.Start([&, key, where](std::stop_token stop) {
       for (int64_t seq = 1; !stop.stop_requested(); ++seq) {
         if (shipper) shipper->Ship(*link_store, /*max_chunks=*/8);  // (before the report that announces it)
-        (void)link_store->SetShared(key, EncodeRemoteBeat(board, slot.index, seq, ::getpid(), where));
+        (void)link_store->SetShared(key, EncodeRemoteBeat(health, slot.index, seq, ::getpid(), where));
         if (std::optional<Status> end; !ended.load() && (end = launcher.Ended(*link_store))) {
-          if (!end->ok()) board.stop.store(1);  // (a trainer rank waiting for a plan stops too)
+          if (!end->ok()) health.RequestStop();  // (a trainer rank waiting for a plan stops too)
           std::lock_guard lock(end_mu);
           run_end = *end;
           ended.store(true);
@@ -1191,7 +1180,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
         std::remove(trace_file.c_str());
       }
       (void)link_store->SetShared(key,
-                                  EncodeRemoteBeat(board, slot.index, kFinalReport, ::getpid(), where, failed.load()));
+                                  EncodeRemoteBeat(health, slot.index, kFinalReport, ::getpid(), where, failed.load()));
     }));
   }
   auto stopping = [&] { return ended.load(); };
@@ -1215,7 +1204,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     if (finished) {
       SLUICE_LOG(INFO) << ProcessName(c.role, index) << ": the run's work for this role is done";
       const Status done = end_as_the_run(Status::Ok());
-      board.Finished(slot);
+      health.Finished(slot);
       failed.store(!done.ok());
       return done;
     }
@@ -1235,7 +1224,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
                                           ", the launcher at " + std::to_string(c.start_step));
       }
       if (follower) {
-        done = StreamRoles::FollowTrainer(s, client, board, slot);
+        done = StreamRoles::FollowTrainer(s, client, health, slot);
         break;
       }
       SLUICE_ASSIGN_OR_RETURN(TensorMap initial, model::ExportWeights(*s.policy));
@@ -1250,7 +1239,7 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       t.weights = publisher.get();
       s.lease_holder = LeaseHolder(ProcessName(c.role, c.trainer_rank), ::getpid());  // named in the hub's ack log
       done = StreamRoles::RunTrainer(
-          s, client, t, board, [this] { return Evaluate(); }, progress);
+          s, client, t, health, [this] { return Evaluate(); }, progress);
       break;
     }
     case PipelineRole::kRollout: {
@@ -1283,11 +1272,10 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
       StreamRoles::Rollout r{served,  standby.get(),
                              weights, slot,
                              index,   po.AllRolloutReplicas() > 1 || index > 0 ? ProcessName(c.role, index) + " " : ""};
-      if (c.remote) r.trainer_start_version = c.start_version;
-      done = StreamRoles::RunRollout(s, client, r, board, stopping);
+      done = StreamRoles::RunRollout(s, client, r, health, stopping);
       standby->Stop();
       if (c.remote) {
-        SLUICE_LOG(INFO) << name << ": " << board.replica_tokens[index].load() << " tokens generated; "
+        SLUICE_LOG(INFO) << name << ": " << health.replica(index).tokens << " tokens generated; "
                          << ReceivedVersions(broadcast) << " version(s) received over the broadcast, the last "
                          << weights->latest_version();
       }
@@ -1295,19 +1283,19 @@ Status TrainingRun::RunRole(const RoleConnection& c, const ProgressFn& progress)
     }
     case PipelineRole::kReward:
       s.lease_holder = LeaseHolder(ProcessName(c.role, index) + (c.remote ? "@" + HostName() : ""), ::getpid());
-      done = StreamRoles::RunReward(s, client, board, stopping, slot,
+      done = StreamRoles::RunReward(s, client, health, stopping, slot,
                                     po.AllRewardWorkers() > 1 || index > 0 ? ProcessName(c.role, index) + " " : "");
       if (c.remote && done.ok()) {
-        SLUICE_LOG(INFO) << s.lease_holder << ": done scoring, " << board.reward_errors.load() << " reward error(s)";
+        SLUICE_LOG(INFO) << s.lease_holder << ": done scoring, " << health.reward_errors() << " reward error(s)";
       }
       break;
   }
   done = end_as_the_run(done);
-  board.Finished(slot);
+  health.Finished(slot);
   failed.store(!done.ok());  // (for a process elsewhere: its last report)
   // The others stop at their next check. Not for a rollout replica or reward
   // worker the launcher may start again: its supervisor decides.
-  if (!done.ok() && (c.role == PipelineRole::kTrainer || po.max_restarts == 0)) board.stop.store(1);
+  if (!done.ok() && (c.role == PipelineRole::kTrainer || po.max_restarts == 0)) health.RequestStop();
   if (Status traced = TraceRecorder::Global().Finish(); !traced.ok()) {
     SLUICE_LOG(WARNING) << "run.trace: " << traced.ToString();
   }

@@ -32,24 +32,24 @@ constexpr auto kPoll = milliseconds(50);
 // How often an idle engine looks again for prompts to admit.
 constexpr auto kIdlePoll = milliseconds(2);
 
-// The roles over each step's interval, from the board's counters: the
+// The roles over each step's interval, from the run health's counters: the
 // rollout's tokens and busy share (its rate is what it generated meanwhile,
 // gen_seconds = the interval, not the trained tokens), per replica with
 // several (a replica elsewhere's counters come through the launcher,
 // RemoteBeats), and the trainer's busy share.
 class RolloutMeter {
  public:
-  RolloutMeter(const RoleBoard& board, int64_t replicas, Clock::time_point start)
-      : board_(board),
-        replicas_(replicas > 1 ? std::min<int64_t>(replicas, RoleBoard::kMaxReplicas) : 0),
+  RolloutMeter(const RunHealth& health, int64_t replicas, Clock::time_point start)
+      : health_(health),
+        replicas_(replicas > 1 ? std::min<int64_t>(replicas, RunHealth::kMaxReplicas) : 0),
         start_(start),
-        busy_us_(board.rollout_busy_us.load()),
-        tokens_(board.rollout_tokens.load()),
+        busy_us_(health.rollout().busy_us),
+        tokens_(health.rollout().tokens),
         replica_busy_us_(replicas_),
         replica_tokens_(replicas_) {
     for (int64_t k = 0; k < replicas_; ++k) {
-      replica_busy_us_[k] = board.replica_busy_us[k].load();
-      replica_tokens_[k] = board.replica_tokens[k].load();
+      replica_busy_us_[k] = health.replica(k).busy_us;
+      replica_tokens_[k] = health.replica(k).tokens;
     }
   }
 
@@ -57,11 +57,11 @@ class RolloutMeter {
   // figures go into `rec` (whose train_seconds is set).
   void Record(Clock::time_point now, StepRecord* rec) {
     const double interval = std::max(1e-9, std::chrono::duration<double>(now - start_).count());
-    const int64_t busy_us = board_.rollout_busy_us.load(), tokens = board_.rollout_tokens.load();
+    const int64_t busy_us = health_.rollout().busy_us, tokens = health_.rollout().tokens;
     rec->rollout_tokens = tokens - tokens_;
     rec->rollout_busy = std::min(1.0, static_cast<double>(busy_us - busy_us_) / 1e6 / interval);
     for (int64_t k = 0; k < replicas_; ++k) {
-      const int64_t replica_busy = board_.replica_busy_us[k].load(), replica_tokens = board_.replica_tokens[k].load();
+      const int64_t replica_busy = health_.replica(k).busy_us, replica_tokens = health_.replica(k).tokens;
       rec->replica_tokens.push_back(replica_tokens - replica_tokens_[k]);
       rec->replica_busy.push_back(
           std::min(1.0, static_cast<double>(replica_busy - replica_busy_us_[k]) / 1e6 / interval));
@@ -76,7 +76,7 @@ class RolloutMeter {
   }
 
  private:
-  const RoleBoard& board_;
+  const RunHealth& health_;
   const int64_t replicas_;
   Clock::time_point start_;
   int64_t busy_us_, tokens_;
@@ -223,90 +223,12 @@ Result<std::optional<tq::BatchData>> ReadLeasedRows(tq::TransferQueueClient& cli
   return std::optional<tq::BatchData>();
 }
 
-const char* RoleActivityName(RoleActivity a) {
-  switch (a) {
-    case RoleActivity::kStarting:
-      return "starting";
-    case RoleActivity::kPutPrompts:
-      return "put prompts";
-    case RoleActivity::kTakePrompts:
-      return "take prompts";
-    case RoleActivity::kDecodeStep:
-      return "decode step";
-    case RoleActivity::kWriteAnswer:
-      return "write answer";
-    case RoleActivity::kWaitAdmission:
-      return "wait for admission";
-    case RoleActivity::kTakeAnswer:
-      return "take answer";
-    case RoleActivity::kScore:
-      return "score";
-    case RoleActivity::kWriteReward:
-      return "write reward";
-    case RoleActivity::kWaitForGroups:
-      return "wait for groups";
-    case RoleActivity::kTrainStep:
-      return "train step";
-    case RoleActivity::kPublish:
-      return "publish";
-    case RoleActivity::kAck:
-      return "ack";
-    case RoleActivity::kEvaluate:
-      return "evaluate";
-    case RoleActivity::kWaitForPlan:
-      return "wait for step plan";
-    case RoleActivity::kReadShard:
-      return "read shard";
-    case RoleActivity::kServeHub:
-      return "serve hub storage";
-    case RoleActivity::kCount:
-      break;
-  }
-  return "unknown";
-}
-
-std::string DescribeSlotActivity(const RoleBoard& board, int slot) {
-  if (slot < 0 || slot >= RoleBoard::kSlots) return "unknown";
-  const uint32_t a = board.activity[slot].load(std::memory_order_relaxed);
-  if (a >= static_cast<uint32_t>(RoleActivity::kCount)) return "unknown";
-  if (a == static_cast<uint32_t>(RoleActivity::kStarting) && board.heartbeat_ns[slot].load() != 0) {
-    return "between activities";
-  }
-  return RoleActivityName(static_cast<RoleActivity>(a));
-}
-
 int32_t TraceTrack(PipelineRole role) { return static_cast<int32_t>(role) + 1; }
 
 void TraceThisThread(PipelineRole role, const std::string& thread_name) {
   TraceRecorder& trace = TraceRecorder::Global();
   trace.SetThreadTrack(TraceTrack(role), PipelineRoleName(role));
   trace.NameThread(thread_name);
-}
-
-namespace {
-int64_t SteadyNs() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
-}  // namespace
-
-RoleDoing::RoleDoing(RoleBoard& board, BoardSlot slot, RoleActivity activity, bool traced)
-    : board_(board),
-      slot_(slot),
-      activity_(activity),
-      before_(RoleBoard::Watched(slot)
-                  ? board.activity[slot.index].exchange(static_cast<uint32_t>(activity), std::memory_order_relaxed)
-                  : 0),
-      start_us_(traced && TraceRecorder::Global().enabled() ? TraceNowUs() : -1) {
-  if (RoleBoard::Watched(slot_)) board_.activity_since_ns[slot_.index].store(SteadyNs(), std::memory_order_relaxed);
-}
-
-RoleDoing::~RoleDoing() {
-  if (start_us_ >= 0) {
-    static constexpr const char* kCategory[] = {"trainer", "rollout", "reward"};  // by PipelineRole
-    TraceRecorder::Global().Complete(RoleActivityName(activity_), kCategory[static_cast<int>(slot_.role)], start_us_,
-                                     TraceNowUs());
-  }
-  if (!RoleBoard::Watched(slot_)) return;
-  board_.activity[slot_.index].store(before_, std::memory_order_relaxed);
-  board_.activity_since_ns[slot_.index].store(SteadyNs(), std::memory_order_relaxed);
 }
 
 std::string StreamRoles::TracePart(const TrainingRun::State& s, const std::string& part) {
@@ -336,27 +258,13 @@ void StreamRoles::FinishTrace(const TrainingRun::State& s, const std::vector<std
   SLUICE_LOG(INFO) << "trace: " << out << " (" << *events << " events; open it in ui.perfetto.dev)";
 }
 
-std::vector<BoardProcess> BoardProcesses(int64_t trainers, int64_t rollout_replicas, int64_t reward_workers) {
-  std::vector<BoardProcess> out;
-  int next_slot = 3;
-  auto add = [&](PipelineRole role, int64_t count) {
-    for (int64_t i = 0; i < count; ++i) {
-      out.push_back({role, i, i == 0 ? static_cast<int>(role) : next_slot < RoleBoard::kSlots ? next_slot++ : -1});
-    }
-  };
-  add(PipelineRole::kTrainer, trainers);
-  add(PipelineRole::kRollout, rollout_replicas);
-  add(PipelineRole::kReward, reward_workers);
-  return out;
-}
-
-Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingRun::State& s, RoleBoard& board,
+Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingRun::State& s, RunHealth& health,
                                                                  tq::TransferQueueClient& hub,
-                                                                 const std::vector<BoardProcess>& processes,
+                                                                 const std::vector<RoleProcess>& processes,
                                                                  const tq::TransferQueueServer* hub_server) {
   if (s.options.metrics_listen.empty()) return std::unique_ptr<MetricsServer>();
-  for (const BoardProcess& p : processes) board.Label(p.slot, p.role, p.index);
-  auto render = [&board, &hub, hub_server]() {
+  for (const RoleProcess& p : processes) health.Label(p.slot, p.role, p.index);
+  auto render = [&health, &hub, hub_server]() {
     std::string out;
     auto metric = [&out](const char* name, const char* type, const char* help) {
       out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
@@ -367,42 +275,36 @@ Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingR
       out += series + buf;
     };
     metric("sluice_trainer_step", "gauge", "RL steps trained");
-    value("sluice_trainer_step", static_cast<double>(board.trainer_step.load()));
+    value("sluice_trainer_step", static_cast<double>(health.trainer_step()));
     metric("sluice_weight_version", "gauge", "the newest weight version the trainer published");
-    value("sluice_weight_version", static_cast<double>(board.trainer_version.load()));
+    value("sluice_weight_version", static_cast<double>(health.trainer_version()));
     metric("sluice_rollout_tokens_total", "counter", "tokens generated (trained or not)");
-    value("sluice_rollout_tokens_total", static_cast<double>(board.rollout_tokens.load()));
+    value("sluice_rollout_tokens_total", static_cast<double>(health.rollout().tokens));
     metric("sluice_rollout_busy_seconds_total", "counter", "time the rollout spent decoding");
-    value("sluice_rollout_busy_seconds_total", static_cast<double>(board.rollout_busy_us.load()) / 1e6);
+    value("sluice_rollout_busy_seconds_total", static_cast<double>(health.rollout().busy_us) / 1e6);
     metric("sluice_rollout_idle", "gauge", "1 while the rollout has nothing to decode");
-    value("sluice_rollout_idle", static_cast<double>(board.rollout_idle.load()));
+    value("sluice_rollout_idle", health.rollout_idle() ? 1.0 : 0.0);
     metric("sluice_reward_errors_total", "counter", "answers a reward.python function failed on");
-    value("sluice_reward_errors_total", static_cast<double>(board.reward_errors.load()));
+    value("sluice_reward_errors_total", static_cast<double>(health.reward_errors()));
     // Per role process (trainer rank, rollout replica, reward worker; hub
-    // storage ranks too), as labelled on the board (those elsewhere once the
+    // storage ranks too), as labelled in the run health (those elsewhere once the
     // launcher knows them).
     std::vector<std::pair<int, std::string>> labelled;  // (slot, labels)
-    for (int slot = 0; slot < RoleBoard::kSlots; ++slot) {
-      const uint32_t p = board.slot_process[slot].load(), kind = p >> 16;
-      std::string role;
-      if (kind == RoleBoard::kHubStorageLabel) {
-        role = "hub_storage";
-      } else if (kind >= 1 && kind - 1 <= static_cast<uint32_t>(PipelineRole::kReward)) {
-        role = PipelineRoleName(static_cast<PipelineRole>(kind - 1));
-      } else {
-        continue;
-      }
-      labelled.emplace_back(slot, "role=\"" + role + "\",index=\"" + std::to_string(p & 0xffff) + "\"");
+    for (int slot = 0; slot < RunHealth::kSlots; ++slot) {
+      const std::optional<RunHealth::SlotLabel> p = health.LabelOf(slot);
+      if (!p) continue;
+      const std::string role = p->hub_storage ? "hub_storage" : PipelineRoleName(p->role);
+      labelled.emplace_back(slot, "role=\"" + role + "\",index=\"" + std::to_string(p->index) + "\"");
     }
     const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
     metric("sluice_role_seconds_since_progress", "gauge", "since the role's process last went round its loop");
     for (const auto& [slot, labels] : labelled) {
-      const int64_t beat = board.heartbeat_ns[slot].load();
+      const int64_t beat = health.Slot(slot).beat_ns;
       if (beat > 0) value("sluice_role_seconds_since_progress{" + labels + "}", static_cast<double>(now - beat) / 1e9);
     }
     metric("sluice_role_activity", "gauge", "1 for what the role's process is doing now");
     for (const auto& [slot, labels] : labelled) {
-      value("sluice_role_activity{" + labels + ",activity=\"" + DescribeSlotActivity(board, slot) + "\"}", 1);
+      value("sluice_role_activity{" + labels + ",activity=\"" + health.DescribeActivity(slot) + "\"}", 1);
     }
     if (hub_server != nullptr) {
       const tq::ServerCounters c = hub_server->counters();
@@ -436,35 +338,6 @@ Result<std::unique_ptr<MetricsServer>> StreamRoles::ServeMetrics(const TrainingR
   return server;
 }
 
-StreamSummary RoleBoard::Summary(double wall_seconds) const {
-  StreamSummary out;
-  out.wall_seconds = wall_seconds;
-  out.rollout_busy_seconds = static_cast<double>(rollout_busy_us.load()) / 1e6;
-  out.rollout_tokens = rollout_tokens.load();
-  const int64_t slot_steps = rollout_slot_steps.load();
-  out.rollout_occupancy =
-      slot_steps > 0 ? static_cast<double>(rollout_active_slot_steps.load()) / static_cast<double>(slot_steps) : 0;
-  return out;
-}
-
-std::vector<tq::ColumnSchema> HubColumns() {
-  return {{column::kPrompt, DType::kI32, {tq::kRaggedDim}},
-          {column::kResponse, DType::kI32, {tq::kRaggedDim}},
-          {column::kLogprobs, DType::kF32, {tq::kRaggedDim}},
-          {column::kVersions, DType::kI64, {tq::kRaggedDim}},
-          {column::kAnswerIndex, DType::kI32, {}},
-          {column::kExample, DType::kI64, {}},
-          {column::kReferenceAnswer, DType::kU8, {tq::kRaggedDim}},
-          {column::kReward, DType::kF32, {}}};
-}
-
-std::vector<std::string> HubTasks() { return {kRolloutTask, kRewardTask, kTrainTask}; }
-
-Status CreateHubPartitions(tq::TransferQueueClient& client, int64_t group_size) {
-  SLUICE_RETURN_IF_ERROR(client.CreatePartition(kPromptPartition, 0, {kRolloutTask}));
-  return client.CreatePartition(kRolloutPartition, static_cast<uint32_t>(group_size), {kRewardTask, kTrainTask});
-}
-
 Result<bool> StreamRoles::RoleDone(const TrainingRun::State& s, tq::TransferQueueClient& client, PipelineRole role) {
   const RlOptions& rl = s.options.rl;
   const uint64_t prompts = static_cast<uint64_t>((rl.steps - s.step) * rl.prompts_per_step);
@@ -480,7 +353,7 @@ Result<bool> StreamRoles::RoleDone(const TrainingRun::State& s, tq::TransferQueu
   return false;
 }
 
-Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
+Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueClient& client, RunHealth& health,
                                 const std::function<bool()>& stopping) {
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;
@@ -495,14 +368,14 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
   // and those batches more are written ahead, and admitted prompts are
   // always in the hub. (Replicas that join the run count from when they do.)
   auto window = [&] {
-    const int64_t replicas = po.AllRolloutReplicas() + board.joined_rollout_replicas.load();
+    const int64_t replicas = po.AllRolloutReplicas() + health.joined_rollout_replicas();
     return static_cast<uint64_t>((po.EffectiveMaxStaleness() + 2) * P * po.sync_interval +
                                  std::max<int64_t>(1, replicas) * (2 * rl.rollout_slots / rl.group_size + 1));
   };
   TraceRecorder::Global().SetThreadTrack(0, "launcher");
   TraceRecorder::Global().NameThread("prompt feeder");
   for (uint64_t next = start; next < end;) {
-    if (stopping() || board.stop.load() != 0) return Status::Ok();
+    if (stopping() || health.StopRequested()) return Status::Ok();
     SLUICE_ASSIGN_OR_RETURN(tq::ControllerStats stats, client.controller()->Stats());
     uint64_t finished = 0;  // prompts whose answers are all in the hub
     for (const tq::TaskDepth& t : stats.tasks) {
@@ -535,7 +408,7 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
 }
 
 Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& client, const Rollout& r,
-                               RoleBoard& board, const std::function<bool()>& stopping) {
+                               RunHealth& health, const std::function<bool()>& stopping) {
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;
   const int64_t P = rl.prompts_per_step, G = rl.group_size;
@@ -565,29 +438,24 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   // Guarded by mu: the intake, and the prompts admitted but not yet taken
   // from the hub.
   int64_t owed = 0;
-  // The trainer's progress, from the hub (under mu): answers acked on the
-  // train task, the newest version (published before that progress), and
-  // whether it waits for data now (it has taken nothing yet, or its GetMeta
-  // is blocked); and the prompts every replica has taken from the stream,
-  // and finished (all their answers in the hub, whoever generated them).
+  // The trainer's progress, from the hub (under mu): its record (the steps
+  // it trained and the newest version it published by then; the weights
+  // here may be newer), and whether it waits for data now (it has taken
+  // nothing yet, or its GetMeta is blocked); and the prompts every replica
+  // has taken from the stream, and finished (all their answers in the hub,
+  // whoever generated them).
   uint64_t prompts_done = 0;
   const uint64_t run_prompts = static_cast<uint64_t>(intake->end_cursor() - intake->cursor());
+  // (From the attempt's start: no version known yet. A replica started
+  // again mid-run serves a newer version than the records it reads first.)
+  TrainerRecord trainer_record{io.start_step, 0};
   auto trainer_progress = [&]() -> Result<schedule::TrainerProgress> {
+    SLUICE_ASSIGN_OR_RETURN(trainer_record, ReadTrainerRecord(client, trainer_record));
     SLUICE_ASSIGN_OR_RETURN(const HubDepths depths, ReadHubDepths(client));
     const tq::TaskDepth& train = depths.train;
     schedule::TrainerProgress p;
-    p.acked_answers = static_cast<int64_t>(train.acked_total);
-    p.latest_version = r.weights->latest_version();
-    if (r.trainer_start_version >= 0) {
-      // The trainer publishes a step's version, then acks its groups: from
-      // whole steps acked, the version it published before them.
-      const int64_t steps = p.acked_answers / (P * G);
-      p.acked_answers = steps * P * G;
-      const int64_t step = io.start_step + steps, si = po.sync_interval;
-      const PolicyVersion published =
-          r.trainer_start_version + step / si - io.start_step / si + (step == rl.steps && step % si != 0 ? 1 : 0);
-      p.latest_version = std::max(p.latest_version, published);
-    }
+    p.trained_steps = trainer_record.step - io.start_step;
+    p.latest_version = std::max(trainer_record.version, r.weights->latest_version());
     p.waiting = train.waiting > 0 || (train.leased == 0 && train.acked_total == 0);
     p.taken_prompts = static_cast<int64_t>(depths.rollout.acked_total + depths.rollout.leased);
     prompts_done = depths.rollout.acked_total;
@@ -607,9 +475,9 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   std::atomic<int32_t> active{0};  // engines with something to decode
   std::atomic<bool> failed{false};
   struct IdleOnExit {
-    RoleBoard* board;
-    ~IdleOnExit() { board->rollout_idle.store(1); }
-  } idle_on_exit{&board};
+    RunHealth* health;
+    ~IdleOnExit() { health->SetRolloutIdle(true); }
+  } idle_on_exit{&health};
 
   auto run_engine = [&](int32_t e) -> Status {
     TraceThisThread(PipelineRole::kRollout, r.process + "engine " + std::to_string(e));
@@ -620,18 +488,18 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
     eo.switch_policy = po.switch_policy;
     SLUICE_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create({r.model, s.version}, eo));
     engine->SetWeightSwapHook(hooks[static_cast<size_t>(e)]);
-    // This engine's share of the board's idle flag: idle when no engine has work.
+    // This engine's share of the rollout's idle flag: idle when no engine has work.
     struct Busy {
       std::atomic<int32_t>& active;
-      RoleBoard& board;
+      RunHealth& health;
       bool busy = false;
       void Set(bool b) {
         if (b != busy) active += b ? 1 : -1;
         busy = b;
-        board.rollout_idle.store(active.load() == 0 ? 1 : 0);
+        health.SetRolloutIdle(active.load() == 0);
       }
       ~Busy() { Set(false); }
-    } busy{active, board};
+    } busy{active, health};
     rollout::EngineStats seen;
     PolicyVersion traced_version = -1;
     // This engine's prompts in flight, as the hub gave them (what the reward
@@ -756,17 +624,17 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       {
         MutexLock lock(&mu);
         SLUICE_ASSIGN_OR_RETURN(const schedule::TrainerProgress progress, progress_now());
-        trained_steps = progress.acked_answers / (P * G);
+        trained_steps = progress.trained_steps;
       }
       const int64_t needed_end = (io.start_step + trained_steps + std::max<int64_t>(1, po.sync_interval)) * P;
       if (static_cast<int64_t>(lowest) < needed_end) return Status::Ok();  // not yet: asked again next turn
       held.insert(*flagged);
       const PolicyVersion from = engine->policy_version();
       const auto give_up = Clock::now() + std::chrono::seconds(30);
-      RoleDoing doing(board, r.slot, RoleActivity::kWaitAdmission, /*traced=*/false);
+      RoleDoing doing(health, r.slot, RoleActivity::kWaitAdmission, /*traced=*/false);
       while (engine->policy_version() == from && !engine->pending_version() && Clock::now() < give_up && !stopping() &&
-             board.stop.load() == 0 && !failed.load()) {
-        board.Beat(r.slot);
+             !health.StopRequested() && !failed.load()) {
+        health.Beat(r.slot);
         SLUICE_RETURN_IF_ERROR(renew_due());
         SLUICE_RETURN_IF_ERROR(engine->PollWeights());
         std::this_thread::sleep_for(kIdlePoll);
@@ -777,9 +645,9 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       }
       return Status::Ok();
     };
-    while (!stopping() && board.stop.load() == 0 && !failed.load()) {
+    while (!stopping() && !health.StopRequested() && !failed.load()) {
       progress_this_turn.reset();
-      board.Beat(r.slot);
+      health.Beat(r.slot);
       busy.Set(!engine->idle());
       SLUICE_RETURN_IF_ERROR(renew_due());
       // Keep about one batch of prompts waiting so freed slots refill at once.
@@ -822,7 +690,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         // prompt would be generated again after the trainer consumed its
         // answers, and the group would reach the trainer twice.)
         if (owed > 0) {
-          RoleDoing doing(board, r.slot, RoleActivity::kTakePrompts);
+          RoleDoing doing(health, r.slot, RoleActivity::kTakePrompts);
           take.n = 1;
           for (int64_t asked = owed; asked > 0; --asked) {
             auto got = client.GetMeta(take);
@@ -848,7 +716,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         }
       }
       if (taken_now.empty() && engine->idle()) {
-        RoleDoing doing(board, r.slot, RoleActivity::kWaitAdmission, /*traced=*/false);
+        RoleDoing doing(health, r.slot, RoleActivity::kWaitAdmission, /*traced=*/false);
         std::this_thread::sleep_for(kIdlePoll);
       }
       int64_t limit = std::numeric_limits<int64_t>::max();  // shared: the cursors this engine may start now
@@ -898,7 +766,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       busy.Set(!engine->idle());
       // Lent cores come back before decoding: wait for the trainer's lent
       // workers to finish their micro-batches (bounded by one micro-batch).
-      while (!engine->idle() && board.lent_workers_running.load() > 0 && board.stop.load() == 0 && !stopping()) {
+      while (!engine->idle() && health.lent_workers_running() > 0 && !health.StopRequested() && !stopping()) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
       SLUICE_RETURN_IF_ERROR(hold_for_switch());
@@ -907,7 +775,7 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       std::vector<rollout::GenerationResult> done;
       {
         // A step on an idle engine only runs the hook: not traced.
-        RoleDoing doing(board, r.slot, RoleActivity::kDecodeStep, !engine->idle());
+        RoleDoing doing(health, r.slot, RoleActivity::kDecodeStep, !engine->idle());
         SLUICE_ASSIGN_OR_RETURN(done, engine->Step());
       }
       if (s.hooks.hold_for_switch) {
@@ -920,16 +788,14 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
       if (!engine->idle() || !done.empty()) {  // (summed over replicas)
         const int64_t busy_us =
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count() / engines;
-        board.rollout_busy_us += busy_us;
-        board.replica_busy_us[r.replica] += busy_us;
+        health.AddDecoding(r.replica, busy_us, 0);
       }
       const rollout::EngineStats& now = engine->stats();
-      board.rollout_slot_steps += (now.decode_steps - seen.decode_steps) * eo.num_slots;
-      board.rollout_active_slot_steps += now.active_slot_steps - seen.active_slot_steps;
+      health.AddSlotSteps((now.decode_steps - seen.decode_steps) * eo.num_slots,
+                          now.active_slot_steps - seen.active_slot_steps);
       seen = now;
       for (auto& res : done) {
-        board.rollout_tokens += static_cast<int64_t>(res.tokens.size());
-        board.replica_tokens[r.replica] += static_cast<int64_t>(res.tokens.size());
+        health.AddDecoding(r.replica, 0, static_cast<int64_t>(res.tokens.size()));
         const uint64_t c = res.id / static_cast<uint64_t>(G);
         auto prompt_it = in_flight.find(c);
         if (prompt_it == in_flight.end()) return Status::Internal("answer " + std::to_string(res.id) + " of no prompt");
@@ -947,14 +813,14 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
         cols[column::kAnswerIndex] = {HostTensor::Copy(DType::kI32, {}, &answer_index, sizeof(answer_index))};
         cols[column::kExample] = {HostTensor::Copy(DType::kI64, {}, &prompt.example, sizeof(prompt.example))};
         cols[column::kReferenceAnswer] = {prompt.reference_answer};
-        RoleDoing doing(board, r.slot, RoleActivity::kWriteAnswer);
+        RoleDoing doing(health, r.slot, RoleActivity::kWriteAnswer);
         // Keyed by prompt and answer, so an answer is in the hub once: a
         // replica that died before acking its prompt may have written some
         // of them, and the one the prompt went to next finds them there.
         SLUICE_RETURN_IF_ERROR(WriteAnswerOnce(
             client, AnswerKey(c, answer_index), column::kResponse,
             [&] { return client.KvPutBatch(kRolloutPartition, {AnswerKey(c, answer_index)}, {tags}, cols); },
-            [&] { return stopping() || board.stop.load() != 0; }, renew_due));
+            [&] { return stopping() || health.StopRequested(); }, renew_due));
         // The prompt's last answer: done with it; a lease's last prompt: ack it.
         if (--prompt.answers_left > 0) continue;
         const std::vector<tq::LeaseId> leases = std::move(prompt.leases);
@@ -990,8 +856,8 @@ Status StreamRoles::RunRollout(TrainingRun::State& s, tq::TransferQueueClient& c
   return Status::Ok();
 }
 
-Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
-                              const std::function<bool()>& stopping, BoardSlot slot, const std::string& process) {
+Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& client, RunHealth& health,
+                              const std::function<bool()>& stopping, HealthSlot slot, const std::string& process) {
   // Every answer of the run is scored: by this process's loops, or (reward
   // workers, a restarted worker) by others, as the hub says. (The prompts
   // are counted now: in threads mode the trainer moves s.step on.)
@@ -1003,22 +869,22 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
     return Status::Ok();
   };
   std::atomic<bool> failed{false};
-  std::atomic<int64_t> errors_shown{0};  // of s.task's score errors, added to the board
+  std::atomic<int64_t> errors_shown{0};  // of s.task's score errors, added to the run health
   const auto lease = std::chrono::seconds(s.options.pipeline.worker_lease_seconds);
   // One loop per answer the task scores at once (reward.python: its
   // workers); each leases one answer at a time.
   std::atomic<int> loop_ids{0};
   auto run_loop = [&]() -> Status {
     TraceThisThread(PipelineRole::kReward, process + "scorer " + std::to_string(loop_ids.fetch_add(1)));
-    while (!all_scored.load() && !stopping() && board.stop.load() == 0 && !failed.load()) {
-      board.Beat(slot);
+    while (!all_scored.load() && !stopping() && !health.StopRequested() && !failed.load()) {
+      health.Beat(slot);
       // What it scores comes from the hub: the answer, and the reference answer
       // the rollout wrote next to it (no lookup in the dataset).
       Result<tq::BatchMeta> meta = Status::Internal("not taken");
       {
         // Mostly waiting for answers: a span only when one came.
         const int64_t t0 = TraceNowUs();
-        RoleDoing doing(board, slot, RoleActivity::kTakeAnswer, /*traced=*/false);
+        RoleDoing doing(health, slot, RoleActivity::kTakeAnswer, /*traced=*/false);
         tq::GetMetaRequest take;
         take.task = kRewardTask;
         take.columns = {column::kResponse, column::kExample, column::kReferenceAnswer, column::kAnswerIndex};
@@ -1064,21 +930,21 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
       const std::string text = model::DecodeKnown(*s.tokenizer, tokens);
       float reward = 0;
       {
-        RoleDoing doing(board, slot, RoleActivity::kScore);
+        RoleDoing doing(health, slot, RoleActivity::kScore);
         reward = static_cast<float>(s.task->Score(ex, text));
       }
-      // This process's new score errors onto the board (which reward workers
+      // This process's new score errors onto the run health (which reward workers
       // share), each once: the count only grows, loops finish out of order.
       const int64_t errors = static_cast<int64_t>(s.task->score_errors());
       for (int64_t shown = errors_shown.load(); shown < errors;) {
         if (errors_shown.compare_exchange_weak(shown, errors)) {
-          board.reward_errors.fetch_add(errors - shown);
+          health.AddRewardErrors(errors - shown);
           break;
         }
       }
       tq::ColumnBatch cols;
       cols[column::kReward] = {HostTensor::Copy(DType::kF32, {}, &reward, sizeof(reward))};
-      RoleDoing doing(board, slot, RoleActivity::kWriteReward);
+      RoleDoing doing(health, slot, RoleActivity::kWriteReward);
       // An answer whose reward is written already: a worker that died before
       // its ack scored it (its lease ran out); the reward stands.
       SLUICE_ASSIGN_OR_RETURN(const HostTensor* answer_index, Cell(data, column::kAnswerIndex, 0));
@@ -1087,7 +953,7 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
       SLUICE_RETURN_IF_ERROR(WriteAnswerOnce(
           client, AnswerKey(static_cast<uint64_t>(meta->rows[0].tags.group_id), g), column::kReward,
           [&] { return client.PutColumns(meta->row_ids(), cols); },
-          [&] { return stopping() || board.stop.load() != 0; },
+          [&] { return stopping() || health.StopRequested(); },
           [&]() -> Status {
             if (Clock::now() < renew_at) return Status::Ok();
             renew_at = Clock::now() + lease / 3;
@@ -1123,7 +989,7 @@ Status StreamRoles::RunReward(TrainingRun::State& s, tq::TransferQueueClient& cl
 }
 
 Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, const Trainer& t,
-                               RoleBoard& board, const std::function<Result<EvalResult>()>& evaluate,
+                               RunHealth& health, const std::function<Result<EvalResult>()>& evaluate,
                                const ProgressFn& progress) {
   const RlOptions& rl = s.options.rl;
   const PipelineOptions& po = s.options.pipeline;
@@ -1139,29 +1005,27 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
   } restore{s.trainer.get(), own_workers};
   if (po.Lending()) {
     const int32_t own = po.trainer_threads;
-    auto may_run = [&board, own](int32_t w) {
+    auto may_run = [&health, own](int32_t w) {
       if (w < own) return true;
-      board.lent_workers_running.fetch_add(1);  // in first, then look (see RoleBoard)
-      if (board.rollout_idle.load() != 0) return true;
-      board.lent_workers_running.fetch_sub(1);
+      return health.EnterLentCore();
       return false;
     };
-    auto done_running = [&board, own](int32_t w) {
-      if (w >= own) board.lent_workers_running.fetch_sub(1);
+    auto done_running = [&health, own](int32_t w) {
+      if (w >= own) health.LeaveLentCore();
     };
     SLUICE_RETURN_IF_ERROR(s.trainer->SetMicroBatchWorkers(own + po.rollout_threads, may_run, done_running));
   }
 
   TraceThisThread(PipelineRole::kTrainer, "trainer");
   const auto run_start = Clock::now();
-  RolloutMeter meter(board, po.AllRolloutReplicas(), run_start);
+  RolloutMeter meter(health, po.AllRolloutReplicas(), run_start);
   SLUICE_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::Open(s.options.run_dir));
   const std::vector<std::string> columns = {column::kPrompt,   column::kResponse,    column::kLogprobs,
                                             column::kVersions, column::kAnswerIndex, column::kReward};
   StepGroups groups_in(client, columns, G, std::chrono::seconds(po.lease_seconds), s.lease_holder,
                        s.hooks.lose_taken_group);
   while (s.step < rl.steps) {
-    board.Beat(PipelineRole::kTrainer);
+    health.Beat(PipelineRole::kTrainer);
     StepRecord rec;
     rec.step = s.step + 1;
     rec.total_steps = rl.steps;
@@ -1180,12 +1044,12 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
       for (int64_t k = 0; k < P; ++k) step_cursors.push_back(static_cast<uint64_t>(s.step * P + k));
     }
     {
-      RoleDoing waiting(board, PipelineRole::kTrainer, RoleActivity::kWaitForGroups);
+      RoleDoing waiting(health, PipelineRole::kTrainer, RoleActivity::kWaitForGroups);
       SLUICE_RETURN_IF_ERROR(groups_in.TakeStep(po.train_order, P, &step_cursors, [&]() -> Status {
         // While the hub's GetMeta is blocked the hub shows the trainer's
         // demand and the rollout admits nothing past this step.
-        if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
-        board.Beat(PipelineRole::kTrainer);
+        if (health.StopRequested()) return Status::Aborted("the run was stopped");
+        health.Beat(PipelineRole::kTrainer);
         return t.check ? t.check() : Status::Ok();
       }));
     }
@@ -1245,7 +1109,7 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     }
     if (s.hooks.inspect_batch) s.hooks.inspect_batch(rec.step, samples);
     {
-      RoleDoing doing(board, PipelineRole::kTrainer, RoleActivity::kTrainStep);
+      RoleDoing doing(health, PipelineRole::kTrainer, RoleActivity::kTrainStep);
       const bool ranks = s.data_parallel && s.data_parallel->size() > 1;
       // Rank 0's shard, as the trainer takes it (Trainer::Step: DataParallelShard).
       std::vector<tq::RowId> own;
@@ -1263,19 +1127,19 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     }
     ++s.step;
     if (s.step % po.sync_interval == 0 || s.step == rl.steps) {
-      RoleDoing doing(board, PipelineRole::kTrainer, RoleActivity::kPublish);
+      RoleDoing doing(health, PipelineRole::kTrainer, RoleActivity::kPublish);
       ++s.version;
       SLUICE_ASSIGN_OR_RETURN(TensorMap weights, model::ExportWeights(*s.policy));
       if (s.hooks.rewrite_published) s.hooks.rewrite_published(s.version, &weights);
       SLUICE_RETURN_IF_ERROR(t.weights->Publish(s.version, weights));
     }
     TraceRecorder::Global().Counter("weight version", TraceNowUs(), static_cast<double>(s.version));
-    board.trainer_step.store(s.step);
-    board.trainer_version.store(s.version);
-    // Published first, then acked: the rollout's admission reads the acks as
-    // the trainer's progress, with the version published before them.
+    health.RecordTrainer(s.step, s.version);
+    // Published, recorded, then acked: the rollout's admission reads the
+    // record (TrainerRecord) as the trainer's progress.
+    SLUICE_RETURN_IF_ERROR(WriteTrainerRecord(client, {s.step, s.version}));
     {
-      RoleDoing acking(board, PipelineRole::kTrainer, RoleActivity::kAck);
+      RoleDoing acking(health, PipelineRole::kTrainer, RoleActivity::kAck);
       for (tq::LeaseId lease : step_leases) {
         auto acked = client.Ack(lease);
         if (!acked.ok() && acked.status().code() != StatusCode::kFailedPrecondition) return acked.status();
@@ -1292,11 +1156,11 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
     s.elapsed_total = s.elapsed_offset + std::chrono::duration<double>(Clock::now() - run_start).count();
     rec.elapsed_seconds = s.elapsed_total;
     // Roles as threads share one task, whose count has the reward role's
-    // failures; as processes, the reward role's count comes over the board.
+    // failures; as processes, the reward role's count comes through the run health.
     rec.reward_errors =
-        static_cast<int64_t>(s.task->score_errors()) + (po.processes ? board.reward_errors.load() : int64_t{0});
+        static_cast<int64_t>(s.task->score_errors()) + (po.processes ? health.reward_errors() : int64_t{0});
     auto evaluate_traced = [&]() -> Result<EvalResult> {
-      RoleDoing doing(board, PipelineRole::kTrainer, RoleActivity::kEvaluate);
+      RoleDoing doing(health, PipelineRole::kTrainer, RoleActivity::kEvaluate);
       return evaluate();
     };
     SLUICE_RETURN_IF_ERROR(s.FinishStep(rec, metrics, evaluate_traced, progress));
@@ -1304,29 +1168,29 @@ Status StreamRoles::RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& c
   return Status::Ok();
 }
 
-Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, RoleBoard& board,
-                                  BoardSlot slot) {
+Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, RunHealth& health,
+                                  HealthSlot slot) {
   const RlOptions& rl = s.options.rl;
   trainer::DataParallelGroup& ranks = *s.data_parallel;
   const std::vector<std::string> columns = {column::kPrompt, column::kResponse, column::kLogprobs, column::kVersions};
   // For the launcher's watchdog: beats, and what the rank is doing (RoleDoing,
   // also the rank's spans in the run's trace, a row of the trainer's track).
-  auto beat = [&] { board.Beat(slot); };
+  auto beat = [&] { health.Beat(slot); };
   TraceThisThread(PipelineRole::kTrainer, "trainer rank " + std::to_string(ranks.rank()));
   struct Finished {
-    RoleBoard& board;
-    BoardSlot slot;
-    ~Finished() { board.Finished(slot); }
-  } finished{board, slot};
+    RunHealth& health;
+    HealthSlot slot;
+    ~Finished() { health.Finished(slot); }
+  } finished{health, slot};
   while (s.step < rl.steps) {
     const int64_t step = s.step + 1;
-    // Rank 0 may wait minutes for the step's groups: poll, watching the board.
+    // Rank 0 may wait minutes for the step's groups: poll, watching for a stop.
     Result<std::string> bytes = Status::Timeout("");
     {
-      RoleDoing waiting(board, slot, RoleActivity::kWaitForPlan);
+      RoleDoing waiting(health, slot, RoleActivity::kWaitForPlan);
       while (bytes.status().code() == StatusCode::kTimeout) {
         beat();
-        if (board.stop.load() != 0) return Status::Aborted("the run was stopped");
+        if (health.StopRequested()) return Status::Aborted("the run was stopped");
         if (ranks.GetShared(kRanksEndedKey, std::chrono::milliseconds(0)).ok()) {
           return Status::Aborted("the run ended before step " + std::to_string(step) + " (rank 0's launcher says)");
         }
@@ -1356,7 +1220,7 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
     SLUICE_RETURN_IF_ERROR(RecordShard(s.options.run_dir, step, ranks.rank(), own));
     beat();
     if (!shard.empty()) {
-      RoleDoing reading(board, slot, RoleActivity::kReadShard);
+      RoleDoing reading(health, slot, RoleActivity::kReadShard);
       SLUICE_ASSIGN_OR_RETURN(tq::BatchData data, client.GetData(mine));
       for (size_t j = 0; j < shard.size(); ++j) SLUICE_RETURN_IF_ERROR(ReadAnswerTokens(data, j, &samples[shard[j]]));
     }
@@ -1364,7 +1228,7 @@ Status StreamRoles::FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient
     rec.step = step;
     beat();
     {
-      RoleDoing training(board, slot, RoleActivity::kTrainStep);
+      RoleDoing training(health, slot, RoleActivity::kTrainStep);
       SLUICE_RETURN_IF_ERROR(s.TrainOnGroups(samples, &rec));
     }
     beat();

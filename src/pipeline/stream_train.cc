@@ -63,25 +63,24 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
     const State& s;
     ~FinishTrace() { StreamRoles::FinishTrace(s, {"run"}); }
   } finish_trace{s};
-  RoleBoard board{};
-  board.trainer_step.store(s.step);
-  board.trainer_version.store(s.version);
+  const std::unique_ptr<RunHealth> health = RunHealth::InProcess();
+  health->RecordTrainer(s.step, s.version);
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics_server,
-                          StreamRoles::ServeMetrics(s, board, client, BoardProcesses(1, 1, 1), nullptr));
+                          StreamRoles::ServeMetrics(s, *health, client, RoleProcesses(1, 1, 1), nullptr));
   FirstError errors;
   BackgroundThread feeder_thread("prompts"), rollout_thread("rollout"), reward_thread("reward");
   SLUICE_RETURN_IF_ERROR(feeder_thread.Start([&](std::stop_token stop) {
-    errors.Set(StreamRoles::FeedPrompts(s, client, board, [&] { return stop.stop_requested(); }));
+    errors.Set(StreamRoles::FeedPrompts(s, client, *health, [&] { return stop.stop_requested(); }));
   }));
   StreamRoles::Rollout rollout_args;
   rollout_args.model = rollout_model;
   rollout_args.standby = standby.get();
   rollout_args.weights = store.get();
   SLUICE_RETURN_IF_ERROR(rollout_thread.Start([&](std::stop_token stop) {
-    errors.Set(StreamRoles::RunRollout(s, client, rollout_args, board, [&] { return stop.stop_requested(); }));
+    errors.Set(StreamRoles::RunRollout(s, client, rollout_args, *health, [&] { return stop.stop_requested(); }));
   }));
   SLUICE_RETURN_IF_ERROR(reward_thread.Start([&](std::stop_token stop) {
-    errors.Set(StreamRoles::RunReward(s, client, board, [&] { return stop.stop_requested(); }));
+    errors.Set(StreamRoles::RunReward(s, client, *health, [&] { return stop.stop_requested(); }));
   }));
 
   StreamRoles::Trainer trainer_args;
@@ -89,15 +88,15 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   trainer_args.check = [&] { return errors.failed() ? errors.Get() : Status::Ok(); };
   const auto run_start = Clock::now();
   Status trained = StreamRoles::RunTrainer(
-      s, client, trainer_args, board, [this] { return Evaluate(); }, progress);
-  board.stop.store(1);
+      s, client, trainer_args, *health, [this] { return Evaluate(); }, progress);
+  health->RequestStop();
   feeder_thread.Stop();
   rollout_thread.Stop();
   reward_thread.Stop();
   standby->Stop();
   errors.Set(trained);
   SLUICE_RETURN_IF_ERROR(errors.Get());
-  s.stream_stats = board.Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
+  s.stream_stats = health->Summary(std::chrono::duration<double>(Clock::now() - run_start).count());
   return Status::Ok();
 }
 

@@ -46,14 +46,13 @@ Result<int64_t> PromptIntake::Take(int64_t slots, int64_t queued, PolicyVersion 
   if (options_.Shared()) return TakeShared(want, engine_version, now);
   const AdmissionStats seen = admission_->stats();
   const PolicyVersion latest = std::max(now.latest_version, seen.trainer_version);
-  const int64_t acked = now.acked_answers / G;
-  // Never more than is pending: a group the hub delivered twice (a lease that
-  // ran out) is acked twice but admitted once.
-  const int64_t consumed = std::min(acked - retired_, seen.pending);
-  retired_ = acked;
+  const int64_t trained = now.trained_steps * P;
+  // (Never more than is pending.)
+  const int64_t consumed = std::min(trained - retired_, seen.pending);
+  retired_ = trained;
   SLUICE_RETURN_IF_ERROR(admission_->CompleteStep(latest, std::max<int64_t>(consumed, 0)));
   // A waiting trainer's prompts first: nothing past them while it waits.
-  if (now.waiting) want = std::min<int64_t>(want, (options_.start_step + acked / P + 1) * P - cursor_);
+  if (now.waiting) want = std::min<int64_t>(want, (options_.start_step + now.trained_steps + 1) * P - cursor_);
   if (want <= 0) return int64_t{0};
   auto admitted = admission_->Admit(want, engine_version, std::chrono::milliseconds(0));
   if (!admitted.ok()) {
@@ -69,10 +68,7 @@ Result<int64_t> PromptIntake::Take(int64_t slots, int64_t queued, PolicyVersion 
 // the window of v against the latest version.
 int64_t PromptIntake::SharedLimit(const TrainerProgress& now, PolicyVersion engine_version) const {
   const int64_t P = options_.prompts_per_step, ppv = P * options_.sync_interval;
-  // The trainer acks a step's groups together, after its update: whole steps.
-  // (Rounding down also drops groups acked twice, a prompt generated again
-  // after it was trained, as long as there are fewer than P of them.)
-  const int64_t retired = options_.start_step * P + now.acked_answers / options_.group_size / P * P;
+  const int64_t retired = (options_.start_step + now.trained_steps) * P;
   const PolicyVersion latest = std::max<PolicyVersion>(now.latest_version, options_.version);
   const int64_t window = StalenessWindow(options_.max_staleness, engine_version, latest, ppv);
   return window > std::numeric_limits<int64_t>::max() - retired ? std::numeric_limits<int64_t>::max()
@@ -95,7 +91,7 @@ Result<int64_t> PromptIntake::TakeShared(int64_t want, PolicyVersion engine_vers
   cursor_ = std::clamp(options_.start_step * P + now.taken_prompts, options_.start_step * P, end_cursor_);
   int64_t limit = SharedLimit(now, engine_version);
   // A waiting trainer's prompts first: nothing past them while it waits.
-  if (now.waiting) limit = std::min(limit, (options_.start_step + now.acked_answers / options_.group_size / P + 1) * P);
+  if (now.waiting) limit = std::min(limit, (options_.start_step + now.trained_steps + 1) * P);
   const int64_t n = std::clamp<int64_t>(std::min(want, limit - cursor_), 0, end_cursor_ - cursor_);
   cursor_ += n;
   return n;

@@ -29,9 +29,9 @@ TEST(PromptIntakeTest, TakesAboutABatchBeyondTheSlotsWithinTheStaleness) {
   EXPECT_EQ(*n, 8);
   // Full admission: nothing more until the trainer advances.
   EXPECT_EQ(*(*intake)->Take(8, 0, 0, Progress(p)), 0);
-  // The trainer acked a step (4 prompts x 2 answers) and published version 1;
+  // The trainer trained a step (4 prompts) and published version 1;
   // an engine still at version 0 gets nothing, one at version 1 gets 4.
-  p.acked_answers = 8;
+  p.trained_steps = 1;
   p.latest_version = 1;
   EXPECT_EQ(*(*intake)->Take(8, 0, 0, Progress(p)), 0);
   EXPECT_EQ(*(*intake)->Take(8, 0, 1, Progress(p)), 4);
@@ -104,9 +104,9 @@ TEST(PromptIntakeTest, ReplicasShareTheStreamsCursor) {
   EXPECT_EQ(*(*a)->Take(64, 0, 0, Progress(p)), 0) << "together they hold the staleness window";
   EXPECT_EQ(*(*b)->Take(64, 0, 0, Progress(p)), 0);
   EXPECT_EQ(*(*a)->StartLimit(0, Progress(p)), 8);
-  // The trainer acked step 1 and published version 1: an engine at version
+  // The trainer trained step 1 and published version 1: an engine at version
   // 1 may start up to prompt 11, one still at 0 only up to 7.
-  p.acked_answers = 8;
+  p.trained_steps = 1;
   p.latest_version = 1;
   EXPECT_EQ(*(*a)->StartLimit(1, Progress(p)), 12);
   EXPECT_EQ(*(*a)->StartLimit(0, Progress(p)), 8);
@@ -118,7 +118,7 @@ TEST(PromptIntakeTest, ReplicasShareTheStreamsCursor) {
   EXPECT_EQ((*b)->cursor(), 11);
   // At the end of the run nothing is left to take.
   p.taken_prompts = 40;
-  p.acked_answers = 70;
+  p.trained_steps = 8;
   p.latest_version = 9;
   EXPECT_EQ(*(*a)->Take(64, 0, 9, Progress(p)), 0);
 }

@@ -216,7 +216,7 @@ class Run {
   PolicyVersion published_ = 0;
   // Published versions and when the rollout's standby copy of each is ready.
   std::vector<std::pair<double, PolicyVersion>> fills_;
-  int64_t acked_answers_ = 0;
+  int64_t trained_steps_ = 0;
   bool trainer_waiting_ = true;
   int32_t lent_running_ = 0;
   std::deque<Answer> to_score_;
@@ -271,7 +271,7 @@ Status Run::EngineWake(size_t e, double t) {
     const int64_t queued = static_cast<int64_t>(en.waiting.size() + en.running.size());
     auto progress = [&]() -> Result<schedule::TrainerProgress> {
       schedule::TrainerProgress p;
-      p.acked_answers = acked_answers_;
+      p.trained_steps = trained_steps_;
       p.latest_version = published_;
       // (A trainer that takes whatever completes waits for no prompts in
       // particular: nothing is held back for it.)
@@ -522,7 +522,7 @@ Status Run::TrainerWake(double t) {
       published_ = ++trainer_version_;
       fills_.emplace_back(t + c_.weight_fill_s, published_);
     }
-    acked_answers_ += P * G;
+    ++trained_steps_;
     WakeIdleEngines(t);
     out_.steps.back().end_s = t;
     if (step_ == w_.steps) {

@@ -80,7 +80,7 @@ enum class TrainOrder {
 struct LaunchWiring {
   // How to start a role process: this program's path and the arguments that
   // make it run `TrainingRun::RunRole` with this run's config; the launcher
-  // appends --role=..., --hub=..., --weights=..., --board=... (see
+  // appends --role=..., --hub=..., --weights=..., --health=... (see
   // RoleConnection).
   std::vector<std::string> role_command;
   // Where the ranks are, when a launcher (torchrun, Slurm, Open MPI) started

@@ -49,7 +49,7 @@ Status SuperviseLaunchedRank(const PipelineOptions& options, const std::string& 
 // A rollout replica or reward worker joining a launched run beyond the
 // processes the launch declared: numbers it after them (and after those
 // that joined before) through a counter in the ranks' store at `store`.
-// OutOfRange past RoleBoard's 64 replicas / workers.
+// OutOfRange past RunHealth's 64 replicas / workers.
 Result<int64_t> ClaimJoinedIndex(const PipelineOptions& options, const std::string& store, PipelineRole role,
                                  std::chrono::milliseconds wait);
 

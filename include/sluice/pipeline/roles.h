@@ -32,7 +32,7 @@ struct RoleConnection {
   PipelineRole role = PipelineRole::kTrainer;
   std::string hub;      // TransferQueue server endpoint (same-host shared memory when available)
   std::string weights;  // CheckpointEngine shared-memory store name (the trainer publishes, rollout reads)
-  std::string board;    // shared-memory segment of the roles' counters and flags
+  std::string health;   // shared-memory segment of the run's health and control (RunHealth)
   int64_t start_step = 0;
   int64_t start_version = 0;
   // The trainer role with pipeline.trainer_ranks > 1: this process's rank
@@ -41,14 +41,14 @@ struct RoleConnection {
   std::string trainer_store;
   std::string trainer_store_prefix;  // LaunchWiring::trainer_store_prefix
   // Which process of its role this is: the rollout replica or reward
-  // worker index (0-based; trainer ranks use trainer_rank), and its slot on
-  // the board (-1: the role's first slot).
+  // worker index (0-based; trainer ranks use trainer_rank), and its slot in
+  // the run's health (-1: the role's first slot).
   int64_t replica = 0;
-  int64_t board_slot = -1;
+  int64_t health_slot = -1;
   // The hub's token (required when it listens beyond loopback).
   std::string hub_token;
   // A trainer rank launched on another host (torchrun, Slurm, Open MPI): no
-  // role board or shared memory there; the hub over TCP, and the run's end
+  // run health segment or shared memory there; the hub over TCP, and the run's end
   // from the ranks' store.
   bool remote = false;
   // A rollout replica on another host: the rendezvous ("IP:PORT") of the
@@ -60,7 +60,7 @@ struct RoleConnection {
 };
 
 // The flags a launcher appends to pipeline.wiring.role_command (--role, --hub,
-// --weights, --board, ...): a program that starts as a role declares them
+// --weights, --health, ...): a program that starts as a role declares them
 // with AddRoleFlags and reads them with RoleFromFlags (nullopt without
 // --role; the hub token from kHubTokenVariable). Errors: InvalidArgument
 // (an unknown role, connection flags missing, values out of range).

@@ -42,7 +42,10 @@ struct IntakeOptions {
 
 // The trainer's progress as the rollout sees it.
 struct TrainerProgress {
-  int64_t acked_answers = 0;         // answers of the train task acked since the run began
+  // Steps trained since start_step, as the trainer records them: each once
+  // its update is published (with the version, when it publishes one) and
+  // before its groups are acked.
+  int64_t trained_steps = 0;
   PolicyVersion latest_version = 0;  // the newest version published
   bool waiting = false;              // the trainer waits for its step's groups now
   // Shared(): prompts taken from the stream by all replicas since
@@ -99,7 +102,7 @@ class PromptIntake {
   std::unique_ptr<StalenessAdmission> admission_;
   int64_t cursor_;
   const int64_t end_cursor_;
-  int64_t retired_ = 0;  // prompts the trainer acked, as admission knows them
+  int64_t retired_ = 0;  // prompts the trainer trained, as admission knows them
 };
 
 }  // namespace sluice::schedule

@@ -495,8 +495,13 @@ if want stall; then
   start_rank 1 2 "$tmp/ss1.log" "${stall[@]}"
   start_rank 0 2 "$tmp/ss0.log" "${stall[@]}"
   wait_steps "$tmp/ss" 1 > /dev/null
-  # Rank 0's live counters show it while it serves.
-  counters=$(live_counters "$tmp/ss0.log")
+  # Rank 0's live counters show it while it serves; frozen once its heartbeat has reached rank 0
+  # (until then rank 0 gives it the start's allowance, 60 s, not 3 s).
+  for _ in $(seq 50); do
+    counters=$(live_counters "$tmp/ss0.log")
+    grep -q '^sluice_role_seconds_since_progress{role="hub_storage",index="0"}' <<<"$counters" && break
+    sleep 0.2
+  done
   grep -q '^sluice_role_activity{role="hub_storage",index="0",activity="serve hub storage"} 1' <<<"$counters" \
     || fail "stall: rank 0's live counters: $(grep -E "role_activity" <<<"$counters" | head -4)"
   freeze_host1_until_rank0_ends

@@ -839,7 +839,6 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
     // the rollout waiting for its progress: that ends the run.
     bool checked_exit = false;
     auto next_refusal_check = std::chrono::steady_clock::now();
-    auto next_trainer_probe = std::chrono::steady_clock::now();
     uint64_t trainer_acked = 0;
     int64_t trainer_version = s.version;
     // The trainer command's progress record (TrainerRecord), which the
@@ -879,6 +878,8 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
           seen = now;
         }
       }
+      // The trainer command's acks and publishes (every 20 ms): its progress
+      // records, and each ack or publish is a turn of its loop for the watchdog.
       if (external && std::chrono::steady_clock::now() >= next_record) {
         next_record = std::chrono::steady_clock::now() + milliseconds(20);
         SLUICE_ASSIGN_OR_RETURN(const uint64_t acked, StreamRoles::TrainTaskAcked(local));
@@ -889,14 +890,7 @@ Status TrainingRun::RunProcessesOnce(const std::atomic<bool>* stop, bool resumed
           external_record = {external_record.step + 1, std::max(version, external_record.version)};
           SLUICE_RETURN_IF_ERROR(WriteTrainerRecord(local, external_record));
         }
-      }
-      // The trainer command's progress, once a second: each ack or publish
-      // it makes is a turn of its loop for the watchdog.
-      if (trainer_command_slot >= 0 && std::chrono::steady_clock::now() >= next_trainer_probe) {
-        next_trainer_probe = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-        SLUICE_ASSIGN_OR_RETURN(const uint64_t acked, StreamRoles::TrainTaskAcked(local));
-        const int64_t version = store_reader->latest_version();
-        if (acked != trainer_acked || version != trainer_version) {
+        if (trainer_command_slot >= 0 && (acked != trainer_acked || version != trainer_version)) {
           const RoleActivity did = version != trainer_version ? RoleActivity::kPublish : RoleActivity::kAck;
           trainer_acked = acked;
           trainer_version = version;

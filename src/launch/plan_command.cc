@@ -274,11 +274,21 @@ struct PlanOutcome {
   std::string html;  // where to write the page, if anywhere
 };
 
-// Parses the flags (a regime's first) and, unless --help, --sensitivity or
-// --predictive-check, searches every policy's layouts.
-Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
-  PlanOutcome outcome;
-  FlagSet flags;
+// What `sluice plan` was asked to simulate: its flags, read and checked.
+struct PlanSpec {
+  simulate::Accelerator accel;
+  simulate::ModelDims dims;
+  int64_t gpus = 0, prompt_tokens = 0, max_response = 0, median = 0;
+  double spread = 0;
+  std::string lengths_note;  // --lengths-from: what the lengths were fitted to
+  int64_t prompts = 0, group = 0, steps = 0, staleness = 0, rollout_gpus = 0, rollout_tp = 0, train_mp = 1;
+  std::vector<int64_t> row_limits;
+  int64_t micro_batch_tokens = 0, mini_batches = 1;
+  simulate::Efficiency eff;
+  std::vector<Policy> policies;
+};
+
+void AddPlanFlags(FlagSet& flags) {
   flags.Add("regime", "", "a published setting to reproduce (" + RegimeNames() + "); other flags override it");
   flags.Add("hardware", "h100", "the accelerator (h100, h800, h200, h20, a100, 910b)");
   flags.Add("gpus", "64", "accelerators in the cluster");
@@ -314,170 +324,139 @@ Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
   flags.Add("predictive-check", "false",
             "fit verl's unknowns to one cluster size's published runs and predict the other sizes' (about 40 s)",
             /*is_bool=*/true);
-  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.help_requested()) {
-    outcome.help = true;
-    outcome.usage =
-        "usage: sluice plan [--regime=NAME [--sensitivity]] [--hardware=h100 --gpus=64 "
-        "--model=qwen2.5-7b ...] | --predictive-check\n" +
-        flags.Usage();
-    return outcome;
-  }
-  SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
-  SLUICE_ASSIGN_OR_RETURN(std::string regime_name, flags.GetString("regime"));
-  const Regime* regime = nullptr;
-  if (!regime_name.empty()) {
-    for (const Regime& r : Regimes()) {
-      if (regime_name == r.name) regime = &r;
-    }
-    if (regime == nullptr) {
-      return Status::InvalidArgument("--regime: unknown '" + regime_name + "' (known: " + RegimeNames() + ")");
-    }
-    // The regime's settings, then the command line's again (it wins).
-    std::vector<std::string> merged;
-    for (const auto& [k, v] : regime->flags) merged.push_back(std::string("--") + k + "=" + v);
-    merged.insert(merged.end(), args.begin(), args.end());
-    SLUICE_RETURN_IF_ERROR(flags.Parse(merged));
-  }
-  outcome.regime = regime;
-  SLUICE_ASSIGN_OR_RETURN(outcome.predictive_check, flags.GetBool("predictive-check"));
-  SLUICE_ASSIGN_OR_RETURN(outcome.sensitivity, flags.GetBool("sensitivity"));
-  if (outcome.predictive_check) return outcome;
-  if (outcome.sensitivity) {
-    if (regime == nullptr) return Status::InvalidArgument("--sensitivity needs a --regime (" + RegimeNames() + ")");
-    return outcome;
-  }
+}
+
+Result<PlanSpec> ReadPlanSpec(const FlagSet& flags) {
+  PlanSpec p;
   SLUICE_ASSIGN_OR_RETURN(std::string hardware, flags.GetString("hardware"));
-  SLUICE_ASSIGN_OR_RETURN(simulate::Accelerator accel, simulate::FindAccelerator(hardware));
+  SLUICE_ASSIGN_OR_RETURN(p.accel, simulate::FindAccelerator(hardware));
   SLUICE_ASSIGN_OR_RETURN(std::string model_config, flags.GetString("model-config"));
-  simulate::ModelDims dims;
   if (!model_config.empty()) {
     SLUICE_ASSIGN_OR_RETURN(model::ModelConfig c, model::LoadModelConfig(model_config));
-    dims = {model_config, c.hidden_size,       c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
-            c.head_dim,   c.intermediate_size, c.vocab_size,        c.tie_word_embeddings};
+    p.dims = {model_config, c.hidden_size,       c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+              c.head_dim,   c.intermediate_size, c.vocab_size,        c.tie_word_embeddings};
   } else {
     SLUICE_ASSIGN_OR_RETURN(std::string model_name, flags.GetString("model"));
-    SLUICE_ASSIGN_OR_RETURN(dims, simulate::FindModel(model_name));
+    SLUICE_ASSIGN_OR_RETURN(p.dims, simulate::FindModel(model_name));
   }
-  SLUICE_RETURN_IF_ERROR(dims.Validate());
-  SLUICE_ASSIGN_OR_RETURN(int64_t gpus, flags.GetInt("gpus", 1, 100000));
-  SLUICE_ASSIGN_OR_RETURN(int64_t prompt_tokens, flags.GetInt("prompt-tokens", 1, 1 << 20));
-  SLUICE_ASSIGN_OR_RETURN(int64_t max_response, flags.GetInt("max-response", 1, 1 << 20));
-  SLUICE_ASSIGN_OR_RETURN(int64_t median, flags.GetInt("median", 1, 1 << 20));
-  SLUICE_ASSIGN_OR_RETURN(double spread, flags.GetDouble("spread", 0.0, 5.0));
+  SLUICE_RETURN_IF_ERROR(p.dims.Validate());
+  SLUICE_ASSIGN_OR_RETURN(p.gpus, flags.GetInt("gpus", 1, 100000));
+  SLUICE_ASSIGN_OR_RETURN(p.prompt_tokens, flags.GetInt("prompt-tokens", 1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(p.max_response, flags.GetInt("max-response", 1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(p.median, flags.GetInt("median", 1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(p.spread, flags.GetDouble("spread", 0.0, 5.0));
   SLUICE_ASSIGN_OR_RETURN(std::string lengths_from, flags.GetString("lengths-from"));
-  std::string lengths_note;
   if (!lengths_from.empty()) {
     SLUICE_ASSIGN_OR_RETURN(LengthFit fit, FitRunLengths(lengths_from));
-    median = std::max<int64_t>(1, std::llround(fit.median));
-    spread = fit.spread;
+    p.median = std::max<int64_t>(1, std::llround(fit.median));
+    p.spread = fit.spread;
     char buf[256];
     std::snprintf(buf, sizeof(buf), "fitted to %s: %lld answers over %lld steps, mean %.0f, longest %lld tokens",
                   lengths_from.c_str(), static_cast<long long>(fit.answers), static_cast<long long>(fit.steps),
                   fit.mean, static_cast<long long>(fit.longest));
-    lengths_note = buf;
+    p.lengths_note = buf;
   }
-  if (median > max_response) {
-    return Status::InvalidArgument("--median " + std::to_string(median) + " is over --max-response " +
-                                   std::to_string(max_response));
+  if (p.median > p.max_response) {
+    return Status::InvalidArgument("--median " + std::to_string(p.median) + " is over --max-response " +
+                                   std::to_string(p.max_response));
   }
-  SLUICE_ASSIGN_OR_RETURN(int64_t prompts, flags.GetInt("prompts", 1, 1 << 20));
-  SLUICE_ASSIGN_OR_RETURN(int64_t group, flags.GetInt("group", 1, 4096));
-  SLUICE_ASSIGN_OR_RETURN(int64_t steps, flags.GetInt("steps", 3, 1000));
+  SLUICE_ASSIGN_OR_RETURN(p.prompts, flags.GetInt("prompts", 1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(p.group, flags.GetInt("group", 1, 4096));
+  SLUICE_ASSIGN_OR_RETURN(p.steps, flags.GetInt("steps", 3, 1000));
   constexpr int64_t kMostAnswers = 2'000'000;
-  if (steps * prompts * group > kMostAnswers) {
-    return Status::InvalidArgument("--steps x --prompts x --group = " + std::to_string(steps * prompts * group) +
+  if (p.steps * p.prompts * p.group > kMostAnswers) {
+    return Status::InvalidArgument("--steps x --prompts x --group = " + std::to_string(p.steps * p.prompts * p.group) +
                                    " answers: plan simulates at most " + std::to_string(kMostAnswers) +
                                    " (fewer --steps give the same steady state)");
   }
-  SLUICE_ASSIGN_OR_RETURN(int64_t staleness, flags.GetInt("staleness", 0, 64));
-  SLUICE_ASSIGN_OR_RETURN(int64_t rollout_gpus, flags.GetInt("rollout-gpus", 0, 100000));
-  SLUICE_ASSIGN_OR_RETURN(int64_t rollout_tp, flags.GetInt("rollout-tp", 0, 64));
-  SLUICE_ASSIGN_OR_RETURN(int64_t train_mp, flags.GetInt("train-mp", 1, 1024));
-  SLUICE_ASSIGN_OR_RETURN(int64_t max_rows, flags.GetInt("max-rows", 0, 1 << 16));
-  const std::vector<int64_t> row_limits =
-      max_rows > 0 ? std::vector<int64_t>{max_rows} : std::vector<int64_t>{128, 256, 512};
-  SLUICE_ASSIGN_OR_RETURN(int64_t micro_batch_tokens, flags.GetInt("micro-batch-tokens", 0, 1 << 24));
-  SLUICE_ASSIGN_OR_RETURN(int64_t mini_batches, flags.GetInt("mini-batches", 1, 1 << 16));
-  if (micro_batch_tokens == 0) micro_batch_tokens = prompt_tokens + max_response;
-  if (micro_batch_tokens < prompt_tokens + max_response) {
-    return Status::InvalidArgument("--micro-batch-tokens " + std::to_string(micro_batch_tokens) +
+  SLUICE_ASSIGN_OR_RETURN(p.staleness, flags.GetInt("staleness", 0, 64));
+  SLUICE_ASSIGN_OR_RETURN(p.rollout_gpus, flags.GetInt("rollout-gpus", 0, 100000));
+  SLUICE_ASSIGN_OR_RETURN(p.rollout_tp, flags.GetInt("rollout-tp", 0, 64));
+  SLUICE_ASSIGN_OR_RETURN(p.train_mp, flags.GetInt("train-mp", 1, 1024));
+  SLUICE_ASSIGN_OR_RETURN(const int64_t max_rows, flags.GetInt("max-rows", 0, 1 << 16));
+  p.row_limits = max_rows > 0 ? std::vector<int64_t>{max_rows} : std::vector<int64_t>{128, 256, 512};
+  SLUICE_ASSIGN_OR_RETURN(p.micro_batch_tokens, flags.GetInt("micro-batch-tokens", 0, 1 << 24));
+  SLUICE_ASSIGN_OR_RETURN(p.mini_batches, flags.GetInt("mini-batches", 1, 1 << 16));
+  if (p.micro_batch_tokens == 0) p.micro_batch_tokens = p.prompt_tokens + p.max_response;
+  if (p.micro_batch_tokens < p.prompt_tokens + p.max_response) {
+    return Status::InvalidArgument("--micro-batch-tokens " + std::to_string(p.micro_batch_tokens) +
                                    " cannot hold a prompt and the longest answer (" +
-                                   std::to_string(prompt_tokens + max_response) + " tokens)");
+                                   std::to_string(p.prompt_tokens + p.max_response) + " tokens)");
   }
-  if (rollout_gpus >= gpus) {
-    return Status::InvalidArgument("--rollout-gpus " + std::to_string(rollout_gpus) + " leaves none of --gpus " +
-                                   std::to_string(gpus) + " to the trainer");
+  if (p.rollout_gpus >= p.gpus) {
+    return Status::InvalidArgument("--rollout-gpus " + std::to_string(p.rollout_gpus) + " leaves none of --gpus " +
+                                   std::to_string(p.gpus) + " to the trainer");
   }
-  simulate::Efficiency eff;
-  SLUICE_ASSIGN_OR_RETURN(eff.train_compute, flags.GetDouble("mfu", 0.01, 1.0));
-  SLUICE_ASSIGN_OR_RETURN(eff.decode_memory, flags.GetDouble("decode-bandwidth", 0.01, 1.0));
-  SLUICE_ASSIGN_OR_RETURN(eff.colocated_switch_s, flags.GetDouble("switch-s", 0.0, 3600.0));
-  SLUICE_ASSIGN_OR_RETURN(eff.colocated_train_slowdown, flags.GetDouble("colocated-train-slowdown", 1.0, 100.0));
-  std::vector<Policy> policies;
+  SLUICE_ASSIGN_OR_RETURN(p.eff.train_compute, flags.GetDouble("mfu", 0.01, 1.0));
+  SLUICE_ASSIGN_OR_RETURN(p.eff.decode_memory, flags.GetDouble("decode-bandwidth", 0.01, 1.0));
+  SLUICE_ASSIGN_OR_RETURN(p.eff.colocated_switch_s, flags.GetDouble("switch-s", 0.0, 3600.0));
+  SLUICE_ASSIGN_OR_RETURN(p.eff.colocated_train_slowdown, flags.GetDouble("colocated-train-slowdown", 1.0, 100.0));
   SLUICE_ASSIGN_OR_RETURN(std::string policy_list, flags.GetString("policies"));
   if (policy_list.empty()) {
-    policies = simulate::AllPolicies();
+    p.policies = simulate::AllPolicies();
   } else {
     for (size_t pos = 0; pos <= policy_list.size();) {
       const size_t comma = std::min(policy_list.find(',', pos), policy_list.size());
-      SLUICE_ASSIGN_OR_RETURN(Policy p, simulate::ParsePolicy(policy_list.substr(pos, comma - pos)));
-      policies.push_back(p);
+      SLUICE_ASSIGN_OR_RETURN(Policy policy, simulate::ParsePolicy(policy_list.substr(pos, comma - pos)));
+      p.policies.push_back(policy);
       pos = comma + 1;
     }
   }
-  SLUICE_ASSIGN_OR_RETURN(std::string html, flags.GetString("html"));
 
+  return p;
+}
+
+// Rollout engine sizes to try (accelerators per engine).
+Result<std::vector<int32_t>> EngineSizes(const PlanSpec& p) {
   // Engine sizes to try: the smallest the model and one whole answer fit,
   // and twice that (more cache per engine, fewer engines), unless given.
-  simulate::GpuLayout base;
-  base.train_mp = static_cast<int32_t>(train_mp);
-  base.max_rows = row_limits.front();
   std::vector<int32_t> tps;
-  if (rollout_tp == 0) {
+  simulate::GpuLayout base;
+  base.train_mp = static_cast<int32_t>(p.train_mp);
+  base.max_rows = p.row_limits.front();
+  if (p.rollout_tp == 0) {
     Status last = Status::Ok();
-    for (int32_t tp = 1; tp <= accel.per_node && tps.empty(); tp *= 2) {
+    for (int32_t tp = 1; tp <= p.accel.per_node && tps.empty(); tp *= 2) {
       base.rollout_tp = tp;
       base.rollout_gpus = tp;
-      base.trainer_gpus = train_mp;
-      auto kv = simulate::KvCapacityTokens(accel, dims, base, eff);
-      if (kv.ok() && *kv >= prompt_tokens + max_response + 1) {
+      base.trainer_gpus = p.train_mp;
+      auto kv = simulate::KvCapacityTokens(p.accel, p.dims, base, p.eff);
+      if (kv.ok() && *kv >= p.prompt_tokens + p.max_response + 1) {
         tps.push_back(tp);
-        if (2 * tp <= accel.per_node) tps.push_back(2 * tp);
+        if (2 * tp <= p.accel.per_node) tps.push_back(2 * tp);
       } else {
-        last = kv.ok() ? Status::InvalidArgument(dims.name + ": one answer (" +
-                                                 std::to_string(prompt_tokens + max_response) +
+        last = kv.ok() ? Status::InvalidArgument(p.dims.name + ": one answer (" +
+                                                 std::to_string(p.prompt_tokens + p.max_response) +
                                                  " tokens) does not fit the KV cache of an engine of " +
-                                                 std::to_string(tp) + " x " + accel.name)
+                                                 std::to_string(tp) + " x " + p.accel.name)
                        : kv.status();
       }
     }
     if (tps.empty()) return last;
   } else {
-    tps.push_back(static_cast<int32_t>(rollout_tp));
+    tps.push_back(static_cast<int32_t>(p.rollout_tp));
   }
 
-  simulate::Workload w;
-  w.steps = steps;
-  w.prompts_per_step = prompts;
-  w.group_size = group;
-  w.prompt_tokens = {static_cast<int32_t>(prompt_tokens)};
-  w.response_tokens = simulate::CappedLogNormalLengths(steps * prompts * group, static_cast<int32_t>(median), spread,
-                                                       static_cast<int32_t>(max_response), /*seed=*/1);
-  double mean_response = 0;
-  int64_t cut = 0;
-  for (int32_t n : w.response_tokens) mean_response += n, cut += n == max_response ? 1 : 0;
-  mean_response /= static_cast<double>(w.response_tokens.size());
+  return tps;
+}
 
+// The fastest layout of each policy (split, engine size, staleness, rows),
+// and why the policies that cannot run here cannot.
+struct PlanSearch {
+  std::vector<Candidate> best;  // per policy
+  std::vector<std::string> skipped;
+};
+
+Result<PlanSearch> SearchLayouts(const PlanSpec& p, const std::vector<int32_t>& tps, const simulate::Workload& w) {
   // Splits to try: the given one, or eighths of the cluster, each side a
   // whole number of engines and trainer ranks.
   auto splits_for = [&](int32_t tp) {
     std::vector<int64_t> splits;
-    if (rollout_gpus > 0) return std::vector<int64_t>{rollout_gpus};
+    if (p.rollout_gpus > 0) return std::vector<int64_t>{p.rollout_gpus};
     for (int k = 1; k <= 7; ++k) {
-      int64_t r = gpus * k / 8;
+      int64_t r = p.gpus * k / 8;
       r -= r % tp;
-      if (r >= tp && (gpus - r) % train_mp == 0 && gpus - r >= train_mp &&
+      if (r >= tp && (p.gpus - r) % p.train_mp == 0 && p.gpus - r >= p.train_mp &&
           std::find(splits.begin(), splits.end(), r) == splits.end()) {
         splits.push_back(r);
       }
@@ -485,10 +464,11 @@ Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
     return splits;
   };
   const std::vector<int64_t> stalenesses =
-      staleness > 0 ? std::vector<int64_t>{staleness} : std::vector<int64_t>{1, 2, 4};
-  std::vector<Candidate> best;  // per policy
-  std::vector<std::string> skipped;
-  for (Policy policy : policies) {
+      p.staleness > 0 ? std::vector<int64_t>{p.staleness} : std::vector<int64_t>{1, 2, 4};
+  PlanSearch found;
+  std::vector<Candidate>& best = found.best;
+  std::vector<std::string>& skipped = found.skipped;
+  for (Policy policy : p.policies) {
     const bool colocated = policy == Policy::kColocatedSync;
     const bool asynchronous =
         policy == Policy::kPartialRollout || policy == Policy::kInflight || policy == Policy::kSluice;
@@ -498,19 +478,20 @@ Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
       if (std::find(why.begin(), why.end(), st.message()) == why.end()) why.push_back(st.message());
     };
     for (const int32_t tp : tps) {
-      for (int64_t r : colocated ? std::vector<int64_t>{gpus / 2} : splits_for(tp)) {
+      for (int64_t r : colocated ? std::vector<int64_t>{p.gpus / 2} : splits_for(tp)) {
         for (int64_t s : asynchronous ? stalenesses : std::vector<int64_t>{1}) {
-          for (const int64_t rows : row_limits) {
-            simulate::GpuLayout g = base;
+          for (const int64_t rows : p.row_limits) {
+            simulate::GpuLayout g;
+            g.train_mp = static_cast<int32_t>(p.train_mp);
             g.rollout_tp = tp;
             g.max_rows = rows;
-            g.rollout_gpus = colocated ? gpus - gpus / 2 : r;
-            g.trainer_gpus = colocated ? gpus / 2 : gpus - r;
+            g.rollout_gpus = colocated ? p.gpus - p.gpus / 2 : r;
+            g.trainer_gpus = colocated ? p.gpus / 2 : p.gpus - r;
             simulate::PolicyOptions o;
             o.max_staleness = s;
-            o.micro_batch_tokens = micro_batch_tokens;
-            o.mini_batches = mini_batches;
-            auto setup = simulate::SetUpPolicy(policy, accel, dims, g, eff, o);
+            o.micro_batch_tokens = p.micro_batch_tokens;
+            o.mini_batches = p.mini_batches;
+            auto setup = simulate::SetUpPolicy(policy, p.accel, p.dims, g, p.eff, o);
             if (!setup.ok()) {
               note_why(setup.status());
               continue;
@@ -525,8 +506,8 @@ Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
             Candidate c;
             c.rollout_tp = tp;
             c.policy = policy;
-            c.rollout_gpus = colocated ? gpus : r;
-            c.trainer_gpus = colocated ? gpus : gpus - r;
+            c.rollout_gpus = colocated ? p.gpus : r;
+            c.trainer_gpus = colocated ? p.gpus : p.gpus - r;
             c.staleness = asynchronous ? s : policy == Policy::kOneStepOff ? 1 : 0;
             c.steady = simulate::SteadyState(*res);
             c.kv_tokens = setup->kv_tokens_per_engine;
@@ -545,8 +526,8 @@ Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
       if (reasons.empty()) {  // no split was tried
         std::string engines;
         for (const int32_t tp : tps) engines += (engines.empty() ? "" : " or ") + std::to_string(tp);
-        reasons = "no split of " + std::to_string(gpus) + " accelerators gives the rollout whole engines (" + engines +
-                  " each) and the trainer whole ranks (" + std::to_string(train_mp) + " each)";
+        reasons = "no split of " + std::to_string(p.gpus) + " accelerators gives the rollout whole engines (" +
+                  engines + " each) and the trainer whole ranks (" + std::to_string(p.train_mp) + " each)";
       }
       skipped.push_back(simulate::PolicyName(policy) + ": " + reasons);
     }
@@ -557,39 +538,52 @@ Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
     return Status::InvalidArgument("no policy can run this cluster:" + all);
   }
 
+  return found;
+}
+
+PlanReport BuildPlanReport(const PlanSpec& p, const Regime* regime, const PlanSearch& found,
+                           const simulate::Workload& w) {
+  const std::vector<Candidate>& best = found.best;
+  const std::vector<std::string>& skipped = found.skipped;
+  double mean_response = 0;
+  int64_t cut = 0;
+  for (int32_t n : w.response_tokens) mean_response += n, cut += n == p.max_response ? 1 : 0;
+  mean_response /= static_cast<double>(w.response_tokens.size());
+
   PlanReport report;
   char line[512];
-  std::snprintf(line, sizeof(line), "%s (%.1fB parameters) on %lld x %s (%lld per node)", dims.name.c_str(),
-                dims.Parameters() / 1e9, static_cast<long long>(gpus), accel.name.c_str(),
-                static_cast<long long>(accel.per_node));
+  std::snprintf(line, sizeof(line), "%s (%.1fB parameters) on %lld x %s (%lld per node)", p.dims.name.c_str(),
+                p.dims.Parameters() / 1e9, static_cast<long long>(p.gpus), p.accel.name.c_str(),
+                static_cast<long long>(p.accel.per_node));
   report.title = line;
   std::snprintf(line, sizeof(line),
                 "%lld prompts x %lld answers per step, prompts %lld tokens, answers median %lld (spread %.2f, mean "
                 "%.0f), cut off at %lld: %.1f%% of them; %lld steps simulated",
-                static_cast<long long>(prompts), static_cast<long long>(group), static_cast<long long>(prompt_tokens),
-                static_cast<long long>(median), spread, mean_response, static_cast<long long>(max_response),
+                static_cast<long long>(p.prompts), static_cast<long long>(p.group),
+                static_cast<long long>(p.prompt_tokens), static_cast<long long>(p.median), p.spread, mean_response,
+                static_cast<long long>(p.max_response),
                 100.0 * static_cast<double>(cut) / static_cast<double>(w.response_tokens.size()),
-                static_cast<long long>(steps));
+                static_cast<long long>(p.steps));
   report.workload = line;
-  if (!lengths_note.empty()) report.workload += "; lengths " + lengths_note;
+  if (!p.lengths_note.empty()) report.workload += "; lengths " + p.lengths_note;
   std::snprintf(line, sizeof(line),
                 "assumed: decode at %.0f%% of HBM bandwidth and %.0f%% of bf16 peak, prefill %.0f%%, training MFU "
                 "%.0f%%, links at %.0f%%; %.1f ms per decode step; colocated switch %.1f s per step, training %.2fx "
                 "slower; trainer ranks of %lld",
-                100 * eff.decode_memory, 100 * eff.decode_compute, 100 * eff.prefill_compute, 100 * eff.train_compute,
-                100 * eff.network, 1000 * eff.decode_step_s, eff.colocated_switch_s, eff.colocated_train_slowdown,
-                static_cast<long long>(train_mp));
-  report.assumptions = std::string(line) + "; hardware: " + accel.description;
+                100 * p.eff.decode_memory, 100 * p.eff.decode_compute, 100 * p.eff.prefill_compute,
+                100 * p.eff.train_compute, 100 * p.eff.network, 1000 * p.eff.decode_step_s, p.eff.colocated_switch_s,
+                p.eff.colocated_train_slowdown, static_cast<long long>(p.train_mp));
+  report.assumptions = std::string(line) + "; hardware: " + p.accel.description;
   double baseline_step = 0;
   for (const Candidate& c : best) {
     if (c.policy == Policy::kColocatedSync) baseline_step = c.steady.step_s;
   }
-  const double samples_per_step = static_cast<double>(prompts * group);
+  const double samples_per_step = static_cast<double>(p.prompts * p.group);
   for (const Candidate& c : best) {
     PlanRow row;
     row.policy = simulate::PolicyName(c.policy);
     row.split = c.policy == Policy::kColocatedSync
-                    ? std::to_string(gpus) + " both"
+                    ? std::to_string(p.gpus) + " both"
                     : std::to_string(c.rollout_gpus) + ":" + std::to_string(c.trainer_gpus);
     row.step_s = c.steady.step_s;
     row.wait_s = c.steady.wait_s;
@@ -601,7 +595,7 @@ Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
     row.occupancy = c.result.occupancy;
     row.staleness_bound = c.staleness;
     row.staleness_mean = c.result.staleness_mean;
-    row.preemptions_per_step = static_cast<double>(c.result.preemptions) / static_cast<double>(steps);
+    row.preemptions_per_step = static_cast<double>(c.result.preemptions) / static_cast<double>(p.steps);
     row.recomputed_share = static_cast<double>(c.result.recomputed_tokens) /
                            std::max<double>(1.0, static_cast<double>(c.result.generated_tokens));
     row.kv_tokens = c.kv_tokens;
@@ -641,9 +635,61 @@ Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
       report.regime += std::string("\n") + line;
     }
   }
-  outcome.report = std::move(report);
-  outcome.best = std::move(best);
-  outcome.html = html;
+  return report;
+}
+
+// Parses the flags (a regime's first) and, unless --help, --sensitivity or
+// --predictive-check, searches every policy's layouts.
+Result<PlanOutcome> RunPlan(const std::vector<std::string>& args) {
+  PlanOutcome outcome;
+  FlagSet flags;
+  AddPlanFlags(flags);
+  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    outcome.help = true;
+    outcome.usage =
+        "usage: sluice plan [--regime=NAME [--sensitivity]] [--hardware=h100 --gpus=64 "
+        "--model=qwen2.5-7b ...] | --predictive-check\n" +
+        flags.Usage();
+    return outcome;
+  }
+  SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
+  SLUICE_ASSIGN_OR_RETURN(std::string regime_name, flags.GetString("regime"));
+  const Regime* regime = nullptr;
+  if (!regime_name.empty()) {
+    for (const Regime& r : Regimes()) {
+      if (regime_name == r.name) regime = &r;
+    }
+    if (regime == nullptr) {
+      return Status::InvalidArgument("--regime: unknown '" + regime_name + "' (known: " + RegimeNames() + ")");
+    }
+    // The regime's settings, then the command line's again (it wins).
+    std::vector<std::string> merged;
+    for (const auto& [k, v] : regime->flags) merged.push_back(std::string("--") + k + "=" + v);
+    merged.insert(merged.end(), args.begin(), args.end());
+    SLUICE_RETURN_IF_ERROR(flags.Parse(merged));
+  }
+  outcome.regime = regime;
+  SLUICE_ASSIGN_OR_RETURN(outcome.predictive_check, flags.GetBool("predictive-check"));
+  SLUICE_ASSIGN_OR_RETURN(outcome.sensitivity, flags.GetBool("sensitivity"));
+  if (outcome.predictive_check) return outcome;
+  if (outcome.sensitivity) {
+    if (regime == nullptr) return Status::InvalidArgument("--sensitivity needs a --regime (" + RegimeNames() + ")");
+    return outcome;
+  }
+  SLUICE_ASSIGN_OR_RETURN(const PlanSpec p, ReadPlanSpec(flags));
+  SLUICE_ASSIGN_OR_RETURN(const std::vector<int32_t> tps, EngineSizes(p));
+  simulate::Workload w;
+  w.steps = p.steps;
+  w.prompts_per_step = p.prompts;
+  w.group_size = p.group;
+  w.prompt_tokens = {static_cast<int32_t>(p.prompt_tokens)};
+  w.response_tokens = simulate::CappedLogNormalLengths(p.steps * p.prompts * p.group, static_cast<int32_t>(p.median),
+                                                       p.spread, static_cast<int32_t>(p.max_response), /*seed=*/1);
+  SLUICE_ASSIGN_OR_RETURN(PlanSearch found, SearchLayouts(p, tps, w));
+  outcome.report = BuildPlanReport(p, regime, found, w);
+  outcome.best = std::move(found.best);
+  SLUICE_ASSIGN_OR_RETURN(outcome.html, flags.GetString("html"));
   return outcome;
 }
 

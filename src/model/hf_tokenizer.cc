@@ -598,6 +598,11 @@ struct HfTokenizer::Impl {
     }
     return nullptr;
   }
+
+  // FromJson's parts: model.merges, ranked by their order; the special
+  // tokens tokenizer_config.json names (bos, eos, pad).
+  Status ReadMerges(const json& model);
+  Status ReadSpecialTokens(const std::string& config_json);
 };
 
 HfTokenizer::HfTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -806,6 +811,62 @@ Status ParsePreTokenizer(const json& p, const std::string& origin, std::vector<P
 
 }  // namespace
 
+Status HfTokenizer::Impl::ReadMerges(const json& model) {
+  if (!model.contains("merges") || !model["merges"].is_array())
+    return Status::InvalidArgument(origin + ": no model.merges");
+  int32_t rank = 0;
+  for (const json& m : model["merges"]) {
+    std::string left, right;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ');
+      if (space == std::string::npos || space == 0 || space + 1 >= s.size() ||
+          s.find(' ', space + 1) != std::string::npos) {
+        return Status::InvalidArgument(origin + ": merge " + std::to_string(rank) + " '" + s +
+                                       "' is not two tokens separated by one space");
+      }
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    } else {
+      return Status::InvalidArgument(origin + ": merge " + std::to_string(rank) + " " + m.dump().substr(0, 80) +
+                                     " is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+    auto a = vocab.find(left), b = vocab.find(right), ab = vocab.find(left + right);
+    if (a == vocab.end() || b == vocab.end() || ab == vocab.end()) {
+      return Status::InvalidArgument(origin + ": merge " + std::to_string(rank) + " '" + left + " " + right +
+                                     "' uses a token that is not in model.vocab");
+    }
+    merges.emplace(Impl::Pair(a->second, b->second), std::make_pair(rank, ab->second));
+    ++rank;
+  }
+  return Status::Ok();
+}
+
+Status HfTokenizer::Impl::ReadSpecialTokens(const std::string& config_json) {
+  if (config_json.empty()) return Status::Ok();
+  SLUICE_ASSIGN_OR_RETURN(json c, ParseBoundedJson<json>(config_json, origin + ": its tokenizer_config.json"));
+  if (c.is_discarded() || !c.is_object()) {
+    return Status::InvalidArgument(origin + ": its tokenizer_config.json is not a JSON object");
+  }
+  for (auto [key, slot] :
+       {std::pair<const char*, TokenId*>{"bos_token", &bos}, {"eos_token", &eos}, {"pad_token", &pad}}) {
+    SLUICE_ASSIGN_OR_RETURN(const std::optional<std::string> token,
+                            SpecialTokenText(c, key, origin + ": its tokenizer_config.json"));
+    if (!token || token->empty()) continue;
+    const std::string& text = *token;
+    auto it = vocab.find(text);
+    if (it == vocab.end()) {
+      return Status::InvalidArgument(origin + ": tokenizer_config.json " + key + " '" + text +
+                                     "' is not a token of the vocabulary");
+    }
+    *slot = it->second;
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& tokenizer_json,
                                                            const std::string& config_json, const std::string& origin) {
   SLUICE_ASSIGN_OR_RETURN(json j, ParseBoundedJson<json>(tokenizer_json, origin));
@@ -935,37 +996,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
     }
     impl->byte_ids[static_cast<size_t>(b)] = it->second;
   }
-  // Merges, ranked by their order.
-  if (!model.contains("merges") || !model["merges"].is_array())
-    return Status::InvalidArgument(origin + ": no model.merges");
-  int32_t rank = 0;
-  for (const json& m : model["merges"]) {
-    std::string left, right;
-    if (m.is_string()) {
-      const std::string s = m.get<std::string>();
-      const size_t space = s.find(' ');
-      if (space == std::string::npos || space == 0 || space + 1 >= s.size() ||
-          s.find(' ', space + 1) != std::string::npos) {
-        return Status::InvalidArgument(origin + ": merge " + std::to_string(rank) + " '" + s +
-                                       "' is not two tokens separated by one space");
-      }
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
-    } else {
-      return Status::InvalidArgument(origin + ": merge " + std::to_string(rank) + " " + m.dump().substr(0, 80) +
-                                     " is neither \"a b\" nor [\"a\", \"b\"]");
-    }
-    auto a = impl->vocab.find(left), b = impl->vocab.find(right), ab = impl->vocab.find(left + right);
-    if (a == impl->vocab.end() || b == impl->vocab.end() || ab == impl->vocab.end()) {
-      return Status::InvalidArgument(origin + ": merge " + std::to_string(rank) + " '" + left + " " + right +
-                                     "' uses a token that is not in model.vocab");
-    }
-    impl->merges.emplace(Impl::Pair(a->second, b->second), std::make_pair(rank, ab->second));
-    ++rank;
-  }
+  SLUICE_RETURN_IF_ERROR(impl->ReadMerges(model));
   // Normalizer, pre-tokenizer, decoder.
   SLUICE_RETURN_IF_ERROR(ParseNormalizer(j.value("normalizer", json()), origin, &impl->normalizers));
   SLUICE_RETURN_IF_ERROR(ParsePreTokenizer(j.value("pre_tokenizer", json()), origin, &impl->pre_tokenizers));
@@ -989,27 +1020,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& to
       }
     }
   }
-  // Special tokens named by tokenizer_config.json.
-  if (!config_json.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(json c, ParseBoundedJson<json>(config_json, origin + ": its tokenizer_config.json"));
-    if (c.is_discarded() || !c.is_object()) {
-      return Status::InvalidArgument(origin + ": its tokenizer_config.json is not a JSON object");
-    }
-    for (auto [key, slot] : {std::pair<const char*, TokenId*>{"bos_token", &impl->bos},
-                             {"eos_token", &impl->eos},
-                             {"pad_token", &impl->pad}}) {
-      SLUICE_ASSIGN_OR_RETURN(const std::optional<std::string> token,
-                              SpecialTokenText(c, key, origin + ": its tokenizer_config.json"));
-      if (!token || token->empty()) continue;
-      const std::string& text = *token;
-      auto it = impl->vocab.find(text);
-      if (it == impl->vocab.end()) {
-        return Status::InvalidArgument(origin + ": tokenizer_config.json " + key + " '" + text +
-                                       "' is not a token of the vocabulary");
-      }
-      *slot = it->second;
-    }
-  }
+  SLUICE_RETURN_IF_ERROR(impl->ReadSpecialTokens(config_json));
   return std::unique_ptr<HfTokenizer>(new HfTokenizer(std::move(impl)));
 }
 

@@ -21,18 +21,6 @@ Result<const HostTensor*> Cell(const tq::BatchData& data, const char* column, si
   return &it->second[i];
 }
 
-Status ReadAnswerTokens(const tq::BatchData& data, size_t i, trainer::RolloutSample* smp) {
-  SLUICE_ASSIGN_OR_RETURN(const HostTensor* prompt, Cell(data, column::kPrompt, i));
-  SLUICE_ASSIGN_OR_RETURN(smp->prompt, TensorVector<model::TokenId>(*prompt, DType::kI32, column::kPrompt));
-  SLUICE_ASSIGN_OR_RETURN(const HostTensor* response, Cell(data, column::kResponse, i));
-  SLUICE_ASSIGN_OR_RETURN(smp->response, TensorVector<model::TokenId>(*response, DType::kI32, column::kResponse));
-  SLUICE_ASSIGN_OR_RETURN(const HostTensor* logprobs, Cell(data, column::kLogprobs, i));
-  SLUICE_ASSIGN_OR_RETURN(smp->behavior_logprobs, TensorVector<float>(*logprobs, DType::kF32, column::kLogprobs));
-  SLUICE_ASSIGN_OR_RETURN(const HostTensor* versions, Cell(data, column::kVersions, i));
-  SLUICE_ASSIGN_OR_RETURN(smp->versions, TensorVector<PolicyVersion>(*versions, DType::kI64, column::kVersions));
-  return Status::Ok();
-}
-
 std::string StepPlan::Encode() const {
   std::string out(kHeader + kEntry * entries.size(), '\0');
   char* p = out.data();
@@ -164,24 +152,16 @@ Status CreateHubPartitions(tq::TransferQueueClient& client, int64_t group_size) 
   return client.CreatePartition(kProgressPartition, 0, {kProgressTask});
 }
 
-namespace {
-Result<int64_t> RecordedVersion(const tq::KvValue& record) {
-  const auto cell = record.columns.find(column::kPublishedVersion);
-  if (cell == record.columns.end()) return Status::DataLoss("a trainer record without its version");
-  return TensorScalar<int64_t>(cell->second, DType::kI64, column::kPublishedVersion);
-}
-}  // namespace
-
 std::string TrainerRecordKey(int64_t step) { return "trainer/step/" + std::to_string(step); }
 
 Status WriteTrainerRecord(tq::TransferQueueClient& client, const TrainerRecord& r) {
-  tq::ColumnBatch cols;
-  cols[column::kPublishedVersion].push_back(HostTensor::Copy(DType::kI64, {}, &r.version, sizeof(r.version)));
   const std::string key = TrainerRecordKey(r.step);
-  Status put = client.KvPutBatch(kProgressPartition, {key}, {}, cols);
+  Status put = client.KvPutBatch(kProgressPartition, {key}, {}, EncodeRecord(PublishedVersionRecord{r.version}));
   if (put.code() != StatusCode::kAlreadyExists) return put;
-  SLUICE_ASSIGN_OR_RETURN(const tq::KvValue there, client.KvGet(kProgressPartition, key, {column::kPublishedVersion}));
-  SLUICE_ASSIGN_OR_RETURN(const int64_t version, RecordedVersion(there));
+  SLUICE_ASSIGN_OR_RETURN(const tq::KvValue there,
+                          client.KvGet(kProgressPartition, key, RecordColumns<PublishedVersionRecord>()));
+  SLUICE_ASSIGN_OR_RETURN(const PublishedVersionRecord recorded, DecodeRecord<PublishedVersionRecord>(there));
+  const int64_t version = recorded.published_version;
   if (version != r.version) {
     return Status::DataLoss("the hub records step " + std::to_string(r.step) + " with version " +
                             std::to_string(version) + ", the trainer published " + std::to_string(r.version));
@@ -193,12 +173,13 @@ Result<TrainerRecord> ReadTrainerRecord(tq::TransferQueueClient& client, const T
   TrainerRecord out = known;
   while (true) {
     Result<tq::KvValue> next =
-        client.KvGet(kProgressPartition, TrainerRecordKey(out.step + 1), {column::kPublishedVersion});
+        client.KvGet(kProgressPartition, TrainerRecordKey(out.step + 1), RecordColumns<PublishedVersionRecord>());
     if (!next.ok()) {
       if (next.status().code() == StatusCode::kNotFound) return out;  // not recorded yet
       return next.status();
     }
-    SLUICE_ASSIGN_OR_RETURN(const int64_t version, RecordedVersion(*next));
+    SLUICE_ASSIGN_OR_RETURN(const PublishedVersionRecord recorded, DecodeRecord<PublishedVersionRecord>(*next));
+    const int64_t version = recorded.published_version;
     if (version < out.version) {
       return Status::DataLoss("the trainer's record of step " + std::to_string(out.step + 1) + " says version " +
                               std::to_string(version) + ", after " + std::to_string(out.version));

@@ -14,6 +14,9 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "sluice/common/host_tensor.h"
@@ -101,10 +104,256 @@ Result<T> TensorScalar(const HostTensor& t, DType dtype, const char* column) {
 // The cell of `column` in row i of a batch (DataLoss if the hub left it out).
 Result<const HostTensor*> Cell(const tq::BatchData& data, const char* column, size_t i);
 
-// What the trainer reads of an answer's row i: its prompt, response,
-// behaviour logprobs and per-token versions (DataLoss naming the column when
-// one is missing or of another type).
-Status ReadAnswerTokens(const tq::BatchData& data, size_t i, trainer::RolloutSample* smp);
+// The pipeline's rows, typed. A record lists its columns once (Fields():
+// each column's name and the member it fills); EncodeRecord and
+// DecodeRecord turn it into the hub's cells and back, the cell type
+// following the member's (int32_t I32, int64_t I64, float F32 as scalars
+// `[]`; vectors of them and std::string's bytes (U8) ragged `[n]`), checked
+// on the way back: a cell missing or of another type is DataLoss naming its
+// column. The roles read and write the hub's rows only through these.
+template <typename R, typename T>
+struct RecordField {
+  const char* column;
+  T R::*member;
+};
+
+namespace record_detail {
+template <typename T>
+struct Element;
+template <>
+struct Element<int32_t> {
+  static constexpr DType kDType = DType::kI32;
+};
+template <>
+struct Element<int64_t> {
+  static constexpr DType kDType = DType::kI64;
+};
+template <>
+struct Element<float> {
+  static constexpr DType kDType = DType::kF32;
+};
+template <typename T>
+struct Cells {  // a scalar
+  static constexpr DType kDType = Element<T>::kDType;
+  static constexpr bool kRagged = false;
+  static HostTensor Encode(const T& v) { return HostTensor::Copy(kDType, {}, &v, sizeof(v)); }
+  static Result<T> Decode(const HostTensor& t, const char* column) { return TensorScalar<T>(t, kDType, column); }
+};
+template <typename E>
+struct Cells<std::vector<E>> {
+  static constexpr DType kDType = Element<E>::kDType;
+  static constexpr bool kRagged = true;
+  static HostTensor Encode(const std::vector<E>& v) { return VectorTensor(kDType, v); }
+  static Result<std::vector<E>> Decode(const HostTensor& t, const char* column) {
+    return TensorVector<E>(t, kDType, column);
+  }
+};
+template <>
+struct Cells<std::string> {
+  static constexpr DType kDType = DType::kU8;
+  static constexpr bool kRagged = true;
+  static HostTensor Encode(const std::string& v) {
+    return HostTensor::Copy(kDType, {static_cast<int64_t>(v.size())}, v.data(), v.size());
+  }
+  static Result<std::string> Decode(const HostTensor& t, const char* column) {
+    SLUICE_ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, TensorVector<uint8_t>(t, kDType, column));
+    return std::string(bytes.begin(), bytes.end());
+  }
+};
+}  // namespace record_detail
+
+// The record's columns (what a GetMeta or KvGet asks for to decode it).
+template <typename R>
+std::vector<std::string> RecordColumns() {
+  std::vector<std::string> out;
+  std::apply([&](const auto&... f) { (out.emplace_back(f.column), ...); }, R::Fields());
+  return out;
+}
+
+// Appends one row's cells to `cols` (a batch of rows is appended in order).
+template <typename R>
+void AppendRecord(const R& r, tq::ColumnBatch* cols) {
+  std::apply(
+      [&](const auto&... f) {
+        ((*cols)[f.column].push_back(
+             record_detail::Cells<std::remove_cvref_t<decltype(r.*(f.member))>>::Encode(r.*(f.member))),
+         ...);
+      },
+      R::Fields());
+}
+
+template <typename R>
+tq::ColumnBatch EncodeRecord(const R& r) {
+  tq::ColumnBatch cols;
+  AppendRecord(r, &cols);
+  return cols;
+}
+
+// The record of row i of `data`; or of a key's value (KvGet).
+template <typename R>
+Result<R> DecodeRecord(const tq::BatchData& data, size_t i) {
+  R r;
+  Status st;
+  auto field = [&](const auto& f) {
+    if (!st.ok()) return;
+    using T = std::remove_cvref_t<decltype(r.*(f.member))>;
+    Result<const HostTensor*> cell = Cell(data, f.column, i);
+    if (!cell.ok()) {
+      st = cell.status();
+      return;
+    }
+    Result<T> v = record_detail::Cells<T>::Decode(**cell, f.column);
+    if (!v.ok()) {
+      st = v.status();
+      return;
+    }
+    r.*(f.member) = std::move(*v);
+  };
+  std::apply([&](const auto&... f) { (field(f), ...); }, R::Fields());
+  if (!st.ok()) return st;
+  return r;
+}
+template <typename R>
+Result<R> DecodeRecord(const tq::KvValue& value) {
+  tq::BatchData one;
+  for (const auto& [name, cell] : value.columns) one.columns[name].push_back(cell);
+  return DecodeRecord<R>(one, 0);
+}
+
+// Whether each of the record's columns has, in `schema`, the type and rank
+// its member gives it (InvalidArgument naming the first that does not).
+template <typename R>
+Status CheckRecordSchema(const std::vector<tq::ColumnSchema>& schema) {
+  Status st;
+  auto field = [&](const auto& f) {
+    using C = record_detail::Cells<std::remove_cvref_t<decltype(std::declval<R&>().*(f.member))>>;
+    if (!st.ok()) return;
+    for (const tq::ColumnSchema& c : schema) {
+      if (c.name != f.column) continue;
+      if (c.dtype != C::kDType || (c.shape.size() == 1) != C::kRagged || c.shape.size() > 1) {
+        st =
+            Status::InvalidArgument(std::string("hub column '") + f.column + "' is " + std::string(DTypeName(c.dtype)) +
+                                    " " + ShapeToString(c.shape) + " in the schema, the record writes " +
+                                    std::string(DTypeName(C::kDType)) + (C::kRagged ? " [n]" : " []"));
+      }
+      return;
+    }
+    st = Status::InvalidArgument(std::string("hub column '") + f.column + "' is not in the schema");
+  };
+  std::apply([&](const auto&... f) { (field(f), ...); }, R::Fields());
+  return st;
+}
+
+// A prompt row (partition prompts; its group id tag is the prompt's cursor
+// in the run's prompt order): written by the prompt feeder, taken by the rollout.
+struct PromptRecord {
+  std::vector<model::TokenId> prompt;
+  int64_t example = 0;           // index in the task's train split
+  std::string reference_answer;  // what the reward compares with
+  static constexpr auto Fields() {
+    return std::make_tuple(
+        RecordField<PromptRecord, std::vector<model::TokenId>>{column::kPrompt, &PromptRecord::prompt},
+        RecordField<PromptRecord, int64_t>{column::kExample, &PromptRecord::example},
+        RecordField<PromptRecord, std::string>{column::kReferenceAnswer, &PromptRecord::reference_answer});
+  }
+};
+
+// An answer row (partition rollouts, keyed AnswerKey; tags: group id = the
+// prompt's cursor, policy version of its first token, token length) as the
+// rollout writes it: the prompt's fields travel with it so the reward needs
+// no lookup.
+struct AnswerRecord {
+  std::vector<model::TokenId> prompt;
+  std::vector<model::TokenId> response;
+  std::vector<float> logprobs;          // behaviour logprob per token
+  std::vector<PolicyVersion> versions;  // policy version per token
+  int32_t answer_index = 0;             // which of the group's G answers
+  int64_t example = 0;
+  std::string reference_answer;
+  static constexpr auto Fields() {
+    using A = AnswerRecord;
+    return std::make_tuple(RecordField<A, std::vector<model::TokenId>>{column::kPrompt, &A::prompt},
+                           RecordField<A, std::vector<model::TokenId>>{column::kResponse, &A::response},
+                           RecordField<A, std::vector<float>>{column::kLogprobs, &A::logprobs},
+                           RecordField<A, std::vector<PolicyVersion>>{column::kVersions, &A::versions},
+                           RecordField<A, int32_t>{column::kAnswerIndex, &A::answer_index},
+                           RecordField<A, int64_t>{column::kExample, &A::example},
+                           RecordField<A, std::string>{column::kReferenceAnswer, &A::reference_answer});
+  }
+};
+
+// What the reward role reads of an answer, and the reward it writes next to it.
+struct AnswerToScore {
+  std::vector<model::TokenId> response;
+  int32_t answer_index = 0;
+  int64_t example = 0;
+  std::string reference_answer;
+  static constexpr auto Fields() {
+    using A = AnswerToScore;
+    return std::make_tuple(RecordField<A, std::vector<model::TokenId>>{column::kResponse, &A::response},
+                           RecordField<A, int32_t>{column::kAnswerIndex, &A::answer_index},
+                           RecordField<A, int64_t>{column::kExample, &A::example},
+                           RecordField<A, std::string>{column::kReferenceAnswer, &A::reference_answer});
+  }
+};
+struct RewardRecord {
+  float reward = 0;
+  static constexpr auto Fields() {
+    return std::make_tuple(RecordField<RewardRecord, float>{column::kReward, &RewardRecord::reward});
+  }
+};
+
+// What a trainer rank reads of an answer to train it: its tokens (every
+// rank, its shard) and, on rank 0, which answer it is and its reward.
+struct AnswerTokens {
+  std::vector<model::TokenId> prompt;
+  std::vector<model::TokenId> response;
+  std::vector<float> logprobs;
+  std::vector<PolicyVersion> versions;
+  static constexpr auto Fields() {
+    using A = AnswerTokens;
+    return std::make_tuple(RecordField<A, std::vector<model::TokenId>>{column::kPrompt, &A::prompt},
+                           RecordField<A, std::vector<model::TokenId>>{column::kResponse, &A::response},
+                           RecordField<A, std::vector<float>>{column::kLogprobs, &A::logprobs},
+                           RecordField<A, std::vector<PolicyVersion>>{column::kVersions, &A::versions});
+  }
+};
+struct AnswerToTrain {
+  std::vector<model::TokenId> prompt;
+  std::vector<model::TokenId> response;
+  std::vector<float> logprobs;
+  std::vector<PolicyVersion> versions;
+  int32_t answer_index = 0;
+  float reward = 0;
+  static constexpr auto Fields() {
+    using A = AnswerToTrain;
+    return std::make_tuple(RecordField<A, std::vector<model::TokenId>>{column::kPrompt, &A::prompt},
+                           RecordField<A, std::vector<model::TokenId>>{column::kResponse, &A::response},
+                           RecordField<A, std::vector<float>>{column::kLogprobs, &A::logprobs},
+                           RecordField<A, std::vector<PolicyVersion>>{column::kVersions, &A::versions},
+                           RecordField<A, int32_t>{column::kAnswerIndex, &A::answer_index},
+                           RecordField<A, float>{column::kReward, &A::reward});
+  }
+};
+
+// A trainer record's value (partition progress, key TrainerRecordKey).
+struct PublishedVersionRecord {
+  PolicyVersion published_version = 0;
+  static constexpr auto Fields() {
+    return std::make_tuple(RecordField<PublishedVersionRecord, PolicyVersion>{
+        column::kPublishedVersion, &PublishedVersionRecord::published_version});
+  }
+};
+
+// A record's tokens into a training sample (its prompt, response, behaviour
+// logprobs and per-token versions).
+template <typename A>
+void MoveAnswerTokens(A&& a, trainer::RolloutSample* smp) {
+  smp->prompt = std::move(a.prompt);
+  smp->response = std::move(a.response);
+  smp->behavior_logprobs = std::move(a.logprobs);
+  smp->versions = std::move(a.versions);
+}
 
 // pipeline.trainer_ranks > 1: what rank 0 tells the other ranks of a step,
 // through the ranks' rendezvous store under StepPlanKey(step): the samples

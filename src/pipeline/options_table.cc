@@ -6,8 +6,8 @@
 namespace sluice::pipeline {
 namespace {
 
-runtime::ConfigTable<RunOptions> BuildTable() {
-  runtime::ConfigTable<RunOptions> t;
+// The keys of the run, the model, the task and the warm start.
+void AddRunKeys(runtime::ConfigTable<RunOptions>& t) {
   t.String("run.dir", "runs/arithmetic", "run directory: metrics.jsonl, config.yaml, sft/, checkpoints/, final/",
            SLUICE_FIELD(run_dir));
   t.Int("run.seed", 0, 0, INT64_MAX, "seed of everything random: data order, sampling, model init", SLUICE_FIELD(seed));
@@ -47,6 +47,10 @@ runtime::ConfigTable<RunOptions> BuildTable() {
   t.Double("sft.lr", 1e-3, 0.0, 10.0, "warm-start learning rate", SLUICE_FIELD(sft.optimizer.lr));
   t.Int("sft.warmup_steps", 20, 0, 10000000, "warm-start linear warm-up steps",
         SLUICE_FIELD(sft.optimizer.warmup_steps));
+}
+
+// The keys of RL sampling and the trainer.
+void AddRlKeys(runtime::ConfigTable<RunOptions>& t) {
   t.Int("rl.steps", 100, 0, 10000000, "RL steps (one batch of prompts each)", SLUICE_FIELD(rl.steps));
   t.Int("rl.prompts_per_step", 16, 1, 1000000, "prompts per RL step", SLUICE_FIELD(rl.prompts_per_step));
   t.Int("rl.group_size", 8, 1, 100000, "answers sampled per prompt (GRPO group; >= 2)", SLUICE_FIELD(rl.group_size));
@@ -113,6 +117,10 @@ runtime::ConfigTable<RunOptions> BuildTable() {
          "bf16-mixed: forward passes under bfloat16 autocast on float32 master weights (CUDA only); auto: "
          "bf16-mixed on CUDA, float32 on CPU",
          SLUICE_FIELD(devices.trainer_precision));
+}
+
+// The keys of the pipeline and the cluster.
+void AddPipelineKeys(runtime::ConfigTable<RunOptions>& t) {
   t.Choice<PipelineMode>(
       "pipeline.mode", "direct",
       {{"direct", PipelineMode::kDirect},
@@ -225,6 +233,10 @@ runtime::ConfigTable<RunOptions> BuildTable() {
          "pipeline.processes: stop the run with an error when a role stalls (pipeline.stall_seconds), instead "
          "of only reporting it",
          SLUICE_FIELD(pipeline.stop_on_stall));
+}
+
+// The keys of evaluation and checkpoints.
+void AddEvalKeys(runtime::ConfigTable<RunOptions>& t) {
   t.Int("eval.interval", 20, 0, 10000000, "RL steps between held-out evaluations (0: start and end only)",
         SLUICE_FIELD(eval.interval));
   t.Int("eval.size", 200, 1, 1000000, "held-out examples per evaluation (greedy decoding)", SLUICE_FIELD(eval.size));
@@ -234,6 +246,14 @@ runtime::ConfigTable<RunOptions> BuildTable() {
         SLUICE_FIELD(eval.samples));
   t.Int("checkpoint.interval", 50, 0, 10000000, "RL steps between checkpoints (0: end only)",
         SLUICE_FIELD(checkpoint_interval));
+}
+
+runtime::ConfigTable<RunOptions> BuildTable() {
+  runtime::ConfigTable<RunOptions> t;
+  AddRunKeys(t);
+  AddRlKeys(t);
+  AddPipelineKeys(t);
+  AddEvalKeys(t);
   return t;
 }
 

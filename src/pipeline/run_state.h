@@ -1,6 +1,7 @@
 // Private to sluice_pipeline: a training run's state, shared by the direct
 // loop (run.cc) and the streaming modes over the TransferQueue
-// (stream_train.cc, stream_roles.cc, stream_launch.cc).
+// (stream_train.cc, stream_roles.cc, the role objects, stream_launch.cc and
+// launch_attempt.cc).
 #ifndef SLUICE_PIPELINE_RUN_STATE_H_
 #define SLUICE_PIPELINE_RUN_STATE_H_
 
@@ -17,6 +18,7 @@
 
 #include "generation.h"
 #include "metrics_log.h"
+#include "role_support.h"
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/random.h"
@@ -31,7 +33,6 @@
 namespace sluice::pipeline {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 // The cursor-th prompt of a seeded sequence of permutations of [0, n): each
 // epoch visits every index once, in an order fixed by (seed, epoch).
@@ -47,18 +48,6 @@ inline uint64_t PermutedIndex(uint64_t seed, uint64_t cursor, uint64_t n) {
 
 constexpr uint64_t kSftSalt = 0x5f7;
 constexpr uint64_t kShortcutSalt = 0x5c07;
-
-// The sampling seed of answer g to the prompt at `cursor` (the same in every
-// mode, so sync over the hub reproduces the direct loop).
-inline uint64_t AnswerSeed(uint64_t seed, int64_t prompts_per_step, int64_t group_size, uint64_t cursor, int64_t g) {
-  const uint64_t step = cursor / static_cast<uint64_t>(prompts_per_step);
-  const uint64_t k = cursor % static_cast<uint64_t>(prompts_per_step);
-  return HashCombine(HashCombine(seed, step), k * static_cast<uint64_t>(group_size) + static_cast<uint64_t>(g));
-}
-
-// Sets the intra-op thread count of the calling thread's libtorch/OpenMP
-// parallel regions (each role thread sets its own).
-void SetIntraOpThreadsHere(int threads);
 
 struct TrainingRun::State {
   std::shared_ptr<model::Transformer> policy;

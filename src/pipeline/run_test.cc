@@ -614,15 +614,22 @@ TEST(ReadLeasedRowsTest, RowsWhoseLeaseWasLostAreDroppedNotTheRun) {
 // The trainer's progress records in the hub: read in order up to the first
 // step not recorded, a record written again stands when it says the same,
 // and a record that contradicts one (or goes back in version) is data loss.
-TEST(TrainerRecordTest, RecordsAreReadInOrderUpToTheFirstMissingStep) {
+// An in-process hub with the run's schema and partitions (groups of 2).
+Result<std::unique_ptr<tq::TransferQueueHub>> RunSchemaHub() {
   tq::HubOptions options;
   options.controller.columns = HubColumns();
   options.controller.tasks = HubTasks();
   options.storage_units = 1;
-  auto hub = tq::TransferQueueHub::Create(options);
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<tq::TransferQueueHub> hub, tq::TransferQueueHub::Create(options));
+  tq::TransferQueueClient client = hub->client();
+  SLUICE_RETURN_IF_ERROR(CreateHubPartitions(client, 2));
+  return hub;
+}
+
+TEST(TrainerRecordTest, RecordsAreReadInOrderUpToTheFirstMissingStep) {
+  auto hub = RunSchemaHub();
   ASSERT_TRUE(hub.ok()) << hub.status().ToString();
   tq::TransferQueueClient client = (*hub)->client();
-  ASSERT_TRUE(CreateHubPartitions(client, 2).ok());
   const TrainerRecord start{3, 5};  // a run resumed at step 3, version 5
   auto read = ReadTrainerRecord(client, start);
   ASSERT_TRUE(read.ok()) << read.status().ToString();
@@ -645,6 +652,73 @@ TEST(TrainerRecordTest, RecordsAreReadInOrderUpToTheFirstMissingStep) {
   // A record that goes back in version is refused, not trusted.
   ASSERT_TRUE(WriteTrainerRecord(client, {8, 2}).ok());
   EXPECT_EQ(ReadTrainerRecord(client, *read).status().code(), StatusCode::kDataLoss);
+}
+
+// The typed records the roles write and read are the hub's schema: each
+// record's columns have there the type and rank its members give them; a
+// record goes through the hub and back unchanged; a cell missing or of
+// another type is DataLoss naming the column. Fails if a record's member
+// and the schema disagree (say kExample made I32 in HubColumns, or
+// AnswerRecord::answer_index made int64_t), or if a field is left out of
+// Fields() (the round trip loses it).
+TEST(HubRecordTest, RecordsMatchTheSchemaAndGoThroughTheHubUnchanged) {
+  const std::vector<tq::ColumnSchema> schema = HubColumns();
+  EXPECT_TRUE(CheckRecordSchema<PromptRecord>(schema).ok());
+  EXPECT_TRUE(CheckRecordSchema<AnswerRecord>(schema).ok());
+  EXPECT_TRUE(CheckRecordSchema<AnswerToScore>(schema).ok());
+  EXPECT_TRUE(CheckRecordSchema<RewardRecord>(schema).ok());
+  EXPECT_TRUE(CheckRecordSchema<AnswerTokens>(schema).ok());
+  EXPECT_TRUE(CheckRecordSchema<AnswerToTrain>(schema).ok());
+  EXPECT_TRUE(CheckRecordSchema<PublishedVersionRecord>(schema).ok());
+  std::vector<tq::ColumnSchema> other = schema;
+  for (tq::ColumnSchema& c : other) {
+    if (c.name == column::kAnswerIndex) c.dtype = DType::kI64;
+  }
+  const Status wrong = CheckRecordSchema<AnswerRecord>(other);
+  EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("answer_index"), std::string::npos) << wrong.ToString();
+
+  auto hub = RunSchemaHub();
+  ASSERT_TRUE(hub.ok()) << hub.status().ToString();
+  tq::TransferQueueClient client = (*hub)->client();
+  AnswerRecord answer;
+  answer.prompt = {5, 6, 7};
+  answer.response = {8, 9};
+  answer.logprobs = {-0.5f, -1.25f};
+  answer.versions = {3, 4};
+  answer.answer_index = 1;
+  answer.example = 42;
+  answer.reference_answer = std::string("1\0 7", 4);
+  tq::RowTags tags;
+  tags.group_id = 9;
+  ASSERT_TRUE(client.KvPutBatch(kRolloutPartition, {AnswerKey(9, 1)}, {tags}, EncodeRecord(answer)).ok());
+  auto back = client.KvGet(kRolloutPartition, AnswerKey(9, 1), RecordColumns<AnswerRecord>());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  auto decoded = DecodeRecord<AnswerRecord>(*back);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->prompt, answer.prompt);
+  EXPECT_EQ(decoded->response, answer.response);
+  EXPECT_EQ(decoded->logprobs, answer.logprobs);
+  EXPECT_EQ(decoded->versions, answer.versions);
+  EXPECT_EQ(decoded->answer_index, 1);
+  EXPECT_EQ(decoded->example, 42);
+  EXPECT_EQ(decoded->reference_answer, answer.reference_answer);
+  // The reward's view of the same row.
+  auto to_score = DecodeRecord<AnswerToScore>(*back);
+  ASSERT_TRUE(to_score.ok()) << to_score.status().ToString();
+  EXPECT_EQ(to_score->response, answer.response);
+  EXPECT_EQ(to_score->reference_answer, answer.reference_answer);
+
+  tq::BatchData cells;
+  cells.columns = EncodeRecord(PromptRecord{{1, 2}, 3, "4"});
+  cells.columns[column::kExample] = {HostTensor::Copy(DType::kI32, {}, &answer.answer_index, sizeof(int32_t))};
+  const Status mistyped = DecodeRecord<PromptRecord>(cells, 0).status();
+  EXPECT_EQ(mistyped.code(), StatusCode::kDataLoss);
+  EXPECT_NE(mistyped.message().find("'example'"), std::string::npos) << mistyped.ToString();
+  cells.columns.erase(column::kExample);
+  const Status missing = DecodeRecord<PromptRecord>(cells, 0).status();
+  EXPECT_EQ(missing.code(), StatusCode::kDataLoss);
+  EXPECT_NE(missing.message().find("'example'"), std::string::npos) << missing.ToString();
 }
 
 // The run's health in a shared segment: what one opening writes another

@@ -1,13 +1,12 @@
-// The roles of the streaming modes (rollout, reward, trainer) as functions
-// over what they share: the TransferQueue client (in process or remote), the
-// weights (a publish function for the trainer, standby weights for the
-// rollout) and the run's health and control service (RunHealth). The same bodies run as
-// threads of one process (stream_train.cc, TrainStreaming) or each in its
-// own process (TrainingRun::RunRole, started by the launcher in
-// stream_launch.cc).
+// What the streaming modes share around their roles (RolloutRole,
+// RewardRole, TrainerRole: public headers), over a training run's state: the
+// prompt feeder, each role's options from the run's, the run as the trainer
+// role's learner, the run's trace and live counters, pipeline.trainer_command's
+// run info and checks, and the hub keys of the ranks' store. The roles run as
+// threads of one process (stream_train.cc, TrainStreaming) or each in its own
+// process (TrainingRun::RunRole, started by the launcher: launch_attempt.h).
 //
-// Thread safety: each function is one role's loop; everything they share is
-// thread-safe.
+// Thread safety: the feeder is one loop; everything it shares is thread-safe.
 #ifndef SLUICE_SRC_PIPELINE_STREAM_ROLES_H_
 #define SLUICE_SRC_PIPELINE_STREAM_ROLES_H_
 
@@ -20,10 +19,14 @@
 #include <vector>
 
 #include "hub_records.h"
+#include "role_support.h"
 #include "run_state.h"
 #include "sluice/checkpoint_engine/weights.h"
 #include "sluice/common/metrics_server.h"
+#include "sluice/pipeline/reward_role.h"
+#include "sluice/pipeline/rollout_role.h"
 #include "sluice/pipeline/run_health.h"
+#include "sluice/pipeline/trainer_role.h"
 #include "sluice/rollout/standby_weights.h"
 #include "sluice/schedule/staleness.h"
 #include "sluice/transfer_queue/client.h"
@@ -32,21 +35,6 @@
 namespace sluice::pipeline {
 
 namespace tq = transfer_queue;
-
-// The data of rows this process just leased, or nullopt when the lease was
-// lost before it read them: a process paused (SIGSTOP, a swapped-out host)
-// past its lease finds its rows handed to another process, which may have
-// finished them, so the hub freed them and reading them is NotFound. That
-// take is dropped, with a warning naming `who` (its rows are the other
-// process's now), not the run. Other errors: GetData's and Renew's.
-Result<std::optional<transfer_queue::BatchData>> ReadLeasedRows(transfer_queue::TransferQueueClient& client,
-                                                                const transfer_queue::BatchMeta& meta,
-                                                                std::chrono::seconds lease, const char* who);
-
-// The trace track of a role (one per role, whether roles are threads or
-// processes; 0 is the launcher's), and naming the calling thread's.
-int32_t TraceTrack(PipelineRole role);
-void TraceThisThread(PipelineRole role, const std::string& thread_name);
 
 // Keys in the trainer ranks' store (pipeline.trainer_ranks > 1), besides
 // each step's plan: what rank 0's launcher tells ranks launched elsewhere
@@ -88,69 +76,46 @@ struct StreamRoles {
   // started again late has nothing left to do. False for the trainer.
   static Result<bool> RoleDone(const TrainingRun::State& s, tq::TransferQueueClient& client, PipelineRole role);
 
-  struct Rollout {
-    std::shared_ptr<model::Transformer> model;  // served; refreshed through `standby`
-    rollout::StandbyWeights* standby = nullptr;
-    // Where the trainer's versions are read (the standby buffer fills from
-    // it; admission reads its latest version).
-    checkpoint_engine::WeightReader* weights = nullptr;
-    HealthSlot slot = PipelineRole::kRollout;  // this replica's
-    int64_t replica = 0;                       // its index (pipeline.rollout_replicas)
-    std::string process;                       // names its threads in the trace: "rollout-1 " (with a space)
+  // The rollout's and reward's options for this process, from the run's
+  // (its step and version now, tokenizer, lease holder); the launcher sets
+  // the replica's or worker's own (index, health slot, name).
+  static RolloutRole::Options RolloutOptions(const TrainingRun::State& s);
+  static RewardRole::Options RewardOptions(const TrainingRun::State& s);
+
+  static TrainerRole::Options TrainerOptions(const TrainingRun::State& s);
+  // A rollout replica's role process (TrainingRun::RunRole, stream_launch.cc).
+  static Status RunRolloutProcess(TrainingRun::State& s, const RoleConnection& c, tq::TransferQueueClient& client,
+                                  RunHealth& health, HealthSlot slot, const std::function<bool()>& stopping);
+  // The training run as the trainer role's learner: its policy and
+  // trainer, s.step and s.version, and the run's bookkeeping of each step
+  // (metrics.jsonl, evaluations through `evaluate`, checkpoints, `progress`).
+  class RunLearner : public TrainerRole::Learner {
+   public:
+    // Opens the run's metrics.jsonl (MetricsLog::Open's errors) for trainer
+    // rank 0, which finishes the steps; the other ranks' learners write none.
+    static Result<std::unique_ptr<RunLearner>> Open(TrainingRun::State& s, RunHealth& health,
+                                                    std::function<Result<EvalResult>()> evaluate, ProgressFn progress);
+    static std::unique_ptr<RunLearner> ForFollower(TrainingRun::State& s, RunHealth& health);
+    ~RunLearner() override;
+    int64_t step() const override;
+    PolicyVersion version() const override;
+    Status Train(std::vector<trainer::RolloutSample>& samples, StepRecord* rec) override;
+    void Advance(int64_t step, PolicyVersion version) override;
+    Result<TensorMap> Weights() override;
+    Status FinishStep(StepRecord& rec) override;
+    trainer::Trainer& trainer() override;
+    trainer::DataParallelGroup* ranks() override;
+
+   private:
+    RunLearner(TrainingRun::State& s, RunHealth& health, std::function<Result<EvalResult>()> evaluate,
+               ProgressFn progress, std::optional<MetricsLog> metrics);
+    TrainingRun::State& s_;
+    RunHealth& health_;
+    const std::function<Result<EvalResult>()> evaluate_;
+    const ProgressFn progress_;
+    const Clock::time_point start_;
+    std::optional<MetricsLog> metrics_;
   };
-  // Takes the run's prompts from the hub (as admission allows), generates G
-  // answers each and writes each finished answer to the hub; acks a batch
-  // of prompts once all their answers are in. Returns when every prompt's
-  // answers are written, or at health.StopRequested() / `stopping`.
-  //
-  // Staleness admission is the rollout's own (schedule::StalenessAdmission), fed
-  // from what the hub and the weights say, the same way in threads and
-  // processes and on every host: the trainer's progress is its record in
-  // the hub (TrainerRecord: the steps it trained, each recorded after its
-  // update is published and before its groups are acked, with the newest
-  // version published by then).
-  //
-  // Rollout replicas (pipeline.rollout_replicas, or one that may be
-  // restarted) share the hub's prompt stream: admission counts the prompts
-  // every replica took (the hub's rollout task), a prompt handed to this
-  // replica past what its weights may start waits here, and it ends when
-  // every prompt of the run is finished, by whichever replica. Prompts are
-  // leased for pipeline.worker_lease_seconds, renewed every third of it;
-  // answers are written keyed by prompt and answer index, so a prompt
-  // generated again after its replica died adds only the answers missing.
-  static Status RunRollout(TrainingRun::State& s, tq::TransferQueueClient& client, const Rollout& r, RunHealth& health,
-                           const std::function<bool()>& stopping);
-
-  // Scores answers as they appear (task "reward", each leased for
-  // pipeline.worker_lease_seconds); returns once the hub says every answer
-  // of the run is scored (by this process or other reward workers), or at
-  // health.StopRequested() / `stopping`. An answer whose reward a dead worker wrote
-  // before its ack keeps that reward.
-  static Status RunReward(TrainingRun::State& s, tq::TransferQueueClient& client, RunHealth& health,
-                          const std::function<bool()>& stopping, HealthSlot slot = PipelineRole::kReward,
-                          const std::string& process = "");
-
-  struct Trainer {
-    // Where every sync_interval-th step's weights are published.
-    checkpoint_engine::WeightPublisher* weights = nullptr;
-    // Polled while waiting for data: an error (another role failed) ends the run.
-    std::function<Status()> check;
-  };
-  // Takes whole groups as they complete, trains, publishes every
-  // sync_interval steps, until rl.steps; metrics, evaluations, checkpoints
-  // and progress as in the direct loop. Each group stays leased
-  // (pipeline.lease_seconds) until its step's update is applied and
-  // published, then is acked: the hub redelivers what a dead trainer held.
-  static Status RunTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, const Trainer& t, RunHealth& health,
-                           const std::function<Result<EvalResult>()>& evaluate, const ProgressFn& progress);
-
-  // pipeline.trainer_ranks > 1, ranks above 0: for each step, waits for
-  // rank 0's plan of it (the samples, as hub rows, in training order), reads
-  // this rank's shard of those rows from the hub and takes the data-parallel
-  // update with the others (s.data_parallel); publishes, logs and acks
-  // nothing. Returns after rl.steps, or at health.StopRequested().
-  static Status FollowTrainer(TrainingRun::State& s, tq::TransferQueueClient& client, RunHealth& health,
-                              HealthSlot slot);
 
   // pipeline.trainer_command (stream_launch.cc): the run info the command
   // reads (JSON: the hub's endpoint, the weight store, the run's settings);

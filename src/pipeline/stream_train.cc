@@ -72,23 +72,28 @@ Status TrainingRun::TrainStreaming(const ProgressFn& progress) {
   SLUICE_RETURN_IF_ERROR(feeder_thread.Start([&](std::stop_token stop) {
     errors.Set(StreamRoles::FeedPrompts(s, client, *health, [&] { return stop.stop_requested(); }));
   }));
-  StreamRoles::Rollout rollout_args;
-  rollout_args.model = rollout_model;
-  rollout_args.standby = standby.get();
-  rollout_args.weights = store.get();
-  SLUICE_RETURN_IF_ERROR(rollout_thread.Start([&](std::stop_token stop) {
-    errors.Set(StreamRoles::RunRollout(s, client, rollout_args, *health, [&] { return stop.stop_requested(); }));
-  }));
-  SLUICE_RETURN_IF_ERROR(reward_thread.Start([&](std::stop_token stop) {
-    errors.Set(StreamRoles::RunReward(s, client, *health, [&] { return stop.stop_requested(); }));
-  }));
+  RolloutRole::Wiring rollout_wiring{rollout_model, standby.get(), store.get(), &client, health.get(), s.hooks};
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<RolloutRole> rollout_role,
+                          RolloutRole::Create(StreamRoles::RolloutOptions(s), std::move(rollout_wiring)));
+  RewardRole reward_role(StreamRoles::RewardOptions(s), {s.task, s.tokenizer, &client, health.get()});
+  SLUICE_RETURN_IF_ERROR(rollout_thread.Start(
+      [&](std::stop_token stop) { errors.Set(rollout_role->Run([&] { return stop.stop_requested(); })); }));
+  SLUICE_RETURN_IF_ERROR(reward_thread.Start(
+      [&](std::stop_token stop) { errors.Set(reward_role.Run([&] { return stop.stop_requested(); })); }));
 
-  StreamRoles::Trainer trainer_args;
-  trainer_args.weights = store.get();
-  trainer_args.check = [&] { return errors.failed() ? errors.Get() : Status::Ok(); };
   const auto run_start = Clock::now();
-  Status trained = StreamRoles::RunTrainer(
-      s, client, trainer_args, *health, [this] { return Evaluate(); }, progress);
+  Status trained = [&]() -> Status {
+    SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<StreamRoles::RunLearner> learner,
+                            StreamRoles::RunLearner::Open(
+                                s, *health, [this] { return Evaluate(); }, progress));
+    TrainerRole::Wiring wiring{learner.get(),
+                               &client,
+                               health.get(),
+                               store.get(),
+                               [&] { return errors.failed() ? errors.Get() : Status::Ok(); },
+                               s.hooks};
+    return TrainerRole(StreamRoles::TrainerOptions(s), std::move(wiring)).Run();
+  }();
   health->RequestStop();
   feeder_thread.Stop();
   rollout_thread.Stop();

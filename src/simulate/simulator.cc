@@ -17,7 +17,7 @@ namespace sluice::simulate {
 namespace {
 
 constexpr double kNever = std::numeric_limits<double>::infinity();
-// The pipeline's polling intervals (src/pipeline/stream_roles.cc,
+// The pipeline's polling intervals (src/pipeline/rollout_role.cc,
 // src/trainer/trainer.cc): an idle engine sleeps 2 ms before its next loop; a
 // lent worker that may not run looks again after 1 ms; an engine waiting for
 // lent workers looks every 200 us (half of it on average).

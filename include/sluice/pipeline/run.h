@@ -78,6 +78,7 @@ class TrainingRun {
  private:
   struct State;
   friend struct StreamRoles;
+  friend class LaunchAttempt;
   Status PrepareTraining();                                // reference model, trainer, resume
   Status TrainStreaming(const ProgressFn& progress);       // stream_train.cc: roles as threads
   Status TrainInProcesses(const std::atomic<bool>* stop);  // stream_launch.cc (the trainer role reports progress)

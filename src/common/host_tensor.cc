@@ -1,8 +1,10 @@
 #include "sluice/common/host_tensor.h"
 
 #include <cstring>
+#include <iterator>
 
 #include "sluice/common/check.h"
+#include "sluice/common/enum_names.h"
 
 namespace sluice {
 
@@ -26,39 +28,14 @@ size_t DTypeSize(DType dtype) {
   return 0;
 }
 
-std::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF64:
-      return "F64";
-    case DType::kF32:
-      return "F32";
-    case DType::kF16:
-      return "F16";
-    case DType::kBF16:
-      return "BF16";
-    case DType::kI64:
-      return "I64";
-    case DType::kI32:
-      return "I32";
-    case DType::kI16:
-      return "I16";
-    case DType::kI8:
-      return "I8";
-    case DType::kU8:
-      return "U8";
-    case DType::kBool:
-      return "BOOL";
-  }
-  return "?";
-}
+namespace {
+constexpr const char* kDTypeNames[] = {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL"};
+static_assert(std::size(kDTypeNames) == static_cast<size_t>(DType::kBool) + 1);
+}  // namespace
 
-std::optional<DType> ParseDTypeName(std::string_view name) {
-  for (DType d : {DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kI64, DType::kI32, DType::kI16,
-                  DType::kI8, DType::kU8, DType::kBool}) {
-    if (DTypeName(d) == name) return d;
-  }
-  return std::nullopt;
-}
+std::string_view DTypeName(DType dtype) { return EnumName(kDTypeNames, dtype); }
+
+std::optional<DType> ParseDTypeName(std::string_view name) { return EnumNamed<DType>(kDTypeNames, name); }
 
 Result<uint64_t> CheckedNumel(const std::vector<int64_t>& shape, uint64_t limit) {
   bool empty = false;

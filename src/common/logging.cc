@@ -11,7 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <iterator>
 #include <string>
+
+#include "sluice/common/enum_names.h"
 
 namespace sluice {
 namespace {
@@ -30,17 +33,9 @@ std::atomic<int>& Threshold() {
 }
 
 const char* LevelLetter(LogLevel level) {
-  switch (level) {
-    case LogLevel::kDEBUG:
-      return "D";
-    case LogLevel::kINFO:
-      return "I";
-    case LogLevel::kWARNING:
-      return "W";
-    case LogLevel::kERROR:
-      return "E";
-  }
-  return "?";
+  static constexpr const char* kLetters[] = {"D", "I", "W", "E"};
+  static_assert(std::size(kLetters) == static_cast<size_t>(LogLevel::kERROR) + 1);
+  return EnumName(kLetters, level);
 }
 
 }  // namespace

@@ -1,39 +1,19 @@
 #include "sluice/common/status.h"
 
 #include <cstdio>
+#include <iterator>
+
+#include "sluice/common/enum_names.h"
 
 namespace sluice {
 
 std::string_view StatusCodeName(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return "OK";
-    case StatusCode::kInvalidArgument:
-      return "InvalidArgument";
-    case StatusCode::kNotFound:
-      return "NotFound";
-    case StatusCode::kAlreadyExists:
-      return "AlreadyExists";
-    case StatusCode::kOutOfRange:
-      return "OutOfRange";
-    case StatusCode::kFailedPrecondition:
-      return "FailedPrecondition";
-    case StatusCode::kResourceExhausted:
-      return "ResourceExhausted";
-    case StatusCode::kTimeout:
-      return "Timeout";
-    case StatusCode::kAborted:
-      return "Aborted";
-    case StatusCode::kUnavailable:
-      return "Unavailable";
-    case StatusCode::kDataLoss:
-      return "DataLoss";
-    case StatusCode::kUnimplemented:
-      return "Unimplemented";
-    case StatusCode::kInternal:
-      return "Internal";
-  }
-  return "Unknown";
+  static constexpr const char* kNames[] = {"OK",         "InvalidArgument",    "NotFound",          "AlreadyExists",
+                                           "OutOfRange", "FailedPrecondition", "ResourceExhausted", "Timeout",
+                                           "Aborted",    "Unavailable",        "DataLoss",          "Unimplemented",
+                                           "Internal"};
+  static_assert(std::size(kNames) == static_cast<size_t>(StatusCode::kInternal) + 1);
+  return EnumName(kNames, code, "Unknown");
 }
 
 Status::Status(StatusCode code, std::string message) {

@@ -5,14 +5,36 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "sluice/common/check.h"
+#include "sluice/common/enum_names.h"
 #include "sluice/common/host_tensor.h"
 
 namespace sluice {
 namespace {
+
+// An enum's one list of names serves both ways; a value past the list gets
+// the fallback. Fails if EnumName or EnumNamed is off by one, or a name
+// list's order drifts from its enum's (DType's, StatusCode's).
+TEST(EnumNamesTest, NamesAndValuesComeFromOneList) {
+  enum class Color { kRed, kGreen, kBlue };
+  static constexpr const char* kColors[] = {"red", "green", "blue"};
+  EXPECT_STREQ(EnumName(kColors, Color::kRed), "red");
+  EXPECT_STREQ(EnumName(kColors, Color::kBlue), "blue");
+  EXPECT_STREQ(EnumName(kColors, static_cast<Color>(7)), "?");
+  EXPECT_STREQ(EnumName(kColors, static_cast<Color>(7), "no color"), "no color");
+  EXPECT_EQ(EnumNamed<Color>(kColors, "green"), Color::kGreen);
+  EXPECT_EQ(EnumNamed<Color>(kColors, "Green"), std::nullopt);
+  for (DType d : {DType::kF64, DType::kBF16, DType::kI8, DType::kBool}) {
+    EXPECT_EQ(ParseDTypeName(DTypeName(d)), d) << DTypeName(d);
+  }
+  EXPECT_EQ(DTypeName(DType::kBF16), "BF16");
+  EXPECT_EQ(StatusCodeName(StatusCode::kDataLoss), "DataLoss");
+  EXPECT_EQ(StatusCodeName(static_cast<StatusCode>(99)), "Unknown");
+}
 
 TEST(StatusTest, DefaultIsOk) {
   Status s;

@@ -70,11 +70,6 @@ std::string ShownText(const model::Tokenizer& tokenizer, const std::vector<model
   return out;
 }
 
-Status PrintUsage(const char* command, const FlagSet& flags) {
-  std::printf("usage: sluice %s [flags]\n%s", command, flags.Usage().c_str());
-  return Status::Ok();
-}
-
 Status Init(const std::vector<std::string>& args) {
   FlagSet flags;
   flags.Add("preset", "1m", "built-in model size: tiny, 1m, 5m, 20m, 0.5b");
@@ -85,8 +80,8 @@ Status Init(const std::vector<std::string>& args) {
   flags.Add("tokenizer", "",
             "directory whose tokenizer.json (and tokenizer_config.json) the model gets: its vocabulary sets "
             "vocab_size, its bos/eos tokens the config's ids (empty: the byte tokenizer)");
-  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.help_requested()) return PrintUsage("init", flags);
+  SLUICE_ASSIGN_OR_RETURN(const bool helped, flags.ParseOrHelp(args, "sluice init [flags]"));
+  if (helped) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
   SLUICE_ASSIGN_OR_RETURN(std::string preset, flags.GetString("preset"));
   SLUICE_ASSIGN_OR_RETURN(model::ModelConfig config, model::PresetModelConfig(preset));
@@ -127,8 +122,8 @@ Status Generate(const std::vector<std::string>& args) {
   flags.Add("threads", "0", "intra-op threads (0 = all cores)");
   flags.Add("device", "auto", "auto (cuda when a GPU is usable), cpu, cuda or cuda:N");
   flags.Add("dtype", "auto", "weights and KV cache: auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16");
-  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.help_requested()) return PrintUsage("generate", flags);
+  SLUICE_ASSIGN_OR_RETURN(const bool helped, flags.ParseOrHelp(args, "sluice generate [flags]"));
+  if (helped) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
   SLUICE_ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 0, 1024));
   SetIntraOpThreads(threads);

@@ -289,41 +289,41 @@ struct PlanSpec {
 };
 
 void AddPlanFlags(FlagSet& flags) {
-  flags.Add("regime", "", "a published setting to reproduce (" + RegimeNames() + "); other flags override it");
-  flags.Add("hardware", "h100", "the accelerator (h100, h800, h200, h20, a100, 910b)");
-  flags.Add("gpus", "64", "accelerators in the cluster");
-  flags.Add("model", "qwen2.5-7b", "a known shape (qwen2.5-1.5b ... qwen2.5-72b, llama3.1-8b/70b)");
-  flags.Add("model-config", "", "a Hugging Face config.json instead of --model");
-  flags.Add("prompt-tokens", "1024", "tokens per prompt");
-  flags.Add("max-response", "16384", "the longest answer (longer ones are cut off here)");
-  flags.Add("median", "4096", "median answer length in tokens");
-  flags.Add("spread", "1.0", "standard deviation of the log answer length (0: every answer the median)");
-  flags.Add("lengths-from", "", "fit median and spread to a run's metrics.jsonl instead");
-  flags.Add("prompts", "128", "prompts per trainer step");
-  flags.Add("group", "16", "answers per prompt");
-  flags.Add("steps", "12", "trainer steps simulated (the first third is the pipeline filling)");
-  flags.Add("staleness", "0", "the asynchronous policies' bound in versions (0: try 1, 2 and 4)");
-  flags.Add("rollout-gpus", "0", "accelerators generating in the split policies (0: try splits from 1/8 to 7/8)");
-  flags.Add("rollout-tp", "0", "accelerators per rollout engine (0: the fewest the model fits)");
-  flags.Add("train-mp", "1", "accelerators per trainer rank (tensor x pipeline parallel)");
-  flags.Add("max-rows", "256", "sequences an engine decodes at once at most (max_num_seqs; 0: try 128, 256, 512)");
-  flags.Add("micro-batch-tokens", "0", "tokens per trainer micro-batch (0: prompt + longest answer)");
-  flags.Add("mini-batches", "1",
-            "optimizer updates per trainer step (PPO mini-batches), each waiting for its slowest rank");
-  flags.Add("policies", "", "policies to compare, comma-separated (default: all)");
-  flags.Add("mfu", "0.4", "the trainer's share of bf16 peak (model FLOP utilisation)");
-  flags.Add("decode-bandwidth", "0.75", "decode's share of HBM bandwidth");
-  flags.Add("switch-s", "5", "colocated: seconds to switch between training and generation, each step");
-  flags.Add("colocated-train-slowdown", "1",
-            "colocated: the trainer's cost per token against a separate trainer's (offloading, an extra pass)");
-  flags.Add("html", "", "also write the comparison as an HTML page");
-  flags.Add("sensitivity", "false",
-            "with --regime: the simulated speedup as each of the regime's fitted and assumed parameters moves over a "
-            "stated range",
-            /*is_bool=*/true);
-  flags.Add("predictive-check", "false",
-            "fit verl's unknowns to one cluster size's published runs and predict the other sizes' (about 40 s)",
-            /*is_bool=*/true);
+  flags.Add({
+      {"regime", "", "a published setting to reproduce (" + RegimeNames() + "); other flags override it"},
+      {"hardware", "h100", "the accelerator (h100, h800, h200, h20, a100, 910b)"},
+      {"gpus", "64", "accelerators in the cluster"},
+      {"model", "qwen2.5-7b", "a known shape (qwen2.5-1.5b ... qwen2.5-72b, llama3.1-8b/70b)"},
+      {"model-config", "", "a Hugging Face config.json instead of --model"},
+      {"prompt-tokens", "1024", "tokens per prompt"},
+      {"max-response", "16384", "the longest answer (longer ones are cut off here)"},
+      {"median", "4096", "median answer length in tokens"},
+      {"spread", "1.0", "standard deviation of the log answer length (0: every answer the median)"},
+      {"lengths-from", "", "fit median and spread to a run's metrics.jsonl instead"},
+      {"prompts", "128", "prompts per trainer step"},
+      {"group", "16", "answers per prompt"},
+      {"steps", "12", "trainer steps simulated (the first third is the pipeline filling)"},
+      {"staleness", "0", "the asynchronous policies' bound in versions (0: try 1, 2 and 4)"},
+      {"rollout-gpus", "0", "accelerators generating in the split policies (0: try splits from 1/8 to 7/8)"},
+      {"rollout-tp", "0", "accelerators per rollout engine (0: the fewest the model fits)"},
+      {"train-mp", "1", "accelerators per trainer rank (tensor x pipeline parallel)"},
+      {"max-rows", "256", "sequences an engine decodes at once at most (max_num_seqs; 0: try 128, 256, 512)"},
+      {"micro-batch-tokens", "0", "tokens per trainer micro-batch (0: prompt + longest answer)"},
+      {"mini-batches", "1", "optimizer updates per trainer step (PPO mini-batches), each waiting for its slowest rank"},
+      {"policies", "", "policies to compare, comma-separated (default: all)"},
+      {"mfu", "0.4", "the trainer's share of bf16 peak (model FLOP utilisation)"},
+      {"decode-bandwidth", "0.75", "decode's share of HBM bandwidth"},
+      {"switch-s", "5", "colocated: seconds to switch between training and generation, each step"},
+      {"colocated-train-slowdown", "1",
+       "colocated: the trainer's cost per token against a separate trainer's (offloading, an extra pass)"},
+      {"html", "", "also write the comparison as an HTML page"},
+      {"sensitivity", "false",
+       "with --regime: the simulated speedup as each of the regime's fitted and assumed parameters moves over a "
+       "stated range",
+       true},
+      {"predictive-check", "false",
+       "fit verl's unknowns to one cluster size's published runs and predict the other sizes' (about 40 s)", true},
+  });
 }
 
 Result<PlanSpec> ReadPlanSpec(const FlagSet& flags) {

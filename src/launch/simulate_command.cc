@@ -94,11 +94,9 @@ Status Calibrate(const std::vector<std::string>& args) {
   flags.Add("quick", "false", "fewer measurements (a rough profile in a few seconds)", /*is_bool=*/true);
   flags.Add("cores", "0", "the cores the roles share, measured busy at once (0: this machine's)");
   AddStepLengthFlags(&flags);
-  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.help_requested()) {
-    std::printf("usage: sluice calibrate --out=PROFILE [--config=FILE] [key=value ...]\n%s", flags.Usage().c_str());
-    return Status::Ok();
-  }
+  SLUICE_ASSIGN_OR_RETURN(const bool helped,
+                          flags.ParseOrHelp(args, "sluice calibrate --out=PROFILE [--config=FILE] [key=value ...]"));
+  if (helped) return Status::Ok();
   SLUICE_ASSIGN_OR_RETURN(std::string out, flags.GetString("out"));
   if (out.empty()) return Status::InvalidArgument("--out: where to write the profile is required");
   SLUICE_ASSIGN_OR_RETURN(std::string config_path, flags.GetString("config"));
@@ -141,11 +139,9 @@ Status Simulate(const std::vector<std::string>& args) {
   AddStepLengthFlags(&flags);
   flags.Add("threads", "2", "cores in every mode: sync runs that many engines and trainer workers, roles alternating");
   flags.Add("rollout-threads", "1", "one_step_off/async: the rollout's cores (the trainer gets the rest)");
-  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.help_requested()) {
-    std::printf("usage: sluice simulate --profile=PROFILE [--config=FILE] [key=value ...]\n%s", flags.Usage().c_str());
-    return Status::Ok();
-  }
+  SLUICE_ASSIGN_OR_RETURN(const bool helped,
+                          flags.ParseOrHelp(args, "sluice simulate --profile=PROFILE [--config=FILE] [key=value ...]"));
+  if (helped) return Status::Ok();
   SLUICE_ASSIGN_OR_RETURN(std::string profile_path, flags.GetString("profile"));
   if (profile_path.empty()) return Status::InvalidArgument("--profile: a cost profile is required (sluice calibrate)");
   SLUICE_ASSIGN_OR_RETURN(simulate::CostProfile profile, simulate::LoadCostProfile(profile_path));

@@ -32,12 +32,10 @@ Status Tokenize(const std::vector<std::string>& args) {
             "as a JSON string",
             true);
   flags.Add("ids", "false", "--chat: print the rendering's token ids instead of its text", true);
-  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.help_requested()) {
-    std::printf("usage: sluice tokenize --model=DIR [--text=TEXT | --decode | --chat [--ids]] [flags]\n%s",
-                flags.Usage().c_str());
-    return Status::Ok();
-  }
+  SLUICE_ASSIGN_OR_RETURN(
+      const bool helped,
+      flags.ParseOrHelp(args, "sluice tokenize --model=DIR [--text=TEXT | --decode | --chat [--ids]] [flags]"));
+  if (helped) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
   SLUICE_ASSIGN_OR_RETURN(std::string dir, flags.GetString("model"));
   if (dir.empty()) return Status::InvalidArgument("flag --model is required");

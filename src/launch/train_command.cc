@@ -515,12 +515,9 @@ Status Train(const std::vector<std::string>& args) {
             "MASTER_PORT name its rendezvous; the same config as its ranks)");
   // Set by a launcher (pipeline.processes) on the role processes it starts.
   pipeline::AddRoleFlags(flags);
-  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
+  SLUICE_ASSIGN_OR_RETURN(const bool helped, flags.ParseOrHelp(args, "sluice train [--config=FILE] [key=value ...]"));
+  if (helped) return Status::Ok();
   ConfigSchema schema = TrainSchema();
-  if (flags.help_requested()) {
-    std::printf("usage: sluice train [--config=FILE] [key=value ...]\n%s", flags.Usage().c_str());
-    return Status::Ok();
-  }
   SLUICE_ASSIGN_OR_RETURN(bool help_config, flags.GetBool("help-config"));
   if (help_config) {
     std::printf("%s", schema.Document().c_str());
@@ -661,11 +658,9 @@ Status Eval(const std::vector<std::string>& args) {
   FlagSet flags;
   flags.Add("config", "", "YAML config file (same keys as train; task.* and eval.* are used)");
   flags.Add("model", "", "checkpoint directory to evaluate (required)");
-  SLUICE_RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.help_requested()) {
-    std::printf("usage: sluice eval --model=DIR [--config=FILE] [key=value ...]\n%s", flags.Usage().c_str());
-    return Status::Ok();
-  }
+  SLUICE_ASSIGN_OR_RETURN(const bool helped,
+                          flags.ParseOrHelp(args, "sluice eval --model=DIR [--config=FILE] [key=value ...]"));
+  if (helped) return Status::Ok();
   SLUICE_ASSIGN_OR_RETURN(std::string model_dir, flags.GetString("model"));
   if (model_dir.empty()) return Status::InvalidArgument("flag --model is required");
   SLUICE_ASSIGN_OR_RETURN(std::string config_path, flags.GetString("config"));

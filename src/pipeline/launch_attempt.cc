@@ -27,7 +27,6 @@
 
 namespace sluice::pipeline {
 
-namespace ce = checkpoint_engine;
 using std::chrono::milliseconds;
 
 namespace {

@@ -47,6 +47,8 @@ class ShmSubscriber;
 
 namespace sluice::pipeline {
 
+namespace ce = checkpoint_engine;
+
 // The prefix of the run's shared-memory objects (weight stores, health).
 inline constexpr char kShmPrefix[] = "sluice";
 
@@ -148,7 +150,7 @@ class LaunchAttempt {
   BackgroundThread feeder_{"prompts"};
 
   // RunProcesses' own, ended (EndProcesses) before it returns.
-  std::unique_ptr<checkpoint_engine::ShmSubscriber> store_reader_;  // pipeline.trainer_command's store
+  std::unique_ptr<ce::ShmSubscriber> store_reader_;  // pipeline.trainer_command's store
   std::string info_path_;
   std::unique_ptr<WeightRelay> relay_;  // rollout replicas elsewhere
   std::unique_ptr<runtime::Supervisor> supervisor_;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 
+#include "sluice/common/enum_names.h"
 #include "sluice/common/metrics_server.h"
 #include "sluice/model/device.h"
 #include "sluice/pipeline/options_table.h"
@@ -20,17 +22,9 @@ Result<PipelineMode> ParsePipelineMode(const std::string& name) {
 }
 
 std::string PipelineModeName(PipelineMode mode) {
-  switch (mode) {
-    case PipelineMode::kDirect:
-      return "direct";
-    case PipelineMode::kSync:
-      return "sync";
-    case PipelineMode::kOneStepOff:
-      return "one_step_off";
-    case PipelineMode::kAsync:
-      return "async";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"direct", "sync", "one_step_off", "async"};
+  static_assert(std::size(kNames) == static_cast<size_t>(PipelineMode::kAsync) + 1);
+  return EnumName(kNames, mode);
 }
 
 int64_t PipelineOptions::EffectiveMaxStaleness() const {
@@ -200,10 +194,13 @@ std::string ThreadBudget::ToString() const {
   return out + ": at most " + std::to_string(max_busy) + " busy";
 }
 
+namespace {
+constexpr const char* kPipelineRoleNames[] = {"trainer", "rollout", "reward"};
+static_assert(std::size(kPipelineRoleNames) == static_cast<size_t>(PipelineRole::kReward) + 1);
+}  // namespace
+
 Result<PipelineRole> ParsePipelineRole(const std::string& name) {
-  if (name == "trainer") return PipelineRole::kTrainer;
-  if (name == "rollout") return PipelineRole::kRollout;
-  if (name == "reward") return PipelineRole::kReward;
+  if (std::optional<PipelineRole> role = EnumNamed<PipelineRole>(kPipelineRoleNames, name)) return *role;
   return Status::InvalidArgument("pipeline role '" + name + "' is not one of {trainer, rollout, reward}");
 }
 
@@ -253,16 +250,6 @@ std::string PipelineProcessTitle(PipelineRole role, int64_t index) {
   return kind + std::to_string(index);
 }
 
-std::string PipelineRoleName(PipelineRole role) {
-  switch (role) {
-    case PipelineRole::kTrainer:
-      return "trainer";
-    case PipelineRole::kRollout:
-      return "rollout";
-    case PipelineRole::kReward:
-      return "reward";
-  }
-  return "?";
-}
+std::string PipelineRoleName(PipelineRole role) { return EnumName(kPipelineRoleNames, role); }
 
 }  // namespace sluice::pipeline

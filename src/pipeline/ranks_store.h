@@ -24,6 +24,31 @@
 
 namespace sluice::pipeline {
 
+// Keys in the trainer ranks' store (pipeline.trainer_ranks > 1), besides
+// each step's plan: what rank 0's launcher tells ranks launched elsewhere
+// (JSON: hub, token, start_step, start_version, config_digest), that the
+// run has ended and how ("ok" or "failed: <why>", set however it ends; the
+// ranks then stop waiting, and exit as the run did), and rank 0's
+// launcher's beat (a counter it sets once a second while it runs), and
+// that the launcher has let go of the attempt (its hub stopped, its
+// processes ended: a torchrun agent may start the next attempt's rank 0).
+inline constexpr char kRanksRunInfoKey[] = "run";
+inline constexpr char kRanksEndedKey[] = "ended";
+inline constexpr char kLauncherBeatKey[] = "launcher/beat";
+inline constexpr char kLauncherExitedKey[] = "launcher/exited";
+// Set by a launched rank that refuses the run (why): rank 0's launcher then
+// stops the run instead of waiting for it.
+inline constexpr char kRanksRefusedKey[] = "refused";
+// Counters of the processes that joined the run beyond the launch
+// (`sluice train --join`), by role: "joined/rollout", "joined/reward".
+inline constexpr char kRanksJoinedPrefix[] = "joined/";
+// Hub storage units on other hosts (cluster.storage_ranks): rank 0's plan
+// (JSON: token, peer_token, units, config_digest), each storage rank's
+// endpoint ("hub_storage/<index>"), and that rank 0's hub has stopped.
+inline constexpr char kHubStoragePlanKey[] = "hub_storage/plan";
+inline constexpr char kHubStoragePrefix[] = "hub_storage/";
+inline constexpr char kHubStoppedKey[] = "hub_storage/stopped";
+
 // The trace part and supervisor name of a role's process: "trainer",
 // "rollout", "reward" for the first, "trainer-1", "rollout-2", ... after.
 std::string ProcessName(PipelineRole role, int64_t index);

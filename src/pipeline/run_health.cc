@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <iterator>
 
+#include "sluice/common/enum_names.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/shm.h"
 #include "sluice/common/trace.h"
@@ -241,45 +243,12 @@ std::vector<RoleProcess> RoleProcesses(int64_t trainers, int64_t rollout_replica
 }
 
 const char* RoleActivityName(RoleActivity a) {
-  switch (a) {
-    case RoleActivity::kStarting:
-      return "starting";
-    case RoleActivity::kPutPrompts:
-      return "put prompts";
-    case RoleActivity::kTakePrompts:
-      return "take prompts";
-    case RoleActivity::kDecodeStep:
-      return "decode step";
-    case RoleActivity::kWriteAnswer:
-      return "write answer";
-    case RoleActivity::kWaitAdmission:
-      return "wait for admission";
-    case RoleActivity::kTakeAnswer:
-      return "take answer";
-    case RoleActivity::kScore:
-      return "score";
-    case RoleActivity::kWriteReward:
-      return "write reward";
-    case RoleActivity::kWaitForGroups:
-      return "wait for groups";
-    case RoleActivity::kTrainStep:
-      return "train step";
-    case RoleActivity::kPublish:
-      return "publish";
-    case RoleActivity::kAck:
-      return "ack";
-    case RoleActivity::kEvaluate:
-      return "evaluate";
-    case RoleActivity::kWaitForPlan:
-      return "wait for step plan";
-    case RoleActivity::kReadShard:
-      return "read shard";
-    case RoleActivity::kServeHub:
-      return "serve hub storage";
-    case RoleActivity::kCount:
-      break;
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {
+      "starting",    "put prompts", "take prompts",       "decode step",     "write answer",     "wait for admission",
+      "take answer", "score",       "write reward",       "wait for groups", "train step",       "publish",
+      "ack",         "evaluate",    "wait for step plan", "read shard",      "serve hub storage"};
+  static_assert(std::size(kNames) == static_cast<size_t>(RoleActivity::kCount));
+  return EnumName(kNames, a, "unknown");
 }
 
 RoleDoing::RoleDoing(RunHealth& health, HealthSlot slot, RoleActivity activity, bool traced)

@@ -61,7 +61,6 @@
 
 namespace sluice::pipeline {
 
-namespace ce = checkpoint_engine;
 using std::chrono::milliseconds;
 
 namespace {

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <unordered_set>
 
 #include "sampler.h"
 #include "sluice/common/check.h"
+#include "sluice/common/enum_names.h"
 #include "sluice/model/transformer.h"
 
 namespace sluice::rollout {
@@ -41,15 +43,9 @@ Status SamplingParams::Validate() const {
 }
 
 const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kForcedLength:
-      return "forced_length";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"eos", "length", "forced_length"};
+  static_assert(std::size(kNames) == static_cast<size_t>(FinishReason::kForcedLength) + 1);
+  return EnumName(kNames, reason);
 }
 
 namespace {

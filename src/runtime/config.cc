@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "sluice/common/check.h"
+#include "sluice/common/enum_names.h"
 #include "sluice/common/file_util.h"
 
 namespace sluice::runtime {
@@ -382,19 +384,9 @@ class Resolver {
 }  // namespace
 
 std::string_view ConfigTypeName(ConfigType type) {
-  switch (type) {
-    case ConfigType::kInt:
-      return "int";
-    case ConfigType::kDouble:
-      return "double";
-    case ConfigType::kBool:
-      return "bool";
-    case ConfigType::kString:
-      return "string";
-    case ConfigType::kEnum:
-      return "enum";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"int", "double", "bool", "string", "enum"};
+  static_assert(std::size(kNames) == static_cast<size_t>(ConfigType::kEnum) + 1);
+  return EnumName(kNames, type);
 }
 
 // ---------------------------------------------------------------------------

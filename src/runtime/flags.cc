@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 namespace sluice::runtime {
@@ -10,10 +11,21 @@ void FlagSet::Add(const std::string& name, const std::string& default_value, con
   flags_[name] = Flag{default_value, default_value, help, is_bool};
 }
 
+void FlagSet::Add(std::initializer_list<FlagSpec> specs) {
+  for (const FlagSpec& f : specs) Add(f.name, f.default_value, f.help, f.is_bool);
+}
+
 Status FlagSet::RejectPositional() const {
   if (positional_.empty()) return Status::Ok();
   return Status::InvalidArgument("unexpected argument '" + positional_[0] +
                                  "': this command takes flags only (--name=value; see --help)");
+}
+
+Result<bool> FlagSet::ParseOrHelp(const std::vector<std::string>& args, const std::string& usage) {
+  SLUICE_RETURN_IF_ERROR(Parse(args));
+  if (!help_requested_) return false;
+  std::printf("usage: %s\n%s", usage.c_str(), Usage().c_str());
+  return true;
 }
 
 Status FlagSet::Parse(const std::vector<std::string>& args) {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
+
+#include "sluice/common/enum_names.h"
 
 namespace sluice::simulate {
 
@@ -285,21 +288,10 @@ const std::vector<Policy>& AllPolicies() {
 }
 
 std::string PolicyName(Policy p) {
-  switch (p) {
-    case Policy::kColocatedSync:
-      return "colocated_sync";
-    case Policy::kSplitSync:
-      return "split_sync";
-    case Policy::kOneStepOff:
-      return "one_step_off";
-    case Policy::kPartialRollout:
-      return "partial_rollout";
-    case Policy::kInflight:
-      return "inflight";
-    case Policy::kSluice:
-      return "sluice";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"colocated_sync",  "split_sync", "one_step_off",
+                                           "partial_rollout", "inflight",   "sluice"};
+  static_assert(std::size(kNames) == static_cast<size_t>(Policy::kSluice) + 1);
+  return EnumName(kNames, p);
 }
 
 Result<Policy> ParsePolicy(const std::string& name) {

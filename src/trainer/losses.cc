@@ -1,9 +1,11 @@
 #include "sluice/trainer/losses.h"
 
 #include <cmath>
+#include <iterator>
 #include <map>
 
 #include "sluice/common/check.h"
+#include "sluice/common/enum_names.h"
 
 namespace sluice::trainer {
 
@@ -66,19 +68,9 @@ Result<OffPolicyCorrection> ParseOffPolicyCorrection(const std::string& name) {
 }
 
 std::string OffPolicyCorrectionName(OffPolicyCorrection c) {
-  switch (c) {
-    case OffPolicyCorrection::kNone:
-      return "none";
-    case OffPolicyCorrection::kDecoupled:
-      return "decoupled";
-    case OffPolicyCorrection::kTokenTis:
-      return "tis";
-    case OffPolicyCorrection::kSequenceTis:
-      return "seq-tis";
-    case OffPolicyCorrection::kBehavior:
-      return "behavior";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"none", "decoupled", "tis", "seq-tis", "behavior"};
+  static_assert(std::size(kNames) == static_cast<size_t>(OffPolicyCorrection::kBehavior) + 1);
+  return EnumName(kNames, c);
 }
 
 torch::Tensor KlPenalty(const torch::Tensor& logprobs, const torch::Tensor& ref_logprobs, KlEstimator estimator) {

@@ -7,6 +7,7 @@
 #define SLUICE_RUNTIME_FLAGS_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,14 +16,28 @@
 
 namespace sluice::runtime {
 
+// A flag's declaration, for a command's table of them.
+struct FlagSpec {
+  std::string name;
+  std::string default_value;
+  std::string help;
+  bool is_bool = false;
+};
+
 class FlagSet {
  public:
   // Declares a flag with its default (as text) and help line.
   void Add(const std::string& name, const std::string& default_value, const std::string& help, bool is_bool = false);
+  // Declares each flag of a table.
+  void Add(std::initializer_list<FlagSpec> specs);
 
   // Parses args (without the program / subcommand names). Positional
   // arguments are collected into positional(). Errors: InvalidArgument.
   Status Parse(const std::vector<std::string>& args);
+  // A command's parse: Parse, then with --help prints "usage: <usage>" and
+  // the flags' help to stdout and returns true (the command does nothing
+  // more); otherwise false.
+  Result<bool> ParseOrHelp(const std::vector<std::string>& args, const std::string& usage);
 
   Result<std::string> GetString(const std::string& name) const;
   // Integer in [min, max]; errors name the flag and the range.

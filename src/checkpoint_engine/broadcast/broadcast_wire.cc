@@ -1,10 +1,12 @@
 #include "broadcast/broadcast_wire.h"
 
+#include <iterator>
 #include <sstream>
 
 #include "core/checksum.h"
 #include "core/socket_util.h"
 #include "shm/shm_format.h"
+#include "sluice/common/enum_names.h"
 
 namespace sluice::checkpoint_engine::bcast {
 namespace {
@@ -98,21 +100,11 @@ class Reader {
 }  // namespace
 
 std::string_view KindName(Kind kind) {
-  switch (kind) {
-    case Kind::kPublisherHello:
-      return "publisher hello";
-    case Kind::kSubscriberHello:
-      return "subscriber hello";
-    case Kind::kMembers:
-      return "member list";
-    case Kind::kVersion:
-      return "version header";
-    case Kind::kReform:
-      return "re-form notice";
-    case Kind::kShutdown:
-      return "shutdown notice";
-  }
-  return "unknown message";
+  // (Kinds count from 1: 0 is no message's.)
+  static constexpr const char* kNames[] = {"unknown message", "publisher hello", "subscriber hello", "member list",
+                                           "version header",  "re-form notice",  "shutdown notice"};
+  static_assert(std::size(kNames) == static_cast<size_t>(Kind::kShutdown) + 1);
+  return EnumName(kNames, kind, "unknown message");
 }
 
 Status CheckPreamble(std::string_view bytes, Kind kind, std::string_view who, uint32_t own_protocol) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -15,6 +16,8 @@
 #include <utility>
 #include <variant>
 #include <vector>
+
+#include "sluice/common/enum_names.h"
 
 namespace sluice::model::jinja {
 namespace {
@@ -391,29 +394,13 @@ class Lexer {
 }  // namespace
 
 std::string Describe(const Token& t) {
-  switch (t.type) {
-    case Tok::kData:
-      return "template text";
-    case Tok::kVarBegin:
-      return "'{{'";
-    case Tok::kVarEnd:
-      return "'}}'";
-    case Tok::kBlockBegin:
-      return "'{%'";
-    case Tok::kBlockEnd:
-      return "'%}'";
-    case Tok::kString:
-      return "a string";
-    case Tok::kInt:
-    case Tok::kFloat:
-      return "a number";
-    case Tok::kEof:
-      return "the end of the template";
-    case Tok::kName:
-    case Tok::kOp:
-      break;
-  }
-  return "'" + t.text + "'";
+  // "" for the tokens described by their text (names and operators).
+  static constexpr const char* kDescriptions[] = {
+      "template text",          "'{{'", "'}}'", "'{%'", "'%}'", "", "a string", "a number", "a number", "",
+      "the end of the template"};
+  static_assert(std::size(kDescriptions) == static_cast<size_t>(Tok::kEof) + 1);
+  const std::string described = EnumName(kDescriptions, t.type, "");
+  return described.empty() ? "'" + t.text + "'" : described;
 }
 
 Result<std::vector<Token>> Lex(std::string_view source) { return Lexer(source).Run(); }

@@ -123,18 +123,7 @@ class InProcessStorageUnit final : public StorageUnit {
   Status Discard(const StorageDiscardRequest& request) override {
     MutexLock lock(&mu_);
     uint64_t freed = 0;
-    for (RowId row_id : request.rows) {
-      auto row = rows_.find(row_id);
-      if (row == rows_.end()) continue;
-      for (const std::string& column : request.columns) {
-        auto cell = row->second.find(column);
-        if (cell == row->second.end()) continue;
-        freed += cell->second.nbytes;
-        --tensors_;
-        row->second.erase(cell);
-      }
-      if (row->second.empty()) rows_.erase(row);
-    }
+    for (RowId row_id : request.rows) freed += FreeCellsLocked(row_id, &request.columns);
     SubBytesLocked(freed);
     return Status::Ok();
   }
@@ -142,13 +131,7 @@ class InProcessStorageUnit final : public StorageUnit {
   Status FreeRows(const StorageFreeRequest& request) override {
     MutexLock lock(&mu_);
     uint64_t freed = 0;
-    for (RowId row_id : request.rows) {
-      auto row = rows_.find(row_id);
-      if (row == rows_.end()) continue;
-      for (const auto& [column, cell] : row->second) freed += cell.nbytes;
-      tensors_ -= row->second.size();
-      rows_.erase(row);
-    }
+    for (RowId row_id : request.rows) freed += FreeCellsLocked(row_id, nullptr);
     SubBytesLocked(freed);
     return Status::Ok();
   }
@@ -171,6 +154,29 @@ class InProcessStorageUnit final : public StorageUnit {
     while (now > peak && !options_.meter->peak_bytes.compare_exchange_weak(peak, now)) {
     }
   }
+  // Frees the row's cells of `columns` (every cell when null); the row goes
+  // with its last cell. Returns the bytes freed (the caller subtracts them).
+  uint64_t FreeCellsLocked(RowId row_id, const std::vector<std::string>* columns) SLUICE_REQUIRES(mu_) {
+    auto row = rows_.find(row_id);
+    if (row == rows_.end()) return 0;
+    uint64_t freed = 0;
+    if (columns == nullptr) {
+      for (const auto& [column, cell] : row->second) freed += cell.nbytes;
+      tensors_ -= row->second.size();
+      row->second.clear();
+    } else {
+      for (const std::string& column : *columns) {
+        auto cell = row->second.find(column);
+        if (cell == row->second.end()) continue;
+        freed += cell->second.nbytes;
+        --tensors_;
+        row->second.erase(cell);
+      }
+    }
+    if (row->second.empty()) rows_.erase(row);
+    return freed;
+  }
+
   void SubBytesLocked(uint64_t n) SLUICE_REQUIRES(mu_) {
     bytes_ -= n;
     if (options_.meter) options_.meter->bytes.fetch_sub(n);

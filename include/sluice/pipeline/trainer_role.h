@@ -63,7 +63,7 @@ class TrainerRole {
     int64_t mini_batches = 1;       // rl.trainer.mini_batches (each rank's shard follows them)
     int64_t sync_interval = 1;      // steps per published version
     TrainOrder train_order = TrainOrder::kPrompt;
-    int64_t lease_seconds = 300;  // pipeline.lease_seconds: how long a taken group stays held
+    int64_t lease_seconds = 600;  // pipeline.lease_seconds: how long a taken group stays held
     int32_t replicas = 1;         // rollout replicas (their figures in each step's record)
     // Core lending (PipelineOptions::Lending): the trainer's micro-batch
     // workers beyond its own threads run on the rollout's cores while the

@@ -30,11 +30,10 @@ std::string Excerpt(std::string_view s) {
   return out;
 }
 
-// The call written as JSON text: an object with a string "name" and its
-// arguments under `arguments_key` (an object, or a string holding one).
-ToolCall ReadCall(std::string_view text, const char* arguments_key) {
+// The call written as `text`, parsed as `j`: an object with a string "name"
+// and its arguments under `arguments_key` (an object, or a string holding one).
+ToolCall ReadCall(const json& j, std::string_view text, const char* arguments_key) {
   ToolCall call;
-  const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     call.error = "the tool call is not a JSON object: " + Excerpt(text);
     return call;
@@ -63,6 +62,8 @@ ToolCall ReadCall(std::string_view text, const char* arguments_key) {
   return call;
 }
 
+json ParseJson(std::string_view text) { return json::parse(text.begin(), text.end(), nullptr, false); }
+
 void ReadHermes(std::string_view text, std::vector<ToolCall>* calls, size_t* unread) {
   for (size_t at = text.find(kOpen); at != std::string_view::npos; at = text.find(kOpen, at)) {
     const size_t body = at + kOpen.size();
@@ -74,7 +75,8 @@ void ReadHermes(std::string_view text, std::vector<ToolCall>* calls, size_t* unr
       call.error = "a <tool_call> without its </tool_call>: " + Excerpt(text.substr(at));
       calls->push_back(std::move(call));
     } else {
-      calls->push_back(ReadCall(Trim(text.substr(body, close - body)), "arguments"));
+      const std::string_view call = Trim(text.substr(body, close - body));
+      calls->push_back(ReadCall(ParseJson(call), call, "arguments"));
     }
     if (close == std::string_view::npos) break;
     at = close + kClose.size();
@@ -85,10 +87,10 @@ void ReadLlama3(std::string_view text, std::vector<ToolCall>* calls) {
   std::string_view rest = Trim(text);
   if (rest.substr(0, kPythonTag.size()) == kPythonTag) rest = Trim(rest.substr(kPythonTag.size()));
   if (rest.empty() || rest.front() != '{') return;  // prose: no call
-  const json j = json::parse(rest.begin(), rest.end(), nullptr, /*allow_exceptions=*/false);
+  const json j = ParseJson(rest);
   // A JSON object that is not a call ({"answer": 3}) is the model's text.
   if (!j.is_discarded() && (!j.is_object() || !j.contains("name"))) return;
-  calls->push_back(ReadCall(rest, j.is_object() && j.contains("arguments") ? "arguments" : "parameters"));
+  calls->push_back(ReadCall(j, rest, !j.is_discarded() && j.contains("arguments") ? "arguments" : "parameters"));
 }
 
 }  // namespace

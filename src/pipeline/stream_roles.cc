@@ -217,12 +217,11 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
       tq::RowTags t;
       t.group_id = static_cast<GroupId>(next);
       tags.push_back(t);
-      const int64_t example = static_cast<int64_t>(ex.index);
-      SLUICE_ASSIGN_OR_RETURN(const std::vector<model::TokenId> prompt, s.EncodePrompt(ex.prompt));
-      cols[column::kPrompt].push_back(VectorTensor(DType::kI32, prompt));
-      cols[column::kExample].push_back(HostTensor::Copy(DType::kI64, {}, &example, sizeof(example)));
-      cols[column::kReferenceAnswer].push_back(
-          HostTensor::Copy(DType::kU8, {static_cast<int64_t>(ex.answer.size())}, ex.answer.data(), ex.answer.size()));
+      PromptRecord record;
+      SLUICE_ASSIGN_OR_RETURN(record.prompt, s.EncodePrompt(ex.prompt));
+      record.example = static_cast<int64_t>(ex.index);
+      record.reference_answer = std::move(ex.answer);
+      AppendRecord(record, &cols);
     }
     TraceSpan span(RoleActivityName(RoleActivity::kPutPrompts), "launcher");
     SLUICE_RETURN_IF_ERROR(client.PutRows(kPromptPartition, std::move(tags), cols).status());

@@ -375,7 +375,18 @@ printf '[151644,71,72,151645]\n' > "$tmp/ids.jsonl"
 expect tokenize-decode 0 '"hi"' -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\" --decode < \"$tmp/ids.jsonl\""
 printf '"ok"\nnot json\n' > "$tmp/bad.jsonl"
 expect tokenize-bad-line 2 "stdin:2: expected a JSON string" -- sh -c "\"$SLUICE\" tokenize --model \"$qwen\" < \"$tmp/bad.jsonl\""
-expect tokenize-no-tokenizer 2 "tokenizer.json: cannot open" -- "$SLUICE" tokenize --model "$tmp" --text x
+expect tokenize-no-tokenizer 2 "has no tokenizer.json (a Hugging Face model) or config.json" -- \
+  "$SLUICE" tokenize --model "$tmp" --text x
+# The built-in models (no --model, or a directory without tokenizer.json): the byte tokenizer and
+# the built-in chat template, whose <eos> is the end token (258).
+expect tokenize-bytes 0 "[104,105]" -- "$SLUICE" tokenize --text hi
+printf '[104,105,258]\n' > "$tmp/byte_ids.jsonl"
+expect tokenize-bytes-decode 0 '"hi<eos>"' -- sh -c "\"$SLUICE\" tokenize --decode --keep-special < \"$tmp/byte_ids.jsonl\""
+echo '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "tools": [{"type": "function", "function": {"name": "calculator"}}]}' \
+  > "$tmp/byte_chat.jsonl"
+expect tokenize-bytes-chat 0 '"tools: calculator\nuser: hi\nassistant: yo<eos>"' -- \
+  sh -c "\"$SLUICE\" tokenize --chat < \"$tmp/byte_chat.jsonl\""
+expect tokenize-bytes-chat-ids 0 ',121,111,258]' -- sh -c "\"$SLUICE\" tokenize --chat --ids < \"$tmp/byte_chat.jsonl\""
 # --chat: conversations through the model's chat template (Qwen3's, with its thinking switch).
 echo '{"messages": [{"role": "user", "content": "2+2?"}], "add_generation_prompt": true, "enable_thinking": false}' \
   > "$tmp/chat.jsonl"

@@ -1,6 +1,7 @@
 // `sluice tokenize`: a model directory's tokenizer on text, for users
 // checking what their data pipeline feeds the model.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -8,8 +9,7 @@
 #include <vector>
 
 #include "sluice/launch/commands.h"
-#include "sluice/model/chat_template.h"
-#include "sluice/model/hf_tokenizer.h"
+#include "sluice/model/chat_format.h"
 #include "sluice/runtime/flags.h"
 
 namespace sluice::launch {
@@ -19,9 +19,24 @@ namespace {
 using nlohmann::json;
 using runtime::FlagSet;
 
+// The model's conversation format: its directory's tokenizer.json and chat
+// template, or, for "" and a built-in model's directory (config.json, no
+// tokenizer.json), the byte tokenizer and the built-in template.
+Result<model::ChatFormat> FormatFor(const std::string& dir) {
+  std::error_code ec;
+  const std::filesystem::path d(dir);
+  if (!dir.empty() && !std::filesystem::exists(d / "tokenizer.json", ec) &&
+      !std::filesystem::exists(d / "config.json", ec)) {
+    return Status::NotFound(dir + " has no tokenizer.json (a Hugging Face model) or config.json (a built-in one)");
+  }
+  return model::ChatFormat::Load(dir);
+}
+
 Status Tokenize(const std::vector<std::string>& args) {
   FlagSet flags;
-  flags.Add("model", "", "model directory holding tokenizer.json (and tokenizer_config.json)");
+  flags.Add("model", "",
+            "model directory: its tokenizer.json (and chat template); a built-in model's (no tokenizer.json), or "
+            "none: the byte tokenizer and the built-in chat template");
   flags.Add("text", "", "text to encode; empty: read stdin, one JSON string per line");
   flags.Add("decode", "false",
             "decode instead: read stdin, one JSON array of ids per line, and print each as a JSON string", true);
@@ -34,11 +49,10 @@ Status Tokenize(const std::vector<std::string>& args) {
   flags.Add("ids", "false", "--chat: print the rendering's token ids instead of its text", true);
   SLUICE_ASSIGN_OR_RETURN(
       const bool helped,
-      flags.ParseOrHelp(args, "sluice tokenize --model=DIR [--text=TEXT | --decode | --chat [--ids]] [flags]"));
+      flags.ParseOrHelp(args, "sluice tokenize [--model=DIR] [--text=TEXT | --decode | --chat [--ids]] [flags]"));
   if (helped) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(flags.RejectPositional());
   SLUICE_ASSIGN_OR_RETURN(std::string dir, flags.GetString("model"));
-  if (dir.empty()) return Status::InvalidArgument("flag --model is required");
   SLUICE_ASSIGN_OR_RETURN(std::string text, flags.GetString("text"));
   SLUICE_ASSIGN_OR_RETURN(bool decode, flags.GetBool("decode"));
   SLUICE_ASSIGN_OR_RETURN(bool keep_special, flags.GetBool("keep-special"));
@@ -47,12 +61,8 @@ Status Tokenize(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(bool chat_ids, flags.GetBool("ids"));
   if (chat && (decode || !text.empty())) return Status::InvalidArgument("--chat reads conversations from stdin alone");
   if (chat_ids && !chat) return Status::InvalidArgument("--ids goes with --chat");
+  SLUICE_ASSIGN_OR_RETURN(const model::ChatFormat format, FormatFor(dir));
   if (chat) {
-    SLUICE_ASSIGN_OR_RETURN(model::ChatTemplate chat_template, model::ChatTemplate::Load(dir));
-    std::unique_ptr<model::HfTokenizer> tokenizer;
-    if (chat_ids) {
-      SLUICE_ASSIGN_OR_RETURN(tokenizer, model::HfTokenizer::Load(dir));
-    }
     std::string line;
     for (int64_t n = 1; std::getline(std::cin, line); ++n) {
       if (line.empty()) continue;
@@ -62,10 +72,10 @@ Status Tokenize(const std::vector<std::string>& args) {
           !context["messages"].is_array()) {
         return Status::InvalidArgument(where + ": expected a JSON object with a \"messages\" list");
       }
-      Result<std::string> rendered = chat_template.Render(context);
+      Result<std::string> rendered = format.Render(context);
       if (!rendered.ok()) return rendered.status().WithContext(where);
       if (chat_ids) {
-        Result<std::vector<model::TokenId>> ids = tokenizer->Encode(*rendered);
+        Result<std::vector<model::TokenId>> ids = format.Encode(*rendered);
         if (!ids.ok()) return ids.status().WithContext(where);
         std::printf("%s\n", json(*ids).dump().c_str());
       } else {
@@ -74,7 +84,7 @@ Status Tokenize(const std::vector<std::string>& args) {
     }
     return Status::Ok();
   }
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<model::HfTokenizer> tokenizer, model::HfTokenizer::Load(dir));
+  const model::Tokenizer* tokenizer = &format.tokenizer();
 
   auto encode = [&](const std::string& s) -> Status {
     SLUICE_ASSIGN_OR_RETURN(const std::vector<model::TokenId> ids, tokenizer->Encode(s));

@@ -2,6 +2,7 @@
 
 #include "bounded_json.h"
 #include "sluice/common/file_util.h"
+#include "sluice/common/strings.h"
 #include "utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -212,13 +213,6 @@ int ByteFallbackValue(std::string_view token) {
     v = v * 16 + d;
   }
   return v;
-}
-
-bool IsValidUtf8(std::string_view text) {
-  for (size_t i = 0; i < text.size();) {
-    if (NextCodePoint(text, &i) < 0) return false;
-  }
-  return true;
 }
 
 void ReplaceAll(std::string* text, std::string_view from, std::string_view to) {

@@ -36,4 +36,15 @@ Status StatusOf(const Result<T>& r) {
     EXPECT_NE(sluice_status_.message().find(needle), std::string::npos) << sluice_status_.ToString();   \
   } while (0)
 
+// Asserts a Result is ok and moves its value into `lhs` (a declaration or
+// an lvalue).
+#define SLUICE_ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  SLUICE_ASSERT_OK_AND_ASSIGN_IMPL_(SLUICE_TESTING_CONCAT_(sluice_result_, __LINE__), lhs, expr)
+#define SLUICE_TESTING_CONCAT_INNER_(a, b) a##b
+#define SLUICE_TESTING_CONCAT_(a, b) SLUICE_TESTING_CONCAT_INNER_(a, b)
+#define SLUICE_ASSERT_OK_AND_ASSIGN_IMPL_(result, lhs, expr) \
+  auto result = (expr);                                      \
+  ASSERT_TRUE(result.ok()) << result.status().ToString();    \
+  lhs = std::move(result).value()
+
 #endif  // SLUICE_COMMON_TESTING_STATUS_MACROS_H_

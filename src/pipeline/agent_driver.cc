@@ -1,0 +1,282 @@
+// Multi-turn trajectories on a rollout engine (agent_driver.h).
+#include "agent_driver.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "sluice/common/random.h"
+
+namespace sluice::pipeline {
+
+using agent::EndReason;
+using Clock = std::chrono::steady_clock;
+
+Status AgentSettings::Validate() const {
+  if (!make_env) return Status::InvalidArgument("agent.env: no environment to make");
+  if (!format) return Status::InvalidArgument("an agent run needs its model's chat format");
+  SLUICE_RETURN_IF_ERROR(limits.Validate());
+  if (env_workers < 1) return Status::InvalidArgument("agent.env_workers must be >= 1");
+  if (!(env_timeout_seconds > 0)) return Status::InvalidArgument("agent.env_timeout_seconds must be > 0");
+  if (!(max_env_seconds > 0)) return Status::InvalidArgument("agent.max_env_seconds must be > 0");
+  return Status::Ok();
+}
+
+// The environment's threads: jobs run in order of submission, at most one
+// per thread.
+class AgentDriver::Pool {
+ public:
+  explicit Pool(int32_t threads) {
+    for (int32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  void Submit(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+  std::mutex& answers_mu() { return answers_mu_; }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        if (stop_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+  std::mutex answers_mu_;  // a Live's answer fields
+};
+
+struct AgentDriver::Live {
+  uint64_t id = 0;
+  std::string row;
+  rollout::SamplingParams sampling;
+  std::unique_ptr<agent::Environment> env;
+  std::optional<agent::Trajectory> t;
+  std::optional<agent::Action> action;  // what the step in flight answers
+  double env_seconds = 0;
+  bool calling = false;
+  Clock::time_point call_started;
+  // Written by the pool's thread under answers_mu once the call returns.
+  bool answered = false;
+  double call_seconds = 0;
+  std::optional<Result<agent::Opening>> opening;
+  std::optional<Result<agent::StepResult>> step;
+};
+
+Result<std::unique_ptr<AgentDriver>> AgentDriver::Create(AgentSettings settings, rollout::RolloutEngine* engine) {
+  SLUICE_RETURN_IF_ERROR(settings.Validate());
+  if (engine == nullptr) return Status::InvalidArgument("the agent driver needs a rollout engine");
+  return std::unique_ptr<AgentDriver>(new AgentDriver(std::move(settings), engine));
+}
+
+AgentDriver::AgentDriver(AgentSettings settings, rollout::RolloutEngine* engine)
+    : s_(std::move(settings)), engine_(engine), pool_(std::make_unique<Pool>(s_.env_workers)) {}
+
+AgentDriver::~AgentDriver() = default;
+
+size_t AgentDriver::waiting_env() const {
+  return static_cast<size_t>(
+      std::count_if(live_.begin(), live_.end(), [](const auto& l) { return l.second->calling; }));
+}
+
+void AgentDriver::Call(uint64_t id, bool is_step, std::function<void(Live&)> call) {
+  std::shared_ptr<Live> live = live_.at(id);
+  live->calling = true;
+  live->answered = false;
+  live->call_started = Clock::now();
+  ++counters_.env_calls;
+  std::mutex& mu = pool_->answers_mu();
+  pool_->Submit([live, is_step, call = std::move(call), &mu] {
+    const auto t0 = Clock::now();
+    // Fills opening or step, outside the lock: the owner does not read them until answered.
+    std::string thrown;
+    try {
+      call(*live);
+    } catch (const std::exception& e) {
+      thrown = e.what();
+    } catch (...) {
+      thrown = "an exception that is not a std::exception";
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(mu);
+    if (!thrown.empty()) {
+      const Status raised = Status::Internal("the environment raised: " + thrown);
+      if (is_step) {
+        live->step = raised;
+      } else {
+        live->opening = raised;
+      }
+    }
+    live->call_seconds = seconds;
+    live->answered = true;
+  });
+}
+
+void AgentDriver::Start(uint64_t id, std::string row, const rollout::SamplingParams& sampling) {
+  auto live = std::make_shared<Live>();
+  live->id = id;
+  live->row = std::move(row);
+  live->sampling = sampling;
+  live->sampling.forced_length = 0;
+  live_[id] = live;
+  Call(id, /*is_step=*/false, [make = s_.make_env](Live& l) {
+    Result<std::unique_ptr<agent::Environment>> env = make();
+    if (!env.ok()) {
+      l.opening = env.status();
+      return;
+    }
+    l.env = std::move(env).value();
+    l.opening = l.env->Reset(l.row);
+  });
+}
+
+void AgentDriver::Finish(uint64_t id, std::vector<Finished>* ended) {
+  auto it = live_.find(id);
+  Live& l = *it->second;
+  Finished f;
+  f.id = id;
+  f.env_seconds = l.env_seconds;
+  if (l.t) {
+    f.reason = l.t->end_reason();
+    f.detail = l.t->end_detail();
+    counters_.truncated_messages += l.t->truncated_messages();
+    f.trajectory = std::move(l.t);
+  }
+  ended->push_back(std::move(f));
+  live_.erase(it);  // a call in flight (timed out) keeps its Live until it returns
+}
+
+void AgentDriver::NextTurn(Live& l, std::vector<Finished>* ended) {
+  agent::Trajectory& t = *l.t;
+  rollout::GenerationRequest req;
+  req.id = l.id;
+  req.prompt = t.tokens();
+  req.sampling = l.sampling;
+  req.sampling.seed = HashCombine(l.sampling.seed, static_cast<uint64_t>(t.model_turns()));
+  req.sampling.max_new_tokens = t.TurnBudget();
+  const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
+  Status submitted = engine_->Submit(std::move(req));
+  if (!submitted.ok()) {
+    t.End(submitted.code() == StatusCode::kOutOfRange ? EndReason::kContext : EndReason::kEnvError,
+          "the next turn: " + submitted.message());
+    Finish(l.id, ended);
+    return;
+  }
+  if (t.model_turns() > 0) counters_.reprefilled_tokens += prompt_tokens;
+}
+
+Result<std::vector<AgentDriver::Finished>> AgentDriver::Advance(std::vector<rollout::GenerationResult>* results) {
+  std::vector<Finished> ended;
+  // The model's turns that finished.
+  auto mine = std::stable_partition(results->begin(), results->end(), [this](const auto& r) { return !owns(r.id); });
+  for (auto it = mine; it != results->end(); ++it) {
+    Live& l = *live_.at(it->id);
+    ++counters_.model_turns;
+    SLUICE_ASSIGN_OR_RETURN(
+        std::optional<agent::Action> action,
+        l.t->AddModelTurn(it->tokens, it->logprobs, it->versions, it->finish == rollout::FinishReason::kEos));
+    if (!action) {
+      Finish(it->id, &ended);
+      continue;
+    }
+    counters_.tool_calls += static_cast<int64_t>(action->tool_calls.size());
+    for (const agent::ToolCall& c : action->tool_calls) counters_.malformed_tool_calls += c.error.empty() ? 0 : 1;
+    l.action = std::move(action);
+    Call(l.id, /*is_step=*/true, [](Live& x) { x.step = x.env->Step(*x.action); });
+  }
+  results->erase(mine, results->end());
+  // The environments' answers.
+  const auto now = Clock::now();
+  std::vector<uint64_t> ids;
+  for (const auto& [id, l] : live_) ids.push_back(id);
+  for (uint64_t id : ids) {
+    auto found = live_.find(id);
+    if (found == live_.end() || !found->second->calling) continue;
+    Live& l = *found->second;
+    bool answered = false;
+    {
+      std::lock_guard<std::mutex> lock(pool_->answers_mu());
+      answered = l.answered;
+      if (answered) l.env_seconds += l.call_seconds;
+    }
+    const double waited = std::chrono::duration<double>(now - l.call_started).count();
+    if (!answered) {
+      if (waited <= s_.env_timeout_seconds) continue;
+      if (!l.t) {
+        Finished f{id, std::nullopt, EndReason::kEnvTimeout,
+                   "reset ran past agent.env_timeout_seconds=" + std::to_string(s_.env_timeout_seconds), waited};
+        ended.push_back(std::move(f));
+        live_.erase(found);
+        continue;
+      }
+      l.t->End(EndReason::kEnvTimeout,
+               "step ran past agent.env_timeout_seconds=" + std::to_string(s_.env_timeout_seconds));
+      l.env_seconds += waited;
+      Finish(id, &ended);
+      continue;
+    }
+    l.calling = false;
+    counters_.env_seconds += l.call_seconds;
+    if (!l.t) {  // the reset
+      Result<agent::Opening> opening = std::move(*l.opening);
+      l.opening.reset();
+      Result<agent::Trajectory> t =
+          opening.ok() ? agent::Trajectory::Open(s_.format, *opening, s_.calls, s_.limits) : opening.status();
+      if (!t.ok()) {
+        const EndReason why = t.status().code() == StatusCode::kOutOfRange ? EndReason::kContext : EndReason::kEnvError;
+        ended.push_back({id, std::nullopt, why, "reset: " + t.status().message(), l.env_seconds});
+        live_.erase(found);
+        continue;
+      }
+      l.t = std::move(t).value();
+      NextTurn(l, &ended);
+      continue;
+    }
+    Result<agent::StepResult> step = std::move(*l.step);
+    l.step.reset();
+    if (!step.ok()) {
+      l.t->End(EndReason::kEnvError, "step: " + step.status().message());
+    } else {
+      SLUICE_RETURN_IF_ERROR(l.t->AddEnvironmentTurn(*step));
+      if (!l.t->ended() && l.env_seconds > s_.max_env_seconds) {
+        l.t->End(EndReason::kEnvTime, std::to_string(l.env_seconds) +
+                                          " s of environment calls, past "
+                                          "agent.max_env_seconds");
+      }
+    }
+    if (l.t->ended()) {
+      Finish(id, &ended);
+    } else {
+      NextTurn(l, &ended);
+    }
+  }
+  return ended;
+}
+
+}  // namespace sluice::pipeline

@@ -249,29 +249,67 @@ std::string Trajectory::last_model_content() const {
   return "";
 }
 
-std::string Trajectory::ToJson(int64_t sample_id, int64_t group_id, int64_t step, double reward,
-                               double advantage) const {
+std::string Trajectory::Summary() const {
   ordered_json j = ordered_json::object();
-  j["sample_id"] = sample_id;
-  j["group_id"] = group_id;
-  j["step"] = step;
-  j["tokens"] = tokens_;
-  j["mask"] = mask_;
-  ordered_json lp = ordered_json::array(), vs = ordered_json::array();
-  for (size_t i = 0; i < tokens_.size(); ++i) {
-    lp.push_back(mask_[i] ? ordered_json(logprobs_[i]) : ordered_json());
-    vs.push_back(mask_[i] ? ordered_json(versions_[i]) : ordered_json());
-  }
-  j["logprobs"] = std::move(lp);
-  j["versions"] = std::move(vs);
   ordered_json turns = ordered_json::array();
   for (const Span& s : turns_) {
     turns.push_back({{"role", s.role}, {"start", s.start}, {"end", s.end}, {"content", s.content}});
   }
   j["turns"] = std::move(turns);
-  j["reward"] = reward;
-  j["advantage"] = advantage;
   j["end_reason"] = EndReasonName(end_);
+  j["detail"] = end_detail_;
+  j["env_reward"] = reward_ ? ordered_json(*reward_) : ordered_json();
+  j["content"] = last_model_content();
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+Result<SummaryScore> ReadSummaryScore(const std::string& summary) {
+  const ordered_json j = ordered_json::parse(summary, nullptr, /*allow_exceptions=*/false);
+  const auto reward = j.is_object() ? j.find("env_reward") : j.end();
+  const auto content = j.is_object() ? j.find("content") : j.end();
+  if (j.is_discarded() || reward == j.end() || content == j.end() || !content->is_string() ||
+      !(reward->is_null() || reward->is_number())) {
+    return Status::DataLoss("a trajectory's summary is not one: " + summary.substr(0, 80));
+  }
+  SummaryScore s;
+  if (reward->is_number()) s.env_reward = reward->get<double>();
+  s.content = content->get<std::string>();
+  return s;
+}
+
+Result<std::string> FormatTrajectoryLine(const TrajectoryLine& line) {
+  const size_t n = line.tokens.size();
+  if (line.logprobs.size() != n || line.versions.size() != n) {
+    return Status::DataLoss("a trajectory of " + std::to_string(n) + " tokens with " +
+                            std::to_string(line.logprobs.size()) + " logprobs and " +
+                            std::to_string(line.versions.size()) + " versions");
+  }
+  const ordered_json summary = ordered_json::parse(line.summary, nullptr, /*allow_exceptions=*/false);
+  if (summary.is_discarded() || !summary.is_object() || !summary.contains("turns") || !summary.contains("end_reason")) {
+    return Status::DataLoss("a trajectory's summary is not one: " + line.summary.substr(0, 80));
+  }
+  ordered_json j = ordered_json::object();
+  j["sample_id"] = line.sample_id;
+  j["group_id"] = line.group_id;
+  j["step"] = line.step;
+  j["tokens"] = line.tokens;
+  ordered_json mask = ordered_json::array(), lp = ordered_json::array(), vs = ordered_json::array();
+  for (size_t i = 0; i < n; ++i) {
+    const bool sampled = line.versions[i] >= 0;
+    mask.push_back(sampled ? 1 : 0);
+    lp.push_back(sampled ? ordered_json(line.logprobs[i]) : ordered_json());
+    vs.push_back(sampled ? ordered_json(line.versions[i]) : ordered_json());
+  }
+  j["mask"] = std::move(mask);
+  j["logprobs"] = std::move(lp);
+  j["versions"] = std::move(vs);
+  j["turns"] = summary["turns"];
+  j["reward"] = line.reward;
+  j["advantage"] = line.advantage;
+  j["end_reason"] = summary["end_reason"];
+  if (summary.contains("detail") && summary["detail"].is_string() && !summary["detail"].get<std::string>().empty()) {
+    j["end_detail"] = summary["detail"];
+  }
   return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 

@@ -72,12 +72,17 @@ void ExpectWellFormed(const Trajectory& t, const model::ChatFormat& f, const std
     at = s.end;
   }
   EXPECT_EQ(at, static_cast<int64_t>(n));
-  const ordered_json j = ordered_json::parse(t.ToJson(7, 3, 2, 1.0, 0.5));
+  TrajectoryLine line{7, 3, 2, t.tokens(), t.logprobs(), t.versions(), t.Summary(), 1.0, 0.5};
+  Result<std::string> text = FormatTrajectoryLine(line);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  const ordered_json j = ordered_json::parse(*text);
   ASSERT_EQ(j["tokens"].size(), n);
   for (size_t i = 0; i < n; ++i) {
     EXPECT_EQ(j["mask"][i] == 1, !j["logprobs"][i].is_null());
     EXPECT_EQ(j["mask"][i] == 1, !j["versions"][i].is_null());
+    EXPECT_EQ(j["mask"][i], t.mask()[i]);
   }
+  EXPECT_EQ(j["turns"].size(), t.turns().size());
   EXPECT_EQ(j["end_reason"], EndReasonName(t.end_reason()));
 }
 

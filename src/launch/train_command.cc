@@ -120,8 +120,8 @@ ConfigSchema TrainSchema() {
   const ConfigSchema& run = pipeline::RunOptionsTable().schema();
   const ConfigSchema& launch = LaunchTable().schema();
   ConfigSchema s;
-  for (const char* section :
-       {"run", "model", "task", "reward", "sft", "rl", "trainer", "pipeline", "cluster", "eval", "checkpoint"}) {
+  for (const char* section : {"run", "model", "task", "reward", "agent", "sft", "rl", "trainer", "pipeline", "cluster",
+                              "eval", "checkpoint"}) {
     const std::string prefix = std::string(section) + ".";
     for (const ConfigSchema* from : {&run, &launch}) {
       for (const runtime::ConfigKey& k : from->keys()) {

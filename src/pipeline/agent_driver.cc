@@ -5,9 +5,11 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <utility>
 
+#include "metrics_log.h"
 #include "sluice/common/random.h"
 
 namespace sluice::pipeline {
@@ -22,6 +24,79 @@ Status AgentSettings::Validate() const {
   if (env_workers < 1) return Status::InvalidArgument("agent.env_workers must be >= 1");
   if (!(env_timeout_seconds > 0)) return Status::InvalidArgument("agent.env_timeout_seconds must be > 0");
   if (!(max_env_seconds > 0)) return Status::InvalidArgument("agent.max_env_seconds must be > 0");
+  return Status::Ok();
+}
+
+Result<AgentSettings> AgentSettingsFor(const AgentOptions& agent, const std::string& tokenizer_dir,
+                                       const model::ModelConfig& model, int32_t max_turn_tokens) {
+  AgentSettings s;
+  if (agent.env != "calculator") {
+    return Status::InvalidArgument("agent.env '" + agent.env + "' is not an environment Sluice has (calculator)");
+  }
+  s.make_env = []() -> Result<std::unique_ptr<agent::Environment>> { return agent::MakeCalculatorEnvironment(); };
+  SLUICE_ASSIGN_OR_RETURN(model::ChatFormat format, model::ChatFormat::Load(tokenizer_dir));
+  if (agent.tool_call_format == "auto") {
+    s.calls = !format.builtin() && model.model_type == "llama" ? agent::ToolCallFormat::kLlama3
+                                                               : agent::ToolCallFormat::kHermes;
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(s.calls, agent::ParseToolCallFormat(agent.tool_call_format));
+  }
+  s.format = std::make_shared<const model::ChatFormat>(std::move(format));
+  const int64_t context = model.max_position_embeddings;
+  if (agent.max_tokens > context) {
+    return Status::InvalidArgument("agent.max_tokens " + std::to_string(agent.max_tokens) +
+                                   " is past the model's context of " + std::to_string(context));
+  }
+  s.limits.max_tokens = agent.max_tokens > 0 ? agent.max_tokens : context;
+  s.limits.max_turns = agent.max_turns;
+  s.limits.max_turn_tokens = max_turn_tokens;
+  s.limits.max_message_bytes = agent.max_message_bytes;
+  s.env_workers = agent.env_workers;
+  s.env_timeout_seconds = agent.env_timeout_seconds;
+  s.max_env_seconds = agent.max_env_seconds;
+  SLUICE_RETURN_IF_ERROR(s.Validate());
+  return s;
+}
+
+std::string AgentRow(const reward::Example& example) {
+  return nlohmann::json{{"prompt", example.prompt}, {"answer", example.answer}, {"index", example.index}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string UnopenedSummary(agent::EndReason reason, const std::string& detail) {
+  return nlohmann::json{{"turns", nlohmann::json::array()},
+                        {"end_reason", agent::EndReasonName(reason)},
+                        {"detail", detail},
+                        {"env_reward", nullptr},
+                        {"content", ""}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Status AppendTrajectories(const std::string& run_dir, int64_t step,
+                          const std::vector<trainer::RolloutSample>& samples) {
+  std::optional<MetricsLog> log;
+  for (const trainer::RolloutSample& smp : samples) {
+    if (smp.trajectory.empty()) continue;
+    if (!log) {
+      SLUICE_ASSIGN_OR_RETURN(MetricsLog opened, MetricsLog::Open(run_dir, kTrajectoriesFile));
+      log.emplace(std::move(opened));
+    }
+    agent::TrajectoryLine line;
+    line.sample_id = static_cast<int64_t>(smp.id);
+    line.group_id = smp.group_id;
+    line.step = step;
+    line.tokens = smp.prompt;
+    line.tokens.insert(line.tokens.end(), smp.response.begin(), smp.response.end());
+    line.logprobs.assign(smp.prompt.size(), 0.f);
+    line.logprobs.insert(line.logprobs.end(), smp.behavior_logprobs.begin(), smp.behavior_logprobs.end());
+    line.versions.assign(smp.prompt.size(), -1);
+    line.versions.insert(line.versions.end(), smp.versions.begin(), smp.versions.end());
+    line.summary = smp.trajectory;
+    line.reward = smp.reward;
+    line.advantage = smp.advantage;
+    SLUICE_ASSIGN_OR_RETURN(const std::string text, agent::FormatTrajectoryLine(line));
+    SLUICE_RETURN_IF_ERROR(log->Append(text));
+  }
   return Status::Ok();
 }
 
@@ -277,6 +352,41 @@ Result<std::vector<AgentDriver::Finished>> AgentDriver::Advance(std::vector<roll
     }
   }
   return ended;
+}
+
+AgentAnswer AnswerOfTrajectory(const AgentDriver::Finished& f, const std::vector<model::TokenId>& task_prompt,
+                               model::TokenId eos) {
+  AgentAnswer a;
+  if (!f.trajectory) {
+    a.prompt = task_prompt;
+    a.response = {eos >= 0 ? eos : 0};
+    a.logprobs = {0.f};
+    a.versions = {-1};
+    a.summary = UnopenedSummary(f.reason, f.detail);
+    return a;
+  }
+  const agent::Trajectory& t = *f.trajectory;
+  const auto opening = static_cast<ptrdiff_t>(t.opening_length());
+  a.prompt.assign(t.tokens().begin(), t.tokens().begin() + opening);
+  a.response.assign(t.tokens().begin() + opening, t.tokens().end());
+  a.logprobs.assign(t.logprobs().begin() + opening, t.logprobs().end());
+  a.versions.assign(t.versions().begin() + opening, t.versions().end());
+  a.summary = t.Summary();
+  return a;
+}
+
+Result<std::vector<AgentDriver::Finished>> RunTrajectories(AgentDriver& driver, rollout::RolloutEngine& engine,
+                                                           size_t n, const std::function<bool()>& stopping) {
+  std::vector<AgentDriver::Finished> all;
+  while (all.size() < n && !stopping()) {
+    SLUICE_ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> done, engine.Step());
+    SLUICE_ASSIGN_OR_RETURN(std::vector<AgentDriver::Finished> ended, driver.Advance(&done));
+    if (!done.empty()) return Status::Internal("the engine finished a request no trajectory made");
+    for (auto& f : ended) all.push_back(std::move(f));
+    // Every trajectory waits for its environment: wait a little for them.
+    if (engine.idle() && all.size() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return all;
 }
 
 }  // namespace sluice::pipeline

@@ -34,7 +34,11 @@
 #include "sluice/agent/trajectory.h"
 #include "sluice/common/status.h"
 #include "sluice/model/chat_format.h"
+#include "sluice/model/config.h"
+#include "sluice/pipeline/options.h"
+#include "sluice/reward/task.h"
 #include "sluice/rollout/engine.h"
+#include "sluice/trainer/types.h"
 
 namespace sluice::pipeline {
 
@@ -53,6 +57,42 @@ struct AgentSettings {
   // InvalidArgument naming the setting.
   Status Validate() const;
 };
+
+// The run's agent settings: agent.* over the model (its chat format from
+// `tokenizer_dir`, its context, its family for agent.tool_call_format auto)
+// and a model turn's tokens (rl.max_new_tokens). Errors: an environment
+// Sluice does not have, the chat format's (ChatFormat::Load), a max_tokens
+// past the model's context.
+Result<AgentSettings> AgentSettingsFor(const AgentOptions& agent, const std::string& tokenizer_dir,
+                                       const model::ModelConfig& model, int32_t max_turn_tokens);
+
+// A task's example as an environment's reset receives it: {"prompt": ...,
+// "answer": ..., "index": ...} (JSON text).
+std::string AgentRow(const reward::Example& example);
+
+// The summary of a trajectory that never opened (Trajectory::Summary's
+// shape, no turns).
+std::string UnopenedSummary(agent::EndReason reason, const std::string& detail);
+
+// A trajectory that ended as the answer the trainer trains: the opening as
+// its prompt, the rest as its response (versions -1 where the model did not
+// sample), and its summary. One that never opened (its environment failed
+// at reset) is `task_prompt` and one `eos` token the policy did not
+// sample: the group is trained with its reward (the task's, of nothing
+// said) and no gradient from it.
+struct AgentAnswer {
+  std::vector<model::TokenId> prompt, response;
+  std::vector<float> logprobs;
+  std::vector<PolicyVersion> versions;
+  std::string summary;
+};
+
+// An agent run's trained trajectories, a line each (docs/agents.md).
+inline constexpr char kTrajectoriesFile[] = "trajectories.jsonl";
+// Appends the samples of RL step `step` that are agent trajectories (their
+// advantages set) to run_dir/trajectories.jsonl. Unavailable naming the
+// file when a line cannot be written; DataLoss for a malformed sample.
+Status AppendTrajectories(const std::string& run_dir, int64_t step, const std::vector<trainer::RolloutSample>& samples);
 
 struct AgentCounters {
   int64_t model_turns = 0;
@@ -114,6 +154,15 @@ class AgentDriver {
   std::map<uint64_t, std::shared_ptr<Live>> live_;
   AgentCounters counters_;
 };
+
+// `f` as its answer (AgentAnswer).
+AgentAnswer AnswerOfTrajectory(const AgentDriver::Finished& f, const std::vector<model::TokenId>& task_prompt,
+                               model::TokenId eos);
+
+// Steps `engine` and `driver` until `n` trajectories have ended (or
+// `stopping`); returns them. Errors: the engine's and the driver's.
+Result<std::vector<AgentDriver::Finished>> RunTrajectories(AgentDriver& driver, rollout::RolloutEngine& engine,
+                                                           size_t n, const std::function<bool()>& stopping);
 
 }  // namespace sluice::pipeline
 

@@ -71,16 +71,8 @@ struct Scripted : agent::Environment {
 };
 
 Result<std::vector<AgentDriver::Finished>> RunAll(AgentDriver& driver, rollout::RolloutEngine& engine, size_t n) {
-  std::vector<AgentDriver::Finished> all;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (all.size() < n && std::chrono::steady_clock::now() < give_up) {
-    SLUICE_ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> done, engine.Step());
-    SLUICE_ASSIGN_OR_RETURN(std::vector<AgentDriver::Finished> ended, driver.Advance(&done));
-    if (!done.empty()) return Status::Internal("results the driver did not own");
-    for (auto& f : ended) all.push_back(std::move(f));
-    if (engine.idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return all;
+  return RunTrajectories(driver, engine, n, [&] { return std::chrono::steady_clock::now() > give_up; });
 }
 
 class AgentDriverTest : public ::testing::Test {

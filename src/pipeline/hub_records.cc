@@ -139,6 +139,8 @@ std::vector<tq::ColumnSchema> HubColumns() {
           {column::kAnswerIndex, DType::kI32, {}},
           {column::kExample, DType::kI64, {}},
           {column::kReferenceAnswer, DType::kU8, {tq::kRaggedDim}},
+          {column::kRow, DType::kU8, {tq::kRaggedDim}},
+          {column::kTrajectory, DType::kU8, {tq::kRaggedDim}},
           {column::kReward, DType::kF32, {}},
           {column::kPublishedVersion, DType::kI64, {}}};
 }

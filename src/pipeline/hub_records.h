@@ -56,14 +56,16 @@ inline constexpr char kTrainedRowsPrefix[] = "trained_rows-rank";
 // The hub's columns, named once. A row is one answer; its group id tag is
 // the prompt's cursor in the run's prompt order.
 namespace column {
-inline constexpr char kPrompt[] = "prompt";                       // I32 [tokens]: the prompt the rollout fed
-inline constexpr char kResponse[] = "response";                   // I32 [tokens]
-inline constexpr char kLogprobs[] = "logprobs";                   // F32 [tokens]: behaviour logprob per token
-inline constexpr char kVersions[] = "versions";                   // I64 [tokens]: policy version per token
-inline constexpr char kAnswerIndex[] = "answer_index";            // I32 []: which of the group's G answers
-inline constexpr char kExample[] = "example";                     // I64 []: index in the task's train split
-inline constexpr char kReferenceAnswer[] = "reference_answer";    // U8 [bytes]: what the reward compares with
-inline constexpr char kReward[] = "reward";                       // F32 []: written by the reward role
+inline constexpr char kPrompt[] = "prompt";                     // I32 [tokens]: the prompt the rollout fed
+inline constexpr char kResponse[] = "response";                 // I32 [tokens]
+inline constexpr char kLogprobs[] = "logprobs";                 // F32 [tokens]: behaviour logprob per token
+inline constexpr char kVersions[] = "versions";                 // I64 [tokens]: policy version per token
+inline constexpr char kAnswerIndex[] = "answer_index";          // I32 []: which of the group's G answers
+inline constexpr char kExample[] = "example";                   // I64 []: index in the task's train split
+inline constexpr char kReferenceAnswer[] = "reference_answer";  // U8 [bytes]: what the reward compares with
+inline constexpr char kRow[] = "row";                           // U8 [bytes]: agent runs: the task's row, JSON
+inline constexpr char kTrajectory[] = "trajectory";             // U8 [bytes]: agent runs: turns, end reason, ... (JSON)
+inline constexpr char kReward[] = "reward";                     // F32 []: written by the reward role
 inline constexpr char kPublishedVersion[] = "published_version";  // I64 []: a trainer record's
 }  // namespace column
 
@@ -250,11 +252,13 @@ struct PromptRecord {
   std::vector<model::TokenId> prompt;
   int64_t example = 0;           // index in the task's train split
   std::string reference_answer;  // what the reward compares with
+  std::string row;               // agent runs: the environment's reset argument (AgentRow); else empty
   static constexpr auto Fields() {
     return std::make_tuple(
         RecordField<PromptRecord, std::vector<model::TokenId>>{column::kPrompt, &PromptRecord::prompt},
         RecordField<PromptRecord, int64_t>{column::kExample, &PromptRecord::example},
-        RecordField<PromptRecord, std::string>{column::kReferenceAnswer, &PromptRecord::reference_answer});
+        RecordField<PromptRecord, std::string>{column::kReferenceAnswer, &PromptRecord::reference_answer},
+        RecordField<PromptRecord, std::string>{column::kRow, &PromptRecord::row});
   }
 };
 
@@ -265,11 +269,14 @@ struct PromptRecord {
 struct AnswerRecord {
   std::vector<model::TokenId> prompt;
   std::vector<model::TokenId> response;
-  std::vector<float> logprobs;          // behaviour logprob per token
-  std::vector<PolicyVersion> versions;  // policy version per token
-  int32_t answer_index = 0;             // which of the group's G answers
+  std::vector<float> logprobs;  // behaviour logprob per token
+  // The policy version that sampled each token; -1 for a token the model
+  // did not sample (an environment's, in an agent trajectory): not trained.
+  std::vector<PolicyVersion> versions;
+  int32_t answer_index = 0;  // which of the group's G answers
   int64_t example = 0;
   std::string reference_answer;
+  std::string trajectory;  // agent runs: AgentAnswer's JSON; else empty
   static constexpr auto Fields() {
     using A = AnswerRecord;
     return std::make_tuple(RecordField<A, std::vector<model::TokenId>>{column::kPrompt, &A::prompt},
@@ -278,7 +285,8 @@ struct AnswerRecord {
                            RecordField<A, std::vector<PolicyVersion>>{column::kVersions, &A::versions},
                            RecordField<A, int32_t>{column::kAnswerIndex, &A::answer_index},
                            RecordField<A, int64_t>{column::kExample, &A::example},
-                           RecordField<A, std::string>{column::kReferenceAnswer, &A::reference_answer});
+                           RecordField<A, std::string>{column::kReferenceAnswer, &A::reference_answer},
+                           RecordField<A, std::string>{column::kTrajectory, &A::trajectory});
   }
 };
 
@@ -288,12 +296,14 @@ struct AnswerToScore {
   int32_t answer_index = 0;
   int64_t example = 0;
   std::string reference_answer;
+  std::string trajectory;
   static constexpr auto Fields() {
     using A = AnswerToScore;
     return std::make_tuple(RecordField<A, std::vector<model::TokenId>>{column::kResponse, &A::response},
                            RecordField<A, int32_t>{column::kAnswerIndex, &A::answer_index},
                            RecordField<A, int64_t>{column::kExample, &A::example},
-                           RecordField<A, std::string>{column::kReferenceAnswer, &A::reference_answer});
+                           RecordField<A, std::string>{column::kReferenceAnswer, &A::reference_answer},
+                           RecordField<A, std::string>{column::kTrajectory, &A::trajectory});
   }
 };
 struct RewardRecord {
@@ -325,6 +335,7 @@ struct AnswerToTrain {
   std::vector<PolicyVersion> versions;
   int32_t answer_index = 0;
   float reward = 0;
+  std::string trajectory;
   static constexpr auto Fields() {
     using A = AnswerToTrain;
     return std::make_tuple(RecordField<A, std::vector<model::TokenId>>{column::kPrompt, &A::prompt},
@@ -332,7 +343,8 @@ struct AnswerToTrain {
                            RecordField<A, std::vector<float>>{column::kLogprobs, &A::logprobs},
                            RecordField<A, std::vector<PolicyVersion>>{column::kVersions, &A::versions},
                            RecordField<A, int32_t>{column::kAnswerIndex, &A::answer_index},
-                           RecordField<A, float>{column::kReward, &A::reward});
+                           RecordField<A, float>{column::kReward, &A::reward},
+                           RecordField<A, std::string>{column::kTrajectory, &A::trajectory});
   }
 };
 

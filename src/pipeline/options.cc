@@ -6,6 +6,7 @@
 
 #include "sluice/common/enum_names.h"
 #include "sluice/common/metrics_server.h"
+#include "sluice/common/strings.h"
 #include "sluice/model/device.h"
 #include "sluice/pipeline/options_table.h"
 #include "sluice/pipeline/roles.h"
@@ -66,6 +67,12 @@ Status RunOptions::Validate() const {
   }
   SLUICE_RETURN_IF_ERROR(rl.sampling.Validate());
   SLUICE_RETURN_IF_ERROR(rl.trainer.Validate());
+  if (agent.enabled()) {
+    if (agent.env != "calculator") {
+      return bad("agent.env", Quoted(agent.env) + " is not an environment Sluice has (calculator)");
+    }
+    if (agent.max_tokens > 0 && agent.max_tokens < 2) return bad("agent.max_tokens", "must be 0 or >= 2");
+  }
   const float sampled_temperature = rl.sampling.temperature > 0 ? rl.sampling.temperature : 1.0f;
   if (rl.trainer.temperature != sampled_temperature) {
     return bad("rl.trainer.temperature", "must equal the rollout temperature (" + std::to_string(sampled_temperature) +

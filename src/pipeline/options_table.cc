@@ -248,12 +248,36 @@ void AddEvalKeys(runtime::ConfigTable<RunOptions>& t) {
         SLUICE_FIELD(checkpoint_interval));
 }
 
+void AddAgentKeys(runtime::ConfigTable<RunOptions>& t) {
+  t.String("agent.env", "",
+           "multi-turn rollouts against an environment (docs/agents.md): calculator (the built-in tool); empty: one "
+           "answer per prompt",
+           SLUICE_FIELD(agent.env));
+  t.Int("agent.max_turns", 8, 1, 1000, "model turns per trajectory", SLUICE_FIELD(agent.max_turns));
+  t.Int("agent.max_tokens", 0, 0, 1 << 20, "a trajectory's tokens, opening included (0: the model's context)",
+        SLUICE_FIELD(agent.max_tokens));
+  t.Int("agent.env_workers", 4, 1, 1024, "environment calls running at once, per rollout engine",
+        SLUICE_FIELD(agent.env_workers));
+  t.Double("agent.env_timeout_seconds", 60, 0.001, 86400,
+           "one environment call (reset or step): past it, the "
+           "trajectory ends (env_timeout)",
+           SLUICE_FIELD(agent.env_timeout_seconds));
+  t.Double("agent.max_env_seconds", 600, 0.001, 864000, "a trajectory's environment calls together (env_time)",
+           SLUICE_FIELD(agent.max_env_seconds));
+  t.Int("agent.max_message_bytes", 8192, 16, 1 << 24, "an environment message's content; cut past it",
+        SLUICE_FIELD(agent.max_message_bytes));
+  t.Enum("agent.tool_call_format", "auto", {"auto", "hermes", "llama3"},
+         "how the model writes tool calls: auto (llama3 for Llama models, else hermes: <tool_call>{json}</tool_call>)",
+         SLUICE_FIELD(agent.tool_call_format));
+}
+
 runtime::ConfigTable<RunOptions> BuildTable() {
   runtime::ConfigTable<RunOptions> t;
   AddRunKeys(t);
   AddRlKeys(t);
   AddPipelineKeys(t);
   AddEvalKeys(t);
+  AddAgentKeys(t);
   return t;
 }
 

@@ -9,6 +9,7 @@
 
 #include "hub_records.h"
 #include "role_support.h"
+#include "sluice/agent/trajectory.h"
 #include "sluice/common/logging.h"
 #include "sluice/common/trace.h"
 #include "sluice/model/tokenizer.h"
@@ -78,9 +79,17 @@ Status RewardRole::ScoreLoop(int loop) {
                               " has another reference answer in this worker's task than the prompt feeder wrote "
                               "to the hub: both must load the same task");
     }
-    const std::string text = model::DecodeKnown(*w_.tokenizer, answer.response);
+    // An agent trajectory: the environment's reward when it gave one, else
+    // the task's on the model's last turn.
+    std::optional<agent::SummaryScore> agent_score;
+    if (!answer.trajectory.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(agent_score, agent::ReadSummaryScore(answer.trajectory));
+    }
+    const std::string text = agent_score ? agent_score->content : model::DecodeKnown(*w_.tokenizer, answer.response);
     RewardRecord scored;
-    {
+    if (agent_score && agent_score->env_reward) {
+      scored.reward = static_cast<float>(*agent_score->env_reward);
+    } else {
       RoleDoing doing(health, o_.slot, RoleActivity::kScore);
       scored.reward = static_cast<float>(task.Score(ex, text));
     }

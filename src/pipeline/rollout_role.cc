@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent_driver.h"
 #include "hub_records.h"
 #include "role_support.h"
 #include "sluice/checkpoint_engine/weights.h"
@@ -53,6 +54,8 @@ RolloutRole::Options RolloutRole::Options::From(const RunOptions& run, int64_t s
   o.switch_policy = po.switch_policy;
   o.threads = po.rollout_threads;
   o.lease_seconds = po.worker_lease_seconds;
+  o.agent = run.agent;
+  o.tokenizer_dir = run.tokenizer_dir;
   return o;
 }
 
@@ -144,6 +147,12 @@ class RolloutRole::Engine {
   Status StartTaken(std::vector<Taken>& taken);
   Status DecodeStep();
   Status WriteAnswer(rollout::GenerationResult& res);
+  // An agent trajectory that ended, as its answer.
+  Status WriteTrajectory(AgentDriver::Finished& f);
+  // The answer's row, once: then its prompt's lease is acked if it was its last.
+  Status WriteRow(uint64_t c, AnswerRecord& answer, const tq::RowTags& tags);
+  // Nothing decoding, waiting for an environment or queued.
+  bool Idle() const { return engine_->idle() && (!agent_ || agent_->in_flight() == 0); }
 
   RolloutRole& r_;
   const Options& o_;
@@ -152,6 +161,7 @@ class RolloutRole::Engine {
   const int32_t index_;
   const rollout::WeightSwapHook hook_;
   std::unique_ptr<rollout::RolloutEngine> engine_;
+  std::unique_ptr<AgentDriver> agent_;  // agent runs
   int32_t slots_ = 0;
   bool busy_ = false;  // this engine's share of the rollout's idle flag
   rollout::EngineStats seen_;
@@ -198,7 +208,17 @@ Status RolloutRole::Engine::StartPrompt(Parked p) {
     return Status::Ok();
   }
   const int64_t G = o_.intake.group_size;
-  for (int64_t g = 0; g < G; ++g) {
+  if (agent_ && p.prompt.row.empty()) {
+    return Status::DataLoss("prompt " + std::to_string(p.cursor) +
+                            " has no row for the environment (agent.env is set "
+                            "here and not where the prompts were fed)");
+  }
+  for (int64_t g = 0; g < G && agent_; ++g) {
+    rollout::SamplingParams sampling = o_.sampling;
+    sampling.seed = AnswerSeed(o_.seed, o_.intake.prompts_per_step, G, p.cursor, g);
+    agent_->Start(p.cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g), p.prompt.row, sampling);
+  }
+  for (int64_t g = 0; g < G && !agent_; ++g) {
     rollout::GenerationRequest req;
     req.id = p.cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g);
     req.prompt = p.prompt.prompt;
@@ -294,7 +314,7 @@ Status RolloutRole::Engine::TakePrompts(std::vector<Taken>* taken, bool* over) {
   const int64_t queued = static_cast<int64_t>(engine_->num_waiting()) + engine_->num_running();
   MutexLock lock(&r_.mu_);
   auto progress = [this]() SLUICE_NO_THREAD_SAFETY_ANALYSIS { return ProgressNow(); };  // under mu_
-  if (!shared && r_.untaken_ == 0 && engine_->idle()) {                                 // every answer is in the hub
+  if (!shared && r_.untaken_ == 0 && Idle()) {                                          // every answer is in the hub
     *over = true;
     return Status::Ok();
   }
@@ -357,7 +377,7 @@ Status RolloutRole::Engine::TakePrompts(std::vector<Taken>* taken, bool* over) {
     }
   }
   // (Take asked the hub just now: an idle engine always wants prompts.)
-  if (shared && taken->empty() && engine_->idle() && parked_.empty() && in_flight_.empty() &&
+  if (shared && taken->empty() && Idle() && parked_.empty() && in_flight_.empty() &&
       r_.prompts_done_ >= r_.run_prompts_) {
     *over = true;  // every answer of the run is in the hub
   }
@@ -434,6 +454,12 @@ Status RolloutRole::Engine::DecodeStep() {
   health_.AddSlotSteps((now.decode_steps - seen_.decode_steps) * slots_,
                        now.active_slot_steps - seen_.active_slot_steps);
   seen_ = now;
+  if (agent_) {
+    // Model turns to their environments, the environments' answers to the
+    // next turns; the trajectories that ended are answers.
+    SLUICE_ASSIGN_OR_RETURN(std::vector<AgentDriver::Finished> ended, agent_->Advance(&done));
+    for (auto& f : ended) SLUICE_RETURN_IF_ERROR(WriteTrajectory(f));
+  }
   for (auto& res : done) SLUICE_RETURN_IF_ERROR(WriteAnswer(res));
   return Status::Ok();
 }
@@ -457,6 +483,44 @@ Status RolloutRole::Engine::WriteAnswer(rollout::GenerationResult& res) {
   answer.versions = std::move(res.versions);
   answer.example = prompt.prompt.example;
   answer.reference_answer = prompt.prompt.reference_answer;
+  return WriteRow(c, answer, tags);
+}
+
+Status RolloutRole::Engine::WriteTrajectory(AgentDriver::Finished& f) {
+  const int64_t G = o_.intake.group_size;
+  const uint64_t c = f.id / static_cast<uint64_t>(G);
+  auto prompt_it = in_flight_.find(c);
+  if (prompt_it == in_flight_.end()) return Status::Internal("trajectory " + std::to_string(f.id) + " of no prompt");
+  const PromptRecord& prompt = prompt_it->second.prompt;
+  AnswerRecord answer;
+  answer.answer_index = static_cast<int32_t>(f.id % static_cast<uint64_t>(G));
+  answer.example = prompt.example;
+  answer.reference_answer = prompt.reference_answer;
+  AgentAnswer a = AnswerOfTrajectory(f, prompt.prompt, o_.eos_id);
+  answer.prompt = std::move(a.prompt);
+  answer.response = std::move(a.response);
+  answer.logprobs = std::move(a.logprobs);
+  answer.versions = std::move(a.versions);
+  answer.trajectory = std::move(a.summary);
+  if (f.reason == agent::EndReason::kEnvError || f.reason == agent::EndReason::kEnvTimeout) {
+    SLUICE_LOG(WARNING) << "rollout: trajectory " << f.id << " ended " << agent::EndReasonName(f.reason)
+                        << (f.detail.empty() ? "" : ": " + f.detail);
+  }
+  int64_t sampled = 0;
+  for (PolicyVersion v : answer.versions) sampled += v >= 0 ? 1 : 0;
+  health_.AddDecoding(o_.replica, 0, sampled);
+  tq::RowTags tags;
+  tags.group_id = static_cast<GroupId>(c);
+  trainer::RolloutSample versions_only;
+  versions_only.versions = answer.versions;
+  tags.policy_version = trainer::OldestSampledVersion(versions_only, engine_->policy_version());
+  tags.token_length = static_cast<int64_t>(answer.response.size());
+  return WriteRow(c, answer, tags);
+}
+
+Status RolloutRole::Engine::WriteRow(uint64_t c, AnswerRecord& answer, const tq::RowTags& tags) {
+  auto prompt_it = in_flight_.find(c);
+  InFlight& prompt = prompt_it->second;
   const tq::ColumnBatch cols = EncodeRecord(answer);
   const std::string key = AnswerKey(c, answer.answer_index);
   RoleDoing doing(health_, o_.slot, RoleActivity::kWriteAnswer);
@@ -494,6 +558,12 @@ Status RolloutRole::Engine::Run() {
   slots_ = eo.num_slots;
   SLUICE_ASSIGN_OR_RETURN(engine_, rollout::RolloutEngine::Create({r_.w_.model, o_.intake.version}, eo));
   engine_->SetWeightSwapHook(hook_);
+  if (o_.agent.enabled()) {
+    SLUICE_ASSIGN_OR_RETURN(AgentSettings settings,
+                            AgentSettingsFor(o_.agent, o_.tokenizer_dir, o_.model, o_.sampling.max_new_tokens));
+    if (r_.w_.hooks.make_environment) settings.make_env = r_.w_.hooks.make_environment;
+    SLUICE_ASSIGN_OR_RETURN(agent_, AgentDriver::Create(std::move(settings), engine_.get()));
+  }
   struct NotBusyOnExit {
     Engine* e;
     ~NotBusyOnExit() { e->SetBusy(false); }

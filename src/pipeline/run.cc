@@ -11,6 +11,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "agent_driver.h"
 #include "generation.h"
 #include "run_state.h"
 #include "sluice/common/file_util.h"
@@ -206,8 +207,45 @@ Status TrainingRun::PrepareTraining() {
   bool loaded = false;
   if (s.options.resume && !s.follower()) SLUICE_RETURN_IF_ERROR(s.LoadLatestCheckpoint(&loaded));
   if (s.data_parallel) SLUICE_RETURN_IF_ERROR(s.trainer->SyncFromRankZero());
-  if (!loaded && !s.follower()) SLUICE_RETURN_IF_ERROR(MetricsLog::Clear(s.options.run_dir));
+  if (!loaded && !s.follower()) {
+    SLUICE_RETURN_IF_ERROR(MetricsLog::Clear(s.options.run_dir));
+    if (s.options.agent.enabled()) SLUICE_RETURN_IF_ERROR(MetricsLog::Clear(s.options.run_dir, kTrajectoriesFile));
+  }
   return Status::Ok();
+}
+
+Result<std::tuple<std::vector<rollout::GenerationResult>, std::vector<std::string>, std::vector<double>>>
+TrainingRun::State::AgentRollouts(const std::vector<reward::Example>& examples,
+                                  const std::vector<rollout::GenerationRequest>& requests) {
+  State& s = *this;
+  const size_t G = static_cast<size_t>(s.options.rl.group_size);
+  SLUICE_ASSIGN_OR_RETURN(AgentSettings settings,
+                          AgentSettingsFor(s.options.agent, s.options.tokenizer_dir, s.policy->config(),
+                                           s.options.rl.sampling.max_new_tokens));
+  if (s.hooks.make_environment) settings.make_env = s.hooks.make_environment;
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<AgentDriver> driver,
+                          AgentDriver::Create(std::move(settings), s.engine.get()));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    driver->Start(requests[i].id, AgentRow(examples[i / G]), requests[i].sampling);
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::vector<AgentDriver::Finished> ended,
+                          RunTrajectories(*driver, *s.engine, requests.size(), [] { return false; }));
+  std::vector<rollout::GenerationResult> results(requests.size());
+  std::vector<std::string> summaries(requests.size());
+  std::vector<double> rewards(requests.size(), 0.0);
+  for (AgentDriver::Finished& f : ended) {
+    const size_t i = static_cast<size_t>(f.id);
+    AgentAnswer a = AnswerOfTrajectory(f, requests[i].prompt, s.EosId());
+    SLUICE_ASSIGN_OR_RETURN(const agent::SummaryScore score, agent::ReadSummaryScore(a.summary));
+    rewards[i] = score.env_reward ? *score.env_reward : s.task->Score(examples[i / G], score.content);
+    results[i].id = f.id;
+    results[i].prompt = std::move(a.prompt);
+    results[i].tokens = std::move(a.response);
+    results[i].logprobs = std::move(a.logprobs);
+    results[i].versions = std::move(a.versions);
+    summaries[i] = std::move(a.summary);
+  }
+  return std::make_tuple(std::move(results), std::move(summaries), std::move(rewards));
 }
 
 Status TrainingRun::Train(const ProgressFn& progress, const std::atomic<bool>* stop) {
@@ -244,16 +282,25 @@ Status TrainingRun::Train(const ProgressFn& progress, const std::atomic<bool>* s
       }
       examples.push_back(std::move(ex));
     }
-    SLUICE_ASSIGN_OR_RETURN(auto results, s.Generate(std::move(requests)));
+    std::vector<rollout::GenerationResult> results;
+    std::vector<std::string> trajectories;  // agent runs: each answer's summary
+    std::vector<double> rewards;
+    if (s.options.agent.enabled()) {
+      SLUICE_ASSIGN_OR_RETURN(std::tie(results, trajectories, rewards), s.AgentRollouts(examples, requests));
+    } else {
+      SLUICE_ASSIGN_OR_RETURN(results, s.Generate(std::move(requests)));
+    }
     auto t1 = Clock::now();
     // Reward, then GRPO groups (optionally dropping groups with no signal).
-    std::vector<const reward::Example*> scored_examples;
-    std::vector<const std::vector<model::TokenId>*> answers;
-    for (size_t i = 0; i < results.size(); ++i) {
-      scored_examples.push_back(&examples[i / static_cast<size_t>(rl.group_size)]);
-      answers.push_back(&results[i].tokens);
+    if (!s.options.agent.enabled()) {
+      std::vector<const reward::Example*> scored_examples;
+      std::vector<const std::vector<model::TokenId>*> answers;
+      for (size_t i = 0; i < results.size(); ++i) {
+        scored_examples.push_back(&examples[i / static_cast<size_t>(rl.group_size)]);
+        answers.push_back(&results[i].tokens);
+      }
+      rewards = ScoreAnswers(*s.tokenizer, *s.task, scored_examples, answers);
     }
-    const std::vector<double> rewards = ScoreAnswers(*s.tokenizer, *s.task, scored_examples, answers);
     std::vector<trainer::RolloutSample> samples;
     double reward_sum = 0, correct = 0, len_sum = 0;
     for (int64_t k = 0; k < rl.prompts_per_step; ++k) {
@@ -274,6 +321,8 @@ Status TrainingRun::Train(const ProgressFn& progress, const std::atomic<bool>* s
         sample.response = std::move(r.tokens);
         sample.behavior_logprobs = std::move(r.logprobs);
         sample.versions = std::move(r.versions);
+        if (!trajectories.empty())
+          sample.trajectory = std::move(trajectories[static_cast<size_t>(k * rl.group_size + g)]);
         sample.reward = reward;
         if (!group.empty() && reward != group.front().reward) all_equal = false;
         group.push_back(std::move(sample));

@@ -14,8 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "agent_driver.h"
 #include "generation.h"
 #include "metrics_log.h"
 #include "role_support.h"
@@ -107,6 +109,9 @@ struct TrainingRun::State {
     }
     SLUICE_ASSIGN_OR_RETURN(auto adv, trainer::GroupAdvantages(rewards, group_ids, options.rl.divide_adv_by_std));
     for (size_t i = 0; i < samples.size(); ++i) samples[i].advantage = adv[i];
+    if (options.agent.enabled() && !follower()) {
+      SLUICE_RETURN_IF_ERROR(AppendTrajectories(options.run_dir, rec->step, samples));
+    }
     const auto start = std::chrono::steady_clock::now();
     const double collective_before = data_parallel ? data_parallel->collective_seconds() : 0;
     SLUICE_ASSIGN_OR_RETURN(rec->train, trainer->RlStep(samples));
@@ -167,6 +172,14 @@ struct TrainingRun::State {
   fs::path CheckpointRoot() const { return fs::path(options.run_dir) / "checkpoints"; }
 
   // Generation of `requests` on the current weights.
+  // The direct loop's rollout of an agent run: each request (its id, prompt
+  // and sampling) a trajectory on the run's engine, against an environment
+  // opened on its example's row (examples[id / group_size]); returns each
+  // as an answer (in request order), its summary and its reward (the
+  // environment's, or the task's on the model's last turn). (run.cc)
+  Result<std::tuple<std::vector<rollout::GenerationResult>, std::vector<std::string>, std::vector<double>>>
+  AgentRollouts(const std::vector<reward::Example>& examples, const std::vector<rollout::GenerationRequest>& requests);
+
   Result<std::vector<rollout::GenerationResult>> Generate(std::vector<rollout::GenerationRequest> requests) {
     return GenerateAll(*engine, std::move(requests));
   }
@@ -236,20 +249,11 @@ struct TrainingRun::State {
     step = state["step"].get<int64_t>();
     version = state["version"].get<int64_t>();
     elapsed_offset = elapsed_total = state.value("elapsed_seconds", 0.0);
-    // Keep the metrics of the steps the checkpoint covers; drop any later lines.
+    // Keep the metrics (and trajectories) of the steps the checkpoint covers;
+    // drop any later lines.
     history.clear();
-    fs::path metrics_path = fs::path(options.run_dir) / "metrics.jsonl";
-    std::ifstream metrics(metrics_path);
-    std::string line, kept;
-    while (std::getline(metrics, line)) {
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
-          j["step"].get<int64_t>() > step) {
-        continue;
-      }
-      kept += line + "\n";
-    }
-    SLUICE_RETURN_IF_ERROR(WriteFileAtomically(metrics_path.string(), kept));
+    SLUICE_RETURN_IF_ERROR(MetricsLog::KeepStepsThrough(options.run_dir, "metrics.jsonl", step));
+    SLUICE_RETURN_IF_ERROR(MetricsLog::KeepStepsThrough(options.run_dir, kTrajectoriesFile, step));
     *loaded = true;
     SLUICE_LOG(INFO) << "resumed from " << dir.string() << " at step " << step;
     return Status::Ok();

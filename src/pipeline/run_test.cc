@@ -710,7 +710,7 @@ TEST(HubRecordTest, RecordsMatchTheSchemaAndGoThroughTheHubUnchanged) {
   EXPECT_EQ(to_score->reference_answer, answer.reference_answer);
 
   tq::BatchData cells;
-  cells.columns = EncodeRecord(PromptRecord{{1, 2}, 3, "4"});
+  cells.columns = EncodeRecord(PromptRecord{{1, 2}, 3, "4", ""});
   cells.columns[column::kExample] = {HostTensor::Copy(DType::kI32, {}, &answer.answer_index, sizeof(int32_t))};
   const Status mistyped = DecodeRecord<PromptRecord>(cells, 0).status();
   EXPECT_EQ(mistyped.code(), StatusCode::kDataLoss);

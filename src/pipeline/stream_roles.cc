@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "agent_driver.h"
 #include "hub_records.h"
 #include "sluice/common/file_util.h"
 #include "sluice/common/logging.h"
@@ -220,6 +221,7 @@ Status StreamRoles::FeedPrompts(const TrainingRun::State& s, tq::TransferQueueCl
       PromptRecord record;
       SLUICE_ASSIGN_OR_RETURN(record.prompt, s.EncodePrompt(ex.prompt));
       record.example = static_cast<int64_t>(ex.index);
+      if (s.options.agent.enabled()) record.row = AgentRow(ex);
       record.reference_answer = std::move(ex.answer);
       AppendRecord(record, &cols);
     }
@@ -233,6 +235,7 @@ RolloutRole::Options StreamRoles::RolloutOptions(const TrainingRun::State& s) {
   RolloutRole::Options o = RolloutRole::Options::From(s.options, s.step, s.version);
   o.eos_id = s.tokenizer->eos_id();
   o.lease_holder = s.lease_holder;
+  o.model = s.policy->config();
   return o;
 }
 

@@ -166,6 +166,7 @@ class StepGroups {
         smp.id = cursor * static_cast<uint64_t>(G_) + static_cast<uint64_t>(g);
         smp.group_id = tags.group_id;
         smp.reward = answer.reward;
+        smp.trajectory = std::move(answer.trajectory);
         MoveAnswerTokens(std::move(answer), &smp);
       }
       if (lose_ && lose_(cursor)) continue;  // leased, never acked
@@ -255,16 +256,21 @@ StepGroupsTaken Summarize(StepGroups& groups_in, const std::vector<uint64_t>& st
       correct += smp.reward >= 1.0 ? 1.0 : 0.0;
       len_sum += static_cast<double>(smp.response.size());
       rec->response_len_max = std::max<int64_t>(rec->response_len_max, static_cast<int64_t>(smp.response.size()));
-      rec->generated_tokens += static_cast<int64_t>(smp.response.size());
-      const int64_t stale = version - (smp.versions.empty() ? version : smp.versions.front());
+      rec->generated_tokens +=
+          smp.versions.empty() ? static_cast<int64_t>(smp.response.size())
+                               : std::count_if(smp.versions.begin(), smp.versions.end(), [](auto v) { return v >= 0; });
+      const int64_t stale = version - trainer::OldestSampledVersion(smp, version);
       stale_sum += static_cast<double>(stale);
       if (stale >= 0) {
         if (rec->staleness_hist.size() <= static_cast<size_t>(stale)) rec->staleness_hist.resize(stale + 1, 0);
         ++rec->staleness_hist[static_cast<size_t>(stale)];
       }
       rec->staleness_max = std::max(rec->staleness_max, stale);
-      for (int64_t v : smp.versions) token_stale_sum += static_cast<double>(version - v);
-      tokens += static_cast<double>(smp.versions.size());
+      for (int64_t v : smp.versions) {
+        if (v < 0) continue;  // an environment's token
+        token_stale_sum += static_cast<double>(version - v);
+        tokens += 1;
+      }
     }
     const bool all_equal =
         std::all_of(group.begin(), group.end(), [&](const auto& x) { return x.reward == group.front().reward; });

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iterator>
 #include <map>
+#include <optional>
 
 #include "sluice/common/check.h"
 #include "sluice/common/enum_names.h"
@@ -65,6 +66,14 @@ Result<OffPolicyCorrection> ParseOffPolicyCorrection(const std::string& name) {
   if (name == "behavior") return OffPolicyCorrection::kBehavior;
   return Status::InvalidArgument("off-policy correction '" + name +
                                  "' is not one of {none, decoupled, tis, seq-tis, behavior}");
+}
+
+PolicyVersion OldestSampledVersion(const RolloutSample& s, PolicyVersion otherwise) {
+  std::optional<PolicyVersion> oldest;
+  for (PolicyVersion v : s.versions) {
+    if (v >= 0 && (!oldest || v < *oldest)) oldest = v;
+  }
+  return oldest.value_or(otherwise);
 }
 
 std::string OffPolicyCorrectionName(OffPolicyCorrection c) {

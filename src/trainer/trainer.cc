@@ -367,7 +367,8 @@ Result<std::vector<Trainer::Batch>> Trainer::Pack(const std::vector<RolloutSampl
       std::copy(s.response.begin(), s.response.end(), tokens.begin() + r * L + P);
       for (int64_t j = 0; j < R; ++j) {
         const int64_t pos = r * (L - 1) + P - 1 + j;
-        mask[pos] = 1.f;
+        // A token the policy did not sample (an environment's) is context only.
+        mask[pos] = s.versions.empty() || s.versions[j] >= 0 ? 1.f : 0.f;
         adv[pos] = static_cast<float>(s.advantage);
         behavior[pos] = s.behavior_logprobs[j];
       }
@@ -630,8 +631,10 @@ Result<StepMetrics> Trainer::RlStep(const std::vector<RolloutSample>& samples) {
           mini_size[1] += static_cast<double>(b.sequences());
         }
         SLUICE_RETURN_IF_ERROR(SumOverRanks(mini_size));
+        // (At least 1: a mini-batch of agent trajectories whose openings all
+        // failed has no trained token, and no gradient.)
         const double normalizer =
-            options_.loss.aggregation == LossAggregation::kTokenMean ? mini_size[0] : mini_size[1];
+            std::max(1.0, options_.loss.aggregation == LossAggregation::kTokenMean ? mini_size[0] : mini_size[1]);
         std::vector<Sums> sums(mini.size());
         SLUICE_RETURN_IF_ERROR(BeginGradientSum(mini.size()));
         ForEachMicroBatch(mini.size(), [&](size_t i, int32_t) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 
 #include "sluice/model/weights.h"
 #include "sluice/rollout/engine.h"
@@ -65,6 +66,30 @@ TEST(TrainerTest, RlStepMovesLogprobsInTheDirectionOfTheAdvantage) {
     double change = Sum(after[i]) - Sum(before[i]);
     EXPECT_GT(change * batch[i].advantage, 0) << "sample " << i << " change " << change;
   }
+}
+
+// Tokens the policy did not sample (an environment's, version -1) are
+// context only: a batch of them alone trains nothing (no token, no change
+// to any weight), and in a mixed batch they are not counted. Fails if
+// environment tokens are trained.
+TEST(TrainerTest, TokensThePolicyDidNotSampleAreNotTrained) {
+  auto m = TinyModel();
+  auto trainer = MakeTrainer(m);
+  auto batch = FixedBatch();
+  for (RolloutSample& s : batch) s.versions.assign(s.response.size(), -1);
+  const TensorMap before = *model::ExportWeights(*m);
+  auto none = trainer->RlStep(batch);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->tokens, 0);
+  const TensorMap after = *model::ExportWeights(*m);
+  for (const auto& [name, t] : before) {
+    EXPECT_EQ(std::memcmp(t.data, after.at(name).data, t.nbytes), 0) << name << " changed";
+  }
+  batch = FixedBatch();
+  batch[0].versions = {0, -1, -1, 0};  // two of its four tokens an environment's
+  auto mixed = trainer->RlStep(batch);
+  ASSERT_TRUE(mixed.ok()) << mixed.status().ToString();
+  EXPECT_EQ(mixed->tokens, 2 + 2 + 2 + 6);
 }
 
 TEST(TrainerTest, OneSftStepOnAFixedBatchLowersTheLoss) {

@@ -136,8 +136,10 @@ class Trajectory {
   // Environment messages cut to max_message_bytes.
   int64_t truncated_messages() const { return truncated_; }
 
-  // The trajectories.jsonl line (without a newline).
-  std::string ToJson(int64_t sample_id, int64_t group_id, int64_t step, double reward, double advantage) const;
+  // What travels with the trajectory's tokens to the trainer (JSON): its
+  // turns, end reason and detail, the environment's reward (or null) and
+  // the last model turn's content.
+  std::string Summary() const;
 
  private:
   Trajectory() = default;
@@ -169,6 +171,28 @@ class Trajectory {
   EndReason end_ = EndReason::kNone;
   std::string end_detail_;
 };
+
+// What the reward reads of a Summary(): the environment's reward, if it
+// gave one, else the last model turn's content (for the task's reward).
+struct SummaryScore {
+  std::optional<double> env_reward;
+  std::string content;
+};
+// DataLoss for text that is not a summary.
+Result<SummaryScore> ReadSummaryScore(const std::string& summary);
+
+// A trained trajectory as run_dir/trajectories.jsonl has it (docs/agents.md).
+struct TrajectoryLine {
+  int64_t sample_id = 0, group_id = 0, step = 0;
+  std::vector<TokenId> tokens;          // the whole sequence
+  std::vector<float> logprobs;          // one per token (any value where not sampled)
+  std::vector<PolicyVersion> versions;  // one per token; negative: not sampled (mask 0)
+  std::string summary;                  // Trajectory::Summary()
+  double reward = 0, advantage = 0;
+};
+// The line, without its newline. DataLoss for arrays of different lengths
+// or a summary that is not one.
+Result<std::string> FormatTrajectoryLine(const TrajectoryLine& line);
 
 }  // namespace sluice::agent
 

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
+#include "sluice/agent/environment.h"
 #include "sluice/common/host_tensor.h"
 #include "sluice/trainer/types.h"
 
@@ -46,6 +48,10 @@ struct RunHooks {
   // (every prompt it holds is of a step after the ones the trainer's next
   // version needs; rl.dynamic_sampling off), and for at most 30 s.
   std::function<bool(uint64_t cursor)> hold_for_switch;
+  // Agent runs (agent.env set), tests: makes each trajectory's environment
+  // instead of agent.env's (scripted environments, fault injection). Roles
+  // as threads and the direct loop.
+  std::function<Result<std::unique_ptr<agent::Environment>>()> make_environment;
 };
 
 }  // namespace sluice::pipeline

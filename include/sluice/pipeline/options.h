@@ -281,6 +281,23 @@ struct PromptOptions {
   std::string enable_thinking = "auto";  // auto (not passed), true, false: the template variable
 };
 
+// Multi-turn, tool-using rollouts (docs/agents.md): each answer is a
+// trajectory of model turns and environment turns.
+struct AgentOptions {
+  // "": one answer per prompt, no environment; "calculator": the built-in
+  // calculator tool (the task's prompt as the user's message).
+  std::string env;
+  int32_t max_turns = 8;                  // model turns per trajectory
+  int64_t max_tokens = 0;                 // a trajectory's tokens, opening included (0: the model's context)
+  int32_t env_workers = 4;                // environment calls at once, per rollout engine
+  double env_timeout_seconds = 60;        // one reset or step
+  double max_env_seconds = 600;           // a trajectory's environment calls together
+  int64_t max_message_bytes = 8192;       // an environment message's content; cut past it
+  std::string tool_call_format = "auto";  // auto (llama3 for Llama models, else hermes), hermes, llama3
+
+  bool enabled() const { return !env.empty(); }
+};
+
 struct RunOptions {
   std::string run_dir;  // metrics.jsonl, checkpoints/, sft/, final/
   uint64_t seed = 0;
@@ -304,6 +321,7 @@ struct RunOptions {
   PipelineOptions pipeline;
   DeviceOptions devices;
   PromptOptions prompts;
+  AgentOptions agent;
 
   // InvalidArgument naming the option for bad values (e.g. group_size 1).
   Status Validate() const;

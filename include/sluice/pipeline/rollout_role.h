@@ -40,6 +40,7 @@
 
 #include "sluice/common/mutex.h"
 #include "sluice/common/status.h"
+#include "sluice/model/config.h"
 #include "sluice/model/tokenizer.h"
 #include "sluice/pipeline/hooks.h"
 #include "sluice/pipeline/options.h"
@@ -85,6 +86,12 @@ class RolloutRole {
     int64_t replica = 0;
     HealthSlot slot = PipelineRole::kRollout;
     std::string process;
+    // agent.*: each answer a multi-turn trajectory against an environment
+    // (each prompt's row from the hub is its reset argument), the model's
+    // chat format read from tokenizer_dir.
+    AgentOptions agent;
+    std::string tokenizer_dir;
+    model::ModelConfig model;  // the served model's (its context and family, for agents)
 
     // The run's settings for this replica.
     static Options From(const RunOptions& run, int64_t start_step, PolicyVersion start_version);

@@ -65,10 +65,19 @@ struct RolloutSample {
   std::vector<TokenId> prompt;
   std::vector<TokenId> response;
   std::vector<float> behavior_logprobs;  // one per response token
-  std::vector<PolicyVersion> versions;   // policy version per response token
+  // The policy version that sampled each response token. A token with a
+  // negative version was not sampled by the policy (an environment's, in an
+  // agent trajectory): it is context, not trained (mask 0). Empty: every
+  // response token was sampled.
+  std::vector<PolicyVersion> versions;
   double reward = 0;
-  double advantage = 0;  // set by the caller (GroupAdvantages)
+  double advantage = 0;    // set by the caller (GroupAdvantages)
+  std::string trajectory;  // agent runs: the trajectory's turns and end (JSON), carried to trajectories.jsonl
 };
+
+// The oldest version that sampled a token of `s` (its staleness is the
+// trainer's version less it); `otherwise` when none is recorded.
+PolicyVersion OldestSampledVersion(const RolloutSample& s, PolicyVersion otherwise);
 
 // A supervised example: the loss is cross-entropy on `target` given `prompt`.
 struct SftExample {

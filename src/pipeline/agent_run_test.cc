@@ -1,0 +1,174 @@
+// Agent runs end to end, in every mode: trajectories of several turns
+// against a scripted environment, trained from the hub (or the direct
+// loop), written to trajectories.jsonl.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "agent_driver.h"
+#include "sluice/common/file_util.h"
+#include "sluice/model/transformer.h"
+#include "sluice/pipeline/run.h"
+
+namespace sluice::pipeline {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A byte model that ends every turn at once (each turn the end token
+// alone), whatever its training does to it in a few steps: what the
+// environment adds is then all there is to check.
+std::shared_ptr<model::Transformer> EndingModel() {
+  model::ModelConfig c = *model::PresetModelConfig("tiny");
+  c.tie_word_embeddings = false;
+  c.max_position_embeddings = 256;
+  auto m = std::make_shared<model::Transformer>(c, 3);
+  torch::NoGradGuard g;
+  for (auto& p : m->named_parameters()) {
+    if (p.key().find("norm") == std::string::npos) p.value().zero_();
+  }
+  auto params = m->named_parameters();
+  params["model.embed_tokens.weight"].fill_(1.0);
+  params["lm_head.weight"][model::ByteTokenizer::kEos].fill_(8.0);
+  return m;
+}
+
+// Two tool results, then done with a reward of its own (0 or 1, varying
+// across a group so every group trains).
+class TwoToolResults : public agent::Environment {
+ public:
+  explicit TwoToolResults(int64_t nonce) : nonce_(nonce) {}
+  Result<agent::Opening> Reset(const std::string& row) override {
+    const json j = json::parse(row);
+    return agent::Opening{{{"user", j["prompt"].get<std::string>(), ""}}, ""};
+  }
+  Result<agent::StepResult> Step(const agent::Action&) override {
+    if (steps_ == 2) return agent::StepResult{{}, static_cast<double>(nonce_ % 2), true};
+    return agent::StepResult{
+        {{"tool", "result-" + std::to_string(steps_++) + "-" + std::to_string(nonce_), "c"}}, std::nullopt, false};
+  }
+
+ private:
+  int64_t nonce_;
+  int steps_ = 0;
+};
+
+class AgentRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("sluice_agent_run_" + std::to_string(::getpid()));
+    static_cast<void>(RemoveTree(root_));
+    reward::TaskOptions t;
+    t.name = "arithmetic";
+    t.seed = 1;
+    t.eval_size = 8;
+    t.arithmetic.max_ops = 1;
+    task_ = std::shared_ptr<const reward::Task>(std::move(reward::MakeTask(t)).value());
+  }
+  void TearDown() override { static_cast<void>(RemoveTree(root_)); }
+  fs::path root_;
+  std::shared_ptr<const reward::Task> task_;
+};
+
+// Every mode trains every trajectory once, each as the environment made
+// it: three model turns (the end token each, trained: mask 1, a version)
+// and the two tool results between them, each present, rendered by the
+// built-in template and not trained (mask 0, no version); the reward is
+// the environment's. Fails if environment tokens are trained, a tool
+// result is dropped, a trajectory is lost or trained twice.
+TEST_F(AgentRunTest, EveryModeTrainsTheTrajectoriesTheEnvironmentShaped) {
+  constexpr int64_t kSteps = 3, kPrompts = 2, kGroup = 2;
+  for (PipelineMode mode : {PipelineMode::kDirect, PipelineMode::kSync, PipelineMode::kAsync}) {
+    const std::string name = PipelineModeName(mode);
+    SCOPED_TRACE(name);
+    RunOptions o;
+    o.run_dir = (root_ / name).string();
+    o.seed = 5;
+    o.sft.steps = 0;
+    o.rl.steps = kSteps;
+    o.rl.prompts_per_step = kPrompts;
+    o.rl.group_size = kGroup;
+    o.rl.rollout_slots = 4;
+    o.rl.sampling.max_new_tokens = 8;
+    o.rl.trainer.optimizer.lr = 1e-4;
+    o.eval.interval = 0;
+    o.eval.size = 2;
+    o.eval.max_new_tokens = 4;
+    o.pipeline.mode = mode;
+    o.pipeline.max_staleness = mode == PipelineMode::kAsync ? 2 : 0;
+    o.agent.env = "calculator";  // replaced by the hook
+    o.agent.env_workers = 2;
+    RunHooks hooks;
+    std::atomic<int64_t> made{0};
+    hooks.make_environment = [&]() -> Result<std::unique_ptr<agent::Environment>> {
+      return std::unique_ptr<agent::Environment>(new TwoToolResults(made++));
+    };
+    std::map<uint64_t, int> inspected;
+    hooks.inspect_batch = [&](int64_t, const std::vector<trainer::RolloutSample>& samples) {
+      for (const auto& smp : samples) {
+        ++inspected[smp.id];
+        ASSERT_EQ(smp.versions.size(), smp.response.size());
+        for (size_t i = 0; i < smp.response.size(); ++i) {
+          // Sampled exactly where the model spoke: the end tokens.
+          EXPECT_EQ(smp.versions[i] >= 0, smp.response[i] == model::ByteTokenizer::kEos) << "token " << i;
+        }
+      }
+    };
+    auto run = TrainingRun::Create(EndingModel(), task_, o, hooks);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    Status trained = (*run)->Train(nullptr);
+    ASSERT_TRUE(trained.ok()) << trained.ToString();
+
+    std::ifstream in(fs::path(o.run_dir) / kTrajectoriesFile);
+    std::map<int64_t, int> seen;
+    std::string line;
+    while (std::getline(in, line)) {
+      const json j = json::parse(line);
+      ++seen[j["sample_id"].get<int64_t>()];
+      const auto& tokens = j["tokens"];
+      ASSERT_EQ(j["mask"].size(), tokens.size());
+      EXPECT_EQ(j["end_reason"], "done");
+      std::vector<std::string> roles, tool_contents;
+      for (const json& turn : j["turns"]) {
+        roles.push_back(turn["role"]);
+        const int64_t start = turn["start"], end = turn["end"];
+        std::string text;
+        for (int64_t i = start; i < end; ++i) {
+          const int64_t id = tokens[static_cast<size_t>(i)];
+          text += id < 256 ? std::string(1, static_cast<char>(id)) : "<eos>";
+          EXPECT_EQ(j["mask"][static_cast<size_t>(i)], turn["role"] == "assistant" ? 1 : 0) << text;
+          EXPECT_EQ(j["versions"][static_cast<size_t>(i)].is_null(), turn["role"] != "assistant");
+        }
+        if (turn["role"] == "tool") {
+          tool_contents.push_back(turn["content"]);
+          EXPECT_EQ(text.rfind("tool: " + turn["content"].get<std::string>() + "\nassistant: ", 0), 0u) << text;
+        }
+        if (turn["role"] == "assistant") {
+          EXPECT_EQ(text, "<eos>");
+        }
+      }
+      EXPECT_EQ(roles, (std::vector<std::string>{"user", "assistant", "tool", "assistant", "tool", "assistant"}));
+      ASSERT_EQ(tool_contents.size(), 2u);
+      EXPECT_EQ(tool_contents[0].rfind("result-0-", 0), 0u);
+      EXPECT_EQ(tool_contents[1].rfind("result-1-", 0), 0u);
+      const int64_t nonce = std::stoll(tool_contents[0].substr(9));
+      EXPECT_EQ(j["reward"].get<double>(), static_cast<double>(nonce % 2));
+    }
+    EXPECT_EQ(seen.size(), static_cast<size_t>(kSteps * kPrompts * kGroup)) << "every trajectory, once";
+    for (const auto& [id, times] : seen) EXPECT_EQ(times, 1) << "sample " << id;
+    if (mode != PipelineMode::kDirect) {
+      EXPECT_EQ(inspected.size(), seen.size());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice::pipeline

@@ -175,7 +175,10 @@ Result<std::optional<Action>> Trajectory::AddModelTurn(const std::vector<TokenId
     return std::optional<Action>();
   }
   awaiting_env_ = true;
-  return std::optional<Action>(ParseAction(content, calls_, model_turns_ - 1));
+  Action action = ParseAction(content, calls_, model_turns_ - 1);
+  tool_calls_ += static_cast<int64_t>(action.tool_calls.size());
+  for (const ToolCall& c : action.tool_calls) malformed_calls_ += c.error.empty() ? 0 : 1;
+  return std::optional<Action>(std::move(action));
 }
 
 Status Trajectory::AddEnvironmentTurn(const StepResult& step) {
@@ -260,20 +263,31 @@ std::string Trajectory::Summary() const {
   j["detail"] = end_detail_;
   j["env_reward"] = reward_ ? ordered_json(*reward_) : ordered_json();
   j["content"] = last_model_content();
+  j["model_turns"] = model_turns_;
+  j["tool_calls"] = tool_calls_;
+  j["malformed_tool_calls"] = malformed_calls_;
   return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
-Result<SummaryScore> ReadSummaryScore(const std::string& summary) {
+Result<TrajectorySummary> ReadTrajectorySummary(const std::string& summary) {
   const ordered_json j = ordered_json::parse(summary, nullptr, /*allow_exceptions=*/false);
-  const auto reward = j.is_object() ? j.find("env_reward") : j.end();
-  const auto content = j.is_object() ? j.find("content") : j.end();
+  auto field = [&](const char* name) { return j.is_object() ? j.find(name) : j.end(); };
+  const auto reward = field("env_reward"), content = field("content"), reason = field("end_reason");
   if (j.is_discarded() || reward == j.end() || content == j.end() || !content->is_string() ||
-      !(reward->is_null() || reward->is_number())) {
+      !(reward->is_null() || reward->is_number()) || reason == j.end() || !reason->is_string()) {
     return Status::DataLoss("a trajectory's summary is not one: " + summary.substr(0, 80));
   }
-  SummaryScore s;
+  TrajectorySummary s;
   if (reward->is_number()) s.env_reward = reward->get<double>();
   s.content = content->get<std::string>();
+  s.end_reason = reason->get<std::string>();
+  auto count = [&](const char* name) -> int64_t {
+    const auto it = field(name);
+    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+  };
+  s.model_turns = count("model_turns");
+  s.tool_calls = count("tool_calls");
+  s.malformed_tool_calls = count("malformed_tool_calls");
   return s;
 }
 

@@ -100,6 +100,24 @@ Status AppendTrajectories(const std::string& run_dir, int64_t step,
   return Status::Ok();
 }
 
+Status CountAgentStep(const std::vector<std::string>& summaries, StepRecord* rec) {
+  rec->agent = true;
+  int64_t turns = 0, calls = 0, users = 0;
+  for (const std::string& text : summaries) {
+    SLUICE_ASSIGN_OR_RETURN(const agent::TrajectorySummary s, agent::ReadTrajectorySummary(text));
+    turns += s.model_turns;
+    calls += s.tool_calls;
+    users += s.tool_calls > 0 ? 1 : 0;
+    rec->agent_malformed_calls += s.malformed_tool_calls;
+    ++rec->agent_end_reasons[s.end_reason];
+  }
+  const double n = std::max<double>(1.0, static_cast<double>(summaries.size()));
+  rec->agent_turns_mean = static_cast<double>(turns) / n;
+  rec->agent_tool_calls_mean = static_cast<double>(calls) / n;
+  rec->agent_tool_use = static_cast<double>(users) / n;
+  return Status::Ok();
+}
+
 // The environment's threads: jobs run in order of submission, at most one
 // per thread.
 class AgentDriver::Pool {
@@ -280,8 +298,6 @@ Result<std::vector<AgentDriver::Finished>> AgentDriver::Advance(std::vector<roll
       Finish(it->id, &ended);
       continue;
     }
-    counters_.tool_calls += static_cast<int64_t>(action->tool_calls.size());
-    for (const agent::ToolCall& c : action->tool_calls) counters_.malformed_tool_calls += c.error.empty() ? 0 : 1;
     l.action = std::move(action);
     Call(l.id, /*is_step=*/true, [](Live& x) { x.step = x.env->Step(*x.action); });
   }

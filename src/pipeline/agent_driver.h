@@ -35,6 +35,7 @@
 #include "sluice/common/status.h"
 #include "sluice/model/chat_format.h"
 #include "sluice/model/config.h"
+#include "sluice/pipeline/metrics.h"
 #include "sluice/pipeline/options.h"
 #include "sluice/reward/task.h"
 #include "sluice/rollout/engine.h"
@@ -94,11 +95,13 @@ inline constexpr char kTrajectoriesFile[] = "trajectories.jsonl";
 // file when a line cannot be written; DataLoss for a malformed sample.
 Status AppendTrajectories(const std::string& run_dir, int64_t step, const std::vector<trainer::RolloutSample>& samples);
 
+// The step's agent metrics (StepRecord::agent_*) over the summaries of its
+// trajectories. DataLoss for one that is not a summary.
+Status CountAgentStep(const std::vector<std::string>& summaries, StepRecord* rec);
+
 struct AgentCounters {
   int64_t model_turns = 0;
   int64_t env_calls = 0;
-  int64_t tool_calls = 0;
-  int64_t malformed_tool_calls = 0;
   int64_t truncated_messages = 0;
   int64_t reprefilled_tokens = 0;  // prompt tokens of turns after the first
   double env_seconds = 0;

@@ -167,6 +167,17 @@ TEST_F(AgentRunTest, EveryModeTrainsTheTrajectoriesTheEnvironmentShaped) {
     if (mode != PipelineMode::kDirect) {
       EXPECT_EQ(inspected.size(), seen.size());
     }
+    // The steps' metrics count the turns and how the trajectories ended.
+    std::ifstream metrics(fs::path(o.run_dir) / "metrics.jsonl");
+    int64_t lines = 0;
+    while (std::getline(metrics, line)) {
+      const json m = json::parse(line);
+      ++lines;
+      EXPECT_EQ(m["agent_turns_mean"], 3.0);
+      EXPECT_EQ(m["agent_end_reasons"], json({{"done", kPrompts * kGroup}}));
+      EXPECT_EQ(m["agent_tool_use"], 0.0);  // the model never wrote a call
+    }
+    EXPECT_EQ(lines, kSteps);
   }
 }
 

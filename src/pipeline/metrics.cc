@@ -61,6 +61,13 @@ std::string StepRecord::ToJson() const {
               {"trainer_busy", trainer_busy},
               {"staleness_hist", staleness_hist}});
   }
+  if (agent) {
+    j.update({{"agent_turns_mean", agent_turns_mean},
+              {"agent_tool_calls_mean", agent_tool_calls_mean},
+              {"agent_tool_use", agent_tool_use},
+              {"agent_malformed_calls", agent_malformed_calls},
+              {"agent_end_reasons", agent_end_reasons}});
+  }
   if (has_eval) {
     j["eval_accuracy"] = eval.accuracy;
     j["eval_reward"] = eval.mean_reward;

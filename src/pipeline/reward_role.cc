@@ -81,9 +81,9 @@ Status RewardRole::ScoreLoop(int loop) {
     }
     // An agent trajectory: the environment's reward when it gave one, else
     // the task's on the model's last turn.
-    std::optional<agent::SummaryScore> agent_score;
+    std::optional<agent::TrajectorySummary> agent_score;
     if (!answer.trajectory.empty()) {
-      SLUICE_ASSIGN_OR_RETURN(agent_score, agent::ReadSummaryScore(answer.trajectory));
+      SLUICE_ASSIGN_OR_RETURN(agent_score, agent::ReadTrajectorySummary(answer.trajectory));
     }
     const std::string text = agent_score ? agent_score->content : model::DecodeKnown(*w_.tokenizer, answer.response);
     RewardRecord scored;

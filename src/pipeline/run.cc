@@ -236,7 +236,7 @@ TrainingRun::State::AgentRollouts(const std::vector<reward::Example>& examples,
   for (AgentDriver::Finished& f : ended) {
     const size_t i = static_cast<size_t>(f.id);
     AgentAnswer a = AnswerOfTrajectory(f, requests[i].prompt, s.EosId());
-    SLUICE_ASSIGN_OR_RETURN(const agent::SummaryScore score, agent::ReadSummaryScore(a.summary));
+    SLUICE_ASSIGN_OR_RETURN(const agent::TrajectorySummary score, agent::ReadTrajectorySummary(a.summary));
     rewards[i] = score.env_reward ? *score.env_reward : s.task->Score(examples[i / G], score.content);
     results[i].id = f.id;
     results[i].prompt = std::move(a.prompt);
@@ -301,6 +301,7 @@ Status TrainingRun::Train(const ProgressFn& progress, const std::atomic<bool>* s
       }
       rewards = ScoreAnswers(*s.tokenizer, *s.task, scored_examples, answers);
     }
+    if (!trajectories.empty()) SLUICE_RETURN_IF_ERROR(CountAgentStep(trajectories, &rec));
     std::vector<trainer::RolloutSample> samples;
     double reward_sum = 0, correct = 0, len_sum = 0;
     for (int64_t k = 0; k < rl.prompts_per_step; ++k) {

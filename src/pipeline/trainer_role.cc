@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "agent_driver.h"
 #include "hub_records.h"
 #include "sluice/checkpoint_engine/weights.h"
 #include "sluice/common/logging.h"
@@ -239,6 +240,7 @@ struct StepGroupsTaken {
   std::map<uint64_t, std::vector<trainer::RolloutSample>> kept;  // by prompt cursor
   std::map<uint64_t, std::vector<tq::RowId>> rows;
   std::vector<tq::LeaseId> leases;
+  std::vector<std::string> trajectories;  // agent runs: every sample's summary, kept or dropped
 };
 
 StepGroupsTaken Summarize(StepGroups& groups_in, const std::vector<uint64_t>& step_cursors, PolicyVersion version,
@@ -252,6 +254,7 @@ StepGroupsTaken Summarize(StepGroups& groups_in, const std::vector<uint64_t>& st
     out.leases.push_back(taken.lease);
     rec->prompts.push_back(static_cast<uint64_t>(group.front().group_id));  // as the rows say, not as the loop expects
     for (const trainer::RolloutSample& smp : group) {
+      if (!smp.trajectory.empty()) out.trajectories.push_back(smp.trajectory);
       reward_sum += smp.reward;
       correct += smp.reward >= 1.0 ? 1.0 : 0.0;
       len_sum += static_cast<double>(smp.response.size());
@@ -382,6 +385,7 @@ Status TrainerRole::Lead() {
     const auto t1 = Clock::now();
     rec.wait_seconds = std::chrono::duration<double>(t1 - t0).count();
     rec.duplicate_groups = groups_in.TakeDuplicates();
+    if (!step.trajectories.empty()) SLUICE_RETURN_IF_ERROR(CountAgentStep(step.trajectories, &rec));
     SLUICE_RETURN_IF_ERROR(TrainLed(o_, w_, step, &rec));
     const int64_t trained = learner.step() + 1;
     const bool publish = trained % o_.sync_interval == 0 || trained == o_.steps;

@@ -135,10 +135,14 @@ class Trajectory {
   std::string last_model_content() const;
   // Environment messages cut to max_message_bytes.
   int64_t truncated_messages() const { return truncated_; }
+  // Tool calls the model wrote, and those among them that could not be
+  // read (flagged to the environment).
+  int64_t tool_calls() const { return tool_calls_; }
+  int64_t malformed_tool_calls() const { return malformed_calls_; }
 
   // What travels with the trajectory's tokens to the trainer (JSON): its
-  // turns, end reason and detail, the environment's reward (or null) and
-  // the last model turn's content.
+  // turns, end reason and detail, the environment's reward (or null), the
+  // last model turn's content, and its counts of model turns and tool calls.
   std::string Summary() const;
 
  private:
@@ -168,18 +172,22 @@ class Trajectory {
   bool last_turn_eos_ = false;
   std::optional<double> reward_;
   int64_t truncated_ = 0;
+  int64_t tool_calls_ = 0, malformed_calls_ = 0;
   EndReason end_ = EndReason::kNone;
   std::string end_detail_;
 };
 
-// What the reward reads of a Summary(): the environment's reward, if it
-// gave one, else the last model turn's content (for the task's reward).
-struct SummaryScore {
+// A Summary() read back: the environment's reward, if it gave one, else
+// the last model turn's content (what the task's reward scores), and what
+// the run's metrics count.
+struct TrajectorySummary {
   std::optional<double> env_reward;
   std::string content;
+  std::string end_reason;
+  int64_t model_turns = 0, tool_calls = 0, malformed_tool_calls = 0;
 };
 // DataLoss for text that is not a summary.
-Result<SummaryScore> ReadSummaryScore(const std::string& summary);
+Result<TrajectorySummary> ReadTrajectorySummary(const std::string& summary);
 
 // A trained trajectory as run_dir/trajectories.jsonl has it (docs/agents.md).
 struct TrajectoryLine {

@@ -83,6 +83,14 @@ struct StepRecord {
   // the share of the interval it decoded.
   std::vector<int64_t> replica_tokens;
   std::vector<double> replica_busy;
+  // Agent runs (agent.env set), over the step's trajectories (trained or
+  // dropped with their group): model turns and tool calls per trajectory,
+  // the share that called a tool at least once, the tool calls that could
+  // not be read, and how many ended for each reason ("done", "max_turns", ...).
+  bool agent = false;
+  double agent_turns_mean = 0, agent_tool_calls_mean = 0, agent_tool_use = 0;
+  int64_t agent_malformed_calls = 0;
+  std::map<std::string, int64_t> agent_end_reasons;
   bool has_eval = false;
   EvalResult eval;
   std::string ToJson() const;

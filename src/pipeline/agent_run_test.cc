@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "agent_driver.h"
 #include "sluice/common/file_util.h"
@@ -58,6 +59,25 @@ class TwoToolResults : public agent::Environment {
 
  private:
   int64_t nonce_;
+  int steps_ = 0;
+};
+
+// Answers each of `turns` steps with a user message after `wait`, then
+// done with reward 1 or 0 (by its nonce).
+class SlowTurns : public agent::Environment {
+ public:
+  SlowTurns(int64_t nonce, int turns, std::chrono::milliseconds wait) : nonce_(nonce), turns_(turns), wait_(wait) {}
+  Result<agent::Opening> Reset(const std::string&) override { return agent::Opening{{{"user", "go", ""}}, ""}; }
+  Result<agent::StepResult> Step(const agent::Action&) override {
+    std::this_thread::sleep_for(wait_);
+    if (++steps_ == turns_) return agent::StepResult{{}, static_cast<double>(nonce_ % 2), true};
+    return agent::StepResult{{{"user", "more", ""}}, std::nullopt, false};
+  }
+
+ private:
+  int64_t nonce_;
+  int turns_;
+  std::chrono::milliseconds wait_;
   int steps_ = 0;
 };
 
@@ -179,6 +199,59 @@ TEST_F(AgentRunTest, EveryModeTrainsTheTrajectoriesTheEnvironmentShaped) {
     }
     EXPECT_EQ(lines, kSteps);
   }
+}
+
+// Async: trajectories whose environment is slow see the trainer publish
+// while they wait, and their later turns are sampled by the newer weights.
+// Such a trajectory is finished, not restarted: each token keeps the
+// version that sampled it (non-decreasing along the trajectory), the
+// trainer corrects them token by token, and the sample's staleness is its
+// oldest token's. Fails if a turn is tagged with a version other than the
+// one serving it, or versions run backwards.
+TEST_F(AgentRunTest, TrajectoriesSpanningAWeightSwitchKeepEachTokensVersion) {
+  RunOptions o;
+  o.run_dir = (root_ / "span").string();
+  o.seed = 9;
+  o.sft.steps = 0;
+  o.rl.steps = 6;
+  o.rl.prompts_per_step = 2;
+  o.rl.group_size = 2;
+  o.rl.rollout_slots = 8;
+  o.rl.sampling.max_new_tokens = 4;
+  o.rl.trainer.optimizer.lr = 1e-4;
+  o.rl.trainer.loss.correction = trainer::OffPolicyCorrection::kBehavior;
+  o.eval.interval = 0;
+  o.eval.size = 2;
+  o.eval.max_new_tokens = 4;
+  o.pipeline.mode = PipelineMode::kAsync;
+  o.pipeline.max_staleness = 2;
+  o.agent.env = "calculator";
+  o.agent.env_workers = 8;
+  o.agent.max_turns = 8;
+  RunHooks hooks;
+  std::atomic<int64_t> made{0};
+  hooks.make_environment = [&]() -> Result<std::unique_ptr<agent::Environment>> {
+    return std::unique_ptr<agent::Environment>(new SlowTurns(made++, 4, std::chrono::milliseconds(40)));
+  };
+  int64_t spanning = 0, trained = 0;
+  hooks.inspect_batch = [&](int64_t, const std::vector<trainer::RolloutSample>& samples) {
+    for (const auto& smp : samples) {
+      ++trained;
+      std::vector<PolicyVersion> sampled;
+      for (PolicyVersion v : smp.versions) {
+        if (v >= 0) sampled.push_back(v);
+      }
+      ASSERT_EQ(sampled.size(), 4u) << "four turns, an end token each";
+      EXPECT_TRUE(std::is_sorted(sampled.begin(), sampled.end())) << "sample " << smp.id;
+      spanning += sampled.front() != sampled.back() ? 1 : 0;
+    }
+  };
+  auto run = TrainingRun::Create(EndingModel(), task_, o, hooks);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  Status st = (*run)->Train(nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(trained, 6 * 2 * 2);
+  EXPECT_GT(spanning, 0) << "not vacuous: some trajectory's turns were sampled by two versions";
 }
 
 }  // namespace

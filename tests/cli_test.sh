@@ -62,6 +62,17 @@ expect train 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tm
   && [ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 2 ] || { echo "FAIL train outputs missing"; failures=$((failures + 1)); }
 expect resume 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/run" run.resume=true rl.steps=3
 [ "$(wc -l < "$tmp/run/metrics.jsonl")" -eq 3 ] || { echo "FAIL resume did not continue at step 3"; failures=$((failures + 1)); }
+# An agent run (the built-in calculator environment, every mode's plumbing is in the unit tests):
+# every trained trajectory in trajectories.jsonl; resumed, the lines of steps past the checkpoint
+# (here a stray one) are dropped and the later steps' written once.
+expect agent-train 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/agent" agent.env=calculator \
+  pipeline.mode=async rl.steps=3
+echo '{"step": 99, "sample_id": 0}' >> "$tmp/agent/trajectories.jsonl"
+expect agent-resume 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/agent" agent.env=calculator \
+  pipeline.mode=async rl.steps=4 run.resume=true
+[ "$(python3 -c "import json,sys,collections; c=collections.Counter(json.loads(l)['step'] for l in open(sys.argv[1])); print(sorted(c.items()))" "$tmp/agent/trajectories.jsonl")" = "[(1, 4), (2, 4), (3, 4), (4, 4)]" ] \
+  && echo "ok   agent trajectories.jsonl through a resume" \
+  || { echo "FAIL agent-resume: trajectories.jsonl is not 4 trajectories for each of steps 1-4"; failures=$((failures + 1)); }
 # A torchrun --max-restarts attempt (the same command again) takes up the failed attempt's run, or
 # starts it over in place when it left no checkpoint.
 cp -r "$tmp/run" "$tmp/attempt" && mkdir "$tmp/attempt0" && cp "$tmp/run/config.yaml" "$tmp/attempt0/"

@@ -73,6 +73,43 @@ expect agent-resume 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.d
 [ "$(python3 -c "import json,sys,collections; c=collections.Counter(json.loads(l)['step'] for l in open(sys.argv[1])); print(sorted(c.items()))" "$tmp/agent/trajectories.jsonl")" = "[(1, 4), (2, 4), (3, 4), (4, 4)]" ] \
   && echo "ok   agent trajectories.jsonl through a resume" \
   || { echo "FAIL agent-resume: trajectories.jsonl is not 4 trajectories for each of steps 1-4"; failures=$((failures + 1)); }
+# A Python environment (agent.env=file.py:Class, agent.env_config a JSON object) in the rollout
+# process's workers: every trajectory opened by it; the run's first reset hangs past
+# agent.env_timeout_seconds, its worker is killed and replaced, and its trajectory ends env_timeout
+# while the run goes on. A class that does not load, or an agent.env that is no class, is refused
+# before the run.
+cat > "$tmp/envs.py" <<'PY'
+import os, time
+class Echo:
+    def __init__(self, config):
+        self.turns, self.hang_marker, self.n = config["turns"], config["hang_marker"], 0
+    def reset(self, row):
+        try:
+            os.close(os.open(self.hang_marker, os.O_CREAT | os.O_EXCL))
+            time.sleep(30)  # the first reset of the run
+        except FileExistsError:
+            pass
+        return {"messages": [{"role": "user", "content": "echo " + row["prompt"]}]}
+    def step(self, action):
+        self.n += 1
+        return {"messages": [{"role": "user", "content": "again"}], "reward": None, "done": self.n >= self.turns}
+PY
+expect agent-python 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/pyenv" \
+  agent.env="$tmp/envs.py:Echo" 'agent.env_config={"turns": 2, "hang_marker": "'"$tmp/hung"'"}' agent.env_timeout_seconds=1 \
+  pipeline.processes=true pipeline.mode=async
+/usr/bin/python3 - "$tmp/pyenv/trajectories.jsonl" <<'PY' && echo "ok   agent-python trajectories" || { echo "FAIL agent-python trajectories"; failures=$((failures + 1)); }
+import collections, json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+reasons = collections.Counter(j["end_reason"] for j in lines)
+assert len(lines) == 8, len(lines)
+assert reasons["env_timeout"] == 1, reasons
+opened = [j for j in lines if j["turns"]]
+assert opened and all(j["turns"][0]["content"].startswith("echo ") for j in opened), lines[0]["turns"]
+PY
+expect agent-python-missing 2 "has no attribute 'Nope'" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/pyenv2" \
+  agent.env="$tmp/envs.py:Nope"
+expect agent-not-a-class 2 "is neither calculator nor a Python class" -- "$SLUICE" train "${small[@]}" \
+  run.dir="$tmp/pyenv3" agent.env=nocolon
 # A torchrun --max-restarts attempt (the same command again) takes up the failed attempt's run, or
 # starts it over in place when it left no checkpoint.
 cp -r "$tmp/run" "$tmp/attempt" && mkdir "$tmp/attempt0" && cp "$tmp/run/config.yaml" "$tmp/attempt0/"

@@ -174,9 +174,9 @@ static Status CheckRunReward(const Config& c) {
 }
 
 // What a run writes into its run.dir (and so what run.overwrite removes).
-constexpr const char* kRunEntries[] = {"config.yaml",     "metrics.jsonl", "report.html",
-                                       kEvalBeforeRlFile, "sft",           "reference",
-                                       "checkpoints",     "final",         "roles"};
+constexpr const char* kRunEntries[] = {"config.yaml",     "metrics.jsonl", "trajectories.jsonl", "report.html",
+                                       kEvalBeforeRlFile, "sft",           "reference",          "checkpoints",
+                                       "final",           "roles"};
 
 // A run never writes over an earlier one by accident: a run.dir that holds
 // anything is refused unless the user resumes the run in it (which needs
@@ -572,6 +572,7 @@ Status Train(const std::vector<std::string>& args) {
     }
   }
   SLUICE_RETURN_IF_ERROR(CheckRunReward(config));
+  SLUICE_RETURN_IF_ERROR(pipeline::CheckAgentEnvironment(options.agent));
   if (options.pipeline.processes) {
     SLUICE_ASSIGN_OR_RETURN(options.pipeline.wiring.role_command, RoleCommand(options.run_dir));
   }

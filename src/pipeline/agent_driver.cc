@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "metrics_log.h"
+#include "sluice/agent/python_environment.h"
 #include "sluice/common/random.h"
 
 namespace sluice::pipeline {
@@ -27,13 +28,34 @@ Status AgentSettings::Validate() const {
   return Status::Ok();
 }
 
+namespace {
+
+agent::PythonEnvironmentOptions PythonOptions(const AgentOptions& agent) {
+  agent::PythonEnvironmentOptions po;
+  po.spec = agent.env;
+  po.config = agent.env_config;
+  po.executable = agent.python_executable;
+  po.workers = agent.env_workers;
+  po.timeout = std::chrono::milliseconds(static_cast<int64_t>(agent.env_timeout_seconds * 1000));
+  return po;
+}
+
+}  // namespace
+
+Status CheckAgentEnvironment(const AgentOptions& agent) {
+  return agent.python() ? agent::CheckPythonEnvironment(PythonOptions(agent)) : Status::Ok();
+}
+
 Result<AgentSettings> AgentSettingsFor(const AgentOptions& agent, const std::string& tokenizer_dir,
                                        const model::ModelConfig& model, int32_t max_turn_tokens) {
   AgentSettings s;
-  if (agent.env != "calculator") {
-    return Status::InvalidArgument("agent.env '" + agent.env + "' is not an environment Sluice has (calculator)");
+  if (agent.python()) {
+    SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<agent::PythonEnvironmentPool> pool,
+                            agent::PythonEnvironmentPool::Create(PythonOptions(agent)));
+    s.make_env = [pool]() -> Result<std::unique_ptr<agent::Environment>> { return pool->Make(); };
+  } else {
+    s.make_env = []() -> Result<std::unique_ptr<agent::Environment>> { return agent::MakeCalculatorEnvironment(); };
   }
-  s.make_env = []() -> Result<std::unique_ptr<agent::Environment>> { return agent::MakeCalculatorEnvironment(); };
   SLUICE_ASSIGN_OR_RETURN(model::ChatFormat format, model::ChatFormat::Load(tokenizer_dir));
   if (agent.tool_call_format == "auto") {
     s.calls = !format.builtin() && model.model_type == "llama" ? agent::ToolCallFormat::kLlama3
@@ -174,8 +196,11 @@ struct AgentDriver::Live {
   std::optional<agent::Action> action;  // what the step in flight answers
   double env_seconds = 0;
   bool calling = false;
-  Clock::time_point call_started;
-  // Written by the pool's thread under answers_mu once the call returns.
+  // Written by the pool's thread under answers_mu: when the call started
+  // running (its timeout counts from then, not from its wait in the
+  // queue), and once it returned.
+  bool running = false;
+  Clock::time_point running_since;
   bool answered = false;
   double call_seconds = 0;
   std::optional<Result<agent::Opening>> opening;
@@ -201,12 +226,17 @@ size_t AgentDriver::waiting_env() const {
 void AgentDriver::Call(uint64_t id, bool is_step, std::function<void(Live&)> call) {
   std::shared_ptr<Live> live = live_.at(id);
   live->calling = true;
+  live->running = false;
   live->answered = false;
-  live->call_started = Clock::now();
   ++counters_.env_calls;
   std::mutex& mu = pool_->answers_mu();
   pool_->Submit([live, is_step, call = std::move(call), &mu] {
     const auto t0 = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      live->running = true;
+      live->running_since = t0;
+    }
     // Fills opening or step, outside the lock: the owner does not read them until answered.
     std::string thrown;
     try {
@@ -310,15 +340,18 @@ Result<std::vector<AgentDriver::Finished>> AgentDriver::Advance(std::vector<roll
     auto found = live_.find(id);
     if (found == live_.end() || !found->second->calling) continue;
     Live& l = *found->second;
-    bool answered = false;
+    bool answered = false, running = false;
+    Clock::time_point since;
     {
       std::lock_guard<std::mutex> lock(pool_->answers_mu());
       answered = l.answered;
+      running = l.running;
+      since = l.running_since;
       if (answered) l.env_seconds += l.call_seconds;
     }
-    const double waited = std::chrono::duration<double>(now - l.call_started).count();
+    const double waited = running ? std::chrono::duration<double>(now - since).count() : 0.0;
     if (!answered) {
-      if (waited <= s_.env_timeout_seconds) continue;
+      if (!running || waited <= s_.env_timeout_seconds) continue;  // queued, or within its time
       if (!l.t) {
         Finished f{id, std::nullopt, EndReason::kEnvTimeout,
                    "reset ran past agent.env_timeout_seconds=" + std::to_string(s_.env_timeout_seconds), waited};

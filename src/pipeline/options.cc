@@ -10,6 +10,7 @@
 #include "sluice/model/device.h"
 #include "sluice/pipeline/options_table.h"
 #include "sluice/pipeline/roles.h"
+#include "sluice/reward/python_reward.h"
 #include "sluice/runtime/flags.h"
 
 namespace sluice::pipeline {
@@ -68,8 +69,12 @@ Status RunOptions::Validate() const {
   SLUICE_RETURN_IF_ERROR(rl.sampling.Validate());
   SLUICE_RETURN_IF_ERROR(rl.trainer.Validate());
   if (agent.enabled()) {
-    if (agent.env != "calculator") {
-      return bad("agent.env", Quoted(agent.env) + " is not an environment Sluice has (calculator)");
+    if (agent.python()) {
+      if (!reward::ParseFunctionSpec(agent.env).ok()) {
+        return bad("agent.env", Quoted(agent.env) +
+                                    " is neither calculator nor a Python class (package.module:Class or "
+                                    "path/to/file.py:Class)");
+      }
     }
     if (agent.max_tokens > 0 && agent.max_tokens < 2) return bad("agent.max_tokens", "must be 0 or >= 2");
   }

@@ -250,9 +250,13 @@ void AddEvalKeys(runtime::ConfigTable<RunOptions>& t) {
 
 void AddAgentKeys(runtime::ConfigTable<RunOptions>& t) {
   t.String("agent.env", "",
-           "multi-turn rollouts against an environment (docs/agents.md): calculator (the built-in tool); empty: one "
-           "answer per prompt",
+           "multi-turn rollouts against an environment (docs/agents.md): calculator (the built-in tool), "
+           "module:Class or path/to/file.py:Class (a Python environment); empty: one answer per prompt",
            SLUICE_FIELD(agent.env));
+  t.Map("agent.env_config", "a Python environment's constructor argument (a dict)", SLUICE_FIELD(agent.env_config));
+  t.String("agent.python_executable", "python3",
+           "a Python environment's interpreter (searched on PATH when it has no '/')",
+           SLUICE_FIELD(agent.python_executable));
   t.Int("agent.max_turns", 8, 1, 1000, "model turns per trajectory", SLUICE_FIELD(agent.max_turns));
   t.Int("agent.max_tokens", 0, 0, 1 << 20, "a trajectory's tokens, opening included (0: the model's context)",
         SLUICE_FIELD(agent.max_tokens));

@@ -154,8 +154,8 @@ class PythonRewardTask final : public Task {
   // starts in a row (counted across threads) the pool is broken for good.
   Result<std::unique_ptr<PythonWorker>> StartWorker() const {
     for (int attempt = 1;; ++attempt) {
-      Result<std::unique_ptr<PythonWorker>> started =
-          PythonWorker::Start(options_.executable, options_.function, Clock::now() + options_.start_timeout);
+      Result<std::unique_ptr<PythonWorker>> started = PythonWorker::Start(
+          options_.executable, {"reward", options_.function}, Clock::now() + options_.start_timeout);
       MutexLock lock(&mu_);
       if (started.ok()) {
         start_failures_ = 0;
@@ -211,7 +211,7 @@ Result<FunctionSpec> ParseFunctionSpec(const std::string& spec) {
 Status CheckPythonReward(const PythonRewardOptions& options) {
   SLUICE_RETURN_IF_ERROR(CheckOptions(options));
   Result<std::unique_ptr<PythonWorker>> worker =
-      PythonWorker::Start(options.executable, options.function, Clock::now() + options.start_timeout);
+      PythonWorker::Start(options.executable, {"reward", options.function}, Clock::now() + options.start_timeout);
   return worker.status().WithContext("reward.python '" + options.function + "'");
 }
 

@@ -120,8 +120,10 @@ Status SendAll(int fd, const std::string& data, Clock::time_point deadline) {
 
 }  // namespace
 
-Result<std::unique_ptr<PythonWorker>> PythonWorker::Start(const std::string& executable, const std::string& spec,
-                                                          Clock::time_point deadline) {
+Result<std::unique_ptr<PythonWorker>> PythonWorker::Start(const std::string& executable,
+                                                          const std::vector<std::string>& mode_args,
+                                                          Clock::time_point deadline,
+                                                          const std::string& executable_key) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return Status::Unavailable(std::string("cannot create the worker's socket: ") + std::strerror(errno));
@@ -156,7 +158,8 @@ Result<std::unique_ptr<PythonWorker>> PythonWorker::Start(const std::string& exe
   ::posix_spawnattr_setpgroup(&attr, 0);
   ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
 
-  std::vector<std::string> args = {executable, "-c", kWorkerProgram, spec};
+  std::vector<std::string> args = {executable, "-c", kWorkerProgram};
+  args.insert(args.end(), mode_args.begin(), mode_args.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -171,7 +174,7 @@ Result<std::unique_ptr<PythonWorker>> PythonWorker::Start(const std::string& exe
     if (err == ENOENT || err == ENOTDIR) {
       return Status::NotFound(who +
                               (executable.find('/') == std::string::npos ? " is not on PATH" : " does not exist") +
-                              " (reward.python_executable)");
+                              " (" + executable_key + ")");
     }
     return Status::Unavailable("cannot start " + who + ": " + std::strerror(err));
   }
@@ -259,15 +262,9 @@ Result<std::string> PythonWorker::ReadLine(Clock::time_point deadline) {
   }
 }
 
-Result<ScoreReply> PythonWorker::Call(uint64_t id, const ScoreRequest& request, Clock::time_point deadline) {
+Result<nlohmann::json> PythonWorker::Exchange(uint64_t id, json message, Clock::time_point deadline) {
   if (pid_ < 0) return Status::Unavailable("the worker has ended");
-  json extra = {{"index", request.index}, {"split", request.split}};
-  if (!request.prompt.empty()) extra["prompt"] = request.prompt;
-  const json message = {{"id", id},
-                        {"data_source", request.data_source},
-                        {"solution_str", request.solution_str},
-                        {"ground_truth", request.ground_truth},
-                        {"extra_info", std::move(extra)}};
+  message["id"] = id;
   // A model's bytes need not be UTF-8: invalid sequences become U+FFFD, as a
   // tokenizer's decode with errors="replace" gives them.
   std::string line = message.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace) + "\n";
@@ -280,15 +277,30 @@ Result<ScoreReply> PythonWorker::Call(uint64_t id, const ScoreRequest& request, 
     return Status::DataLoss("the worker sent more than one line for request " + std::to_string(id) + ": " +
                             Excerpt(reply_line) + " then " + Excerpt(buffer_));
   }
-  const json reply = json::parse(reply_line, nullptr, /*allow_exceptions=*/false);
+  json reply = json::parse(reply_line, nullptr, /*allow_exceptions=*/false);
+  if (!reply.is_object()) {
+    return Status::DataLoss("the worker's reply to request " + std::to_string(id) +
+                            " is not a JSON object: " + Excerpt(reply_line));
+  }
+  if (!reply.contains("id") || !reply["id"].is_number_unsigned() || reply["id"].get<uint64_t>() != id) {
+    return Status::DataLoss("the worker's reply to request " + std::to_string(id) +
+                            " does not carry its id: " + Excerpt(reply_line));
+  }
+  return reply;
+}
+
+Result<ScoreReply> PythonWorker::Call(uint64_t id, const ScoreRequest& request, Clock::time_point deadline) {
+  json extra = {{"index", request.index}, {"split", request.split}};
+  if (!request.prompt.empty()) extra["prompt"] = request.prompt;
+  const json message = {{"data_source", request.data_source},
+                        {"solution_str", request.solution_str},
+                        {"ground_truth", request.ground_truth},
+                        {"extra_info", std::move(extra)}};
+  SLUICE_ASSIGN_OR_RETURN(const json reply, Exchange(id, message, deadline));
   const auto malformed = [&](const std::string& why) {
     return Status::DataLoss("the worker's reply to request " + std::to_string(id) + " " + why + ": " +
-                            Excerpt(reply_line));
+                            Excerpt(reply.dump()));
   };
-  if (!reply.is_object()) return malformed("is not a JSON object");
-  if (!reply.contains("id") || !reply["id"].is_number_unsigned() || reply["id"].get<uint64_t>() != id) {
-    return malformed("does not carry its id");
-  }
   const bool has_score = reply.contains("score"), has_error = reply.contains("error");
   if (has_score == has_error) return malformed("has neither or both of 'score' and 'error'");
   ScoreReply out;

@@ -1,7 +1,9 @@
 // Private to sluice_reward: one Python worker process of reward.python
 // (python_reward.h has the contract users see).
 //
-// Process. The worker is `executable -c <kWorkerProgram> <spec>`, started with
+// Process. The worker is `executable -c <kWorkerProgram> reward <spec>` (or,
+// for an agent's Python environment, `... env <spec> <config JSON>`: the
+// environment protocol is agent/python_environment.cc's), started with
 // posix_spawnp: stdin is /dev/null, stdout is the parent's stderr (so output
 // of the user's code, at the Python or the C level, lands on stderr), stderr
 // is inherited, fd 3 is one end of a socketpair (the protocol), every other
@@ -32,7 +34,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "sluice/common/status.h"
 
@@ -74,8 +78,13 @@ class PythonWorker {
   //   Timeout         - no report before `deadline` (the process is killed)
   //   Unavailable     - the process could not be spawned, or ended or broke
   //                     the protocol before it was ready (how it ended)
-  static Result<std::unique_ptr<PythonWorker>> Start(const std::string& executable, const std::string& spec,
-                                                     Clock::time_point deadline);
+  // `mode_args`: the program's arguments after its mode ("reward", spec):
+  // {"reward", spec} or {"env", spec, config}. `executable_key` names the
+  // setting that chose the interpreter, for the error when it is missing.
+  static Result<std::unique_ptr<PythonWorker>> Start(const std::string& executable,
+                                                     const std::vector<std::string>& mode_args,
+                                                     Clock::time_point deadline,
+                                                     const std::string& executable_key = "reward.python_executable");
   // Kills (SIGKILL) and reaps the process.
   ~PythonWorker();
   PythonWorker(const PythonWorker&) = delete;
@@ -86,6 +95,11 @@ class PythonWorker {
   // `deadline`), Unavailable (the worker died: how it ended), DataLoss (a
   // protocol violation, quoting the start of what was read).
   Result<ScoreReply> Call(uint64_t id, const ScoreRequest& request, Clock::time_point deadline);
+
+  // Sends `message` (an object; its "id" set to `id`) as one line and reads
+  // the one-line reply, checked to be an object carrying that id. Errors as
+  // for Call.
+  Result<nlohmann::json> Exchange(uint64_t id, nlohmann::json message, Clock::time_point deadline);
 
   pid_t pid() const { return pid_; }
 

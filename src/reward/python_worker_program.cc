@@ -57,7 +57,7 @@ def describe(exc):
     return text[:MAX_TEXT]
 
 
-def load(spec):
+def load(spec, arguments=ARGUMENTS):
     module_name, _, attribute = spec.rpartition(":")
     try:
         if module_name.endswith(".py"):
@@ -85,15 +85,21 @@ def load(spec):
     if not callable(target):
         raise LoadError("'%s' in module '%s' is %s %s, not callable"
                         % (attribute, module_name, type(target).__name__, short_repr(target)))
+    if arguments is None:  # an environment class: it must have reset and step
+        for method in ("reset", "step"):
+            if not callable(getattr(target, method, None)):
+                raise LoadError("'%s' in module '%s' has no method %s() (an environment needs reset and step)"
+                                % (attribute, module_name, method))
+        return target
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):
         return target  # no signature to check (some builtins): the calls will tell
     try:
-        signature.bind(**{name: None for name in ARGUMENTS})
+        signature.bind(**{name: None for name in arguments})
     except TypeError as e:
         raise LoadError("'%s' in module '%s' cannot be called as %s(%s) (its signature is %s: %s)"
-                        % (attribute, module_name, attribute, ", ".join(n + "=..." for n in ARGUMENTS),
+                        % (attribute, module_name, attribute, ", ".join(n + "=..." for n in arguments),
                            signature, e))
     return target
 
@@ -200,14 +206,72 @@ def watch_parent():
     os._exit(1)
 
 
+MAX_REPLY = (1 << 20) - 4096
+
+
+def send_text(text):
+    data = (text + "\n").encode("utf-8")
+    while data:
+        data = data[os.write(PROTOCOL_FD, data):]
+
+
+def env_main(spec, config_text):
+    # An agent's environment (agent.env): one instance per trajectory, made
+    # with the run's agent.env_config, kept until its trajectory closes it.
+    try:
+        config = json.loads(config_text)
+        env_class = load(spec, None)
+    except LoadError as e:
+        send({"ready": False, "error": str(e)[:MAX_TEXT]})
+        return 1
+    send({"ready": True, "pid": os.getpid()})
+    envs = {}
+    for request in requests():
+        key, op, rid = request["trajectory"], request["op"], request["id"]
+        try:
+            if op == "reset":
+                envs.pop(key, None)
+                env = env_class(config)
+                envs[key] = env
+                result = env.reset(request["row"])
+            elif op == "step":
+                if key not in envs:
+                    raise LookupError("no environment for this trajectory in this worker (it was replaced)")
+                result = envs[key].step(request["action"])
+            else:
+                close = getattr(envs.pop(key, None), "close", None)
+                if callable(close):
+                    close()
+                result = None
+        except BaseException as e:
+            send_text(json.dumps({"id": rid, "error": (op + "() raised " + describe(e))[:MAX_TEXT]}))
+            continue
+        try:
+            data = json.dumps({"id": rid, "result": result}, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except BaseException as e:
+            send_text(json.dumps({"id": rid, "error": (op + "() answered what JSON cannot hold: "
+                                                       + describe(e))[:MAX_TEXT]}))
+            continue
+        if len(data) > MAX_REPLY:
+            send_text(json.dumps({"id": rid, "error": "%s() answered %d bytes, over the limit of %d"
+                                  % (op, len(data), MAX_REPLY)}))
+            continue
+        while data:
+            data = data[os.write(PROTOCOL_FD, data):]
+        os.write(PROTOCOL_FD, b"\n")
+    return 0
+
+
 def main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, on_terminate)
     become_subreaper()
     sys.stdout = sys.stderr
     threading.Thread(target=watch_parent, daemon=True).start()
+    if sys.argv[1] == "env":
+        return env_main(sys.argv[2], sys.argv[3])
     try:
-        function = load(sys.argv[1])
+        function = load(sys.argv[2])
     except LoadError as e:
         send({"ready": False, "error": str(e)[:MAX_TEXT]})
         return 1

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -153,8 +154,51 @@ std::string Allowed(const ConfigKey& k) {
       return "any string";
     case ConfigType::kEnum:
       return "one of " + Join(k.allowed, ", ");
+    case ConfigType::kMap:
+      return "a map (in YAML, nested; on the command line, a JSON object)";
   }
   return "";
+}
+
+// A map key's value: YAML nested under it, as JSON (scalars typed as the
+// header says). InvalidArgument past kMaxMapDepth levels or for a key that
+// is not a scalar.
+constexpr int kMaxMapDepth = 32;
+Result<nlohmann::ordered_json> YamlToJson(const YAML::Node& node, int depth) {
+  if (depth > kMaxMapDepth) return Status::InvalidArgument("nested deeper than " + std::to_string(kMaxMapDepth));
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      nlohmann::ordered_json out = nlohmann::ordered_json::object();
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        if (!it->first.IsScalar()) return Status::InvalidArgument("a map's keys must be scalars");
+        SLUICE_ASSIGN_OR_RETURN(out[it->first.Scalar()], YamlToJson(it->second, depth + 1));
+      }
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const YAML::Node& item : node) {
+        SLUICE_ASSIGN_OR_RETURN(nlohmann::ordered_json v, YamlToJson(item, depth + 1));
+        out.push_back(std::move(v));
+      }
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      const std::string& tag = node.Tag();
+      using J = nlohmann::ordered_json;
+      if (tag == "!" || (tag.size() >= 4 && tag.compare(tag.size() - 4, 4, ":str") == 0)) return J(text);
+      if (text == "~" || text == "null" || text == "Null" || text == "NULL") return J();
+      std::string lower = text;
+      std::transform(lower.begin(), lower.end(), lower.begin(), [](char c) { return std::tolower(c); });
+      if (lower == "true" || lower == "false") return J(lower == "true");
+      const J number = J::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (number.is_number()) return number;
+      return J(text);
+    }
+    default:
+      return nlohmann::ordered_json();
+  }
 }
 
 // The value as ToYaml writes it.
@@ -223,6 +267,15 @@ Result<ConfigValue> ParseValue(const ConfigKey& k, const Scalar& s) {
         return Status::InvalidArgument("'" + s.text + "' is not allowed; allowed: " + Allowed(k));
       }
       return ConfigValue{s.text};
+    case ConfigType::kMap: {
+      // JSON object text (a command-line value, or ToYaml's quoted form).
+      const nlohmann::ordered_json j = nlohmann::ordered_json::parse(s.text, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object()) {
+        return Status::InvalidArgument("expected " + Allowed(k) + ", got " + Shown(s) +
+                                       (j.is_discarded() ? " (not JSON)" : " (JSON, not an object)"));
+      }
+      return ConfigValue{j.dump()};
+    }
   }
   return wrong_type();
 }
@@ -264,7 +317,7 @@ class Resolver {
     Scalar scalar{raw, false};
     if (raw.size() >= 2 && (raw.front() == '"' || raw.front() == '\'') && raw.back() == raw.front()) {
       scalar = Scalar{raw.substr(1, raw.size() - 2), true};
-    } else if (!raw.empty() && (raw.front() == '[' || raw.front() == '{')) {
+    } else if (!raw.empty() && (raw.front() == '[' || raw.front() == '{') && k->type != ConfigType::kMap) {
       return Bad(where, *k,
                  "expected a scalar (" + Allowed(*k) + "), got a " + (raw.front() == '[' ? "sequence" : "map"));
     }
@@ -301,6 +354,14 @@ class Resolver {
       if (schema_.IsSection(key) && node.IsMap()) return ApplyMap(key, node, origin);
       if (schema_.IsSection(key) && node.IsNull()) return Status::Ok();  // "trainer:" with nothing under it
       return NotAKey(key, where);
+    }
+    if (k->type == ConfigType::kMap && (node.IsMap() || node.IsNull())) {
+      auto [first, inserted] = file_sites_.emplace(key, where);
+      if (!inserted) return Bad(where, *k, "is set twice in the file (first at " + first->second + ")");
+      Result<nlohmann::ordered_json> j = node.IsNull() ? nlohmann::ordered_json::object() : YamlToJson(node, 0);
+      if (!j.ok()) return Bad(where, *k, j.status().message());
+      values_[k - schema_.keys().data()] = j->dump();
+      return Status::Ok();
     }
     if (node.IsMap() || node.IsSequence()) {
       return Bad(where, *k, "expected a scalar (" + Allowed(*k) + "), got a " + KindName(node));
@@ -384,8 +445,8 @@ class Resolver {
 }  // namespace
 
 std::string_view ConfigTypeName(ConfigType type) {
-  static constexpr const char* kNames[] = {"int", "double", "bool", "string", "enum"};
-  static_assert(std::size(kNames) == static_cast<size_t>(ConfigType::kEnum) + 1);
+  static constexpr const char* kNames[] = {"int", "double", "bool", "string", "enum", "map"};
+  static_assert(std::size(kNames) == static_cast<size_t>(ConfigType::kMap) + 1);
   return EnumName(kNames, type);
 }
 
@@ -461,6 +522,12 @@ void ConfigSchema::AddEnum(std::string key, std::string def, std::vector<std::st
   Add(std::move(k));
 }
 
+void ConfigSchema::AddMap(std::string key, std::string help) {
+  ConfigKey k = MakeKey(std::move(key), ConfigType::kMap, std::string("{}"));
+  k.help = std::move(help);
+  Add(std::move(k));
+}
+
 const ConfigKey* ConfigSchema::Find(const std::string& key) const {
   auto it = index_.find(key);
   return it == index_.end() ? nullptr : &keys_[it->second];
@@ -520,7 +587,8 @@ Result<Config> Config::FromYamlText(const ConfigSchema& schema, const std::strin
 const ConfigValue& Config::Get(const std::string& key, ConfigType type) const {
   const ConfigKey* k = schema_->Find(key);
   SLUICE_CHECK(k != nullptr) << "config key '" << key << "' was never declared";
-  const bool matches = k->type == type || (type == ConfigType::kString && k->type == ConfigType::kEnum);
+  const bool matches =
+      k->type == type || (type == ConfigType::kString && (k->type == ConfigType::kEnum || k->type == ConfigType::kMap));
   SLUICE_CHECK(matches) << "config key '" << key << "' is declared as " << ConfigTypeName(k->type) << ", read as "
                         << ConfigTypeName(type);
   return values_[k - schema_->keys().data()];

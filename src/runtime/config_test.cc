@@ -290,3 +290,53 @@ TEST(ConfigSchemaDeathTest, DeclarationMistakesAreBugs) {
 
 }  // namespace
 }  // namespace sluice::runtime
+
+namespace sluice::runtime {
+namespace {
+
+ConfigSchema MapSchema() {
+  ConfigSchema s;
+  s.AddString("agent.env", "", "The environment.");
+  s.AddMap("agent.env_config", "Its constructor's argument.");
+  return s;
+}
+
+// A map key takes a nested YAML map (scalars typed as JSON), a JSON object
+// on the command line (later wins), and round-trips through ToYaml.
+// Fails if nested values lose their types or structure, or an override
+// that is not a JSON object is taken.
+TEST(ConfigMapTest, NestedMapsFromYamlAndJsonOverrides) {
+  auto c = Config::FromYamlText(MapSchema(),
+                                "agent:\n  env: m:E\n  env_config:\n    n: 3\n    x: 0.5\n    on: true\n"
+                                "    name: abc\n    quoted: \"7\"\n    none: ~\n    list: [1, two]\n"
+                                "    inner: {deep: {k: v}}\n",
+                                {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->GetString("agent.env_config"),
+            R"({"n":3,"x":0.5,"on":true,"name":"abc","quoted":"7","none":null,"list":[1,"two"],)"
+            R"("inner":{"deep":{"k":"v"}}})");
+  auto again = Config::FromYamlText(MapSchema(), c->ToYaml(), {});
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << c->ToYaml();
+  EXPECT_EQ(again->GetString("agent.env_config"), c->GetString("agent.env_config"));
+  auto over = Config::FromYamlText(MapSchema(), "agent:\n  env_config:\n    n: 3\n",
+                                   {R"(agent.env_config={"n": 4, "s": "x y"})"});
+  ASSERT_TRUE(over.ok()) << over.status().ToString();
+  EXPECT_EQ(over->GetString("agent.env_config"), R"({"n":4,"s":"x y"})");
+  auto defaults = Config::FromYamlText(MapSchema(), "", {});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->GetString("agent.env_config"), "{}");
+  for (const char* bad : {"agent.env_config=[1]", "agent.env_config={not json", "agent.env_config=5"}) {
+    auto r = Config::FromYamlText(MapSchema(), "", {bad});
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("agent.env_config"), std::string::npos) << r.status().ToString();
+  }
+  std::string deep = "agent:\n  env_config:\n";
+  for (int i = 0; i < 40; ++i) deep += std::string(4 + 2 * i, ' ') + "k:\n";
+  deep += std::string(4 + 80, ' ') + "v: 1\n";
+  auto too_deep = Config::FromYamlText(MapSchema(), deep, {});
+  EXPECT_FALSE(too_deep.ok());
+  EXPECT_NE(too_deep.status().message().find("nested deeper"), std::string::npos) << too_deep.status().ToString();
+}
+
+}  // namespace
+}  // namespace sluice::runtime

@@ -285,18 +285,26 @@ struct PromptOptions {
 // trajectory of model turns and environment turns.
 struct AgentOptions {
   // "": one answer per prompt, no environment; "calculator": the built-in
-  // calculator tool (the task's prompt as the user's message).
+  // calculator tool (the task's prompt as the user's message);
+  // "module:Class" or "path/to/file.py:Class": a Python environment.
   std::string env;
-  int32_t max_turns = 8;                  // model turns per trajectory
-  int64_t max_tokens = 0;                 // a trajectory's tokens, opening included (0: the model's context)
-  int32_t env_workers = 4;                // environment calls at once, per rollout engine
-  double env_timeout_seconds = 60;        // one reset or step
-  double max_env_seconds = 600;           // a trajectory's environment calls together
-  int64_t max_message_bytes = 8192;       // an environment message's content; cut past it
-  std::string tool_call_format = "auto";  // auto (llama3 for Llama models, else hermes), hermes, llama3
+  std::string env_config = "{}";              // a Python environment's constructor argument (JSON object text)
+  std::string python_executable = "python3";  // a Python environment's interpreter
+  int32_t max_turns = 8;                      // model turns per trajectory
+  int64_t max_tokens = 0;                     // a trajectory's tokens, opening included (0: the model's context)
+  int32_t env_workers = 4;                    // environment calls at once, per rollout engine
+  double env_timeout_seconds = 60;            // one reset or step
+  double max_env_seconds = 600;               // a trajectory's environment calls together
+  int64_t max_message_bytes = 8192;           // an environment message's content; cut past it
+  std::string tool_call_format = "auto";      // auto (llama3 for Llama models, else hermes), hermes, llama3
 
   bool enabled() const { return !env.empty(); }
+  bool python() const { return enabled() && env != "calculator"; }
 };
+
+// Before a run starts: a Python environment (agent.env module:Class) must
+// load (agent/python_environment.h, CheckPythonEnvironment). OK otherwise.
+Status CheckAgentEnvironment(const AgentOptions& agent);
 
 struct RunOptions {
   std::string run_dir;  // metrics.jsonl, checkpoints/, sft/, final/

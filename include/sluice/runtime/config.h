@@ -23,10 +23,14 @@
 //   string  any scalar, taken as written; quote it ("...") to keep
 //           leading/trailing spaces or a leading '[' or '{'.
 //   enum    a string that must be one of the declared values.
+//   map     a nested map of any depth: in YAML, a map under the key (its
+//           scalars typed as JSON: null/~, true/false, integers, numbers,
+//           else strings; quoted ones strings); on the command line, a JSON
+//           object (key={"a": 1}). Held as the JSON object's text.
 // A quoted scalar ("5", '5') is a string, so it is rejected for int, double
 // and bool keys. An override value of the form '...' or "..." is unquoted
 // the same way (the outer quotes are removed; no escapes are processed). An unquoted override value starting with '['
-// or '{' is a sequence or map, which no key accepts.
+// or '{' is a sequence or map, which only a map key accepts (as JSON).
 //
 // Errors are InvalidArgument (NotFound for a missing file). Each message
 // starts with where the value came from ("run.yaml:3", "YAML text:3" or
@@ -55,12 +59,13 @@
 
 namespace sluice::runtime {
 
-enum class ConfigType { kInt, kDouble, kBool, kString, kEnum };
+enum class ConfigType { kInt, kDouble, kBool, kString, kEnum, kMap };
 
-// "int", "double", "bool", "string" or "enum".
+// "int", "double", "bool", "string", "enum" or "map".
 std::string_view ConfigTypeName(ConfigType type);
 
-// A resolved value; kString and kEnum keys hold a std::string.
+// A resolved value; kString and kEnum keys hold a std::string, kMap keys
+// the JSON text of an object.
 using ConfigValue = std::variant<int64_t, double, bool, std::string>;
 
 // One declared key.
@@ -86,6 +91,8 @@ class ConfigSchema {
   void AddBool(std::string key, bool def, std::string help);
   void AddString(std::string key, std::string def, std::string help);
   void AddEnum(std::string key, std::string def, std::vector<std::string> allowed, std::string help);
+  // A map key; its default is the empty map.
+  void AddMap(std::string key, std::string help);
   // Declares a key as another schema declared it (same preconditions).
   void AddKey(const ConfigKey& key) { Add(key); }
 
@@ -122,7 +129,7 @@ class Config {
                                      const std::vector<std::string>& overrides);
 
   // Preconditions (SLUICE_CHECK): `key` is declared with the getter's type;
-  // GetString serves both kString and kEnum keys.
+  // GetString serves kString, kEnum and kMap keys (a map's JSON text).
   int64_t GetInt(const std::string& key) const;
   double GetDouble(const std::string& key) const;
   bool GetBool(const std::string& key) const;

@@ -81,6 +81,13 @@ class ConfigTable {
     Bind(
         key, [key, field](const Config& c, T& t) { field(t) = c.GetString(key); }, nullptr);
   }
+  // A std::string field holding a map's JSON object text ("{}" by default).
+  template <typename Field>
+  void Map(const std::string& key, std::string help, Field field) {
+    schema_.AddMap(key, std::move(help));
+    Bind(
+        key, [key, field](const Config& c, T& t) { field(t) = c.GetString(key); }, nullptr);
+  }
   // A std::string field holding one of `allowed`.
   template <typename Field>
   void Enum(const std::string& key, std::string def, std::vector<std::string> allowed, std::string help, Field field) {

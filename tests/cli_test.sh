@@ -106,9 +106,15 @@ assert reasons["env_timeout"] == 1, reasons
 opened = [j for j in lines if j["turns"]]
 assert opened and all(j["turns"][0]["content"].startswith("echo ") for j in opened), lines[0]["turns"]
 PY
+# The built-in code-execution tool: the run checks its sandbox runs Python, then trains; a limit
+# it does not have is refused naming it.
+expect agent-python-tool 0 "held-out accuracy" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/pytool" \
+  agent.env=python 'agent.env_config={"wall_seconds": 2}' rl.steps=1
+expect agent-python-tool-limit 2 "agent.env_config.walltime (agent.env=python): is not a limit of the sandbox" -- \
+  "$SLUICE" train "${small[@]}" run.dir="$tmp/pytool2" agent.env=python 'agent.env_config={"walltime": 2}'
 expect agent-python-missing 2 "has no attribute 'Nope'" -- "$SLUICE" train "${small[@]}" run.dir="$tmp/pyenv2" \
   agent.env="$tmp/envs.py:Nope"
-expect agent-not-a-class 2 "is neither calculator nor a Python class" -- "$SLUICE" train "${small[@]}" \
+expect agent-not-a-class 2 "is neither calculator, python nor a Python class" -- "$SLUICE" train "${small[@]}" \
   run.dir="$tmp/pyenv3" agent.env=nocolon
 # A torchrun --max-restarts attempt (the same command again) takes up the failed attempt's run, or
 # starts it over in place when it left no checkpoint.

@@ -10,8 +10,14 @@ namespace {
 
 using nlohmann::json;
 
-class CalculatorEnvironment final : public Environment {
+// A built-in tool environment: the row's prompt as the user's message, one
+// tool offered, each call answered by Run (its one string argument);
+// a turn without calls ends the episode.
+class OneToolEnvironment : public Environment {
  public:
+  OneToolEnvironment(std::string tool, std::string argument, std::string schema)
+      : tool_(std::move(tool)), argument_(std::move(argument)), schema_(std::move(schema)) {}
+
   Result<Opening> Reset(const std::string& row) override {
     const json j = json::parse(row, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument("the row is not a JSON object");
@@ -21,7 +27,7 @@ class CalculatorEnvironment final : public Environment {
     }
     Opening opening;
     opening.messages.push_back({"user", prompt->get<std::string>(), ""});
-    opening.tools = "[" + CalculatorToolSchema() + "]";
+    opening.tools = "[" + schema_ + "]";
     return opening;
   }
 
@@ -34,18 +40,46 @@ class CalculatorEnvironment final : public Environment {
     return result;
   }
 
+ protected:
+  virtual std::string Run(const std::string& argument) = 0;
+
  private:
-  static std::string Answer(const ToolCall& call) {
+  std::string Answer(const ToolCall& call) {
     if (!call.error.empty()) return "error: " + call.error;
-    if (call.name != "calculator") return "error: there is no tool '" + call.name + "' (the tool is calculator)";
+    if (call.name != tool_) return "error: there is no tool '" + call.name + "' (the tool is " + tool_ + ")";
     const json args = json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
-    const auto expression = args.is_object() ? args.find("expression") : args.end();
-    if (!args.is_object() || expression == args.end() || !expression->is_string()) {
-      return "error: calculator takes a string \"expression\"";
+    const auto value = args.is_object() ? args.find(argument_) : args.end();
+    if (!args.is_object() || value == args.end() || !value->is_string()) {
+      return "error: " + tool_ + " takes a string \"" + argument_ + "\"";
     }
-    Result<int64_t> value = EvaluateArithmetic(expression->get<std::string>());
+    return Run(value->get<std::string>());
+  }
+
+  const std::string tool_, argument_, schema_;
+};
+
+class CalculatorEnvironment final : public OneToolEnvironment {
+ public:
+  CalculatorEnvironment() : OneToolEnvironment("calculator", "expression", CalculatorToolSchema()) {}
+
+ private:
+  std::string Run(const std::string& expression) override {
+    Result<int64_t> value = EvaluateArithmetic(expression);
     return value.ok() ? std::to_string(*value) : "error: " + value.status().message();
   }
+};
+
+class PythonToolEnvironment final : public OneToolEnvironment {
+ public:
+  explicit PythonToolEnvironment(SandboxLimits limits)
+      : OneToolEnvironment("python", "code", PythonToolSchema()), limits_(std::move(limits)) {}
+
+ private:
+  std::string Run(const std::string& code) override {
+    Result<SandboxResult> ran = RunSandboxedPython(code, limits_);
+    return ran.ok() ? ran->Describe() : "error: the code could not be run: " + ran.status().message();
+  }
+  const SandboxLimits limits_;
 };
 
 }  // namespace
@@ -63,5 +97,21 @@ std::string CalculatorToolSchema() {
 }
 
 std::unique_ptr<Environment> MakeCalculatorEnvironment() { return std::make_unique<CalculatorEnvironment>(); }
+
+std::string PythonToolSchema() {
+  return json{{"type", "function"},
+              {"function",
+               {{"name", "python"},
+                {"description", "Runs Python 3 code in a sandbox and returns what it prints"},
+                {"parameters",
+                 {{"type", "object"},
+                  {"properties", {{"code", {{"type", "string"}, {"description", "e.g. print(2**10)"}}}}},
+                  {"required", {"code"}}}}}}}
+      .dump();
+}
+
+std::unique_ptr<Environment> MakePythonToolEnvironment(const SandboxLimits& limits) {
+  return std::make_unique<PythonToolEnvironment>(limits);
+}
 
 }  // namespace sluice::agent

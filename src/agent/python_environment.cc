@@ -75,9 +75,33 @@ struct PythonEnvironmentPool::Impl {
   // lives in (0: any; set to the one that answered). The reply's "result",
   // or an error: the call's (it raised, ...) as InvalidArgument; a worker
   // that failed (killed and replaced) as Timeout or Unavailable.
-  Result<json> Call(size_t s, json request, uint64_t* generation) {
-    Slot& slot = slots[s];
-    std::lock_guard<std::mutex> lock(slot.mu);
+  // One request to a worker (started when its slot has none), after the
+  // closes owed there. `*slot`: the slot of the caller's environment, or
+  // kAnySlot at its reset: then a slot whose worker is free is taken (a new
+  // environment does not queue behind a busy or hung worker while another
+  // is idle), else the next in turn. `*generation`: the worker the
+  // environment lives in (0: any; set to the one that answered). The
+  // reply's "result", or an error: the call's (it raised, ...) as
+  // InvalidArgument; a worker that failed (killed, replaced at its slot's
+  // next call) as Timeout or Unavailable.
+  static constexpr size_t kAnySlot = static_cast<size_t>(-1);
+  Result<json> Call(size_t* slot_index, json request, uint64_t* generation) {
+    std::unique_lock<std::mutex> lock;
+    if (*slot_index == kAnySlot) {
+      const size_t first = next_slot++ % slots.size();
+      for (size_t i = 0; i < slots.size() && !lock.owns_lock(); ++i) {
+        const size_t s = (first + i) % slots.size();
+        lock = std::unique_lock<std::mutex>(slots[s].mu, std::try_to_lock);
+        if (lock.owns_lock()) *slot_index = s;
+      }
+      if (!lock.owns_lock()) {
+        *slot_index = first;
+        lock = std::unique_lock<std::mutex>(slots[first].mu);
+      }
+    } else {
+      lock = std::unique_lock<std::mutex>(slots[*slot_index].mu);
+    }
+    Slot& slot = slots[*slot_index];
     if (slot.worker == nullptr) {
       Result<std::unique_ptr<PythonWorker>> started = PythonWorker::Start(
           options.executable, ModeArgs(options), Clock::now() + options.start_timeout, "agent.python_executable");
@@ -92,6 +116,17 @@ struct PythonEnvironmentPool::Impl {
           "timeout, or died)");
     }
     *generation = slot.generation;
+    {
+      std::lock_guard<std::mutex> closes(close_mu);
+      for (auto it = closing.begin(); it != closing.end();) {
+        if (it->first != *slot_index) {
+          ++it;
+          continue;
+        }
+        slot.to_close.push_back(it->second);
+        it = closing.erase(it);
+      }
+    }
     for (uint64_t key : slot.to_close) {
       SLUICE_RETURN_IF_ERROR(Exchange(slot, {{"op", "close"}, {"trajectory", key}}).status());
     }
@@ -122,10 +157,11 @@ struct PythonEnvironmentPool::Impl {
     return std::move((*reply)["result"]);
   }
 
+  // Never waits for a busy worker (an environment is destroyed on the
+  // rollout's thread): the close is sent before that worker's next call.
   void Close(size_t s, uint64_t key) {
-    Slot& slot = slots[s];
-    std::lock_guard<std::mutex> lock(slot.mu);
-    if (slot.worker != nullptr) slot.to_close.push_back(key);
+    std::lock_guard<std::mutex> lock(close_mu);
+    closing.emplace_back(s, key);
   }
 
   const PythonEnvironmentOptions options;
@@ -133,14 +169,16 @@ struct PythonEnvironmentPool::Impl {
   std::atomic<uint64_t> next_id{1};
   std::atomic<uint64_t> next_key{1};
   std::atomic<size_t> next_slot{0};
+  std::mutex close_mu;
+  std::vector<std::pair<size_t, uint64_t>> closing;  // (slot, trajectory) to close there
 };
 
 namespace {
 
 class PythonEnvironment final : public Environment {
  public:
-  PythonEnvironment(std::shared_ptr<PythonEnvironmentPool::Impl> pool, size_t slot, uint64_t key)
-      : pool_(std::move(pool)), slot_(slot), key_(key) {}
+  PythonEnvironment(std::shared_ptr<PythonEnvironmentPool::Impl> pool, uint64_t key)
+      : pool_(std::move(pool)), key_(key) {}
   ~PythonEnvironment() override {
     if (opened_) pool_->Close(slot_, key_);
   }
@@ -149,9 +187,12 @@ class PythonEnvironment final : public Environment {
     json parsed = json::parse(row, nullptr, /*allow_exceptions=*/false);
     if (parsed.is_discarded() || !parsed.is_object()) return Status::InvalidArgument("the row is not a JSON object");
     generation_ = 0;
+    if (opened_) pool_->Close(slot_, key_);  // a reset again: anew, in whichever worker is free
+    opened_ = false;
+    slot_ = PythonEnvironmentPool::Impl::kAnySlot;
     SLUICE_ASSIGN_OR_RETURN(
         const json result,
-        pool_->Call(slot_, {{"op", "reset"}, {"trajectory", key_}, {"row", std::move(parsed)}}, &generation_));
+        pool_->Call(&slot_, {{"op", "reset"}, {"trajectory", key_}, {"row", std::move(parsed)}}, &generation_));
     opened_ = true;
     if (!result.is_object()) return Status::InvalidArgument("reset() answered " + Kind(result) + ", not a dict");
     Opening opening;
@@ -175,7 +216,8 @@ class PythonEnvironment final : public Environment {
     const json request = {{"op", "step"},
                           {"trajectory", key_},
                           {"action", {{"content", action.content}, {"tool_calls", std::move(calls)}}}};
-    SLUICE_ASSIGN_OR_RETURN(const json result, pool_->Call(slot_, request, &generation_));
+    if (!opened_) return Status::FailedPrecondition("step() before a reset that succeeded");
+    SLUICE_ASSIGN_OR_RETURN(const json result, pool_->Call(&slot_, request, &generation_));
     if (!result.is_object()) return Status::InvalidArgument("step() answered " + Kind(result) + ", not a dict");
     StepResult step;
     SLUICE_ASSIGN_OR_RETURN(step.messages, ReadMessages(result, "step()"));
@@ -195,7 +237,7 @@ class PythonEnvironment final : public Environment {
   static std::string Kind(const json& j) { return j.is_null() ? "None" : std::string(j.type_name()); }
 
   std::shared_ptr<PythonEnvironmentPool::Impl> pool_;
-  const size_t slot_;
+  size_t slot_ = PythonEnvironmentPool::Impl::kAnySlot;  // its worker's, from its reset
   const uint64_t key_;
   uint64_t generation_ = 0;
   bool opened_ = false;
@@ -219,8 +261,7 @@ PythonEnvironmentPool::PythonEnvironmentPool(std::unique_ptr<Impl> impl) : impl_
 PythonEnvironmentPool::~PythonEnvironmentPool() = default;
 
 std::unique_ptr<Environment> PythonEnvironmentPool::Make() {
-  const size_t slot = impl_->next_slot++ % impl_->slots.size();
-  return std::make_unique<PythonEnvironment>(impl_, slot, impl_->next_key++);
+  return std::make_unique<PythonEnvironment>(impl_, impl_->next_key++);
 }
 
 }  // namespace sluice::agent

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/testing/status_macros.h"
+#include "sluice/common/file_util.h"
 
 namespace sluice::agent {
 namespace {
@@ -170,10 +171,10 @@ class QwenTrajectoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::path(::testing::TempDir()) / ("trajectory_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    static_cast<void>(sluice::RemoveTree(dir_.string()));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { static_cast<void>(sluice::RemoveTree(dir_.string())); }
   // Qwen3's tokenizer with `which`'s template (qwen2_5 or qwen3).
   std::shared_ptr<const model::ChatFormat> Format(const std::string& which) {
     fs::copy_file(kData / "tokenizers" / "qwen3" / "tokenizer.json", dir_ / "tokenizer.json",

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/testing/status_macros.h"
+#include "sluice/common/file_util.h"
 
 namespace sluice::model {
 namespace {
@@ -75,10 +76,10 @@ class ChatFormatDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::path(::testing::TempDir()) / ("chat_format_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    static_cast<void>(sluice::RemoveTree(dir_.string()));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { static_cast<void>(sluice::RemoveTree(dir_.string())); }
   fs::path dir_;
 };
 

@@ -40,9 +40,58 @@ agent::PythonEnvironmentOptions PythonOptions(const AgentOptions& agent) {
   return po;
 }
 
+// agent.env=python: the sandbox's limits, its defaults overridden by
+// agent.env_config's keys (python, wall_seconds, cpu_seconds, memory_bytes,
+// file_bytes, open_files, processes, output_bytes).
+Result<agent::SandboxLimits> SandboxLimitsFrom(const AgentOptions& agent) {
+  agent::SandboxLimits l;
+  const nlohmann::json c = nlohmann::json::parse(agent.env_config, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object()) return Status::InvalidArgument("agent.env_config is not a map");
+  for (const auto& [key, value] : c.items()) {
+    const auto bad = [&](const std::string& what) {
+      return Status::InvalidArgument("agent.env_config." + key + " (agent.env=python): " + what);
+    };
+    if (key == "python") {
+      if (!value.is_string() || value.get<std::string>().empty()) return bad("must be a non-empty string");
+      l.python = value.get<std::string>();
+      continue;
+    }
+    if (key == "wall_seconds") {
+      if (!value.is_number() || !(value.get<double>() > 0)) return bad("must be a number > 0");
+      l.wall_seconds = value.get<double>();
+      continue;
+    }
+    int64_t* field = key == "cpu_seconds"    ? &l.cpu_seconds
+                     : key == "memory_bytes" ? &l.memory_bytes
+                     : key == "file_bytes"   ? &l.file_bytes
+                     : key == "open_files"   ? &l.open_files
+                     : key == "processes"    ? &l.processes
+                     : key == "output_bytes" ? &l.output_bytes
+                                             : nullptr;
+    if (field == nullptr) {
+      return bad(
+          "is not a limit of the sandbox (python, wall_seconds, cpu_seconds, memory_bytes, file_bytes, "
+          "open_files, processes, output_bytes)");
+    }
+    if (!value.is_number_integer() || value.get<int64_t>() < 1) return bad("must be an integer >= 1");
+    *field = value.get<int64_t>();
+  }
+  return l;
+}
+
 }  // namespace
 
 Status CheckAgentEnvironment(const AgentOptions& agent) {
+  if (agent.env == "python") {
+    // Its limits read, and the interpreter runs in the sandbox.
+    SLUICE_ASSIGN_OR_RETURN(const agent::SandboxLimits limits, SandboxLimitsFrom(agent));
+    SLUICE_ASSIGN_OR_RETURN(const agent::SandboxResult hello, agent::RunSandboxedPython("print('ok')", limits));
+    if (hello.stdout_text != "ok\n") {
+      return Status::FailedPrecondition("agent.env=python: the sandbox does not run Python (" + limits.python +
+                                        "): " + hello.Describe());
+    }
+    return Status::Ok();
+  }
   return agent.python() ? agent::CheckPythonEnvironment(PythonOptions(agent)) : Status::Ok();
 }
 
@@ -53,6 +102,11 @@ Result<AgentSettings> AgentSettingsFor(const AgentOptions& agent, const std::str
     SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<agent::PythonEnvironmentPool> pool,
                             agent::PythonEnvironmentPool::Create(PythonOptions(agent)));
     s.make_env = [pool]() -> Result<std::unique_ptr<agent::Environment>> { return pool->Make(); };
+  } else if (agent.env == "python") {
+    SLUICE_ASSIGN_OR_RETURN(const agent::SandboxLimits limits, SandboxLimitsFrom(agent));
+    s.make_env = [limits]() -> Result<std::unique_ptr<agent::Environment>> {
+      return agent::MakePythonToolEnvironment(limits);
+    };
   } else {
     s.make_env = []() -> Result<std::unique_ptr<agent::Environment>> { return agent::MakeCalculatorEnvironment(); };
   }

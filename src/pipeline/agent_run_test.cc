@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "agent_driver.h"
+#include "sluice/agent/python_environment.h"
 #include "sluice/common/file_util.h"
 #include "sluice/model/transformer.h"
 #include "sluice/pipeline/run.h"
@@ -252,6 +253,77 @@ TEST_F(AgentRunTest, TrajectoriesSpanningAWeightSwitchKeepEachTokensVersion) {
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(trained, 6 * 2 * 2);
   EXPECT_GT(spanning, 0) << "not vacuous: some trajectory's turns were sampled by two versions";
+}
+
+// Python environments whose worker processes die mid-run (a step that
+// exits the process, for one trajectory in three): the dead worker is
+// replaced, the trajectories that were in it end as env_error, and every
+// trajectory of every prompt is still trained exactly once, in sync and
+// async. Skipped without a Python interpreter. Fails if a worker's death
+// loses or duplicates a sample, or stops the run.
+TEST_F(AgentRunTest, EveryPromptIsTrainedOnceWithEnvironmentWorkersKilled) {
+  const fs::path dir = root_ / "py";
+  fs::create_directories(dir);
+  std::ofstream(dir / "envs.py") << R"py(
+import os
+class Dies:
+    def __init__(self, config):
+        self.n = 0
+    def reset(self, row):
+        self.index = row["index"]
+        return {"messages": [{"role": "user", "content": "go"}]}
+    def step(self, action):
+        self.n += 1
+        if self.index % 3 == 0 and self.n == 2:
+            os._exit(7)
+        return {"messages": [{"role": "user", "content": "more"}], "reward": float(self.n % 2), "done": self.n >= 3}
+)py";
+  agent::PythonEnvironmentOptions po;
+  po.spec = (dir / "envs.py").string() + ":Dies";
+  po.executable = ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  po.workers = 2;
+  if (!agent::CheckPythonEnvironment(po).ok()) GTEST_SKIP() << "no usable Python interpreter";
+  constexpr int64_t kSteps = 3, kPrompts = 3, kGroup = 2;
+  for (PipelineMode mode : {PipelineMode::kSync, PipelineMode::kAsync}) {
+    SCOPED_TRACE(PipelineModeName(mode));
+    auto pool = agent::PythonEnvironmentPool::Create(po);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    RunOptions o;
+    o.run_dir = (root_ / ("killed-" + PipelineModeName(mode))).string();
+    o.seed = 3;
+    o.sft.steps = 0;
+    o.rl.steps = kSteps;
+    o.rl.prompts_per_step = kPrompts;
+    o.rl.group_size = kGroup;
+    o.rl.rollout_slots = 4;
+    o.rl.sampling.max_new_tokens = 4;
+    o.rl.trainer.optimizer.lr = 1e-4;
+    o.eval.interval = 0;
+    o.eval.size = 2;
+    o.eval.max_new_tokens = 4;
+    o.pipeline.mode = mode;
+    o.pipeline.max_staleness = mode == PipelineMode::kAsync ? 2 : 0;
+    o.agent.env = "calculator";  // replaced by the hook: the pool's Python environments
+    o.agent.env_workers = 2;
+    RunHooks hooks;
+    hooks.make_environment = [p = *pool]() -> Result<std::unique_ptr<agent::Environment>> { return p->Make(); };
+    std::map<uint64_t, int> trained;
+    hooks.inspect_batch = [&](int64_t, const std::vector<trainer::RolloutSample>& samples) {
+      for (const auto& smp : samples) ++trained[smp.id];
+    };
+    auto run = TrainingRun::Create(EndingModel(), task_, o, hooks);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    Status st = (*run)->Train(nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(trained.size(), static_cast<size_t>(kSteps * kPrompts * kGroup));
+    for (const auto& [id, times] : trained) EXPECT_EQ(times, 1) << "sample " << id;
+    std::ifstream in(fs::path(o.run_dir) / kTrajectoriesFile);
+    std::map<std::string, int> reasons;
+    std::string line;
+    while (std::getline(in, line)) ++reasons[json::parse(line)["end_reason"].get<std::string>()];
+    EXPECT_GT(reasons["env_error"], 0) << "not vacuous: workers died";
+    EXPECT_GT(reasons["done"], 0);
+  }
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ Status RunOptions::Validate() const {
     if (agent.python()) {
       if (!reward::ParseFunctionSpec(agent.env).ok()) {
         return bad("agent.env", Quoted(agent.env) +
-                                    " is neither calculator nor a Python class (package.module:Class or "
+                                    " is neither calculator, python nor a Python class (package.module:Class or "
                                     "path/to/file.py:Class)");
       }
     }

@@ -250,10 +250,13 @@ void AddEvalKeys(runtime::ConfigTable<RunOptions>& t) {
 
 void AddAgentKeys(runtime::ConfigTable<RunOptions>& t) {
   t.String("agent.env", "",
-           "multi-turn rollouts against an environment (docs/agents.md): calculator (the built-in tool), "
+           "multi-turn rollouts against an environment (docs/agents.md): calculator or python (the built-in tools), "
            "module:Class or path/to/file.py:Class (a Python environment); empty: one answer per prompt",
            SLUICE_FIELD(agent.env));
-  t.Map("agent.env_config", "a Python environment's constructor argument (a dict)", SLUICE_FIELD(agent.env_config));
+  t.Map("agent.env_config",
+        "a Python environment's constructor argument (a dict); for python, the sandbox's "
+        "limits (docs/agents.md)",
+        SLUICE_FIELD(agent.env_config));
   t.String("agent.python_executable", "python3",
            "a Python environment's interpreter (searched on PATH when it has no '/')",
            SLUICE_FIELD(agent.python_executable));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sluice/agent/action.h"
+#include "sluice/agent/sandbox.h"
 #include "sluice/common/status.h"
 
 namespace sluice::agent {
@@ -53,6 +54,16 @@ std::string CalculatorToolSchema();
 // Reset: InvalidArgument for a row that is not an object with a string
 // "prompt".
 std::unique_ptr<Environment> MakeCalculatorEnvironment();
+
+// The code-execution tool's schema: "python", one string argument "code".
+std::string PythonToolSchema();
+
+// The built-in code-execution environment: the row's "prompt" as the
+// user's message with the python tool offered; each call's code runs in the
+// sandbox (sandbox.h) and is answered with what it printed and how it ended
+// (a malformed call, another tool: why there is no run); a turn without
+// calls ends the episode, for the task's reward to score.
+std::unique_ptr<Environment> MakePythonToolEnvironment(const SandboxLimits& limits);
 
 }  // namespace sluice::agent
 

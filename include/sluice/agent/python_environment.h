@@ -11,8 +11,9 @@
 //       def close(self): ...                        optional
 //
 // A pool of `workers` processes serves the run's environments: each
-// environment lives in one worker (assigned in turn) for its whole
-// trajectory, and its calls run there one at a time. A call that raises,
+// environment lives in one worker for its whole trajectory (at its reset, a
+// worker not busy with a call, else the next in turn), and a worker runs
+// one call at a time. A call that raises,
 // answers something malformed (checked here: the shapes above), answers
 // more than 1 MiB or what JSON cannot hold is an error of that call; the
 // worker lives on. A call past `timeout`, a worker that dies or breaks the

@@ -285,8 +285,10 @@ struct PromptOptions {
 // trajectory of model turns and environment turns.
 struct AgentOptions {
   // "": one answer per prompt, no environment; "calculator": the built-in
-  // calculator tool (the task's prompt as the user's message);
-  // "module:Class" or "path/to/file.py:Class": a Python environment.
+  // calculator tool (the task's prompt as the user's message); "python":
+  // the built-in code-execution tool (its sandbox's limits from
+  // env_config); "module:Class" or "path/to/file.py:Class": a Python
+  // environment.
   std::string env;
   std::string env_config = "{}";              // a Python environment's constructor argument (JSON object text)
   std::string python_executable = "python3";  // a Python environment's interpreter
@@ -299,7 +301,7 @@ struct AgentOptions {
   std::string tool_call_format = "auto";      // auto (llama3 for Llama models, else hermes), hermes, llama3
 
   bool enabled() const { return !env.empty(); }
-  bool python() const { return enabled() && env != "calculator"; }
+  bool python() const { return enabled() && env != "calculator" && env != "python"; }
 };
 
 // Before a run starts: a Python environment (agent.env module:Class) must

@@ -43,9 +43,14 @@ void WriteAll(int fd, const void* data, size_t n) {
   }
 }
 
+// After fork, in a process with other threads: no allocation from here on.
 [[noreturn]] void Fail(const char* what) {
-  const std::string text = std::string("sandbox: ") + what + ": " + std::strerror(errno) + "\n";
-  WriteAll(2, text.data(), text.size());
+  const char* why = std::strerror(errno);
+  WriteAll(2, "sandbox: ", 9);
+  WriteAll(2, what, std::strlen(what));
+  WriteAll(2, ": ", 2);
+  WriteAll(2, why, std::strlen(why));
+  WriteAll(2, "\n", 1);
   ::_exit(kSetupFailed);
 }
 
@@ -54,8 +59,17 @@ void Limit(int resource, int64_t value) {
   if (::setrlimit(resource, &r) != 0) Fail("setrlimit");
 }
 
+// What the child needs, made before the fork (the child allocates nothing).
+struct Launch {
+  std::string dir, home, python;
+  const SandboxLimits* limits;
+  bool root;
+};
+
 // The process that becomes the interpreter: limits, identity, directory, exec.
-[[noreturn]] void Become(const std::string& dir, const SandboxLimits& l, bool root, int info) {
+[[noreturn]] void Become(const Launch& x, int info) {
+  const SandboxLimits& l = *x.limits;
+  const bool root = x.root;
   char flags = root ? kDroppedPrivileges : 0;
   Limit(RLIMIT_CPU, l.cpu_seconds);
   Limit(RLIMIT_AS, l.memory_bytes);
@@ -69,19 +83,19 @@ void Limit(int resource, int64_t value) {
   }
   WriteAll(info, &flags, 1);
   ::close(info);
-  if (::chdir(dir.c_str()) != 0) Fail("chdir");
-  const std::string home = "HOME=" + dir;
-  const char* env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", home.c_str(), "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
+  if (::chdir(x.dir.c_str()) != 0) Fail("chdir");
+  const char* env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", x.home.c_str(), "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
                        nullptr};
-  const char* argv[] = {l.python.c_str(), "-I", "main.py", nullptr};
-  ::execvpe(l.python.c_str(), const_cast<char* const*>(argv), const_cast<char* const*>(env));
-  Fail(("cannot run " + l.python).c_str());
+  const char* argv[] = {x.python.c_str(), "-I", "main.py", nullptr};
+  ::execvpe(x.python.c_str(), const_cast<char* const*>(argv), const_cast<char* const*>(env));
+  Fail("cannot run the interpreter");
 }
 
 // The child: its own process group and, where allowed, namespaces; then the
 // interpreter (or, in a new PID namespace, a child that is its init and
 // whose wait status goes to the info pipe).
-[[noreturn]] void Child(const std::string& dir, const SandboxLimits& l, bool root, int out, int err, int info) {
+[[noreturn]] void Child(const Launch& x, int out, int err, int info) {
+  const bool root = x.root;
   ::setpgid(0, 0);
   const int null = ::open("/dev/null", O_RDONLY);
   if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) Fail("redirecting");
@@ -93,10 +107,10 @@ void Limit(int resource, int64_t value) {
   if (::unshare(CLONE_NEWNET) == 0) flags |= kNetworkNamespace;
   if (::unshare(CLONE_NEWPID) == 0) flags |= kPidNamespace;
   WriteAll(info, &flags, 1);
-  if (!(flags & kPidNamespace)) Become(dir, l, root, info);
+  if (!(flags & kPidNamespace)) Become(x, info);
   const pid_t init = ::fork();
   if (init < 0) Fail("fork");
-  if (init == 0) Become(dir, l, root, info);
+  if (init == 0) Become(x, info);
   int status = 0;
   while (::waitpid(init, &status, 0) < 0 && errno == EINTR) {
   }
@@ -150,13 +164,14 @@ Result<SandboxResult> RunSandboxedPython(const std::string& code, const SandboxL
     ::close(out[0]), ::close(out[1]), ::close(err[0]), ::close(err[1]);
     return Status::Unavailable("pipe");
   }
+  const Launch launch{dir, "HOME=" + dir, l.python, &l, root};
   const auto start = Clock::now();
   const pid_t child = ::fork();
   if (child < 0) {
     for (int fd : {out[0], out[1], err[0], err[1], info[0], info[1]}) ::close(fd);
     return Status::Unavailable(std::string("fork: ") + std::strerror(errno));
   }
-  if (child == 0) Child(dir, l, root, out[1], err[1], info[1]);
+  if (child == 0) Child(launch, out[1], err[1], info[1]);
   ::setpgid(child, child);  // as the child does: whichever runs first
   ::close(out[1]), ::close(err[1]), ::close(info[1]);
 

@@ -169,7 +169,6 @@ class Trajectory {
   int64_t opening_length_ = 0;
   int32_t model_turns_ = 0;
   bool awaiting_env_ = false;
-  bool last_turn_eos_ = false;
   std::optional<double> reward_;
   int64_t truncated_ = 0;
   int64_t tool_calls_ = 0, malformed_calls_ = 0;

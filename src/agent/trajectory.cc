@@ -160,8 +160,9 @@ Result<std::optional<Action>> Trajectory::AddModelTurn(const std::vector<TokenId
     return Status::InvalidArgument("a model turn of " + std::to_string(sampled.size()) + " tokens, past its budget " +
                                    std::to_string(TurnBudget()));
   }
-  SLUICE_ASSIGN_OR_RETURN(const std::string text, format_->tokenizer().Decode(sampled, /*skip_special=*/true));
-  const std::string content = ValidUtf8(text);
+  // (A model's vocabulary may be larger than its tokenizer's: ids the
+  // tokenizer does not know decode to nothing.)
+  const std::string content = ValidUtf8(model::DecodeKnown(format_->tokenizer(), sampled, /*skip_special=*/true));
   const int64_t start = static_cast<int64_t>(tokens_.size());
   tokens_.insert(tokens_.end(), sampled.begin(), sampled.end());
   mask_.resize(tokens_.size(), 1);
@@ -224,7 +225,7 @@ Status Trajectory::AddEnvironmentTurn(const StepResult& step) {
     return Status::Ok();
   }
   // The end-of-turn token the model sampled is the template's too.
-  SLUICE_ASSIGN_OR_RETURN(const std::string eos_text, format_->Decode({tokens_.back()}));
+  const std::string eos_text = model::DecodeKnown(format_->tokenizer(), {tokens_.back()}, /*skip_special=*/false);
   std::string& first = pieces->front();
   if (!eos_text.empty() && first.compare(0, eos_text.size(), eos_text) == 0) first.erase(0, eos_text.size());
   Status fits = AppendPieces(*pieces, added);

@@ -572,7 +572,7 @@ Status Train(const std::vector<std::string>& args) {
     }
   }
   SLUICE_RETURN_IF_ERROR(CheckRunReward(config));
-  SLUICE_RETURN_IF_ERROR(pipeline::CheckAgentEnvironment(options.agent));
+  SLUICE_RETURN_IF_ERROR(pipeline::CheckAgentEnvironment(options.agent, options.tokenizer_dir));
   if (options.pipeline.processes) {
     SLUICE_ASSIGN_OR_RETURN(options.pipeline.wiring.role_command, RoleCommand(options.run_dir));
   }
@@ -678,6 +678,7 @@ Status Eval(const std::vector<std::string>& args) {
   pipeline::EvaluatorOptions eval_options = pipeline::EvaluatorOptionsFor(options);
   SLUICE_ASSIGN_OR_RETURN(eval_options.tokenizer, model::LoadTokenizer(model_dir));
   SLUICE_ASSIGN_OR_RETURN(eval_options.prompt_format, pipeline::PromptFormatFor(options.prompts, model_dir));
+  eval_options.tokenizer_dir = model_dir;
   SLUICE_ASSIGN_OR_RETURN(auto evaluator, pipeline::Evaluator::Create(policy, std::move(task), eval_options));
   auto result = evaluator->Evaluate();
   SLUICE_RETURN_IF_ERROR(result.status());

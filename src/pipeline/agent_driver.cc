@@ -81,7 +81,9 @@ Result<agent::SandboxLimits> SandboxLimitsFrom(const AgentOptions& agent) {
 
 }  // namespace
 
-Status CheckAgentEnvironment(const AgentOptions& agent) {
+Status CheckAgentEnvironment(const AgentOptions& agent, const std::string& tokenizer_dir) {
+  if (!agent.enabled()) return Status::Ok();
+  SLUICE_RETURN_IF_ERROR(model::ChatFormat::Load(tokenizer_dir).status().WithContext("agent.env"));
   if (agent.env == "python") {
     // Its limits read, and the interpreter runs in the sandbox.
     SLUICE_ASSIGN_OR_RETURN(const agent::SandboxLimits limits, SandboxLimitsFrom(agent));
@@ -427,7 +429,9 @@ Result<std::vector<AgentDriver::Finished>> AgentDriver::Advance(std::vector<roll
       Result<agent::Trajectory> t =
           opening.ok() ? agent::Trajectory::Open(s_.format, *opening, s_.calls, s_.limits) : opening.status();
       if (!t.ok()) {
-        const EndReason why = t.status().code() == StatusCode::kOutOfRange ? EndReason::kContext : EndReason::kEnvError;
+        const EndReason why = t.status().code() == StatusCode::kOutOfRange ? EndReason::kContext
+                              : t.status().code() == StatusCode::kTimeout  ? EndReason::kEnvTimeout
+                                                                           : EndReason::kEnvError;
         ended.push_back({id, std::nullopt, why, "reset: " + t.status().message(), l.env_seconds});
         live_.erase(found);
         continue;
@@ -439,7 +443,8 @@ Result<std::vector<AgentDriver::Finished>> AgentDriver::Advance(std::vector<roll
     Result<agent::StepResult> step = std::move(*l.step);
     l.step.reset();
     if (!step.ok()) {
-      l.t->End(EndReason::kEnvError, "step: " + step.status().message());
+      l.t->End(step.status().code() == StatusCode::kTimeout ? EndReason::kEnvTimeout : EndReason::kEnvError,
+               "step: " + step.status().message());
     } else {
       SLUICE_RETURN_IF_ERROR(l.t->AddEnvironmentTurn(*step));
       if (!l.t->ended() && l.env_seconds > s_.max_env_seconds) {

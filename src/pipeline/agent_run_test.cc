@@ -188,17 +188,26 @@ TEST_F(AgentRunTest, EveryModeTrainsTheTrajectoriesTheEnvironmentShaped) {
     if (mode != PipelineMode::kDirect) {
       EXPECT_EQ(inspected.size(), seen.size());
     }
-    // The steps' metrics count the turns and how the trajectories ended.
+    // The steps' metrics count the turns and how the trajectories ended;
+    // the held-out evaluation (at the end) ran trajectories too, scored by
+    // the environment's rewards (0 or 1 by the environment's nonce).
     std::ifstream metrics(fs::path(o.run_dir) / "metrics.jsonl");
-    int64_t lines = 0;
+    int64_t lines = 0, evals = 0;
     while (std::getline(metrics, line)) {
       const json m = json::parse(line);
       ++lines;
+      if (m.contains("eval_accuracy")) {
+        ++evals;
+        EXPECT_EQ(m["eval_tool_use"], 0.0);
+        EXPECT_GT(m["eval_reward"].get<double>(), 0.0);
+        EXPECT_LT(m["eval_reward"].get<double>(), 1.0);
+      }
       EXPECT_EQ(m["agent_turns_mean"], 3.0);
       EXPECT_EQ(m["agent_end_reasons"], json({{"done", kPrompts * kGroup}}));
       EXPECT_EQ(m["agent_tool_use"], 0.0);  // the model never wrote a call
     }
     EXPECT_EQ(lines, kSteps);
+    EXPECT_GE(evals, 1);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "agent_driver.h"
 #include "generation.h"
 #include "sluice/common/random.h"
 #include "sluice/model/transformer.h"
@@ -14,6 +15,8 @@ EvaluatorOptions EvaluatorOptionsFor(const RunOptions& run) {
   o.sampling = run.rl.sampling;
   o.seed = run.seed;
   o.slots = run.rl.rollout_slots;
+  o.agent = run.agent;
+  o.tokenizer_dir = run.tokenizer_dir;
   return o;
 }
 
@@ -57,6 +60,36 @@ Evaluator::Evaluator(std::shared_ptr<model::Transformer> policy, std::shared_ptr
                      const EvaluatorOptions& options)
     : policy_(std::move(policy)), task_(std::move(task)), options_(options) {}
 
+Status Evaluator::AgentEvaluation(rollout::RolloutEngine& engine, const std::vector<reward::Example>& examples,
+                                  const std::vector<rollout::GenerationRequest>& requests, int64_t per_example,
+                                  std::vector<rollout::GenerationResult>* results, std::vector<double>* rewards,
+                                  EvalResult* e) {
+  SLUICE_ASSIGN_OR_RETURN(AgentSettings settings, AgentSettingsFor(options_.agent, options_.tokenizer_dir,
+                                                                   policy_->config(), options_.eval.max_new_tokens));
+  if (options_.make_environment) settings.make_env = options_.make_environment;
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<AgentDriver> driver, AgentDriver::Create(std::move(settings), &engine));
+  for (const rollout::GenerationRequest& r : requests) {
+    driver->Start(r.id, AgentRow(examples[r.id / static_cast<uint64_t>(per_example)]), r.sampling);
+  }
+  SLUICE_ASSIGN_OR_RETURN(std::vector<AgentDriver::Finished> ended,
+                          RunTrajectories(*driver, engine, requests.size(), [] { return false; }));
+  results->assign(requests.size(), {});
+  rewards->assign(requests.size(), 0.0);
+  int64_t greedy_tool_users = 0;
+  for (AgentDriver::Finished& f : ended) {
+    const size_t j = static_cast<size_t>(f.id);
+    AgentAnswer a = AnswerOfTrajectory(f, requests[j].prompt, options_.tokenizer->eos_id());
+    SLUICE_ASSIGN_OR_RETURN(const agent::TrajectorySummary summary, agent::ReadTrajectorySummary(a.summary));
+    (*rewards)[j] = summary.env_reward ? *summary.env_reward
+                                       : task_->Score(examples[j / static_cast<size_t>(per_example)], summary.content);
+    if (j % static_cast<size_t>(per_example) == 0 && summary.tool_calls > 0) ++greedy_tool_users;
+    (*results)[j].id = f.id;
+    (*results)[j].tokens = std::move(a.response);
+  }
+  e->tool_use = static_cast<double>(greedy_tool_users) / static_cast<double>(std::max<size_t>(examples.size(), 1));
+  return Status::Ok();
+}
+
 Result<EvalResult> Evaluator::Evaluate() {
   const model::Tokenizer& tokenizer = *options_.tokenizer;
   const int64_t n = std::min<int64_t>(options_.eval.size, static_cast<int64_t>(task_->size(reward::Split::kEval)));
@@ -91,17 +124,23 @@ Result<EvalResult> Evaluator::Evaluate() {
   engine_options.eos_token_id = tokenizer.eos_id();
   SLUICE_ASSIGN_OR_RETURN(auto engine,
                           rollout::RolloutEngine::Create(rollout::PolicySnapshot{policy_, 0}, engine_options));
-  SLUICE_ASSIGN_OR_RETURN(auto results, GenerateAll(*engine, std::move(requests)));
   // Result j answers example j / (samples + 1) (its greedy answer first).
-  std::vector<const reward::Example*> scored_examples;
-  std::vector<const std::vector<model::TokenId>*> answers;
-  for (size_t j = 0; j < results.size(); ++j) {
-    scored_examples.push_back(&examples[j / static_cast<size_t>(samples + 1)]);
-    answers.push_back(&results[j].tokens);
-  }
   const uint64_t errors_before = task_->score_errors();
-  const std::vector<double> rewards = ScoreAnswers(tokenizer, *task_, scored_examples, answers);
+  std::vector<rollout::GenerationResult> results;
+  std::vector<double> rewards;
   EvalResult e;
+  if (options_.agent.enabled()) {
+    SLUICE_RETURN_IF_ERROR(AgentEvaluation(*engine, examples, requests, samples + 1, &results, &rewards, &e));
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(results, GenerateAll(*engine, std::move(requests)));
+    std::vector<const reward::Example*> scored_examples;
+    std::vector<const std::vector<model::TokenId>*> answers;
+    for (size_t j = 0; j < results.size(); ++j) {
+      scored_examples.push_back(&examples[j / static_cast<size_t>(samples + 1)]);
+      answers.push_back(&results[j].tokens);
+    }
+    rewards = ScoreAnswers(tokenizer, *task_, scored_examples, answers);
+  }
   e.reward_errors = static_cast<int64_t>(task_->score_errors() - errors_before);
   e.examples = n;
   double sampled_correct = 0;

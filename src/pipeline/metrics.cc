@@ -74,6 +74,7 @@ std::string StepRecord::ToJson() const {
     j["eval_response_len"] = eval.mean_length;
     if (eval.sampled_accuracy >= 0) j["eval_sampled_accuracy"] = eval.sampled_accuracy;
     if (eval.reward_errors > 0) j["eval_reward_errors"] = eval.reward_errors;
+    if (eval.tool_use >= 0) j["eval_tool_use"] = eval.tool_use;
   }
   return j.dump();
 }

@@ -119,6 +119,7 @@ Result<std::unique_ptr<TrainingRun>> TrainingRun::Create(std::shared_ptr<model::
   EvaluatorOptions eval_options = EvaluatorOptionsFor(options);
   eval_options.tokenizer = s->tokenizer;
   eval_options.prompt_format = s->prompt_format;
+  eval_options.make_environment = s->hooks.make_environment;
   SLUICE_ASSIGN_OR_RETURN(s->evaluator, Evaluator::Create(s->policy, s->task, eval_options));
   State* raw = s.get();
   // Sync mode: the engine is idle while the trainer updates the shared model in

@@ -11,13 +11,17 @@
 #define SLUICE_PIPELINE_EVALUATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
+#include "sluice/agent/environment.h"
 #include "sluice/common/status.h"
 #include "sluice/model/chat_template.h"
 #include "sluice/pipeline/metrics.h"
 #include "sluice/pipeline/options.h"
 #include "sluice/reward/task.h"
+#include "sluice/rollout/engine.h"
 
 namespace sluice::model {
 class Transformer;
@@ -34,6 +38,14 @@ struct EvaluatorOptions {
   int32_t slots = 64;                                 // sequences decoded at once
   std::shared_ptr<const model::Tokenizer> tokenizer;  // null: the byte tokenizer
   model::PromptFormat prompt_format;                  // how prompts reach the model (the run's)
+  // Agent runs (agent.env set): each held-out example is a trajectory
+  // against the environment (greedy; eval.max_new_tokens per model turn),
+  // scored by the environment's reward or the task's on its last turn, in
+  // the chat format of the model in `tokenizer_dir`. `make_environment`,
+  // when set, replaces agent.env's environments (RunHooks).
+  AgentOptions agent;
+  std::string tokenizer_dir;
+  std::function<Result<std::unique_ptr<agent::Environment>>()> make_environment;
 };
 
 // A run's evaluation settings: eval.*, the RL sampling settings, the run's
@@ -56,6 +68,12 @@ class Evaluator {
   Result<EvalResult> Evaluate();
 
  private:
+  // Agent runs: the requests as trajectories on `engine` (per_example of
+  // them per example, the greedy one first); their answers and rewards,
+  // and e->tool_use.
+  Status AgentEvaluation(rollout::RolloutEngine& engine, const std::vector<reward::Example>& examples,
+                         const std::vector<rollout::GenerationRequest>& requests, int64_t per_example,
+                         std::vector<rollout::GenerationResult>* results, std::vector<double>* rewards, EvalResult* e);
   Evaluator(std::shared_ptr<model::Transformer> policy, std::shared_ptr<const reward::Task> task,
             const EvaluatorOptions& options);
   std::shared_ptr<model::Transformer> policy_;

@@ -23,6 +23,9 @@ struct EvalResult {
   double sampled_accuracy = -1;
   // Answers whose reward function failed (reward.python) in this evaluation.
   int64_t reward_errors = 0;
+  // Agent runs: the share of greedy trajectories that called a tool at
+  // least once; -1 otherwise.
+  double tool_use = -1;
   // Greedy accuracy by the example's difficulty (reward::Example::difficulty).
   struct Bucket {
     int64_t correct = 0, total = 0;

@@ -304,9 +304,11 @@ struct AgentOptions {
   bool python() const { return enabled() && env != "calculator" && env != "python"; }
 };
 
-// Before a run starts: a Python environment (agent.env module:Class) must
-// load (agent/python_environment.h, CheckPythonEnvironment). OK otherwise.
-Status CheckAgentEnvironment(const AgentOptions& agent);
+// Before an agent run starts: the model (its tokenizer in `tokenizer_dir`)
+// has a chat format; a Python environment (agent.env module:Class) loads
+// (agent/python_environment.h, CheckPythonEnvironment); the python tool's
+// sandbox runs Python. OK for a run without agents.
+Status CheckAgentEnvironment(const AgentOptions& agent, const std::string& tokenizer_dir);
 
 struct RunOptions {
   std::string run_dir;  // metrics.jsonl, checkpoints/, sft/, final/

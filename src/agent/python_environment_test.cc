@@ -12,6 +12,7 @@
 #include <string>
 
 #include "sluice/common/file_util.h"
+#include "test_python.h"
 
 namespace sluice::agent {
 namespace {
@@ -76,12 +77,6 @@ class NoStep:
     def __init__(self, config): pass
     def reset(self, row): return {}
 )py";
-
-std::string TestPython() {
-  if (const char* env = std::getenv("SLUICE_TEST_PYTHON"); env != nullptr && *env != '\0') return env;
-  if (::access("/usr/bin/python3", X_OK) == 0) return "/usr/bin/python3";
-  return "python3";
-}
 
 class PythonEnvironmentTest : public testing::Test {
  protected:

@@ -13,15 +13,10 @@
 #include <string>
 
 #include "sluice/agent/environment.h"
+#include "test_python.h"
 
 namespace sluice::agent {
 namespace {
-
-std::string TestPython() {
-  if (const char* env = std::getenv("SLUICE_TEST_PYTHON"); env != nullptr && *env != '\0') return env;
-  if (::access("/usr/bin/python3", X_OK) == 0) return "/usr/bin/python3";
-  return "python3";
-}
 
 class SandboxTest : public testing::Test {
  protected:

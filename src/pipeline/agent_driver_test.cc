@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "agent_test_util.h"
 #include "common/testing/status_macros.h"
 #include "sluice/model/transformer.h"
 
@@ -18,25 +19,7 @@ namespace {
 
 using agent::EndReason;
 
-// A byte model that ends every turn at once: each turn is the end token
-// alone (every embedding the same vector, the output layer pointing at
-// EOS), whatever the libtorch's random numbers. The driver's mechanics do
-// not depend on what is said.
-std::shared_ptr<model::Transformer> EndingModel() {
-  model::ModelConfig c = *model::PresetModelConfig("tiny");
-  c.tie_word_embeddings = false;
-  c.max_position_embeddings = 256;
-  auto m = std::make_shared<model::Transformer>(c, 3);
-  torch::NoGradGuard g;
-  for (auto& p : m->named_parameters()) {
-    if (p.key().find("norm") != std::string::npos) continue;
-    p.value().zero_();
-  }
-  auto params = m->named_parameters();
-  params["model.embed_tokens.weight"].fill_(1.0);
-  params["lm_head.weight"][model::ByteTokenizer::kEos].fill_(1.0);
-  return m;
-}
+using agent_test::EndingModel;
 
 // Answers each turn with a user message until `turns` steps, then done
 // with reward 1; sleeps `wait` per call, counting the calls at once.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "agent_driver.h"
+#include "agent_test_util.h"
 #include "sluice/agent/python_environment.h"
 #include "sluice/common/file_util.h"
 #include "sluice/model/transformer.h"
@@ -25,23 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A byte model that ends every turn at once (each turn the end token
-// alone), whatever its training does to it in a few steps: what the
-// environment adds is then all there is to check.
-std::shared_ptr<model::Transformer> EndingModel() {
-  model::ModelConfig c = *model::PresetModelConfig("tiny");
-  c.tie_word_embeddings = false;
-  c.max_position_embeddings = 256;
-  auto m = std::make_shared<model::Transformer>(c, 3);
-  torch::NoGradGuard g;
-  for (auto& p : m->named_parameters()) {
-    if (p.key().find("norm") == std::string::npos) p.value().zero_();
-  }
-  auto params = m->named_parameters();
-  params["model.embed_tokens.weight"].fill_(1.0);
-  params["lm_head.weight"][model::ByteTokenizer::kEos].fill_(8.0);
-  return m;
-}
+using agent_test::EndingModel;
 
 // Two tool results, then done with a reward of its own (0 or 1, varying
 // across a group so every group trains).

@@ -15,8 +15,8 @@ using nlohmann::json;
 // a turn without calls ends the episode.
 class OneToolEnvironment : public Environment {
  public:
-  OneToolEnvironment(std::string tool, std::string argument, std::string schema)
-      : tool_(std::move(tool)), argument_(std::move(argument)), schema_(std::move(schema)) {}
+  OneToolEnvironment(std::string tool, std::string argument, std::string schema, bool offered = true)
+      : tool_(std::move(tool)), argument_(std::move(argument)), schema_(std::move(schema)), offered_(offered) {}
 
   Result<Opening> Reset(const std::string& row) override {
     const json j = json::parse(row, nullptr, /*allow_exceptions=*/false);
@@ -27,7 +27,7 @@ class OneToolEnvironment : public Environment {
     }
     Opening opening;
     opening.messages.push_back({"user", prompt->get<std::string>(), ""});
-    opening.tools = "[" + schema_ + "]";
+    if (offered_) opening.tools = "[" + schema_ + "]";
     return opening;
   }
 
@@ -45,6 +45,7 @@ class OneToolEnvironment : public Environment {
 
  private:
   std::string Answer(const ToolCall& call) {
+    if (!offered_) return "error: no tool is offered";
     if (!call.error.empty()) return "error: " + call.error;
     if (call.name != tool_) return "error: there is no tool '" + call.name + "' (the tool is " + tool_ + ")";
     const json args = json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
@@ -56,11 +57,13 @@ class OneToolEnvironment : public Environment {
   }
 
   const std::string tool_, argument_, schema_;
+  const bool offered_;
 };
 
 class CalculatorEnvironment final : public OneToolEnvironment {
  public:
-  CalculatorEnvironment() : OneToolEnvironment("calculator", "expression", CalculatorToolSchema()) {}
+  explicit CalculatorEnvironment(bool offered)
+      : OneToolEnvironment("calculator", "expression", CalculatorToolSchema(), offered) {}
 
  private:
   std::string Run(const std::string& expression) override {
@@ -96,7 +99,9 @@ std::string CalculatorToolSchema() {
       .dump();
 }
 
-std::unique_ptr<Environment> MakeCalculatorEnvironment() { return std::make_unique<CalculatorEnvironment>(); }
+std::unique_ptr<Environment> MakeCalculatorEnvironment(bool offered) {
+  return std::make_unique<CalculatorEnvironment>(offered);
+}
 
 std::string PythonToolSchema() {
   return json{{"type", "function"},

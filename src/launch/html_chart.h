@@ -6,6 +6,8 @@
 #define SLUICE_LAUNCH_HTML_CHART_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace sluice::launch {
 
@@ -28,6 +30,18 @@ std::string ChartHead(const std::string& title, double height);
 // The y unit, rotated, centred on the plot's left edge, and the x label
 // centred under the plot.
 std::string AxisLabels(const std::string& y_unit, const std::string& x_label, double top, double height);
+
+// One line of a line chart: (x, value) points.
+struct Series {
+  std::string key, label, color;
+  std::vector<std::pair<double, double>> points;  // (x, value)
+  bool dashed = false;                            // a range bound; no legend entry
+};
+
+// One line chart (an <svg>) of several series sharing the x axis. Series
+// with an empty label get no legend entry.
+std::string Chart(const std::string& title, const std::string& y_unit, const std::vector<Series>& series,
+                  const std::string& x_label = "RL step");
 
 }  // namespace sluice::launch
 

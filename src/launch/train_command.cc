@@ -632,9 +632,10 @@ Status Train(const std::vector<std::string>& args) {
   SLUICE_ASSIGN_OR_RETURN(pipeline::EvalResult before, loop->Evaluate());
   std::fprintf(stderr, "held-out accuracy before RL: %.1f%% (%lld examples, greedy)\n", 100 * before.accuracy,
                static_cast<long long>(before.examples));
-  SLUICE_RETURN_IF_ERROR(WriteFileAtomically(
-      (fs::path(options.run_dir) / kEvalBeforeRlFile).string(),
-      nlohmann::json{{"eval_accuracy", before.accuracy}, {"examples", before.examples}}.dump() + "\n"));
+  nlohmann::json before_json{{"eval_accuracy", before.accuracy}, {"examples", before.examples}};
+  if (before.tool_use >= 0) before_json["eval_tool_use"] = before.tool_use;  // agent runs
+  SLUICE_RETURN_IF_ERROR(
+      WriteFileAtomically((fs::path(options.run_dir) / kEvalBeforeRlFile).string(), before_json.dump() + "\n"));
   {
     // Process mode: Ctrl-C (or SIGTERM) stops every role and cleans up.
     std::optional<StopOnSignals> signals;
@@ -648,6 +649,10 @@ Status Train(const std::vector<std::string>& args) {
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60;
   std::printf("held-out accuracy: %.1f%% before RL -> %.1f%% after RL (%lld examples, greedy), %.1f min\n",
               100 * before.accuracy, 100 * after.accuracy, static_cast<long long>(after.examples), minutes);
+  if (before.tool_use >= 0 && after.tool_use >= 0) {
+    std::printf("held-out answers calling a tool: %.1f%% before RL -> %.1f%% after RL\n", 100 * before.tool_use,
+                100 * after.tool_use);
+  }
   std::printf("final model: %s   metrics: %s\n", final_dir.c_str(),
               (fs::path(options.run_dir) / "metrics.jsonl").c_str());
   SLUICE_ASSIGN_OR_RETURN(std::string report_path, WriteRunReport(options.run_dir));

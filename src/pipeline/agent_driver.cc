@@ -79,11 +79,31 @@ Result<agent::SandboxLimits> SandboxLimitsFrom(const AgentOptions& agent) {
   return l;
 }
 
+// agent.env=calculator: whether its tool is offered (agent.env_config's
+// offer_tool, default true).
+Result<bool> CalculatorOffered(const AgentOptions& agent) {
+  const nlohmann::json c = nlohmann::json::parse(agent.env_config, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object()) return Status::InvalidArgument("agent.env_config is not a map");
+  bool offered = true;
+  for (const auto& [key, value] : c.items()) {
+    if (key != "offer_tool") {
+      return Status::InvalidArgument("agent.env_config." + key +
+                                     " (agent.env=calculator): not a setting of the calculator (offer_tool)");
+    }
+    if (!value.is_boolean()) {
+      return Status::InvalidArgument("agent.env_config.offer_tool (agent.env=calculator): must be true or false");
+    }
+    offered = value.get<bool>();
+  }
+  return offered;
+}
+
 }  // namespace
 
 Status CheckAgentEnvironment(const AgentOptions& agent, const std::string& tokenizer_dir) {
   if (!agent.enabled()) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(model::ChatFormat::Load(tokenizer_dir).status().WithContext("agent.env"));
+  if (agent.env == "calculator") return CalculatorOffered(agent).status();
   if (agent.env == "python") {
     // Its limits read, and the interpreter runs in the sandbox.
     SLUICE_ASSIGN_OR_RETURN(const agent::SandboxLimits limits, SandboxLimitsFrom(agent));
@@ -103,14 +123,17 @@ Result<AgentSettings> AgentSettingsFor(const AgentOptions& agent, const std::str
   if (agent.python()) {
     SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<agent::PythonEnvironmentPool> pool,
                             agent::PythonEnvironmentPool::Create(PythonOptions(agent)));
-    s.make_env = [pool]() -> Result<std::unique_ptr<agent::Environment>> { return pool->Make(); };
+    s.make_env = [pool](uint64_t) -> Result<std::unique_ptr<agent::Environment>> { return pool->Make(); };
   } else if (agent.env == "python") {
     SLUICE_ASSIGN_OR_RETURN(const agent::SandboxLimits limits, SandboxLimitsFrom(agent));
-    s.make_env = [limits]() -> Result<std::unique_ptr<agent::Environment>> {
+    s.make_env = [limits](uint64_t) -> Result<std::unique_ptr<agent::Environment>> {
       return agent::MakePythonToolEnvironment(limits);
     };
   } else {
-    s.make_env = []() -> Result<std::unique_ptr<agent::Environment>> { return agent::MakeCalculatorEnvironment(); };
+    SLUICE_ASSIGN_OR_RETURN(const bool offered, CalculatorOffered(agent));
+    s.make_env = [offered](uint64_t) -> Result<std::unique_ptr<agent::Environment>> {
+      return agent::MakeCalculatorEnvironment(offered);
+    };
   }
   SLUICE_ASSIGN_OR_RETURN(model::ChatFormat format, model::ChatFormat::Load(tokenizer_dir));
   if (agent.tool_call_format == "auto") {
@@ -322,10 +345,9 @@ void AgentDriver::Start(uint64_t id, std::string row, const rollout::SamplingPar
   live->id = id;
   live->row = std::move(row);
   live->sampling = sampling;
-  live->sampling.forced_length = 0;
   live_[id] = live;
   Call(id, /*is_step=*/false, [make = s_.make_env](Live& l) {
-    Result<std::unique_ptr<agent::Environment>> env = make();
+    Result<std::unique_ptr<agent::Environment>> env = make(l.id);
     if (!env.ok()) {
       l.opening = env.status();
       return;
@@ -348,6 +370,7 @@ void AgentDriver::Finish(uint64_t id, std::vector<Finished>* ended) {
     f.trajectory = std::move(l.t);
   }
   ended->push_back(std::move(f));
+  engine_->DropKeptCache(id);
   live_.erase(it);  // a call in flight (timed out) keeps its Live until it returns
 }
 
@@ -359,7 +382,10 @@ void AgentDriver::NextTurn(Live& l, std::vector<Finished>* ended) {
   req.sampling = l.sampling;
   req.sampling.seed = HashCombine(l.sampling.seed, static_cast<uint64_t>(t.model_turns()));
   req.sampling.max_new_tokens = t.TurnBudget();
-  const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
+  req.keep_cache = true;                 // for the next turn, while it fits the engine's budget
+  if (req.sampling.forced_length > 0) {  // benchmarks: every turn this long, as far as the budget goes
+    req.sampling.forced_length = std::min<int32_t>(req.sampling.forced_length, req.sampling.max_new_tokens);
+  }
   Status submitted = engine_->Submit(std::move(req));
   if (!submitted.ok()) {
     t.End(submitted.code() == StatusCode::kOutOfRange ? EndReason::kContext : EndReason::kEnvError,
@@ -367,7 +393,6 @@ void AgentDriver::NextTurn(Live& l, std::vector<Finished>* ended) {
     Finish(l.id, ended);
     return;
   }
-  if (t.model_turns() > 0) counters_.reprefilled_tokens += prompt_tokens;
 }
 
 Result<std::vector<AgentDriver::Finished>> AgentDriver::Advance(std::vector<rollout::GenerationResult>* results) {
@@ -379,7 +404,7 @@ Result<std::vector<AgentDriver::Finished>> AgentDriver::Advance(std::vector<roll
     ++counters_.model_turns;
     SLUICE_ASSIGN_OR_RETURN(
         std::optional<agent::Action> action,
-        l.t->AddModelTurn(it->tokens, it->logprobs, it->versions, it->finish == rollout::FinishReason::kEos));
+        l.t->AddModelTurn(it->tokens, it->logprobs, it->versions, it->finish != rollout::FinishReason::kLength));
     if (!action) {
       Finish(it->id, &ended);
       continue;
@@ -495,6 +520,46 @@ Result<std::vector<AgentDriver::Finished>> RunTrajectories(AgentDriver& driver, 
     if (engine.idle() && all.size() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return all;
+}
+
+Result<trainer::SftExample> AgentWarmStartExample(const AgentSettings& settings, const reward::Example& example,
+                                                  const std::string& answer_text, bool call_tool, model::TokenId eos) {
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<agent::Environment> env, settings.make_env(0));
+  SLUICE_ASSIGN_OR_RETURN(const agent::Opening opening, env->Reset(AgentRow(example)));
+  SLUICE_ASSIGN_OR_RETURN(agent::Trajectory t,
+                          agent::Trajectory::Open(settings.format, opening, settings.calls, settings.limits));
+  // A model turn of `text` and the end-of-turn token, as if sampled.
+  const auto turn = [&](const std::string& text) -> Result<std::optional<agent::Action>> {
+    SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> ids, settings.format->Encode(text));
+    ids.push_back(eos);
+    return t.AddModelTurn(ids, std::vector<float>(ids.size(), 0.f), std::vector<PolicyVersion>(ids.size(), 0),
+                          /*eos=*/true);
+  };
+  std::string final_text = answer_text;
+  if (call_tool) {
+    std::string expression = example.prompt;
+    if (!expression.empty() && expression.back() == '=') expression.pop_back();
+    const nlohmann::json call = {{"name", "calculator"}, {"arguments", {{"expression", expression}}}};
+    SLUICE_ASSIGN_OR_RETURN(std::optional<agent::Action> action, turn("<tool_call>" + call.dump() + "</tool_call>"));
+    if (!action || action->tool_calls.size() != 1 || !action->tool_calls[0].error.empty()) {
+      return Status::Internal("the warm start's tool call was not read back as one call");
+    }
+    SLUICE_ASSIGN_OR_RETURN(const agent::StepResult step, env->Step(*action));
+    if (step.messages.size() != 1 || step.messages[0].content != example.answer) {
+      return Status::FailedPrecondition("the calculator answers '" + expression + "' with '" +
+                                        (step.messages.empty() ? std::string() : step.messages[0].content) +
+                                        "', not the task's answer " + example.answer);
+    }
+    SLUICE_RETURN_IF_ERROR(t.AddEnvironmentTurn(step));
+    final_text = std::string(1, reward::kAnswerMarker) + example.answer;
+  }
+  SLUICE_RETURN_IF_ERROR(turn(final_text).status());
+  trainer::SftExample e;
+  const auto opening_end = t.tokens().begin() + static_cast<ptrdiff_t>(t.opening_length());
+  e.prompt.assign(t.tokens().begin(), opening_end);
+  e.target.assign(opening_end, t.tokens().end());
+  e.trained.assign(t.mask().begin() + static_cast<ptrdiff_t>(t.opening_length()), t.mask().end());
+  return e;
 }
 
 }  // namespace sluice::pipeline

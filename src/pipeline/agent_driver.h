@@ -6,8 +6,12 @@
 //
 // A trajectory waiting for its environment holds no decode slot: its
 // request has finished, and the engine decodes the others. Its next turn is
-// a new request whose prompt is prefilled again (counted: reprefilled
-// tokens); no KV cache is kept across an environment call.
+// a new request (the same id) whose prompt continues the last: each turn
+// asks the engine to keep its keys and values (keep_cache), so the next
+// prefills only the tokens added since, while the caches kept fit the
+// engine's budget (agent.kept_cache_mib); past it the oldest are dropped
+// and prefilled again (EngineStats counts both). A trajectory that ends
+// drops its cache.
 //
 // Environment calls (reset, step) run on agent.env_workers threads, at most
 // that many at once. A call past env_timeout_seconds ends its trajectory
@@ -43,11 +47,8 @@
 
 namespace sluice::pipeline {
 
-// Makes a trajectory's environment (one per trajectory).
-using EnvironmentFactory = std::function<Result<std::unique_ptr<agent::Environment>>()>;
-
 struct AgentSettings {
-  EnvironmentFactory make_env;
+  agent::EnvironmentFactory make_env;
   std::shared_ptr<const model::ChatFormat> format;
   agent::ToolCallFormat calls = agent::ToolCallFormat::kHermes;
   agent::TrajectoryLimits limits;
@@ -66,6 +67,18 @@ struct AgentSettings {
 // past the model's context.
 Result<AgentSettings> AgentSettingsFor(const AgentOptions& agent, const std::string& tokenizer_dir,
                                        const model::ModelConfig& model, int32_t max_turn_tokens);
+
+// A warm-start example of an agent run with the calculator
+// (sft.tool_call_fraction): `example` as the conversation the run's
+// trajectories hold, in their chat format and token layout. With
+// `call_tool`, the model's first turn calls the calculator with the problem
+// (the example's prompt less its final '='), the tool answers, and the
+// second turn is the answer marker and the answer; else one turn answers
+// `answer_text`. Each turn ends with `eos`. Prompt: the opening; target:
+// the rest, trained where the model speaks. FailedPrecondition when the
+// calculator's answer is not the example's.
+Result<trainer::SftExample> AgentWarmStartExample(const AgentSettings& settings, const reward::Example& example,
+                                                  const std::string& answer_text, bool call_tool, model::TokenId eos);
 
 // A task's example as an environment's reset receives it: {"prompt": ...,
 // "answer": ..., "index": ...} (JSON text).
@@ -103,7 +116,6 @@ struct AgentCounters {
   int64_t model_turns = 0;
   int64_t env_calls = 0;
   int64_t truncated_messages = 0;
-  int64_t reprefilled_tokens = 0;  // prompt tokens of turns after the first
   double env_seconds = 0;
 };
 

@@ -63,6 +63,7 @@ class AgentDriverTest : public ::testing::Test {
   void SetUp() override {
     rollout::EngineOptions eo;
     eo.num_slots = 4;
+    eo.kept_cache_bytes = 1 << 20;
     auto engine = rollout::RolloutEngine::Create({EndingModel(), 5}, eo);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     engine_ = std::move(engine).value();
@@ -79,12 +80,14 @@ class AgentDriverTest : public ::testing::Test {
 // 30 ms on two workers: every trajectory ends done, with its three turns
 // (each the end token, trained, version 5) and the environment's two
 // messages (not trained) between them; no more than two environment calls
-// ever ran at once; each later turn was prefilled again. Fails if a turn
-// or an environment message is lost, the pool is not bounded, or a
-// trajectory waiting for its environment is never resumed.
+// ever ran at once; each later turn continued its trajectory's kept cache,
+// and every cache was dropped when its trajectory ended. Fails if a turn
+// or an environment message is lost, the pool is not bounded, a
+// trajectory waiting for its environment is never resumed, or a turn's
+// cache is not kept (or not dropped).
 TEST_F(AgentDriverTest, TrajectoriesRunTheirTurnsWithBoundedEnvironmentCalls) {
   settings_.env_workers = 2;
-  settings_.make_env = [this]() -> Result<std::unique_ptr<agent::Environment>> {
+  settings_.make_env = [this](uint64_t) -> Result<std::unique_ptr<agent::Environment>> {
     return std::unique_ptr<agent::Environment>(new Scripted(3, std::chrono::milliseconds(30), &now_, &most_));
   };
   SLUICE_ASSERT_OK_AND_ASSIGN(auto driver, AgentDriver::Create(settings_, engine_.get()));
@@ -113,9 +116,34 @@ TEST_F(AgentDriverTest, TrajectoriesRunTheirTurnsWithBoundedEnvironmentCalls) {
   }
   EXPECT_LE(most_.load(), 2);
   EXPECT_EQ(driver->counters().model_turns, 24);
-  EXPECT_EQ(driver->counters().env_calls, 8 * 4);  // a reset and three steps each
-  EXPECT_GT(driver->counters().reprefilled_tokens, 0);
+  EXPECT_EQ(driver->counters().env_calls, 8 * 4);    // a reset and three steps each
+  EXPECT_EQ(engine_->stats().caches_reused, 8 * 2);  // each trajectory's second and third turns
+  EXPECT_EQ(engine_->stats().caches_dropped, 0);
+  EXPECT_EQ(engine_->kept_cache_bytes(), 0);
   EXPECT_EQ(driver->in_flight(), 0u);
+}
+
+// A budget that holds no trajectory's cache: every later turn is prefilled
+// again (counted as dropped), and every trajectory still runs its turns.
+TEST_F(AgentDriverTest, CachesPastTheBudgetAreDroppedAndPrefilledAgain) {
+  rollout::EngineOptions eo;
+  eo.num_slots = 4;
+  eo.kept_cache_bytes = 64;  // less than one token's keys and values
+  SLUICE_ASSERT_OK_AND_ASSIGN(engine_, rollout::RolloutEngine::Create({EndingModel(), 5}, eo));
+  settings_.make_env = [this](uint64_t) -> Result<std::unique_ptr<agent::Environment>> {
+    return std::unique_ptr<agent::Environment>(new Scripted(3, std::chrono::milliseconds(1), &now_, &most_));
+  };
+  SLUICE_ASSERT_OK_AND_ASSIGN(auto driver, AgentDriver::Create(settings_, engine_.get()));
+  rollout::SamplingParams sampling;
+  for (uint64_t id = 0; id < 4; ++id) driver->Start(id, std::to_string(id), sampling);
+  SLUICE_ASSERT_OK_AND_ASSIGN(auto finished, RunAll(*driver, *engine_, 4));
+  ASSERT_EQ(finished.size(), 4u);
+  for (const auto& f : finished) {
+    ASSERT_TRUE(f.trajectory.has_value()) << f.detail;
+    EXPECT_EQ(f.trajectory->model_turns(), 3);
+  }
+  EXPECT_EQ(engine_->stats().caches_reused, 0);
+  EXPECT_EQ(engine_->stats().caches_dropped, 4 * 3);  // every turn's, none fits
 }
 
 // An environment that raises ends its trajectory as env_error; one that
@@ -130,7 +158,7 @@ TEST_F(AgentDriverTest, FailuresAndTimeLimitsEndTrajectoriesWithTheirReasons) {
   settings_.max_env_seconds = 0.15;
   settings_.limits.max_turns = 4;
   std::atomic<int> which{0};
-  settings_.make_env = [&]() -> Result<std::unique_ptr<agent::Environment>> {
+  settings_.make_env = [&](uint64_t) -> Result<std::unique_ptr<agent::Environment>> {
     switch (which++) {
       case 0:
         return std::unique_ptr<agent::Environment>(new Scripted(3, std::chrono::milliseconds(0), &now_, &most_, 2));

@@ -114,7 +114,7 @@ TEST_F(AgentRunTest, EveryModeTrainsTheTrajectoriesTheEnvironmentShaped) {
     o.agent.env_workers = 2;
     RunHooks hooks;
     std::atomic<int64_t> made{0};
-    hooks.make_environment = [&]() -> Result<std::unique_ptr<agent::Environment>> {
+    hooks.make_environment = [&](uint64_t) -> Result<std::unique_ptr<agent::Environment>> {
       return std::unique_ptr<agent::Environment>(new TwoToolResults(made++));
     };
     std::map<uint64_t, int> inspected;
@@ -225,7 +225,7 @@ TEST_F(AgentRunTest, TrajectoriesSpanningAWeightSwitchKeepEachTokensVersion) {
   o.agent.max_turns = 8;
   RunHooks hooks;
   std::atomic<int64_t> made{0};
-  hooks.make_environment = [&]() -> Result<std::unique_ptr<agent::Environment>> {
+  hooks.make_environment = [&](uint64_t) -> Result<std::unique_ptr<agent::Environment>> {
     return std::unique_ptr<agent::Environment>(new SlowTurns(made++, 4, std::chrono::milliseconds(40)));
   };
   int64_t spanning = 0, trained = 0;
@@ -300,7 +300,7 @@ class Dies:
     o.agent.env = "calculator";  // replaced by the hook: the pool's Python environments
     o.agent.env_workers = 2;
     RunHooks hooks;
-    hooks.make_environment = [p = *pool]() -> Result<std::unique_ptr<agent::Environment>> { return p->Make(); };
+    hooks.make_environment = [p = *pool](uint64_t) -> Result<std::unique_ptr<agent::Environment>> { return p->Make(); };
     std::map<uint64_t, int> trained;
     hooks.inspect_batch = [&](int64_t, const std::vector<trainer::RolloutSample>& samples) {
       for (const auto& smp : samples) ++trained[smp.id];

@@ -122,6 +122,7 @@ Result<EvalResult> Evaluator::Evaluate() {
   rollout::EngineOptions engine_options;
   engine_options.num_slots = options_.slots;
   engine_options.eos_token_id = tokenizer.eos_id();
+  engine_options.kept_cache_bytes = options_.agent.KeptCacheBytes();
   SLUICE_ASSIGN_OR_RETURN(auto engine,
                           rollout::RolloutEngine::Create(rollout::PolicySnapshot{policy_, 0}, engine_options));
   // Result j answers example j / (samples + 1) (its greedy answer first).

@@ -78,6 +78,10 @@ Status RunOptions::Validate() const {
     }
     if (agent.max_tokens > 0 && agent.max_tokens < 2) return bad("agent.max_tokens", "must be 0 or >= 2");
   }
+  if (sft.tool_call_fraction > 0 && agent.env != "calculator") {
+    return bad("sft.tool_call_fraction",
+               "needs agent.env=calculator (the tool the warm start calls), got agent.env=" + Quoted(agent.env));
+  }
   const float sampled_temperature = rl.sampling.temperature > 0 ? rl.sampling.temperature : 1.0f;
   if (rl.trainer.temperature != sampled_temperature) {
     return bad("rl.trainer.temperature", "must equal the rollout temperature (" + std::to_string(sampled_temperature) +

@@ -44,6 +44,10 @@ void AddRunKeys(runtime::ConfigTable<RunOptions>& t) {
   t.Double("sft.shortcut_fraction", 0.0, 0.0, 1.0,
            "fraction of warm-start targets that give only the final answer, without the worked solution",
            SLUICE_FIELD(sft.shortcut_fraction));
+  t.Double("sft.tool_call_fraction", 0.0, 0.0, 1.0,
+           "agent runs with agent.env=calculator: fraction of warm-start examples that call the tool (the rest answer "
+           "at once)",
+           SLUICE_FIELD(sft.tool_call_fraction));
   t.Double("sft.lr", 1e-3, 0.0, 10.0, "warm-start learning rate", SLUICE_FIELD(sft.optimizer.lr));
   t.Int("sft.warmup_steps", 20, 0, 10000000, "warm-start linear warm-up steps",
         SLUICE_FIELD(sft.optimizer.warmup_steps));
@@ -255,7 +259,7 @@ void AddAgentKeys(runtime::ConfigTable<RunOptions>& t) {
            SLUICE_FIELD(agent.env));
   t.Map("agent.env_config",
         "a Python environment's constructor argument (a dict); for python, the sandbox's "
-        "limits (docs/agents.md)",
+        "limits; for calculator, offer_tool (docs/agents.md)",
         SLUICE_FIELD(agent.env_config));
   t.String("agent.python_executable", "python3",
            "a Python environment's interpreter (searched on PATH when it has no '/')",
@@ -273,6 +277,10 @@ void AddAgentKeys(runtime::ConfigTable<RunOptions>& t) {
            SLUICE_FIELD(agent.max_env_seconds));
   t.Int("agent.max_message_bytes", 8192, 16, 1 << 24, "an environment message's content; cut past it",
         SLUICE_FIELD(agent.max_message_bytes));
+  t.Int("agent.kept_cache_mib", 256, 0, 1 << 20,
+        "per rollout engine: MiB of keys and values kept for trajectories waiting for their environment (past it, "
+        "the oldest are dropped and prefilled again; 0: none kept)",
+        SLUICE_FIELD(agent.kept_cache_mib));
   t.Enum("agent.tool_call_format", "auto", {"auto", "hermes", "llama3"},
          "how the model writes tool calls: auto (llama3 for Llama models, else hermes: <tool_call>{json}</tool_call>)",
          SLUICE_FIELD(agent.tool_call_format));

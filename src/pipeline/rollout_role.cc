@@ -216,6 +216,7 @@ Status RolloutRole::Engine::StartPrompt(Parked p) {
   for (int64_t g = 0; g < G && agent_; ++g) {
     rollout::SamplingParams sampling = o_.sampling;
     sampling.seed = AnswerSeed(o_.seed, o_.intake.prompts_per_step, G, p.cursor, g);
+    if (r_.w_.hooks.forced_length) sampling.forced_length = r_.w_.hooks.forced_length(p.cursor, g);
     agent_->Start(p.cursor * static_cast<uint64_t>(G) + static_cast<uint64_t>(g), p.prompt.row, sampling);
   }
   for (int64_t g = 0; g < G && !agent_; ++g) {
@@ -555,6 +556,7 @@ Status RolloutRole::Engine::Run() {
   eo.num_slots = o_.slots / engines + (index_ < o_.slots % engines ? 1 : 0);
   eo.eos_token_id = o_.eos_id;
   eo.switch_policy = o_.switch_policy;
+  eo.kept_cache_bytes = o_.agent.KeptCacheBytes();
   slots_ = eo.num_slots;
   SLUICE_ASSIGN_OR_RETURN(engine_, rollout::RolloutEngine::Create({r_.w_.model, o_.intake.version}, eo));
   engine_->SetWeightSwapHook(hook_);

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "agent_driver.h"
@@ -111,6 +112,7 @@ Result<std::unique_ptr<TrainingRun>> TrainingRun::Create(std::shared_ptr<model::
   rollout::EngineOptions engine_options;
   engine_options.num_slots = options.rl.rollout_slots;
   engine_options.eos_token_id = s->tokenizer->eos_id();
+  engine_options.kept_cache_bytes = options.agent.KeptCacheBytes();
   SLUICE_ASSIGN_OR_RETURN(s->engine,
                           rollout::RolloutEngine::Create(rollout::PolicySnapshot{s->policy, 0}, engine_options));
   SLUICE_ASSIGN_OR_RETURN(s->prompt_format, PromptFormatFor(options.prompts, options.tokenizer_dir));
@@ -151,6 +153,20 @@ Status TrainingRun::WarmStart(const ProgressFn& progress) {
   topt.temperature = 1.0f;
   topt.loss.kl_coef = 0.0;  // plain cross-entropy: no reference needed
   SLUICE_ASSIGN_OR_RETURN(auto sft_trainer, trainer::Trainer::Create(s.policy, nullptr, topt));
+  // Agent runs warm-start on conversations in their trajectories' chat
+  // format: an answer at once (the run's environment opens it), or, for
+  // sft.tool_call_fraction of them, a call of the calculator, offered
+  // whether or not the run offers it (a control run without the tool starts
+  // from the same weights).
+  std::optional<AgentSettings> direct, calling;
+  if (s.options.agent.enabled()) {
+    SLUICE_ASSIGN_OR_RETURN(direct, AgentSettingsFor(s.options.agent, s.options.tokenizer_dir, s.policy->config(),
+                                                     s.options.rl.sampling.max_new_tokens));
+    calling = direct;
+    calling->make_env = [](uint64_t) -> Result<std::unique_ptr<agent::Environment>> {
+      return agent::MakeCalculatorEnvironment(/*offered=*/true);
+    };
+  }
   const uint64_t n = s.task->size(reward::Split::kTrain);
   for (int64_t step = 0; step < sft.steps; ++step) {
     std::vector<trainer::SftExample> batch;
@@ -162,9 +178,17 @@ Status TrainingRun::WarmStart(const ProgressFn& progress) {
       const bool shortcut = sft.shortcut_fraction > 0 &&
                             UnitInterval(HashCombine(s.options.seed ^ kShortcutSalt, cursor)) < sft.shortcut_fraction;
       const std::string target = shortcut ? std::string(1, reward::kAnswerMarker) + ex.answer : ex.solution;
+      if (direct) {
+        const bool call = sft.tool_call_fraction > 0 &&
+                          UnitInterval(HashCombine(s.options.seed ^ kToolCallSalt, cursor)) < sft.tool_call_fraction;
+        SLUICE_ASSIGN_OR_RETURN(trainer::SftExample e,
+                                AgentWarmStartExample(call ? *calling : *direct, ex, target, call, s.EosId()));
+        batch.push_back(std::move(e));
+        continue;
+      }
       SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> prompt, s.EncodePrompt(ex.prompt));
       SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> target_ids, s.tokenizer->Encode(target));
-      trainer::SftExample e{std::move(prompt), std::move(target_ids)};
+      trainer::SftExample e{std::move(prompt), std::move(target_ids), {}};
       if (s.EosId() >= 0) e.target.push_back(s.EosId());
       batch.push_back(std::move(e));
     }
@@ -226,8 +250,11 @@ TrainingRun::State::AgentRollouts(const std::vector<reward::Example>& examples,
   if (s.hooks.make_environment) settings.make_env = s.hooks.make_environment;
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<AgentDriver> driver,
                           AgentDriver::Create(std::move(settings), s.engine.get()));
+  // Each trajectory by its id in the run (cursor x group size + answer), as
+  // the streaming modes number them; request i is the step's answer i.
+  const uint64_t first = static_cast<uint64_t>(s.step * s.options.rl.prompts_per_step) * G;
   for (size_t i = 0; i < requests.size(); ++i) {
-    driver->Start(requests[i].id, AgentRow(examples[i / G]), requests[i].sampling);
+    driver->Start(first + i, AgentRow(examples[i / G]), requests[i].sampling);
   }
   SLUICE_ASSIGN_OR_RETURN(std::vector<AgentDriver::Finished> ended,
                           RunTrajectories(*driver, *s.engine, requests.size(), [] { return false; }));
@@ -235,7 +262,7 @@ TrainingRun::State::AgentRollouts(const std::vector<reward::Example>& examples,
   std::vector<std::string> summaries(requests.size());
   std::vector<double> rewards(requests.size(), 0.0);
   for (AgentDriver::Finished& f : ended) {
-    const size_t i = static_cast<size_t>(f.id);
+    const size_t i = static_cast<size_t>(f.id - first);
     AgentAnswer a = AnswerOfTrajectory(f, requests[i].prompt, s.EosId());
     SLUICE_ASSIGN_OR_RETURN(const agent::TrajectorySummary score, agent::ReadTrajectorySummary(a.summary));
     rewards[i] = score.env_reward ? *score.env_reward : s.task->Score(examples[i / G], score.content);

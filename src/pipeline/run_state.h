@@ -50,6 +50,7 @@ inline uint64_t PermutedIndex(uint64_t seed, uint64_t cursor, uint64_t n) {
 
 constexpr uint64_t kSftSalt = 0x5f7;
 constexpr uint64_t kShortcutSalt = 0x5c07;
+constexpr uint64_t kToolCallSalt = 0x7ca11;
 
 struct TrainingRun::State {
   std::shared_ptr<model::Transformer> policy;

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "sampler.h"
@@ -83,6 +84,15 @@ torch::Device ModelDevice(model::Transformer& m) {
 
 }  // namespace
 
+// The keys and values a finished request left (keep_cache).
+struct KeptCache {
+  std::vector<TokenId> tokens;              // the positions held
+  PolicyVersion version = -1;               // the weights serving when it finished
+  std::vector<torch::Tensor> keys, values;  // per layer: [kv heads, tokens, head dim]
+  int64_t bytes = 0;
+  uint64_t age = 0;  // order kept (the oldest is dropped first)
+};
+
 struct RolloutEngine::Impl {
   PolicySnapshot policy;
   EngineOptions options;
@@ -94,7 +104,78 @@ struct RolloutEngine::Impl {
   WeightSwapHook hook;
   std::optional<PolicySnapshot> pending;  // kAtBoundary: validated, waits for the slots to drain
   EngineStats stats;
-  Status broken;  // sticky: set when libtorch failed mid-step
+  Status broken;                                 // sticky: set when libtorch failed mid-step
+  std::unordered_map<uint64_t, KeptCache> kept;  // by request id
+  int64_t kept_bytes = 0;
+  uint64_t kept_age = 0;
+
+  void DropKept(std::unordered_map<uint64_t, KeptCache>::iterator it) {
+    kept_bytes -= it->second.bytes;
+    kept.erase(it);
+  }
+
+  // Keeps the cache of the sequence in `slot` (finished, its slot not yet
+  // freed), dropping the oldest kept ones to make room.
+  void Keep(int64_t slot) {
+    const Sequence& s = *slots[slot];
+    const int64_t len = s.next_position();  // positions [0, len) hold keys and values
+    if (len <= 0) return;
+    if (auto old = kept.find(s.request.id); old != kept.end()) DropKept(old);
+    int64_t bytes = 0;
+    for (size_t l = 0; l < cache.keys.size(); ++l) {
+      bytes += 2 * cache.keys[l][slot].narrow(1, 0, len).numel() * cache.keys[l].element_size();
+    }
+    if (bytes > options.kept_cache_bytes) {
+      ++stats.caches_dropped;
+      return;
+    }
+    while (kept_bytes + bytes > options.kept_cache_bytes && !kept.empty()) {
+      auto oldest = std::min_element(kept.begin(), kept.end(),
+                                     [](const auto& a, const auto& b) { return a.second.age < b.second.age; });
+      DropKept(oldest);
+      ++stats.caches_dropped;
+    }
+    KeptCache k;
+    k.tokens = s.request.prompt;
+    k.tokens.insert(k.tokens.end(), s.result.tokens.begin(), s.result.tokens.end() - 1);
+    k.version = policy.version;
+    for (size_t l = 0; l < cache.keys.size(); ++l) {
+      k.keys.push_back(cache.keys[l][slot].narrow(1, 0, len).clone());
+      k.values.push_back(cache.values[l][slot].narrow(1, 0, len).clone());
+    }
+    k.bytes = bytes;
+    k.age = kept_age++;
+    kept_bytes += bytes;
+    kept[s.request.id] = std::move(k);
+    ++stats.caches_kept;
+  }
+
+  // Positions of the prompt in `slot` that a kept cache of its request fills
+  // (copied in); 0 when there is none it may use (an unusable one is
+  // dropped).
+  int64_t Resume(int64_t slot) {
+    const Sequence& s = *slots[slot];
+    auto it = kept.find(s.request.id);
+    if (it == kept.end()) return 0;
+    const KeptCache& k = it->second;
+    const auto len = static_cast<int64_t>(k.tokens.size());
+    const bool usable = len < s.prompt_len() &&
+                        std::equal(k.tokens.begin(), k.tokens.end(), s.request.prompt.begin()) &&
+                        (options.switch_policy == SwitchPolicy::kInFlight || k.version == policy.version);
+    if (!usable) {
+      DropKept(it);
+      ++stats.caches_dropped;
+      return 0;
+    }
+    for (size_t l = 0; l < cache.keys.size(); ++l) {
+      cache.keys[l][slot].narrow(1, 0, len).copy_(k.keys[l]);
+      cache.values[l][slot].narrow(1, 0, len).copy_(k.values[l]);
+    }
+    DropKept(it);
+    ++stats.caches_reused;
+    stats.kept_tokens += len;
+    return len;
+  }
 
   int32_t NumRunning() const {
     return static_cast<int32_t>(std::count_if(slots.begin(), slots.end(), [](const auto& s) { return s.has_value(); }));
@@ -189,9 +270,12 @@ struct RolloutEngine::Impl {
         continue;
       }
       prefilled.push_back(slot);
-      blocks.push_back(model::CachedBlock{{slot}, {0}, static_cast<int64_t>(prompt.size())});
-      tokens.insert(tokens.end(), prompt.begin(), prompt.end());
-      stats.prefill_tokens += static_cast<int64_t>(prompt.size());
+      // A kept cache of this request fills the positions it holds.
+      const int64_t from = kept.empty() ? 0 : Resume(slot);
+      const auto len = static_cast<int64_t>(prompt.size()) - from;
+      blocks.push_back(model::CachedBlock{{slot}, {from}, len});
+      tokens.insert(tokens.end(), prompt.begin() + from, prompt.end());
+      stats.prefill_tokens += len;
     }
     auto packed = torch::tensor(tokens, torch::kInt64).to(device);
     auto logits = policy.model->ForwardBlocks(packed, blocks, &cache, /*last_only=*/true);
@@ -356,6 +440,7 @@ struct RolloutEngine::Impl {
     for (size_t r = 0; r < order.size(); ++r) {
       std::optional<Sequence>& slot = slots[order[r]];
       if (Append(*slot, sampled.tokens[r], sampled.logprobs[r])) {
+        if (slot->request.keep_cache && options.kept_cache_bytes > 0) Keep(order[r]);
         ids_in_flight.erase(slot->request.id);
         finished.push_back(std::move(slot->result));
         slot.reset();
@@ -373,6 +458,10 @@ Result<std::unique_ptr<RolloutEngine>> RolloutEngine::Create(PolicySnapshot poli
   if (!policy.model) return Status::InvalidArgument("rollout engine needs a model (policy.model is null)");
   if (options.num_slots <= 0) {
     return Status::InvalidArgument("engine.num_slots must be positive, got " + std::to_string(options.num_slots));
+  }
+  if (options.kept_cache_bytes < 0) {
+    return Status::InvalidArgument("engine.kept_cache_bytes must be >= 0, got " +
+                                   std::to_string(options.kept_cache_bytes));
   }
   if (options.max_prefill_tokens < 0) {
     return Status::InvalidArgument("engine.max_prefill_tokens must be >= 0, got " +
@@ -464,6 +553,11 @@ Result<std::vector<GenerationResult>> RolloutEngine::RunUntilIdle() {
   }
   return all;
 }
+
+void RolloutEngine::DropKeptCache(uint64_t id) {
+  if (auto it = impl_->kept.find(id); it != impl_->kept.end()) impl_->DropKept(it);
+}
+int64_t RolloutEngine::kept_cache_bytes() const { return impl_->kept_bytes; }
 
 void RolloutEngine::SetWeightSwapHook(WeightSwapHook hook) { impl_->hook = std::move(hook); }
 Status RolloutEngine::PollWeights() {

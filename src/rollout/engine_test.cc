@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "common/testing/status_macros.h"
 #include "sluice/model/decode_kernels_switch.h"
 #include "sluice/model/transformer.h"
 
@@ -291,6 +292,84 @@ TEST_F(EngineTest, ForcedLengthIgnoresEosAndLengthsStopAtTheirLimits) {
 // rope_scaling through the engine: greedy decoding over the KV cache, with
 // other requests batched alongside, picks what a full recomputation of the
 // sequence picks at every step, and logs its probability.
+// Kept caches (multi-turn): each request's second turn (its first turn's
+// prompt and tokens and three more tokens, the same id) generates exactly
+// what it generates prefilled from scratch, whether its first turn's cache
+// was kept (and only the rest prefilled) or not; a second turn that does not
+// continue its first drops the kept cache and is prefilled whole; nothing is
+// left kept after. Fails if a kept cache is copied to the wrong positions,
+// the rest is prefilled from the wrong start, the last sampled token's
+// position is taken as computed, or a cache is used for another prompt.
+TEST_F(EngineTest, KeptCachesContinueSequencesExactly) {
+  struct KernelsBackOn {
+    ~KernelsBackOn() { model::SetDecodeKernelsEnabled(true); }
+  } back_on;
+  for (bool kernels : {true, false}) {
+    SCOPED_TRACE(kernels ? "decode kernels" : "libtorch path");
+    model::SetDecodeKernelsEnabled(kernels);
+    std::map<uint64_t, GenerationResult> second[2];
+    int64_t kept_positions = 0;
+    for (int kept = 0; kept < 2; ++kept) {
+      EngineOptions o;
+      o.num_slots = 3;
+      o.kept_cache_bytes = kept ? 1 << 22 : 0;
+      SLUICE_ASSERT_OK_AND_ASSIGN(auto engine, RolloutEngine::Create(PolicySnapshot{model_, 1}, o));
+      std::vector<GenerationRequest> firsts = requests_;
+      for (auto& r : firsts) {
+        r.keep_cache = true;
+        ASSERT_TRUE(engine->Submit(r).ok());
+      }
+      SLUICE_ASSERT_OK_AND_ASSIGN(auto done, engine->RunUntilIdle());
+      EXPECT_EQ(engine->stats().caches_kept, kept ? static_cast<int64_t>(firsts.size()) : 0);
+      for (const GenerationResult& r : done) {
+        GenerationRequest next;
+        next.id = r.id;
+        next.prompt = r.prompt;
+        next.prompt.insert(next.prompt.end(), r.tokens.begin(), r.tokens.end());
+        // Request 100's second turn starts differently: its kept cache does not apply.
+        if (r.id == 100) next.prompt[0] = (next.prompt[0] + 1) % 256;
+        for (TokenId t : {10, 32, 65}) next.prompt.push_back(t);
+        next.sampling = requests_[r.id - 100].sampling;
+        next.sampling.max_new_tokens = 8;
+        if (kept && r.id != 100) kept_positions += static_cast<int64_t>(r.prompt.size() + r.tokens.size()) - 1;
+        ASSERT_TRUE(engine->Submit(next).ok());
+      }
+      SLUICE_ASSERT_OK_AND_ASSIGN(auto again, engine->RunUntilIdle());
+      second[kept] = ById(std::move(again));
+      EXPECT_EQ(engine->stats().caches_reused, kept ? static_cast<int64_t>(firsts.size()) - 1 : 0);
+      EXPECT_EQ(engine->stats().caches_dropped, kept ? 1 : 0);
+      EXPECT_EQ(engine->stats().kept_tokens, kept_positions);
+      EXPECT_EQ(engine->kept_cache_bytes(), 0);  // each second turn took (or dropped) its cache
+    }
+    ASSERT_EQ(second[0].size(), requests_.size());
+    ASSERT_EQ(second[1].size(), requests_.size());
+    for (const auto& [id, want] : second[0]) ExpectSameGeneration(second[1].at(id), want);
+  }
+}
+
+// A budget that holds some of the caches: the oldest are dropped first.
+TEST_F(EngineTest, KeptCachesPastTheBudgetDropTheOldest) {
+  EngineOptions o;
+  o.num_slots = 1;  // one request at a time: they finish (and are kept) in order
+  // tiny: 2 layers x (keys + values) x 2 kv heads x 8 dims x 4 bytes = 256 bytes a position.
+  o.kept_cache_bytes = 256 * 3 * 40;
+  SLUICE_ASSERT_OK_AND_ASSIGN(auto engine, RolloutEngine::Create(PolicySnapshot{model_, 1}, o));
+  for (uint64_t id = 0; id < 6; ++id) {
+    GenerationRequest r;
+    r.id = id;
+    r.prompt.assign(20, static_cast<TokenId>(65 + id));
+    r.sampling.forced_length = 21;  // 40 positions computed
+    r.keep_cache = true;
+    ASSERT_TRUE(engine->Submit(r).ok());
+    ASSERT_TRUE(engine->RunUntilIdle().ok());
+  }
+  EXPECT_EQ(engine->stats().caches_kept, 6);
+  EXPECT_EQ(engine->stats().caches_dropped, 3);
+  EXPECT_EQ(engine->kept_cache_bytes(), 256 * 3 * 40);
+  engine->DropKeptCache(5);
+  EXPECT_EQ(engine->kept_cache_bytes(), 256 * 2 * 40);
+}
+
 TEST(EngineArchitectures, CachedGreedyDecodingMatchesFullRecomputation) {
   ModelConfig qwen3 = *model::PresetModelConfig("tiny");
   qwen3.model_type = "qwen3";

@@ -711,10 +711,17 @@ Result<StepMetrics> Trainer::SftStep(const std::vector<SftExample>& examples) {
   const std::vector<size_t> order = DataParallelShard(examples.size(), 1, rank, world)[0];
   std::vector<RolloutSample> samples(examples.size());
   for (size_t i : order) {
+    const SftExample& e = examples[i];
+    if (!e.trained.empty() && e.trained.size() != e.target.size()) {
+      return Status::InvalidArgument("SFT example " + std::to_string(i) + ": " + std::to_string(e.trained.size()) +
+                                     " trained flags for " + std::to_string(e.target.size()) + " target tokens");
+    }
     samples[i].id = i;
-    samples[i].prompt = examples[i].prompt;
-    samples[i].response = examples[i].target;
-    samples[i].behavior_logprobs.assign(examples[i].target.size(), 0.f);
+    samples[i].prompt = e.prompt;
+    samples[i].response = e.target;
+    samples[i].behavior_logprobs.assign(e.target.size(), 0.f);
+    // Context tokens as the packer reads them: version -1.
+    for (uint8_t t : e.trained) samples[i].versions.push_back(t ? 0 : -1);
   }
   auto packed = Pack(samples, order);
   SLUICE_RETURN_IF_ERROR(AgreeOnStep(packed.status(), examples.size()));

@@ -7,6 +7,8 @@
 #ifndef SLUICE_AGENT_ENVIRONMENT_H_
 #define SLUICE_AGENT_ENVIRONMENT_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +45,11 @@ class Environment {
   virtual Result<StepResult> Step(const Action& action) = 0;
 };
 
+// Makes the environment of one trajectory: `trajectory` is its id in the
+// run (a training answer's: prompt cursor x group size + answer index; an
+// evaluation's: its request's id).
+using EnvironmentFactory = std::function<Result<std::unique_ptr<Environment>>(uint64_t trajectory)>;
+
 // The calculator tool's schema (OpenAI function format): "calculator", one
 // string argument "expression".
 std::string CalculatorToolSchema();
@@ -52,8 +59,9 @@ std::string CalculatorToolSchema();
 // (or why there is none: a malformed call, another tool, a bad expression);
 // a turn without calls ends the episode, for the task's reward to score.
 // Reset: InvalidArgument for a row that is not an object with a string
-// "prompt".
-std::unique_ptr<Environment> MakeCalculatorEnvironment();
+// "prompt". Not `offered` (a control run without the tool): no tool in the
+// opening, and every call answered that there is none.
+std::unique_ptr<Environment> MakeCalculatorEnvironment(bool offered = true);
 
 // The code-execution tool's schema: "python", one string argument "code".
 std::string PythonToolSchema();

@@ -45,7 +45,7 @@ struct EvaluatorOptions {
   // when set, replaces agent.env's environments (RunHooks).
   AgentOptions agent;
   std::string tokenizer_dir;
-  std::function<Result<std::unique_ptr<agent::Environment>>()> make_environment;
+  agent::EnvironmentFactory make_environment;
 };
 
 // A run's evaluation settings: eval.*, the RL sampling settings, the run's

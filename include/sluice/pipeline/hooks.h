@@ -20,7 +20,9 @@ namespace sluice::pipeline {
 struct RunHooks {
   // Benchmarks: when set, answer g to the prompt at `cursor` is generated to
   // exactly this many tokens (SamplingParams::forced_length), so every mode
-  // sees the same long-tail lengths.
+  // sees the same long-tail lengths. Agent runs: each of that trajectory's
+  // model turns is this long (as far as its token budget allows), ending
+  // the turn as its end-of-turn token would.
   std::function<int32_t(uint64_t cursor, int64_t g)> forced_length;
   // Streaming modes: may change the weights the trainer publishes as
   // `version` (e.g. to weights whose output encodes the version).
@@ -48,10 +50,12 @@ struct RunHooks {
   // (every prompt it holds is of a step after the ones the trainer's next
   // version needs; rl.dynamic_sampling off), and for at most 30 s.
   std::function<bool(uint64_t cursor)> hold_for_switch;
-  // Agent runs (agent.env set), tests: makes each trajectory's environment
-  // instead of agent.env's (scripted environments, fault injection). Roles
-  // as threads and the direct loop.
-  std::function<Result<std::unique_ptr<agent::Environment>>()> make_environment;
+  // Agent runs (agent.env set), tests and benchmarks: makes each
+  // trajectory's environment instead of agent.env's (scripted environments,
+  // fault injection, environments that wait), given its id (answer g of the
+  // prompt at `cursor`: cursor x group size + g, in every mode). Roles as
+  // threads and the direct loop.
+  agent::EnvironmentFactory make_environment;
 };
 
 }  // namespace sluice::pipeline

@@ -25,6 +25,11 @@ struct SftOptions {
   // without working it out, as pretrained models do. RL can then learn from
   // reward alone that working it out pays. 0: every target is worked.
   double shortcut_fraction = 0.0;
+  // Agent runs with the calculator (agent.env=calculator): the fraction of
+  // warm-start examples that are conversations calling the tool (the
+  // problem as its expression, the tool's answer, then the final answer);
+  // the others answer at once. 0: none calls it.
+  double tool_call_fraction = 0.0;
   trainer::OptimizerOptions optimizer;
 };
 
@@ -298,7 +303,12 @@ struct AgentOptions {
   double env_timeout_seconds = 60;            // one reset or step
   double max_env_seconds = 600;               // a trajectory's environment calls together
   int64_t max_message_bytes = 8192;           // an environment message's content; cut past it
-  std::string tool_call_format = "auto";      // auto (llama3 for Llama models, else hermes), hermes, llama3
+  // Per rollout engine: memory for the keys and values of trajectories
+  // waiting for their environment (their next turn prefills only what was
+  // added); past it the oldest are dropped and prefilled again.
+  int64_t kept_cache_mib = 256;
+  int64_t KeptCacheBytes() const { return enabled() ? kept_cache_mib << 20 : 0; }
+  std::string tool_call_format = "auto";  // auto (llama3 for Llama models, else hermes), hermes, llama3
 
   bool enabled() const { return !env.empty(); }
   bool python() const { return enabled() && env != "calculator" && env != "python"; }

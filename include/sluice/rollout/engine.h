@@ -20,6 +20,17 @@
 // Logprobs are log-softmax(logits / T) of the sampled token, before top-k /
 // top-p truncation (T = 1 for greedy): the distribution a trainer recomputes.
 //
+// Kept caches: a request with keep_cache leaves its keys and values (every
+// position computed: its prompt and its tokens but the last, which was never
+// fed back) in the engine's memory when it finishes, while the caches kept
+// fit EngineOptions::kept_cache_bytes (else the oldest are dropped). A later
+// request with the same id whose prompt begins with exactly those tokens
+// copies them into its slot and prefills only the rest. Under kInFlight the
+// cache may have been computed by older weights, as a sequence in flight
+// across a switch continues on its cache; under kAtBoundary only the same
+// weights' cache is used. A trajectory waiting for its environment holds no
+// slot, and its next turn does not compute its context again.
+//
 // Thread safety: not thread-safe; one owner thread calls everything. Other
 // threads hand in new weights through the hook (which the engine calls on its
 // own thread between steps).
@@ -68,6 +79,11 @@ struct GenerationRequest {
   uint64_t id = 0;  // caller's id, returned in the result; unique among requests in flight
   std::vector<TokenId> prompt;
   SamplingParams sampling;
+  // Multi-turn callers (agent trajectories): keep this sequence's keys and
+  // values when it finishes, within EngineOptions::kept_cache_bytes, for
+  // the next request of the same id whose prompt continues it (see Kept
+  // caches in the file comment).
+  bool keep_cache = false;
 };
 
 enum class FinishReason { kEos, kLength, kForcedLength };
@@ -124,6 +140,9 @@ struct EngineOptions {
   // Upper bound on prompt tokens prefilled in one step (new requests wait
   // beyond it); 0: no bound. Bounds the latency added to running sequences.
   int32_t max_prefill_tokens = 0;
+  // Memory for the keys and values kept of finished sequences
+  // (GenerationRequest::keep_cache), outside the slots; 0: none kept.
+  int64_t kept_cache_bytes = 0;
 };
 
 struct EngineStats {
@@ -135,6 +154,12 @@ struct EngineStats {
   int64_t active_slot_steps = 0;  // sum over decode steps of running sequences
   int64_t weight_swaps = 0;
   int64_t slot_compactions = 0;  // sequences moved to a lower slot
+  // Kept caches (keep_cache): sequences whose cache was kept when they
+  // finished; requests that continued one (their prompt's kept positions
+  // copied, not computed, `kept_tokens` in all); caches dropped for the
+  // budget (the oldest first), or not kept because one alone exceeds it,
+  // or found unusable (another prompt; other weights under kAtBoundary).
+  int64_t caches_kept = 0, caches_reused = 0, kept_tokens = 0, caches_dropped = 0;
   // Mean fraction of slots generating per decode step.
   double occupancy(int32_t num_slots) const {
     return decode_steps == 0 ? 0.0 : static_cast<double>(active_slot_steps) / (decode_steps * num_slots);
@@ -160,6 +185,11 @@ class RolloutEngine {
   // finished in it. Errors: Internal if libtorch fails; the engine is then
   // broken and every later call returns the same error.
   Result<std::vector<GenerationResult>> Step();
+
+  // Drops the cache kept for request `id` (a trajectory that ended), if any.
+  void DropKeptCache(uint64_t id);
+  // Bytes of the caches kept now.
+  int64_t kept_cache_bytes() const;
 
   // Steps until no request is waiting or running; results in finish order.
   Result<std::vector<GenerationResult>> RunUntilIdle();

@@ -83,6 +83,9 @@ PolicyVersion OldestSampledVersion(const RolloutSample& s, PolicyVersion otherwi
 struct SftExample {
   std::vector<TokenId> prompt;
   std::vector<TokenId> target;
+  // Per target token, 1 where it is trained and 0 where it is context (a
+  // conversation's other turns); empty: all of it is trained.
+  std::vector<uint8_t> trained = {};
 };
 
 struct OptimizerOptions {

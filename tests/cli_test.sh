@@ -524,6 +524,25 @@ t = json.loads(open(sys.argv[1]).readline())
 assert t["tokens"][0] == 151644, t["tokens"][:5]  # <|im_start|>: the chat template's
 assert [turn["role"] for turn in t["turns"]][:2] == ["user", "assistant"], t["turns"]
 PY
+# The real-weights agent recipe (configs/agent_python.yaml, cut to one tiny step) on that model: its
+# template renders the python tool into the opening, and the sandbox runs before the run starts.
+expect agent-recipe 0 "held-out accuracy" -- "$SLUICE" train --config="$(dirname "$0")/../configs/agent_python.yaml" \
+  model.path="$tmp/q3" task.jsonl.train_path="$tmp/q.jsonl" model.device=cpu \
+  rl.steps=1 rl.prompts_per_step=2 rl.group_size=2 rl.max_new_tokens=4 rl.slots=8 eval.size=2 eval.max_new_tokens=4 \
+  trainer.micro_batch_tokens=4096 run.threads=1 run.progress=lines pipeline.processes=true pipeline.rollout_threads=1 \
+  pipeline.trainer_threads=1 run.dir="$tmp/q3recipe"
+/usr/bin/python3 - "$tmp/q3recipe/trajectories.jsonl" <<'PY' && echo "ok   agent-recipe trajectories" || { echo "FAIL agent-recipe trajectories"; failures=$((failures + 1)); }
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert len(lines) == 4, len(lines)  # 2 prompts x 2 trajectories
+opening = lines[0]["turns"][0]
+assert opening["role"] in ("system", "user"), opening
+assert lines[0]["tokens"][0] == 151644, lines[0]["tokens"][:5]  # <|im_start|>
+PY
+/usr/bin/python3 -c 'import json,sys; t=json.loads(open(sys.argv[1]).readline()); print(json.dumps(t["tokens"][:t["turns"][1]["start"]]))' \
+  "$tmp/q3recipe/trajectories.jsonl" | "$SLUICE" tokenize --model="$tmp/q3" --decode | grep -q '\\"name\\": \\"python\\"' \
+  && echo "ok   agent-recipe: the opening offers the python tool" \
+  || { echo "FAIL agent-recipe: the python tool is not in the opening"; failures=$((failures + 1)); }
 cp -r "$tmp/q3" "$tmp/q3-no-template" && rm "$tmp/q3-no-template/tokenizer_config.json"
 expect agent-no-template 1 "has a tokenizer.json but no chat template" -- "$SLUICE" train "${small[@]}" \
   model.path="$tmp/q3-no-template" run.dir="$tmp/q3agent2" agent.env=calculator

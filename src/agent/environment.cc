@@ -87,15 +87,18 @@ class PythonToolEnvironment final : public OneToolEnvironment {
 
 }  // namespace
 
+// (In the order OpenAI's function schemas are written, which models were
+// trained on: ordered_json keeps it.)
 std::string CalculatorToolSchema() {
-  return json{{"type", "function"},
-              {"function",
-               {{"name", "calculator"},
-                {"description", "Exact integer arithmetic: + - * / and parentheses"},
-                {"parameters",
-                 {{"type", "object"},
-                  {"properties", {{"expression", {{"type", "string"}, {"description", "e.g. 1234 * (56 - 7)"}}}}},
-                  {"required", {"expression"}}}}}}}
+  return nlohmann::ordered_json{
+      {"type", "function"},
+      {"function",
+       {{"name", "calculator"},
+        {"description", "Exact integer arithmetic: + - * / and parentheses"},
+        {"parameters",
+         {{"type", "object"},
+          {"properties", {{"expression", {{"type", "string"}, {"description", "e.g. 1234 * (56 - 7)"}}}}},
+          {"required", {"expression"}}}}}}}
       .dump();
 }
 
@@ -104,14 +107,15 @@ std::unique_ptr<Environment> MakeCalculatorEnvironment(bool offered) {
 }
 
 std::string PythonToolSchema() {
-  return json{{"type", "function"},
-              {"function",
-               {{"name", "python"},
-                {"description", "Runs Python 3 code in a sandbox and returns what it prints"},
-                {"parameters",
-                 {{"type", "object"},
-                  {"properties", {{"code", {{"type", "string"}, {"description", "e.g. print(2**10)"}}}}},
-                  {"required", {"code"}}}}}}}
+  return nlohmann::ordered_json{
+      {"type", "function"},
+      {"function",
+       {{"name", "python"},
+        {"description", "Runs Python 3 code in a sandbox and returns what it prints"},
+        {"parameters",
+         {{"type", "object"},
+          {"properties", {{"code", {{"type", "string"}, {"description", "e.g. print(2**10)"}}}}},
+          {"required", {"code"}}}}}}}
       .dump();
 }
 

@@ -527,7 +527,7 @@ PY
 # The real-weights agent recipe (configs/agent_python.yaml, cut to one tiny step) on that model: its
 # template renders the python tool into the opening, and the sandbox runs before the run starts.
 expect agent-recipe 0 "held-out accuracy" -- "$SLUICE" train --config="$(dirname "$0")/../configs/agent_python.yaml" \
-  model.path="$tmp/q3" task.jsonl.train_path="$tmp/q.jsonl" model.device=cpu \
+  model.path="$tmp/q3" task.jsonl.train_path="$tmp/q.jsonl" model.device=cpu rl.dynamic_sampling=false \
   rl.steps=1 rl.prompts_per_step=2 rl.group_size=2 rl.max_new_tokens=4 rl.slots=8 eval.size=2 eval.max_new_tokens=4 \
   trainer.micro_batch_tokens=4096 run.threads=1 run.progress=lines pipeline.processes=true pipeline.rollout_threads=1 \
   pipeline.trainer_threads=1 run.dir="$tmp/q3recipe"

@@ -526,8 +526,14 @@ Result<trainer::SftExample> AgentWarmStartExample(const AgentSettings& settings,
                                                   const std::string& answer_text, bool call_tool, model::TokenId eos) {
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<agent::Environment> env, settings.make_env(0));
   SLUICE_ASSIGN_OR_RETURN(const agent::Opening opening, env->Reset(AgentRow(example)));
+  // The task's answers are what they are, whatever a sampled turn may hold
+  // (rl.max_new_tokens) or however few turns the run allows: only the
+  // context bounds them.
+  agent::TrajectoryLimits limits = settings.limits;
+  limits.max_turn_tokens = static_cast<int32_t>(std::min<int64_t>(limits.max_tokens, INT32_MAX));
+  limits.max_turns = std::max(limits.max_turns, 2);
   SLUICE_ASSIGN_OR_RETURN(agent::Trajectory t,
-                          agent::Trajectory::Open(settings.format, opening, settings.calls, settings.limits));
+                          agent::Trajectory::Open(settings.format, opening, settings.calls, limits));
   // A model turn of `text` and the end-of-turn token, as if sampled.
   const auto turn = [&](const std::string& text) -> Result<std::optional<agent::Action>> {
     SLUICE_ASSIGN_OR_RETURN(std::vector<model::TokenId> ids, settings.format->Encode(text));
@@ -539,7 +545,7 @@ Result<trainer::SftExample> AgentWarmStartExample(const AgentSettings& settings,
   if (call_tool) {
     std::string expression = example.prompt;
     if (!expression.empty() && expression.back() == '=') expression.pop_back();
-    const nlohmann::json call = {{"name", "calculator"}, {"arguments", {{"expression", expression}}}};
+    const nlohmann::ordered_json call = {{"name", "calculator"}, {"arguments", {{"expression", expression}}}};
     SLUICE_ASSIGN_OR_RETURN(std::optional<agent::Action> action, turn("<tool_call>" + call.dump() + "</tool_call>"));
     if (!action || action->tool_calls.size() != 1 || !action->tool_calls[0].error.empty()) {
       return Status::Internal("the warm start's tool call was not read back as one call");

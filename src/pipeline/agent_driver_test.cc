@@ -196,5 +196,44 @@ TEST_F(AgentDriverTest, FailuresAndTimeLimitsEndTrajectoriesWithTheirReasons) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.9);
 }
 
+// A warm-start example that calls the calculator: the opening offers the
+// tool; the target is the call, the tool's answer and the final answer, in
+// the built-in template; exactly the model's two turns (each with its end
+// token) are trained, longer than a sampled turn may be (max_turn_tokens
+// 8). One that answers at once is one trained turn. Fails if the tool's
+// answer or the markup were trained, a turn's end token were not, or the
+// turn budget of sampling applied to the task's answers.
+TEST_F(AgentDriverTest, WarmStartExamplesTrainOnlyTheModelsTurns) {
+  settings_.limits.max_turn_tokens = 8;
+  settings_.make_env = [](uint64_t) -> Result<std::unique_ptr<agent::Environment>> {
+    return agent::MakeCalculatorEnvironment();
+  };
+  reward::Example ex;
+  ex.prompt = "12+30=";
+  ex.answer = "42";
+  const model::TokenId eos = model::ByteTokenizer::kEos;
+  SLUICE_ASSERT_OK_AND_ASSIGN(trainer::SftExample call, AgentWarmStartExample(settings_, ex, "#42", true, eos));
+  model::ByteTokenizer tok;
+  const auto text = [&](const std::vector<model::TokenId>& ids, int want) {
+    std::string out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (want >= 0 && call.trained[i] != want) continue;
+      out += ids[i] == eos ? std::string("<eos>") : tok.Decode({ids[i]}).value();
+    }
+    return out;
+  };
+  EXPECT_EQ(tok.Decode(call.prompt).value(), "tools: calculator\nuser: 12+30=\nassistant: ");
+  ASSERT_EQ(call.trained.size(), call.target.size());
+  EXPECT_EQ(text(call.target, -1),
+            "<tool_call>{\"name\":\"calculator\",\"arguments\":{\"expression\":\"12+30\"}}</tool_call><eos>"
+            "tool: 42\nassistant: #42<eos>");
+  EXPECT_EQ(text(call.target, 1),
+            "<tool_call>{\"name\":\"calculator\",\"arguments\":{\"expression\":\"12+30\"}}</tool_call><eos>#42<eos>");
+  SLUICE_ASSERT_OK_AND_ASSIGN(trainer::SftExample at_once, AgentWarmStartExample(settings_, ex, "#42", false, eos));
+  EXPECT_EQ(at_once.prompt, call.prompt);
+  EXPECT_EQ(at_once.target, (std::vector<model::TokenId>{'#', '4', '2', eos}));
+  EXPECT_EQ(at_once.trained, (std::vector<uint8_t>{1, 1, 1, 1}));
+}
+
 }  // namespace
 }  // namespace sluice::pipeline

@@ -154,13 +154,17 @@ Status TrainingRun::WarmStart(const ProgressFn& progress) {
   topt.loss.kl_coef = 0.0;  // plain cross-entropy: no reference needed
   SLUICE_ASSIGN_OR_RETURN(auto sft_trainer, trainer::Trainer::Create(s.policy, nullptr, topt));
   // Agent runs warm-start on conversations in their trajectories' chat
-  // format: an answer at once (the run's environment opens it), or, for
+  // format: an answer at once (a built-in environment opens it; for a
+  // Python environment, the task's prompt as the user's message, as the
+  // built-in ones open it: its reset is not run for every example), or, for
   // sft.tool_call_fraction of them, a call of the calculator, offered
   // whether or not the run offers it (a control run without the tool starts
   // from the same weights).
   std::optional<AgentSettings> direct, calling;
   if (s.options.agent.enabled()) {
-    SLUICE_ASSIGN_OR_RETURN(direct, AgentSettingsFor(s.options.agent, s.options.tokenizer_dir, s.policy->config(),
+    AgentOptions builtin = s.options.agent;
+    if (builtin.python()) builtin.env = "calculator", builtin.env_config = R"({"offer_tool": false})";
+    SLUICE_ASSIGN_OR_RETURN(direct, AgentSettingsFor(builtin, s.options.tokenizer_dir, s.policy->config(),
                                                      s.options.rl.sampling.max_new_tokens));
     calling = direct;
     calling->make_env = [](uint64_t) -> Result<std::unique_ptr<agent::Environment>> {

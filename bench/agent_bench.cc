@@ -150,18 +150,14 @@ Result<ModeResult> RunMode(const pipeline::RunOptions& o, const pipeline::RunHoo
                            const model::ModelConfig& config, std::shared_ptr<const sluice::reward::Task> task,
                            int32_t cores) {
   torch::set_num_threads(cores);
-  const pipeline::ThreadBudget budget = o.Threads(cores);
+  SLUICE_RETURN_IF_ERROR(sluice::bench::CheckThreadBudget(o, cores));
   const std::string name = pipeline::PipelineModeName(o.pipeline.mode);
-  if (budget.max_busy > cores) {
-    return Status::Internal(name + " would run " + std::to_string(budget.max_busy) + " busy threads on " +
-                            std::to_string(cores) + " cores: " + budget.ToString());
-  }
   auto policy = std::make_shared<model::Transformer>(config, o.seed);
   SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, task, o, hooks));
   SLUICE_RETURN_IF_ERROR(loop->Train(nullptr));
   ModeResult r;
   r.name = name;
-  r.budget = budget.ToString();
+  r.budget = o.Threads(cores).ToString();
   const std::vector<pipeline::StepRecord>& history = loop->history();
   if (history.empty()) return Status::Internal(name + " trained no step");
   double waits = 0, stale = 0, turns = 0;

@@ -140,11 +140,8 @@ Result<ModeResult> RunMode(const pipeline::RunOptions& o, const pipeline::RunHoo
   torch::set_num_threads(cores);  // the loop's roles set their own from here
   const pipeline::PipelineMode mode = o.pipeline.mode;
   const std::string name = pipeline::PipelineModeName(mode);
+  SLUICE_RETURN_IF_ERROR(sluice::bench::CheckThreadBudget(o, cores));
   const pipeline::ThreadBudget budget = o.Threads(cores);
-  if (budget.max_busy > cores) {
-    return Status::Internal(name + " would run " + std::to_string(budget.max_busy) + " busy threads on " +
-                            std::to_string(cores) + " cores: " + budget.ToString());
-  }
   auto policy = std::make_shared<model::Transformer>(config, o.seed);
   SLUICE_ASSIGN_OR_RETURN(auto loop, pipeline::TrainingRun::Create(policy, task, o, hooks));
   const auto t0 = Clock::now();

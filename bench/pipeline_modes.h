@@ -134,6 +134,16 @@ inline Result<BoundParts> MeasureBound(const pipeline::RunOptions& base, const m
 }
 
 // A mode's options: every mode gets the same cores (see the file comment).
+// OK when `o`'s roles never keep more threads busy than `cores`; Internal
+// naming the mode's budget otherwise (every mode gets the same cores).
+inline Status CheckThreadBudget(const pipeline::RunOptions& o, int32_t cores) {
+  const pipeline::ThreadBudget budget = o.Threads(cores);
+  if (budget.max_busy <= cores) return Status::Ok();
+  return Status::Internal(pipeline::PipelineModeName(o.pipeline.mode) + " would run " +
+                          std::to_string(budget.max_busy) + " busy threads on " + std::to_string(cores) +
+                          " cores: " + budget.ToString());
+}
+
 inline pipeline::RunOptions ModeOptions(const pipeline::RunOptions& base, pipeline::PipelineMode mode,
                                         sluice::trainer::OffPolicyCorrection correction, bool lend,
                                         const std::string& order, int64_t threads, int64_t rollout_threads,

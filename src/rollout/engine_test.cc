@@ -85,6 +85,21 @@ void ExpectSameGeneration(const GenerationResult& got, const GenerationResult& w
   EXPECT_EQ(got.finish, want.finish);
 }
 
+// Runs `check(kernels)` on both model paths: the CPU decode kernels (one
+// decode block, each row over its own context) and libtorch (decode blocks
+// split by context length, as on GPUs); the kernels are back on after.
+template <typename Check>
+void OnBothDecodePaths(Check check) {
+  struct KernelsBackOn {
+    ~KernelsBackOn() { model::SetDecodeKernelsEnabled(true); }
+  } back_on;
+  for (bool kernels : {true, false}) {
+    SCOPED_TRACE(kernels ? "decode kernels" : "libtorch path");
+    model::SetDecodeKernelsEnabled(kernels);
+    check(kernels);
+  }
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -130,15 +145,10 @@ TEST_F(EngineTest, WorkloadHasVariedLengthsAndFinishReasons) {
 // over its own context) and libtorch (decode blocks split by context length,
 // as on GPUs).
 TEST_F(EngineTest, ContinuousBatchingMatchesGeneratingEachRequestAlone) {
-  struct KernelsBackOn {
-    ~KernelsBackOn() { model::SetDecodeKernelsEnabled(true); }
-  } back_on;
-  for (bool kernels : {true, false}) {
-    SCOPED_TRACE(kernels ? "decode kernels" : "libtorch path");
-    model::SetDecodeKernelsEnabled(kernels);
+  OnBothDecodePaths([&](bool kernels) {
     if (!kernels) GenerateAlone();
     CheckContinuousBatchingMatchesAlone();
-  }
+  });
 }
 
 void EngineTest::CheckContinuousBatchingMatchesAlone() {
@@ -301,12 +311,7 @@ TEST_F(EngineTest, ForcedLengthIgnoresEosAndLengthsStopAtTheirLimits) {
 // the rest is prefilled from the wrong start, the last sampled token's
 // position is taken as computed, or a cache is used for another prompt.
 TEST_F(EngineTest, KeptCachesContinueSequencesExactly) {
-  struct KernelsBackOn {
-    ~KernelsBackOn() { model::SetDecodeKernelsEnabled(true); }
-  } back_on;
-  for (bool kernels : {true, false}) {
-    SCOPED_TRACE(kernels ? "decode kernels" : "libtorch path");
-    model::SetDecodeKernelsEnabled(kernels);
+  OnBothDecodePaths([&](bool) {
     std::map<uint64_t, GenerationResult> second[2];
     int64_t kept_positions = 0;
     for (int kept = 0; kept < 2; ++kept) {
@@ -344,7 +349,7 @@ TEST_F(EngineTest, KeptCachesContinueSequencesExactly) {
     ASSERT_EQ(second[0].size(), requests_.size());
     ASSERT_EQ(second[1].size(), requests_.size());
     for (const auto& [id, want] : second[0]) ExpectSameGeneration(second[1].at(id), want);
-  }
+  });
 }
 
 // A budget that holds some of the caches: the oldest are dropped first.
